@@ -1,0 +1,20 @@
+//! The WS-Reliability 1.1 wire: the model of the three header blocks, the SOAP 1.1/1.2 envelope
+//! reader and writer (quick-xml), MIME packaging, and the XSD lexical types.
+//!
+//! Pure: no I/O, no clock, no store. Nothing else in the crate touches bytes on the wire.
+
+pub mod datetime;
+pub mod fault;
+pub mod lexical;
+pub mod mime;
+pub mod model;
+pub mod read;
+pub mod write;
+
+pub use fault::{Defect, FaultCategory, FaultCode, FaultRoute};
+pub use model::{
+    GroupId, GroupLimit, MessageId, MessageKey, PollRequest, RefToMessageIds, Reply, ReplyPattern,
+    ReplyRange, ReplyTo, Request, Response, SeqRange, SequenceNum, SoapVersion,
+};
+pub use read::{Body, BodyRoot, Envelope, Limits, Quirk, read_envelope, read_message};
+pub use write::{Headers, SoapFault, write_envelope, write_soap_fault};

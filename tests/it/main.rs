@@ -1,0 +1,10 @@
+//! One integration-test binary (it links once): the codec against tables, properties, the XSD
+//! and the recorded Holodeck exchanges; and the running gateway's health endpoint.
+
+mod health;
+mod interop;
+mod malformed;
+mod roundtrip;
+mod schema;
+mod support;
+mod valid;
