@@ -28,49 +28,92 @@ pub fn parse_boolean(raw: &str) -> Option<bool> {
     }
 }
 
-/// Whether a value is a legal `xs:anyURI` as validators check it: a URI reference once the
-/// characters URIs cannot hold (spaces, non-ASCII, ...) are %-escaped. What we accept as an
-/// identifier we must be able to echo back in a schema-valid acknowledgment.
+/// Whether a value is a legal `xs:anyURI` as validators check it: an RFC 3986 URI reference
+/// once the characters URIs cannot hold (spaces, non-ASCII, ...) are %-escaped. What we accept
+/// as an identifier we must be able to echo back in a schema-valid acknowledgment.
 pub fn check_any_uri(value: &str) -> Result<(), &'static str> {
     if value.chars().any(char::is_control) {
         return Err("contains control characters");
     }
     let bytes = value.as_bytes();
     for (i, b) in bytes.iter().enumerate() {
-        if *b == b'%' {
-            let hex = bytes.get(i + 1..i + 3);
-            if !hex.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit)) {
-                return Err("'%' must start a two-digit hex escape");
-            }
+        if *b == b'%'
+            && !bytes
+                .get(i + 1..i + 3)
+                .is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+        {
+            return Err("'%' must start a two-digit hex escape");
         }
     }
-    if value.matches('#').count() > 1 {
+    let no_brackets = |part: &str| !part.contains(['[', ']']);
+    let (rest, fragment) = value.split_once('#').unwrap_or((value, ""));
+    if fragment.contains('#') {
         return Err("more than one '#'");
     }
-    let before_path = value
-        .find(['/', '?', '#'])
-        .map_or(value, |end| &value[..end]);
-    if let Some(colon) = before_path.find(':') {
-        let scheme = &before_path[..colon];
-        let mut chars = scheme.chars();
-        let valid = chars.next().is_some_and(|c| c.is_ascii_alphabetic())
-            && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
-        if !valid {
-            return Err("the part before ':' is not a URI scheme");
-        }
+    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    if !no_brackets(fragment) || !no_brackets(query) {
+        return Err("'[' or ']' in the query or fragment");
     }
-    // Brackets are only legal around an IP literal host (`//[::1]`).
-    let brackets_ok = match value.find('[') {
-        None => !value.contains(']'),
-        Some(open) => {
-            value[..open].ends_with("//")
-                && value[open..].find(']').is_some()
-                && value[open + 1..].find(['[']).is_none()
-                && value.matches(']').count() == 1
+    let rest = match rest.find(':') {
+        Some(colon) if !rest[..colon].contains('/') => {
+            let mut scheme = rest[..colon].chars();
+            let valid = scheme.next().is_some_and(|c| c.is_ascii_alphabetic())
+                && scheme.all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
+            if !valid {
+                return Err("the part before ':' is not a URI scheme");
+            }
+            &rest[colon + 1..]
         }
+        _ => rest,
     };
-    if !brackets_ok {
-        return Err("'[' and ']' are only allowed around an IP literal host");
+    let path = match rest.strip_prefix("//") {
+        Some(hier) => {
+            let (authority, path) = hier.find('/').map_or((hier, ""), |i| hier.split_at(i));
+            check_authority(authority)?;
+            path
+        }
+        None => rest,
+    };
+    if !no_brackets(path) {
+        return Err("'[' or ']' in the path");
+    }
+    Ok(())
+}
+
+/// `[userinfo "@"] host [":" port]`, host a name or a bracketed IP literal.
+fn check_authority(authority: &str) -> Result<(), &'static str> {
+    let host_port = match authority.split_once('@') {
+        Some((userinfo, host_port)) => {
+            if userinfo.contains(['[', ']']) || host_port.contains('@') {
+                return Err("the authority holds more than one '@' or a bracket in its user part");
+            }
+            host_port
+        }
+        None => authority,
+    };
+    // `None`: no port; `Some(p)`: a ':' was there, and validators want digits after it.
+    let port = if let Some(literal) = host_port.strip_prefix('[') {
+        let (inside, after) = literal.split_once(']').ok_or("unclosed '[' in the host")?;
+        if inside.is_empty() || inside.contains('[') {
+            return Err("malformed IP literal host");
+        }
+        match after.strip_prefix(':') {
+            Some(port) => Some(port),
+            None if after.is_empty() => None,
+            None => return Err("text after the IP literal host"),
+        }
+    } else {
+        let (host, port) = match host_port.split_once(':') {
+            Some((host, port)) => (host, Some(port)),
+            None => (host_port, None),
+        };
+        if host.contains([']', '[']) {
+            return Err("'[' or ']' in the host");
+        }
+        port
+    };
+    if port.is_some_and(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit())) {
+        return Err("the port is not a number");
     }
     Ok(())
 }
@@ -104,7 +147,19 @@ mod tests {
         ] {
             assert_eq!(check_any_uri(ok), Ok(()), "{ok}");
         }
-        for bad in ["a%zz", "a%2", "a#f#g", "a[b]", ":a", "1x:y", "a\u{1}b"] {
+        for bad in [
+            "a%zz",
+            "a%2",
+            "a#f#g",
+            "a[b]",
+            ":a",
+            "1x:y",
+            "a\u{1}b",
+            "mid://a@b@c",
+            "http://h:80x/",
+            "http://[::1/x",
+            "mid://host:",
+        ] {
             assert!(check_any_uri(bad).is_err(), "{bad}");
         }
     }

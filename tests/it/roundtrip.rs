@@ -20,7 +20,9 @@ fn group_id() -> impl Strategy<Value = GroupId> {
         "(mid:|mid://|urn:uuid:|http://h/)",
         "([a-zA-Z0-9._@&=-]|%[0-9A-F]{2}){1,24}",
     )
-        .prop_map(|(scheme, rest)| GroupId::parse(&format!("{scheme}{rest}")).expect("non-empty"))
+        .prop_filter_map("an xs:anyURI", |(scheme, rest)| {
+            GroupId::parse(&format!("{scheme}{rest}")).ok()
+        })
 }
 
 fn instant() -> impl Strategy<Value = DateTime<Utc>> {

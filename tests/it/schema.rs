@@ -242,3 +242,46 @@ fn soap_fault_shape_and_http_status() {
         );
     }
 }
+
+/// Every groupId the reader accepts can be echoed in a schema-valid acknowledgment: our anyURI
+/// check agrees with the validator on a few hundred URI-like strings.
+#[test]
+fn accepted_group_ids_are_schema_valid_any_uris() {
+    use proptest::strategy::{Strategy, ValueTree};
+    use proptest::test_runner::TestRunner;
+
+    let mut runner = TestRunner::deterministic();
+    let strategy = "(mid:|mid://|http://|urn:|//|)[a-z0-9@:%/?#\\[\\]&=._-]{0,16}";
+    let mut docs = Vec::new();
+    let mut rejected = 0;
+    for _ in 0..1000 {
+        let candidate = strategy.new_tree(&mut runner).expect("generate").current();
+        if let Ok(group_id) = GroupId::parse(&candidate) {
+            let ack = Response {
+                replies: vec![Reply::NonSequence {
+                    group_id,
+                    fault: None,
+                }],
+            };
+            docs.push((
+                SoapVersion::Soap11,
+                write_envelope(
+                    SoapVersion::Soap11,
+                    Headers {
+                        response: Some(&ack),
+                        ..Headers::default()
+                    },
+                    "",
+                ),
+            ));
+        } else {
+            rejected += 1;
+        }
+    }
+    assert!(
+        docs.len() > 100 && rejected > 100,
+        "accepted {} rejected {rejected}",
+        docs.len()
+    );
+    assert_schema_valid(&docs);
+}

@@ -92,12 +92,16 @@ pub fn schema_failures(docs: &[(SoapVersion, String)]) -> Vec<(String, String)> 
 
 pub fn assert_schema_valid(docs: &[(SoapVersion, String)]) {
     let failures = schema_failures(docs);
+    let shown: Vec<String> = failures
+        .iter()
+        .take(5)
+        .map(|(doc, why)| format!("{doc}\n{why}"))
+        .collect();
     assert!(
         failures.is_empty(),
-        "{} of {} documents fail the schema; first:\n{}\n{}",
+        "{} of {} documents fail the schema; the first ones:\n{}",
         failures.len(),
         docs.len(),
-        failures[0].0,
-        failures[0].1
+        shown.join("\n\n")
     );
 }
