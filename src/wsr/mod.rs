@@ -16,5 +16,5 @@ pub use model::{
     GroupId, GroupLimit, MessageId, MessageKey, PollRequest, RefToMessageIds, Reply, ReplyPattern,
     ReplyRange, ReplyTo, Request, Response, SeqRange, SequenceNum, SoapVersion,
 };
-pub use read::{Body, BodyRoot, Envelope, Limits, Quirk, read_envelope, read_message};
+pub use read::{Body, BodyRoot, Declaration, Envelope, Limits, Quirk, read_envelope, read_message};
 pub use write::{Headers, SoapFault, write_envelope, write_soap_fault};

@@ -68,6 +68,9 @@ fn table() -> Vec<(&'static str, String, FaultCode, bool)> {
         ("element name over the limit", soap11("", &format!("<{long_name}/>")), InvalidRequest, true),
         ("duplicate attribute", soap11("", "<p a=\"1\" a=\"2\"/>"), InvalidRequest, true),
         ("content after the Envelope", format!("{}<junk/>", req(&singleton)), InvalidRequest, true),
+        ("prefix undeclared (not allowed in XML 1.0)", soap11("", "<p:x xmlns:p=\"urn:p\"><p:y xmlns:p=\"\"/></p:x>"), InvalidRequest, true),
+        ("xml prefix rebound", soap11("", "<x xmlns:xml=\"urn:other\"/>"), InvalidRequest, true),
+        ("prefix declared on a sibling is out of scope", response(&format!(r#"<r:NonSequenceReply xmlns:z="{WSRM}" groupId="a" fault="z:GroupAborted"/><r:NonSequenceReply groupId="b" fault="z:GroupAborted"/>"#)), InvalidRequest, true),
         ("two Request blocks", soap11(&format!("{0}{0}", request11(&singleton)), ""), InvalidRequest, true),
         ("unknown WS-R header block", soap11("<r:Acknowledgement/>", ""), InvalidRequest, true),
         // Request: identity or reply pattern cannot be recovered — SOAP Fault.

@@ -294,6 +294,20 @@ fn body_is_the_exact_input_slice() {
     let input = soap11("", body);
     let env = read(&input);
     assert_eq!(env.body.content, body);
+    let in_scope: Vec<(Option<&str>, &str)> = env
+        .body
+        .namespaces
+        .iter()
+        .map(|d| (d.prefix, d.uri.as_ref()))
+        .collect();
+    assert_eq!(
+        in_scope,
+        vec![
+            (Some("S"), "http://schemas.xmlsoap.org/soap/envelope/"),
+            (Some("r"), WSRM)
+        ],
+        "what the content may rely on without declaring it"
+    );
     assert!(std::ptr::eq(
         env.body.content.as_ptr(),
         input[input.find(body).expect("in input")..].as_ptr()

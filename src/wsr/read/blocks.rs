@@ -123,7 +123,8 @@ impl<'x, 'a, 'l> BlockReader<'x, 'a, 'l> {
             SoapVersion::Soap11 => Ns::Soap11,
             SoapVersion::Soap12 => Ns::Soap12,
         };
-        for attr in self.xml.attributes(e)? {
+        for attr in self.xml.attributes(e) {
+            let attr = attr?;
             if attr.ns == envelope_ns && attr.local == "mustUnderstand" {
                 if parse_boolean(&attr.value).is_none() {
                     problems.note(
@@ -229,7 +230,8 @@ impl<'x, 'a, 'l> BlockReader<'x, 'a, 'l> {
         problems: &mut FirstProblem,
     ) -> Result<MessageIdDraft, Defect> {
         let mut draft = MessageIdDraft::default();
-        for attr in self.xml.attributes(e)? {
+        for attr in self.xml.attributes(e) {
+            let attr = attr?;
             match (attr.ns, attr.local) {
                 (Ns::None, "groupId") => draft.group_id = Some(attr.value.into_owned()),
                 (Ns::None, other) => problems.note(
@@ -265,7 +267,8 @@ impl<'x, 'a, 'l> BlockReader<'x, 'a, 'l> {
         problems: &mut FirstProblem,
     ) -> Result<SequenceDraft, Defect> {
         let mut draft = SequenceDraft::default();
-        for attr in self.xml.attributes(e)? {
+        for attr in self.xml.attributes(e) {
+            let attr = attr?;
             let slot = match (attr.ns, attr.local) {
                 (Ns::None, "number") => &mut draft.number,
                 (Ns::None, "last") => &mut draft.last,
@@ -291,7 +294,8 @@ impl<'x, 'a, 'l> BlockReader<'x, 'a, 'l> {
 
     /// `AckRequested`, `DuplicateElimination`, `MessageOrder`: empty, no attributes.
     fn marker(&mut self, e: &Elem<'a>, problems: &mut FirstProblem) -> Result<(), Defect> {
-        for attr in self.xml.attributes(e)? {
+        for attr in self.xml.attributes(e) {
+            let attr = attr?;
             if attr.ns == Ns::None {
                 problems.note(
                     FaultCode::InvalidRequest,
@@ -338,7 +342,8 @@ impl<'x, 'a, 'l> BlockReader<'x, 'a, 'l> {
         problems: &mut FirstProblem,
     ) -> Result<ReplyPatternDraft, Defect> {
         let mut draft = ReplyPatternDraft::default();
-        for attr in self.xml.attributes(e)? {
+        for attr in self.xml.attributes(e) {
+            let attr = attr?;
             if attr.ns == Ns::None {
                 problems.note(
                     FaultCode::InvalidReplyPattern,
@@ -390,7 +395,8 @@ impl<'x, 'a, 'l> BlockReader<'x, 'a, 'l> {
     fn reply_to(&mut self, e: &Elem<'a>) -> Result<Result<ReplyTo, ReplyToProblem>, Defect> {
         let mut reference_scheme = None;
         let mut problem: Option<ReplyToProblem> = None;
-        for attr in self.xml.attributes(e)? {
+        for attr in self.xml.attributes(e) {
+            let attr = attr?;
             match (attr.ns, attr.local) {
                 (Ns::None, "reference-scheme") => {
                     if let Err(why) = check_any_uri(attr.value.trim()) {
@@ -721,7 +727,8 @@ impl<'x, 'a, 'l> BlockReader<'x, 'a, 'l> {
     fn ref_to_message_ids(&mut self, e: &Elem<'a>) -> Result<RefToMessageIds, Defect> {
         use FaultCode::InvalidPollRequest as Ipr;
         let mut group = None;
-        for attr in self.xml.attributes(e)? {
+        for attr in self.xml.attributes(e) {
+            let attr = attr?;
             match (attr.ns, attr.local) {
                 (Ns::None, "groupId") => group = Some(attr.value.into_owned()),
                 (Ns::None, other) => {
@@ -780,7 +787,8 @@ impl<'x, 'a, 'l> BlockReader<'x, 'a, 'l> {
     ) -> Result<(SeqRange, Option<FaultCode>), Defect> {
         let err = |why: String| Defect::synchronous(code, why);
         let (mut from, mut to, mut fault) = (None, None, None);
-        for attr in self.xml.attributes(e)? {
+        for attr in self.xml.attributes(e) {
+            let attr = attr?;
             match (attr.ns, attr.local) {
                 (Ns::None, "from") => {
                     from = Some(
@@ -854,7 +862,8 @@ impl<'x, 'a, 'l> BlockReader<'x, 'a, 'l> {
             (Ns::Wsrm, "NonSequenceReply") => {
                 let mut group = None;
                 let mut fault = None;
-                for attr in r.xml.attributes(&child)? {
+                for attr in r.xml.attributes(&child) {
+                    let attr = attr?;
                     match (attr.ns, attr.local) {
                         (Ns::None, "groupId") => group = Some(attr.value.into_owned()),
                         (Ns::None, "fault") => fault = Some(r.fault_code(&attr.value)?),
@@ -874,7 +883,8 @@ impl<'x, 'a, 'l> BlockReader<'x, 'a, 'l> {
             }
             (Ns::Wsrm, "SequenceReplies") => {
                 let mut group = None;
-                for attr in r.xml.attributes(&child)? {
+                for attr in r.xml.attributes(&child) {
+                    let attr = attr?;
                     match (attr.ns, attr.local) {
                         (Ns::None, "groupId") => group = Some(attr.value.into_owned()),
                         (Ns::None, other) => {

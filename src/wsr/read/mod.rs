@@ -13,6 +13,7 @@ use super::datetime::truncate;
 use super::fault::{Defect, FaultCode};
 use super::mime;
 use super::model::{PollRequest, Request, Response, SoapVersion};
+pub use xml::Declaration;
 use xml::{Node, Ns, XmlCursor, XmlError};
 
 /// Bounds on what one message may cost (D13).
@@ -75,6 +76,10 @@ pub struct Body<'a> {
     pub content: &'a str,
     /// The first child element, if any (it names the topic and tells a SOAP Fault apart).
     pub root: Option<BodyRoot>,
+    /// The namespace declarations in scope at the Body (made on the Envelope or the Body),
+    /// which `content` may use without declaring them itself: whoever stores `content` on its
+    /// own needs these to keep it well-formed.
+    pub namespaces: Vec<Declaration<'a>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -280,10 +285,12 @@ impl<'a> EnvelopeReader<'a, '_> {
     }
 
     fn body(&mut self, body: &xml::Elem<'_>) -> Result<Body<'a>, Defect> {
+        let namespaces = self.xml.in_scope();
         if body.empty {
             return Ok(Body {
                 content: "",
                 root: None,
+                namespaces,
             });
         }
         let start = self.xml.position();
@@ -295,6 +302,7 @@ impl<'a> EnvelopeReader<'a, '_> {
                     return Ok(Body {
                         content: &self.src[start..self.xml.event_start()],
                         root,
+                        namespaces,
                     });
                 }
                 Node::Open(e) if root.is_none() => {

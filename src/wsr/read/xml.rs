@@ -3,16 +3,22 @@
 //! It hands out elements with their namespace already classified, resolves character and the
 //! five predefined entity references, refuses DOCTYPE (and with it every entity declaration),
 //! and enforces the D13 limits on every element, including those inside the Body.
+//!
+//! Namespace scope is kept here rather than by quick-xml's `NsReader`: the attribute pass that
+//! enforces the limits already sees every `xmlns` declaration, and doing the scoping in that
+//! same pass halves the cost of reading a typical message (see `benches/codec.rs`).
 
 use std::borrow::Cow;
 
 use quick_xml::events::{BytesStart, Event};
-use quick_xml::name::{Namespace, QName, ResolveResult};
-use quick_xml::{NsReader, XmlVersion};
+use quick_xml::name::{PrefixDeclaration, QName};
+use quick_xml::{Reader, XmlVersion};
 
 use super::Limits;
 use crate::wsr::datetime::truncate;
 use crate::wsr::model::{REF_NS, SOAP11_NS, SOAP12_NS, WSRM_NS};
+
+const XML_NS: &str = "http://www.w3.org/XML/1998/namespace";
 
 /// Fatal for the whole document: not well-formed, hostile, or over a limit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,20 +42,51 @@ pub enum Ns {
 }
 
 impl Ns {
-    fn classify(result: &ResolveResult<'_>) -> Ns {
-        match result {
-            ResolveResult::Unbound => Ns::None,
-            ResolveResult::Bound(Namespace(uri)) => match *uri {
-                WSRM_NS => Ns::Wsrm,
-                SOAP11_NS => Ns::Soap11,
-                SOAP12_NS => Ns::Soap12,
-                REF_NS => Ns::Ref,
-                _ => Ns::Other,
-            },
-            // Unknown prefixes are rejected before classification.
-            ResolveResult::Unknown(_) => Ns::Other,
+    fn classify(uri: Option<&str>) -> Ns {
+        match uri {
+            None => Ns::None,
+            Some(WSRM_NS) => Ns::Wsrm,
+            Some(SOAP11_NS) => Ns::Soap11,
+            Some(SOAP12_NS) => Ns::Soap12,
+            Some(REF_NS) => Ns::Ref,
+            Some(_) => Ns::Other,
         }
     }
+}
+
+/// One `xmlns` declaration in scope: made on the element at `depth` (1 = root).
+struct Binding<'a> {
+    /// Empty for the default namespace.
+    prefix: &'a str,
+    /// Empty when the default namespace is undeclared (`xmlns=""`).
+    uri: Cow<'a, str>,
+    depth: usize,
+}
+
+/// A namespace declaration as written: `prefix` `None` for the default namespace.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Declaration<'a> {
+    pub prefix: Option<&'a str>,
+    pub uri: Cow<'a, str>,
+}
+
+/// The same text as `part`, but borrowed from `src` (which it is a slice of) so that it lives
+/// as long as the document; an owned copy if it is not a slice of `src`.
+fn reborrow<'a>(src: &'a str, part: &str) -> Cow<'a, str> {
+    let start = (part.as_ptr() as usize).wrapping_sub(src.as_ptr() as usize);
+    match src.get(start..start.wrapping_add(part.len())) {
+        Some(same) if std::ptr::eq(same.as_ptr(), part.as_ptr()) => Cow::Borrowed(same),
+        _ => Cow::Owned(part.to_owned()),
+    }
+}
+
+/// What a prefix resolves to.
+enum Resolved<'s> {
+    /// No prefix and no default namespace (or an attribute without prefix).
+    Unbound,
+    Bound(&'s str),
+    /// A prefix with no declaration in scope: the document is not namespace-well-formed.
+    Unknown,
 }
 
 /// One element start: `<x ...>` (`empty == false`, children follow) or `<x .../>`.
@@ -80,7 +117,9 @@ pub struct Attr<'v> {
 }
 
 pub struct XmlCursor<'a, 'l> {
-    reader: NsReader<&'a [u8]>,
+    reader: Reader<&'a [u8]>,
+    src: &'a str,
+    bindings: Vec<Binding<'a>>,
     limits: &'l Limits,
     depth: usize,
     /// Where the event last returned by `next` starts (comments skipped before it excluded).
@@ -89,12 +128,10 @@ pub struct XmlCursor<'a, 'l> {
 
 impl<'a, 'l> XmlCursor<'a, 'l> {
     pub fn new(src: &'a str, limits: &'l Limits) -> Self {
-        let mut reader = NsReader::from_str(src);
-        reader
-            .resolver_mut()
-            .set_max_namespace_bindings(limits.max_namespace_bindings);
         XmlCursor {
-            reader,
+            reader: Reader::from_str(src),
+            src,
+            bindings: Vec::new(),
             limits,
             depth: 0,
             event_start: 0,
@@ -119,6 +156,10 @@ impl<'a, 'l> XmlCursor<'a, 'l> {
     /// The next node; comments, processing instructions and the XML declaration are consumed
     /// (after checking the declared encoding). `None` at the end of the document.
     pub fn next(&mut self) -> XmlResult<Option<Node<'a>>> {
+        // Declarations of elements that are closed (or were empty) go out of scope.
+        while self.bindings.last().is_some_and(|b| b.depth > self.depth) {
+            self.bindings.pop();
+        }
         loop {
             self.event_start = self.position();
             let event = self.reader.read_event().map_err(ill)?;
@@ -139,7 +180,8 @@ impl<'a, 'l> XmlCursor<'a, 'l> {
                     self.depth = self.depth.saturating_sub(1);
                     return Ok(Some(Node::Close));
                 }
-                Event::Text(t) => return Ok(Some(Node::Text(t.xml10_content()))),
+                // Header values are trimmed, so line-end normalization would change nothing.
+                Event::Text(t) => return Ok(Some(Node::Text(t.into_inner()))),
                 Event::CData(t) => return Ok(Some(Node::Text(t.xml10_content()))),
                 Event::GeneralRef(r) => {
                     let ch = match r.resolve_char_ref().map_err(ill)? {
@@ -182,7 +224,7 @@ impl<'a, 'l> XmlCursor<'a, 'l> {
             .ok_or_else(|| ill("unexpected end of document"))
     }
 
-    fn element(&self, start: BytesStart<'a>, empty: bool) -> XmlResult<Elem<'a>> {
+    fn element(&mut self, start: BytesStart<'a>, empty: bool) -> XmlResult<Elem<'a>> {
         let name = start.name();
         if name.as_ref().len() > self.limits.max_name_len {
             return Err(XmlError(format!(
@@ -190,17 +232,12 @@ impl<'a, 'l> XmlCursor<'a, 'l> {
                 self.limits.max_name_len
             )));
         }
-        let (resolved, _) = self.reader.resolver().resolve_element(name);
-        if let ResolveResult::Unknown(prefix) = &resolved {
-            return Err(ill(format_args!(
-                "prefix '{}' is not bound",
-                truncate(prefix)
-            )));
-        }
-        let ns = Ns::classify(&resolved);
-        // Check every attribute now (count, sizes, syntax, duplicates, entities), so that no
-        // element anywhere can cost more than the limits allow.
+        let depth = self.depth + 1;
+        // One pass over the attributes checks them all (count, sizes, syntax, duplicates,
+        // entities), so that no element anywhere can cost more than the limits allow, and
+        // brings this element's namespace declarations into scope.
         let mut count = 0;
+        let mut prefixed_attribute = false;
         for attr in start.attributes() {
             let attr = attr.map_err(ill)?;
             count += 1;
@@ -222,16 +259,51 @@ impl<'a, 'l> XmlCursor<'a, 'l> {
                     self.limits.max_value_len
                 )));
             }
-            if attr.value.contains('&') {
-                attr.normalized_value(XmlVersion::Implicit1_0)
-                    .map_err(ill)?;
+            let value = if attr.value.contains('&') {
+                Cow::Owned(
+                    attr.normalized_value(XmlVersion::Implicit1_0)
+                        .map_err(ill)?
+                        .into_owned(),
+                )
+            } else {
+                reborrow(self.src, &attr.value)
+            };
+            match attr.key.as_namespace_binding() {
+                Some(declaration) => {
+                    let prefix: &'a str = match declaration {
+                        PrefixDeclaration::Default => "",
+                        PrefixDeclaration::Named(p) => match reborrow(self.src, p) {
+                            Cow::Borrowed(p) => p,
+                            // Names are never escaped, so they are always slices of the source.
+                            Cow::Owned(_) => {
+                                return Err(ill("a namespace prefix outside the document"));
+                            }
+                        },
+                    };
+                    self.declare(prefix, value, depth)?;
+                }
+                None => prefixed_attribute |= attr.key.prefix().is_some(),
             }
-            if attr.key.as_namespace_binding().is_none() {
-                let (res, _) = self.reader.resolver().resolve_attribute(attr.key);
-                if let ResolveResult::Unknown(prefix) = res {
+        }
+        let ns = match self.resolve(name, true) {
+            Resolved::Unknown => {
+                return Err(ill(format_args!(
+                    "the prefix of '{}' is not bound",
+                    truncate(name.as_ref())
+                )));
+            }
+            Resolved::Unbound => Ns::None,
+            Resolved::Bound(uri) => Ns::classify(Some(uri)),
+        };
+        if prefixed_attribute {
+            for attr in start.attributes() {
+                let attr = attr.map_err(ill)?;
+                if attr.key.as_namespace_binding().is_none()
+                    && matches!(self.resolve(attr.key, false), Resolved::Unknown)
+                {
                     return Err(ill(format_args!(
-                        "prefix '{}' is not bound",
-                        truncate(&prefix)
+                        "the prefix of attribute '{}' is not bound",
+                        truncate(attr.key.as_ref())
                     )));
                 }
             }
@@ -239,42 +311,115 @@ impl<'a, 'l> XmlCursor<'a, 'l> {
         Ok(Elem { ns, start, empty })
     }
 
-    /// The attributes of an element just returned by `next` (namespace declarations left out).
-    pub fn attributes<'e>(&self, elem: &'e Elem<'a>) -> XmlResult<Vec<Attr<'e>>> {
-        let mut out = Vec::new();
-        for attr in elem.start.attributes() {
-            let attr = attr.map_err(ill)?;
-            if attr.key.as_namespace_binding().is_some() {
-                continue;
+    fn declare(&mut self, prefix: &'a str, uri: Cow<'a, str>, depth: usize) -> XmlResult<()> {
+        if !prefix.is_empty() && uri.is_empty() {
+            return Err(ill(format_args!(
+                "prefix '{}' is undeclared, which XML 1.0 does not allow",
+                truncate(prefix)
+            )));
+        }
+        if prefix == "xmlns" || (prefix == "xml") != (uri == XML_NS) {
+            return Err(ill("the reserved prefixes xml and xmlns cannot be rebound"));
+        }
+        if self.bindings.len() >= self.limits.max_namespace_bindings {
+            return Err(XmlError(format!(
+                "more than {} namespace declarations in scope",
+                self.limits.max_namespace_bindings
+            )));
+        }
+        self.bindings.push(Binding { prefix, uri, depth });
+        Ok(())
+    }
+
+    /// Resolves the prefix of a name in the current scope. Unprefixed attribute names are in
+    /// no namespace; unprefixed element names take the default namespace.
+    fn resolve(&self, name: QName<'_>, element: bool) -> Resolved<'_> {
+        match name.prefix() {
+            None if !element => Resolved::Unbound,
+            None => match self.bindings.iter().rev().find(|b| b.prefix.is_empty()) {
+                Some(b) if !b.uri.is_empty() => Resolved::Bound(b.uri.as_ref()),
+                _ => Resolved::Unbound,
+            },
+            Some(prefix) => {
+                let prefix = prefix.into_inner();
+                if prefix == "xml" {
+                    return Resolved::Bound(XML_NS);
+                }
+                match self.bindings.iter().rev().find(|b| b.prefix == prefix) {
+                    Some(b) => Resolved::Bound(b.uri.as_ref()),
+                    None => Resolved::Unknown,
+                }
             }
-            let (res, local) = self.reader.resolver().resolve_attribute(attr.key);
-            let value = attr
-                .normalized_value(XmlVersion::Implicit1_0)
-                .map_err(ill)?;
-            out.push(Attr {
-                ns: Ns::classify(&res),
-                local: local.into_inner(),
+        }
+    }
+
+    fn namespace_of(&self, name: QName<'_>, element: bool) -> Ns {
+        match self.resolve(name, element) {
+            Resolved::Bound(uri) => Ns::classify(Some(uri)),
+            Resolved::Unbound | Resolved::Unknown => Ns::None,
+        }
+    }
+
+    /// The attributes of an element just returned by `next` (namespace declarations left out).
+    pub fn attributes<'e>(
+        &'e self,
+        elem: &'e Elem<'a>,
+    ) -> impl Iterator<Item = XmlResult<Attr<'e>>> + 'e {
+        elem.start.attributes().filter_map(move |attr| {
+            let attr = match attr {
+                Ok(attr) => attr,
+                Err(e) => return Some(Err(ill(e))),
+            };
+            if attr.key.as_namespace_binding().is_some() {
+                return None;
+            }
+            let value = if attr.value.contains('&') {
+                match attr.normalized_value(XmlVersion::Implicit1_0) {
+                    Ok(v) => Cow::Owned(v.into_owned()),
+                    Err(e) => return Some(Err(ill(e))),
+                }
+            } else {
+                attr.value
+            };
+            Some(Ok(Attr {
+                ns: self.namespace_of(attr.key, false),
+                local: attr.key.local_name().into_inner(),
                 value,
+            }))
+        })
+    }
+
+    /// Every namespace declaration in scope now, innermost last, one per prefix.
+    pub fn in_scope(&self) -> Vec<Declaration<'a>> {
+        let mut out: Vec<Declaration<'a>> = Vec::with_capacity(self.bindings.len());
+        for b in &self.bindings {
+            let prefix = (!b.prefix.is_empty()).then_some(b.prefix);
+            out.retain(|d| d.prefix != prefix);
+            out.push(Declaration {
+                prefix,
+                uri: b.uri.clone(),
             });
         }
-        Ok(out)
+        out
     }
 
     /// Resolves a QName-typed value (like `fault="r:GroupAborted"`) in the scope of the element
     /// just returned by `next`: (namespace, local name), or `None` for an unbound prefix.
     pub fn resolve_qname<'v>(&self, value: &'v str) -> Option<(Ns, &'v str)> {
-        let (res, local) = self.reader.resolver().resolve(QName(value.trim()), true);
-        if let ResolveResult::Unknown(_) = res {
-            return None;
-        }
-        Some((Ns::classify(&res), local.into_inner()))
+        let qname = QName(value.trim());
+        let ns = match self.resolve(qname, true) {
+            Resolved::Unknown => return None,
+            Resolved::Unbound => Ns::None,
+            Resolved::Bound(uri) => Ns::classify(Some(uri)),
+        };
+        Some((ns, qname.local_name().into_inner()))
     }
 
     /// The namespace URI of the element just returned by `next`, when it is bound.
     pub fn namespace_uri(&self, elem: &Elem<'_>) -> Option<String> {
-        match self.reader.resolver().resolve_element(elem.start.name()).0 {
-            ResolveResult::Bound(Namespace(uri)) => Some(uri.to_owned()),
-            _ => None,
+        match self.resolve(elem.start.name(), true) {
+            Resolved::Bound(uri) => Some(uri.to_owned()),
+            Resolved::Unbound | Resolved::Unknown => None,
         }
     }
 
