@@ -336,3 +336,23 @@ fn mime_multipart_related_root_part() {
         "attachments are counted, never silently dropped"
     );
 }
+
+#[test]
+fn foreign_headers_that_must_be_understood_are_reported_not_skipped() {
+    let headers = r#"<wsse:Security xmlns:wsse="urn:sec" S:mustUnderstand="1"/>
+        <a:To xmlns:a="urn:addr">x</a:To>
+        <o:Other xmlns:o="urn:o" S:mustUnderstand="1" S:actor="urn:someone-else"/>
+        <n:Next xmlns:n="urn:n" S:mustUnderstand="true" S:actor="http://schemas.xmlsoap.org/soap/actor/next"/>"#;
+    let input = soap11(headers, "");
+    let env = read_envelope(input.as_bytes(), &limits()).expect("reads");
+    assert_eq!(
+        env.not_understood,
+        vec!["wsse:Security".to_owned(), "n:Next".to_owned()]
+    );
+
+    let headers12 = r#"<s:Sec xmlns:s="urn:sec" e:mustUnderstand="true" e:role="http://www.w3.org/2003/05/soap-envelope/role/none"/>
+        <s:Sec2 xmlns:s="urn:sec" e:mustUnderstand="1" e:role="http://www.w3.org/2003/05/soap-envelope/role/ultimateReceiver"/>"#;
+    let input = soap12(headers12, "");
+    let env = read_envelope(input.as_bytes(), &limits()).expect("reads");
+    assert_eq!(env.not_understood, vec!["s:Sec2".to_owned()]);
+}

@@ -66,6 +66,10 @@ pub struct Envelope<'a> {
     /// MIME parts other than the envelope. The codec does not interpret them; whoever stores
     /// the message must not drop them silently.
     pub attachments: usize,
+    /// Other header blocks addressed to us with mustUnderstand set (WS-Security, say). The
+    /// codec does not process them; SOAP requires a MustUnderstand fault rather than silently
+    /// ignoring them, so the receiver must check this list. Names as written (`prefix:local`).
+    pub not_understood: Vec<String>,
     pub quirks: Vec<Quirk>,
 }
 
@@ -129,6 +133,7 @@ pub fn read_envelope<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Envelope<'a
         xml: XmlCursor::new(text, limits),
         src: text,
         quirks: Vec::new(),
+        not_understood: Vec::new(),
     };
     reader.envelope()
 }
@@ -147,6 +152,7 @@ struct EnvelopeReader<'a, 'l> {
     xml: XmlCursor<'a, 'l>,
     src: &'a str,
     quirks: Vec<Quirk>,
+    not_understood: Vec<String>,
 }
 
 #[derive(Default)]
@@ -230,6 +236,7 @@ impl<'a> EnvelopeReader<'a, '_> {
             poll_request: headers.poll_request,
             body,
             attachments: 0,
+            not_understood: std::mem::take(&mut self.not_understood),
             quirks: std::mem::take(&mut self.quirks),
         })
     }
@@ -278,8 +285,15 @@ impl<'a> EnvelopeReader<'a, '_> {
                         }
                     }
                 }
-                // Other headers (WS-Addressing, WS-Security, ...) are not ours to judge.
-                Node::Open(e) => self.xml.skip(&e)?,
+                // Other headers (WS-Addressing, WS-Security, ...) are not ours to process, but
+                // one that must be understood by us has to be reported, not skipped silently.
+                Node::Open(e) => {
+                    if self.xml.must_understand(&e, version)? {
+                        self.not_understood
+                            .push(truncate(e.start.name().as_ref()).to_owned());
+                    }
+                    self.xml.skip(&e)?;
+                }
             }
         }
     }

@@ -16,9 +16,12 @@ use quick_xml::{Reader, XmlVersion};
 
 use super::Limits;
 use crate::wsr::datetime::truncate;
-use crate::wsr::model::{REF_NS, SOAP11_NS, SOAP12_NS, WSRM_NS};
+use crate::wsr::model::{REF_NS, SOAP11_NS, SOAP12_NS, SoapVersion, WSRM_NS};
 
 const XML_NS: &str = "http://www.w3.org/XML/1998/namespace";
+const SOAP11_NEXT: &str = "http://schemas.xmlsoap.org/soap/actor/next";
+const SOAP12_NEXT: &str = "http://www.w3.org/2003/05/soap-envelope/role/next";
+const SOAP12_ULTIMATE: &str = "http://www.w3.org/2003/05/soap-envelope/role/ultimateReceiver";
 
 /// Fatal for the whole document: not well-formed, hostile, or over a limit.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -387,6 +390,28 @@ impl<'a, 'l> XmlCursor<'a, 'l> {
                 value,
             }))
         })
+    }
+
+    /// Whether a header block is addressed to us (the ultimate receiver) with mustUnderstand
+    /// set, per the SOAP version's own attributes (`actor` / `role`).
+    pub fn must_understand(&self, elem: &Elem<'a>, version: SoapVersion) -> XmlResult<bool> {
+        let (envelope_ns, role_attr, ours): (Ns, &str, &[&str]) = match version {
+            SoapVersion::Soap11 => (Ns::Soap11, "actor", &[SOAP11_NEXT]),
+            SoapVersion::Soap12 => (Ns::Soap12, "role", &[SOAP12_NEXT, SOAP12_ULTIMATE]),
+        };
+        let (mut must, mut for_us) = (false, true);
+        for attr in self.attributes(elem) {
+            let attr = attr?;
+            if attr.ns != envelope_ns {
+                continue;
+            }
+            if attr.local == "mustUnderstand" {
+                must = matches!(attr.value.trim(), "1" | "true");
+            } else if attr.local == role_attr {
+                for_us = ours.contains(&attr.value.trim());
+            }
+        }
+        Ok(must && for_us)
     }
 
     /// Every namespace declaration in scope now, innermost last, one per prefix.
