@@ -7,6 +7,7 @@
 
 use std::fmt::{self, Write as _};
 
+use super::fault::excerpt;
 use chrono::{
     DateTime, Datelike, Months, NaiveDate, NaiveDateTime, NaiveTime, TimeDelta, Timelike, Utc,
 };
@@ -22,7 +23,7 @@ pub enum Zone {
 /// Parses an `xs:dateTime` into a UTC instant.
 pub fn parse_date_time(raw: &str) -> Result<(DateTime<Utc>, Zone), String> {
     let s = raw.trim();
-    let bad = |why: &str| format!("'{}' is not an xs:dateTime: {why}", truncate(raw));
+    let bad = |why: &str| format!("'{}' is not an xs:dateTime: {why}", excerpt(raw));
     let mut p = Lexer::new(s);
 
     let negative = p.eat(b'-');
@@ -169,7 +170,7 @@ impl XsDuration {
     /// with a time field after it).
     pub fn parse(raw: &str) -> Result<XsDuration, String> {
         let s = raw.trim();
-        let bad = |why: &str| format!("'{}' is not an xs:duration: {why}", truncate(raw));
+        let bad = |why: &str| format!("'{}' is not an xs:duration: {why}", excerpt(raw));
         let mut p = Lexer::new(s);
         let mut d = XsDuration {
             negative: p.eat(b'-'),
@@ -350,14 +351,6 @@ impl<'a> Lexer<'a> {
     }
     fn at_end(&self) -> bool {
         self.pos == self.s.len()
-    }
-}
-
-/// Keeps error messages bounded when the input is hostile.
-pub(crate) fn truncate(s: &str) -> &str {
-    match s.char_indices().nth(64) {
-        Some((i, _)) => &s[..i],
-        None => s,
     }
 }
 

@@ -125,3 +125,12 @@ impl Defect {
         self.route == FaultRoute::SoapFault
     }
 }
+
+/// The start of a wire value for a defect's reason: at most 64 characters, so that a hostile
+/// value cannot make the reason (and the SOAP Fault or log line carrying it) large.
+pub(crate) fn excerpt(s: &str) -> &str {
+    match s.char_indices().nth(64) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
+}

@@ -8,13 +8,13 @@ pub fn parse_unsigned_long(raw: &str) -> Result<u64, String> {
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return Err(format!(
             "'{}' is not an xs:unsignedLong",
-            super::datetime::truncate(raw)
+            super::fault::excerpt(raw)
         ));
     }
     digits.parse::<u64>().map_err(|_| {
         format!(
             "'{}' is above the xs:unsignedLong maximum 18446744073709551615",
-            super::datetime::truncate(raw)
+            super::fault::excerpt(raw)
         )
     })
 }

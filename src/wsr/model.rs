@@ -57,7 +57,7 @@ impl GroupId {
         check_any_uri(trimmed).map_err(|why| {
             format!(
                 "groupId '{}' is not an xs:anyURI: {why}",
-                super::datetime::truncate(trimmed)
+                super::fault::excerpt(trimmed)
             )
         })?;
         Ok(GroupId(trimmed.to_owned()))

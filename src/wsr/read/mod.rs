@@ -9,7 +9,7 @@
 mod blocks;
 mod xml;
 
-use super::datetime::truncate;
+use super::fault::excerpt;
 use super::fault::{Defect, FaultCode};
 use super::mime;
 use super::model::{PollRequest, Request, Response, SoapVersion};
@@ -280,7 +280,7 @@ impl<'a> EnvelopeReader<'a, '_> {
                         other => {
                             return Err(invalid(format!(
                                 "unknown WS-Reliability header block '{}'",
-                                truncate(other)
+                                excerpt(other)
                             )));
                         }
                     }
@@ -290,7 +290,7 @@ impl<'a> EnvelopeReader<'a, '_> {
                 Node::Open(e) => {
                     if self.xml.must_understand(&e, version)? {
                         self.not_understood
-                            .push(truncate(e.start.name().as_ref()).to_owned());
+                            .push(excerpt(e.start.name().as_ref()).to_owned());
                     }
                     self.xml.skip(&e)?;
                 }
@@ -332,5 +332,5 @@ impl<'a> EnvelopeReader<'a, '_> {
 }
 
 fn xml_name(e: &xml::Elem<'_>) -> String {
-    truncate(e.start.name().as_ref()).to_owned()
+    excerpt(e.start.name().as_ref()).to_owned()
 }

@@ -15,7 +15,7 @@ use quick_xml::name::{PrefixDeclaration, QName};
 use quick_xml::{Reader, XmlVersion};
 
 use super::Limits;
-use crate::wsr::datetime::truncate;
+use crate::wsr::fault::excerpt;
 use crate::wsr::model::{REF_NS, SOAP11_NS, SOAP12_NS, SoapVersion, WSRM_NS};
 
 const XML_NS: &str = "http://www.w3.org/XML/1998/namespace";
@@ -205,7 +205,7 @@ impl<'a, 'l> XmlCursor<'a, 'l> {
                         if !enc.eq_ignore_ascii_case("utf-8") && !enc.eq_ignore_ascii_case("utf8") {
                             return Err(XmlError(format!(
                                 "encoding '{}' is not supported; send UTF-8",
-                                truncate(&enc)
+                                excerpt(&enc)
                             )));
                         }
                     }
@@ -292,7 +292,7 @@ impl<'a, 'l> XmlCursor<'a, 'l> {
             Resolved::Unknown => {
                 return Err(ill(format_args!(
                     "the prefix of '{}' is not bound",
-                    truncate(name.as_ref())
+                    excerpt(name.as_ref())
                 )));
             }
             Resolved::Unbound => Ns::None,
@@ -306,7 +306,7 @@ impl<'a, 'l> XmlCursor<'a, 'l> {
                 {
                     return Err(ill(format_args!(
                         "the prefix of attribute '{}' is not bound",
-                        truncate(attr.key.as_ref())
+                        excerpt(attr.key.as_ref())
                     )));
                 }
             }
@@ -318,7 +318,7 @@ impl<'a, 'l> XmlCursor<'a, 'l> {
         if !prefix.is_empty() && uri.is_empty() {
             return Err(ill(format_args!(
                 "prefix '{}' is undeclared, which XML 1.0 does not allow",
-                truncate(prefix)
+                excerpt(prefix)
             )));
         }
         if prefix == "xmlns" || (prefix == "xml") != (uri == XML_NS) {
@@ -510,7 +510,7 @@ fn predefined_entity(r: &quick_xml::events::BytesRef<'_>) -> XmlResult<char> {
         "apos" => Ok('\''),
         other => Err(ill(format_args!(
             "entity '&{};' is not declared (and declarations are not allowed)",
-            truncate(other)
+            excerpt(other)
         ))),
     }
 }

@@ -14,7 +14,7 @@ use std::borrow::Cow;
 
 use super::Quirk;
 use super::xml::{Elem, Node, Ns, XmlCursor};
-use crate::wsr::datetime::truncate;
+use crate::wsr::fault::excerpt;
 use crate::wsr::fault::{Defect, FaultCode};
 use crate::wsr::lexical::{check_any_uri, parse_boolean, parse_unsigned_long};
 use crate::wsr::model::{ReplyTo, SeqRange, SoapVersion};
@@ -123,7 +123,7 @@ impl<'x, 'a, 'l> BlockReader<'x, 'a, 'l> {
                 None => {
                     found
                         .unknown
-                        .get_or_insert_with(|| truncate(attr.local).to_owned());
+                        .get_or_insert_with(|| excerpt(attr.local).to_owned());
                 }
             }
         }
@@ -147,11 +147,11 @@ impl<'x, 'a, 'l> BlockReader<'x, 'a, 'l> {
             let attr = attr?;
             if attr.ns == envelope_ns && attr.local == "mustUnderstand" {
                 if parse_boolean(&attr.value).is_none() {
-                    let value = truncate(&attr.value);
+                    let value = excerpt(&attr.value);
                     problems.note(code, format!("mustUnderstand='{value}' is not a boolean"));
                 }
             } else if attr.ns == Ns::None {
-                let (name, block) = (truncate(attr.local), e.local());
+                let (name, block) = (excerpt(attr.local), e.local());
                 problems.note(code, format!("unknown attribute '{name}' on wsrm:{block}"));
             }
         }
@@ -168,7 +168,7 @@ impl<'x, 'a, 'l> BlockReader<'x, 'a, 'l> {
         let name = e.local().to_owned();
         let stray_text = self.for_children(e, &mut |r, child| {
             if matches!(child.ns, Ns::Wsrm | Ns::None) {
-                let child_name = truncate(child.local());
+                let child_name = excerpt(child.local());
                 problems.note(
                     code,
                     format!("unexpected element '{child_name}' in wsrm:{name}"),
@@ -211,7 +211,7 @@ impl<'x, 'a, 'l> BlockReader<'x, 'a, 'l> {
                 return Ok(r.xml.skip(&child)?);
             }
             if (child.ns, child.local()) != (Ns::Wsrm, "BareURI") {
-                let name = truncate(child.local());
+                let name = excerpt(child.local());
                 problem.get_or_insert(ReplyToProblem::UnsupportedScheme(format!(
                     "wsrm:ReplyTo holds '{name}'; only the default scheme wsrm:BareURI is supported"
                 )));
@@ -227,7 +227,7 @@ impl<'x, 'a, 'l> BlockReader<'x, 'a, 'l> {
                     }
                     Err(why) => Some(format!(
                         "wsrm:BareURI '{}' is not an xs:anyURI: {why}",
-                        truncate(text.trim())
+                        excerpt(text.trim())
                     )),
                 },
             };
@@ -295,7 +295,7 @@ impl<'x, 'a, 'l> BlockReader<'x, 'a, 'l> {
     /// Resolves a `fault` QName through the namespaces in scope (any prefix) to one of the ten.
     fn fault_code(&self, raw: &str) -> Result<FaultCode, Defect> {
         let err = |why: String| sync(FaultCode::InvalidRequest, why);
-        let shown = truncate(raw);
+        let shown = excerpt(raw);
         match self.xml.resolve_qname(raw) {
             None => Err(err(format!("fault '{shown}': its prefix is not bound"))),
             Some((Ns::Wsrm, local)) => FaultCode::from_local_name(local).ok_or_else(|| {

@@ -3,7 +3,7 @@
 //! `ReplyTo` in another reference scheme).
 
 use super::{BlockReader, FirstProblem, ReplyToProblem, sync};
-use crate::wsr::datetime::truncate;
+use crate::wsr::fault::excerpt;
 use crate::wsr::fault::{Defect, FaultCode};
 use crate::wsr::model::{GroupId, PollRequest, RefToMessageIds, ReplyTo};
 use crate::wsr::read::Quirk;
@@ -40,7 +40,7 @@ impl<'a> BlockReader<'_, 'a, '_> {
                 IPR,
                 format!(
                     "unexpected or repeated element '{}' in wsrm:PollRequest",
-                    truncate(name)
+                    excerpt(name)
                 ),
             )),
             _ => Ok(r.xml.skip(&child)?),
@@ -71,7 +71,7 @@ impl<'a> BlockReader<'_, 'a, '_> {
                 IPR,
                 format!(
                     "unexpected element '{}' in wsrm:RefToMessageIds",
-                    truncate(name)
+                    excerpt(name)
                 ),
             )),
             _ => Ok(r.xml.skip(&child)?),

@@ -3,7 +3,8 @@
 //! both are known, every other defect is answered by the message's own reply pattern (D4).
 
 use super::{BlockReader, FirstProblem, ReplyToProblem, owned, sync};
-use crate::wsr::datetime::{XsDuration, Zone, parse_date_time, truncate};
+use crate::wsr::datetime::{XsDuration, Zone, parse_date_time};
+use crate::wsr::fault::excerpt;
 use crate::wsr::fault::{Defect, FaultCode, FaultRoute};
 use crate::wsr::lexical::{parse_boolean, parse_unsigned_long};
 use crate::wsr::model::{
@@ -72,7 +73,7 @@ impl<'a> BlockReader<'_, 'a, '_> {
                 _ => None,
             };
             let Some(index) = index else {
-                let name = truncate(name);
+                let name = excerpt(name);
                 d.problems.note(
                     InvalidRequest,
                     format!("unknown element '{name}' in wsrm:Request"),
@@ -135,7 +136,7 @@ impl<'a> BlockReader<'_, 'a, '_> {
                     draft.sequence = Some(attrs.values);
                 }
                 (Ns::Wsrm | Ns::None, name) => {
-                    let name = truncate(name);
+                    let name = excerpt(name);
                     problems.note(
                         FaultCode::InvalidRequest,
                         format!("unexpected element '{name}' in wsrm:MessageId"),
@@ -173,7 +174,7 @@ impl<'a> BlockReader<'_, 'a, '_> {
                     draft.reply_to = Some(r.reply_to(&child)?);
                 }
                 (Ns::Wsrm | Ns::None, name) => {
-                    let name = truncate(name);
+                    let name = excerpt(name);
                     problems.note(
                         InvalidReplyPattern,
                         format!("unexpected or repeated element '{name}' in wsrm:ReplyPattern"),
@@ -320,7 +321,7 @@ impl<'a> BlockReader<'_, 'a, '_> {
             "Response" => ReplyPattern::Response,
             "Poll" => ReplyPattern::Poll,
             other => {
-                let other = truncate(other);
+                let other = excerpt(other);
                 return Err(sync(
                     InvalidReplyPattern,
                     format!(
@@ -353,7 +354,7 @@ impl<'a> BlockReader<'_, 'a, '_> {
         let last = match last {
             None => false,
             Some(raw) => parse_boolean(&raw)
-                .ok_or_else(|| fail(Imp, format!("last='{}' is not a boolean", truncate(&raw))))?,
+                .ok_or_else(|| fail(Imp, format!("last='{}' is not a boolean", excerpt(&raw))))?,
         };
         let group_limit = match (group_expiry_time, group_max_idle_duration) {
             (Some(_), Some(_)) => {

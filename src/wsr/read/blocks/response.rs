@@ -3,7 +3,7 @@
 //! acked that were not. An empty one is tolerated as "nothing to report" (D12).
 
 use super::{BlockReader, FirstProblem, sync};
-use crate::wsr::datetime::truncate;
+use crate::wsr::fault::excerpt;
 use crate::wsr::fault::{Defect, FaultCode};
 use crate::wsr::model::{GroupId, Reply, ReplyRange, Response};
 use crate::wsr::read::Quirk;
@@ -36,7 +36,7 @@ impl<'a> BlockReader<'_, 'a, '_> {
                     replies.push(Reply::Sequence { group_id, ranges });
                 }
                 (Ns::Wsrm | Ns::None, name) => {
-                    let name = truncate(name);
+                    let name = excerpt(name);
                     return Err(sync(
                         INVALID,
                         format!("unexpected element '{name}' in wsrm:Response"),
@@ -68,7 +68,7 @@ impl<'a> BlockReader<'_, 'a, '_> {
                 INVALID,
                 format!(
                     "unexpected element '{}' in wsrm:SequenceReplies",
-                    truncate(name)
+                    excerpt(name)
                 ),
             )),
             _ => Ok(r.xml.skip(&child)?),
