@@ -7,10 +7,11 @@
 
 use std::fmt::{self, Write as _};
 
-use super::fault::excerpt;
 use chrono::{
     DateTime, Datelike, Months, NaiveDate, NaiveDateTime, NaiveTime, TimeDelta, Timelike, Utc,
 };
+
+use super::fault::excerpt;
 
 /// Whether a parsed dateTime carried a zone. Zone-less values are read as UTC (D12) and the
 /// caller may want to log that, since a peer writing local time is an interop hazard.
