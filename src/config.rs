@@ -1,17 +1,340 @@
-//! Gateway settings. Only the listen address exists until the receiver lands; the TOML file and
-//! `WSR_*` overrides of DESIGN §8 arrive with it.
+//! Gateway settings: a TOML file (optional) and `WSR_*` environment overrides, checked once at
+//! start into the values the rest of the gateway uses. With no file at all the gateway serves
+//! channel `default` (every feature offered) on 127.0.0.1:8080 with SQLite under `./data/`.
 
+use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
+use anyhow::{Context as _, bail};
+use serde::Deserialize;
+
+use crate::rmp::agreement::{Agreement, Feature};
+use crate::rmp::group::Policy;
+use crate::store::Durability;
+use crate::wsr::Limits;
+use crate::wsr::datetime::XsDuration;
+
+/// The file format. Every field has a default; unknown keys are errors, not silently ignored.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FileConfig {
+    pub listen: SocketAddr,
+    /// SQLite database file.
+    pub database: PathBuf,
+    /// "full" (default: fsync before every ack) or "os" (faster; survives a process crash
+    /// but not a power loss).
+    pub durability: String,
+    /// How far an ExpiryTime may lie in the past before the message counts as expired (D3).
+    pub clock_skew_seconds: u64,
+    /// Idle limit for groups that name neither limit, as xs:duration (D8).
+    pub default_group_idle: String,
+    /// Per-group buffer for ordered messages ahead of a gap (D6).
+    pub buffer_max_messages: usize,
+    pub buffer_max_bytes: u64,
+    /// How long a Response-pattern answer for a buffered message may wait for the gap (D6).
+    pub hold_ms: u64,
+    /// Largest accepted HTTP body (D13).
+    pub max_message_bytes: usize,
+    /// First and longest wait between callback attempts (doubling in between) (D10).
+    pub callback_retry_initial_ms: u64,
+    pub callback_retry_max_ms: u64,
+    pub channels: Vec<ChannelConfig>,
+    pub tokens: Vec<TokenConfig>,
+    /// Callback endpoints registered at start (more can be added over the admin API).
+    pub callback_endpoints: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelConfig {
+    pub name: String,
+    /// Features offered; absent = all.
+    pub offers: Option<Vec<String>>,
+    #[serde(default)]
+    pub requires: Vec<String>,
+    pub max_expiry_horizon_seconds: Option<u64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    pub token: String,
+    pub principal: String,
+    pub scopes: Vec<Scope>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Scope {
+    Admin,
+    Produce,
+    Consume,
+}
+
+impl Default for FileConfig {
+    fn default() -> Self {
+        FileConfig {
+            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 8080)),
+            database: PathBuf::from("data/wsr-gateway.db"),
+            durability: "full".into(),
+            clock_skew_seconds: 0,
+            default_group_idle: "P1D".into(),
+            buffer_max_messages: 1000,
+            buffer_max_bytes: 64 * 1024 * 1024,
+            hold_ms: 1000,
+            max_message_bytes: 16 * 1024 * 1024,
+            callback_retry_initial_ms: 1000,
+            callback_retry_max_ms: 60_000,
+            channels: Vec::new(),
+            tokens: Vec::new(),
+            callback_endpoints: Vec::new(),
+        }
+    }
+}
+
+/// The checked settings.
 #[derive(Debug, Clone)]
 pub struct Config {
     pub listen: SocketAddr,
+    pub database: PathBuf,
+    pub durability: Durability,
+    pub policy: Policy,
+    pub hold: Duration,
+    pub limits: Limits,
+    pub callback_retry_initial: Duration,
+    pub callback_retry_max: Duration,
+    pub channels: BTreeMap<String, Agreement>,
+    pub tokens: Vec<TokenConfig>,
+    pub callback_endpoints: Vec<String>,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Config {
-            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 8080)),
+        FileConfig::default()
+            .check()
+            .unwrap_or_else(|e| unreachable!("the built-in defaults are valid: {e}"))
+    }
+}
+
+impl Config {
+    /// Reads the file (if any), applies `WSR_*` overrides from `env`, checks the result.
+    pub fn load(
+        path: Option<&Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> anyhow::Result<Config> {
+        let mut file = match path {
+            None => FileConfig::default(),
+            Some(p) => {
+                let text = std::fs::read_to_string(p)
+                    .with_context(|| format!("cannot read config file {}", p.display()))?;
+                toml::from_str(&text)
+                    .with_context(|| format!("invalid config file {}", p.display()))?
+            }
+        };
+        for (key, value) in env {
+            file.apply_env(&key, &value)
+                .with_context(|| format!("invalid environment override {key}"))?;
         }
+        file.check()
+    }
+
+    /// A configuration for tests: port 0, the given database, defaults otherwise.
+    pub fn for_tests(database: PathBuf) -> Config {
+        Config {
+            listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            database,
+            ..Config::default()
+        }
+    }
+}
+
+impl FileConfig {
+    fn apply_env(&mut self, key: &str, value: &str) -> anyhow::Result<()> {
+        match key {
+            "WSR_LISTEN" => self.listen = value.parse()?,
+            "WSR_DATABASE" => self.database = PathBuf::from(value),
+            "WSR_DURABILITY" => self.durability = value.to_owned(),
+            "WSR_HOLD_MS" => self.hold_ms = value.parse()?,
+            "WSR_CLOCK_SKEW_SECONDS" => self.clock_skew_seconds = value.parse()?,
+            "WSR_DEFAULT_GROUP_IDLE" => self.default_group_idle = value.to_owned(),
+            "WSR_MAX_MESSAGE_BYTES" => self.max_message_bytes = value.parse()?,
+            "WSR_ADMIN_TOKEN" => self.tokens.push(TokenConfig {
+                token: value.to_owned(),
+                principal: "admin".into(),
+                scopes: vec![Scope::Admin],
+            }),
+            "WSR_CALLBACK_ENDPOINTS" => self.callback_endpoints.extend(
+                value
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|s| !s.is_empty())
+                    .map(str::to_owned),
+            ),
+            other if other.starts_with("WSR_") => {
+                bail!("unknown setting {other}; see README for the WSR_* variables")
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn check(self) -> anyhow::Result<Config> {
+        let durability = match self.durability.as_str() {
+            "full" => Durability::Full,
+            "os" => Durability::Os,
+            other => bail!("durability must be \"full\" or \"os\", not {other:?}"),
+        };
+        let default_idle = XsDuration::parse(&self.default_group_idle)
+            .map_err(|e| anyhow::anyhow!("default_group_idle: {e}"))?;
+        if default_idle.negative || default_idle.is_zero() {
+            bail!("default_group_idle must be positive");
+        }
+        let mut channels = BTreeMap::new();
+        for c in &self.channels {
+            if c.name.is_empty() || c.name.starts_with('_') || c.name.contains('/') {
+                bail!(
+                    "channel name {:?} is not allowed (empty, '/', or a leading '_')",
+                    c.name
+                );
+            }
+            let features = |names: &[String]| -> anyhow::Result<Vec<Feature>> {
+                names
+                    .iter()
+                    .map(|n| {
+                        Feature::parse(n).ok_or_else(|| {
+                            anyhow::anyhow!("channel {}: unknown feature {n:?}", c.name)
+                        })
+                    })
+                    .collect()
+            };
+            let agreement = Agreement {
+                offers: match &c.offers {
+                    None => Feature::ALL.to_vec(),
+                    Some(names) => features(names)?,
+                },
+                requires: features(&c.requires)?,
+                max_expiry_horizon: c
+                    .max_expiry_horizon_seconds
+                    .map(|s| chrono::Duration::seconds(s.min(i64::MAX as u64) as i64)),
+            };
+            if let Some(f) = agreement
+                .requires
+                .iter()
+                .find(|f| !agreement.offers.contains(f))
+            {
+                bail!(
+                    "channel {} requires {} but does not offer it",
+                    c.name,
+                    f.name()
+                );
+            }
+            if channels.insert(c.name.clone(), agreement).is_some() {
+                bail!("channel {} is defined twice", c.name);
+            }
+        }
+        if channels.is_empty() {
+            channels.insert("default".to_owned(), Agreement::everything());
+        }
+        for t in &self.tokens {
+            if t.token.len() < 16 {
+                bail!("token of {} is shorter than 16 characters", t.principal);
+            }
+        }
+        for url in &self.callback_endpoints {
+            check_endpoint(url)?;
+        }
+        Ok(Config {
+            listen: self.listen,
+            database: self.database,
+            durability,
+            policy: Policy {
+                clock_skew: chrono::Duration::seconds(self.clock_skew_seconds.min(86_400) as i64),
+                default_idle,
+                buffer_max_messages: self.buffer_max_messages,
+                buffer_max_bytes: self.buffer_max_bytes,
+            },
+            hold: Duration::from_millis(self.hold_ms),
+            limits: Limits {
+                max_bytes: self.max_message_bytes,
+                ..Limits::default()
+            },
+            callback_retry_initial: Duration::from_millis(self.callback_retry_initial_ms.max(1)),
+            callback_retry_max: Duration::from_millis(self.callback_retry_max_ms.max(1)),
+            channels,
+            tokens: self.tokens,
+            callback_endpoints: self.callback_endpoints,
+        })
+    }
+}
+
+/// A callback endpoint must be an absolute http(s) URL.
+pub fn check_endpoint(url: &str) -> anyhow::Result<()> {
+    let ok = (url.starts_with("http://") || url.starts_with("https://"))
+        && url.len() > "https://".len()
+        && !url.chars().any(|c| c.is_whitespace() || c.is_control());
+    if !ok {
+        bail!("callback endpoint {url:?} is not an absolute http(s) URL");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_need_no_file() {
+        let c = Config::load(None, []).expect("defaults");
+        assert_eq!(c.listen.port(), 8080);
+        assert_eq!(c.durability, Durability::Full);
+        assert_eq!(c.channels.keys().collect::<Vec<_>>(), vec!["default"]);
+        assert_eq!(c.channels["default"], Agreement::everything());
+    }
+
+    #[test]
+    fn file_and_environment() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("gw.toml");
+        std::fs::write(
+            &path,
+            r#"
+durability = "os"
+[[channels]]
+name = "orders"
+offers = ["AckRequested", "DuplicateElimination", "Response"]
+requires = ["AckRequested"]
+"#,
+        )
+        .expect("write config");
+        let env = [
+            ("WSR_LISTEN".to_owned(), "127.0.0.1:9999".to_owned()),
+            ("WSR_ADMIN_TOKEN".to_owned(), "0123456789abcdef".to_owned()),
+            ("HOME".to_owned(), "/root".to_owned()),
+        ];
+        let c = Config::load(Some(&path), env).expect("valid");
+        assert_eq!(c.listen.port(), 9999);
+        assert_eq!(c.durability, Durability::Os);
+        assert_eq!(c.channels["orders"].requires, vec![Feature::AckRequested]);
+        assert_eq!(c.tokens.len(), 1);
+    }
+
+    #[test]
+    fn mistakes_are_refused_not_ignored() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("gw.toml");
+        for bad in [
+            "listen_port = 1",
+            "durability = \"sometimes\"",
+            "[[channels]]\nname = \"x\"\noffers = [\"Telepathy\"]",
+            "[[channels]]\nname = \"x\"\noffers = [\"Response\"]\nrequires = [\"Poll\"]",
+            "default_group_idle = \"-P1D\"",
+        ] {
+            std::fs::write(&path, bad).expect("write config");
+            assert!(Config::load(Some(&path), []).is_err(), "{bad}");
+        }
+        let env = [("WSR_LISTN".to_owned(), "x".to_owned())];
+        assert!(Config::load(None, env).is_err(), "a misspelt WSR_ variable");
     }
 }

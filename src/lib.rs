@@ -1,50 +1,114 @@
 //! wsr-gateway: a WS-Reliability 1.1 gateway (receiving and sending RMP) over SOAP on HTTP.
 //!
-//! Rooms (see DESIGN.md §3): `wsr` is the wire codec; `http` the thin axum surface; `config`
-//! the settings. `App::build` binds and returns the running application, for `main` and tests.
+//! Rooms (DESIGN.md §3): `wsr` the wire codec; `rmp` the pure protocol decisions; `store` the
+//! durable state with its group-commit writer and sweeper; `outbound` what we send to partners
+//! (callback acks); `http` the thin axum surface; `config` and `clock` the settings and time.
+//! `App::build` opens the store and binds, for `main` and tests alike.
 
+pub mod bench;
+pub mod clock;
 pub mod config;
 pub mod http;
+pub mod outbound;
+pub mod rmp;
+pub mod store;
 pub mod wsr;
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
 use tokio::net::TcpListener;
 
+use crate::clock::{Clock, SystemClock};
+use crate::http::AppState;
+use crate::outbound::callbacks::RetryPolicy;
+use crate::store::{Store, StoreConfig};
+
 pub use config::Config;
 
-/// A bound, not yet serving gateway. Binding happens in `build` so that a test can ask for
-/// port 0 and learn the real port before the first request.
+/// A gateway with its store open and its port bound, not yet serving. Binding happens in
+/// `build` so that a test can ask for port 0 and learn the real port first.
 pub struct App {
     listener: TcpListener,
     addr: SocketAddr,
+    state: AppState,
 }
 
 impl App {
     pub async fn build(config: Config) -> anyhow::Result<App> {
+        App::build_with_clock(config, Arc::new(SystemClock)).await
+    }
+
+    /// Like `build`, with the clock every decision reads (tests set it instead of sleeping).
+    pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::Result<App> {
+        let store = Store::open(&StoreConfig {
+            path: config.database.clone(),
+            durability: config.durability,
+            policy: config.policy.clone(),
+        })
+        .await
+        .with_context(|| format!("cannot open the store at {}", config.database.display()))?;
+        for url in &config.callback_endpoints {
+            store
+                .add_callback_endpoint(url, clock.now())
+                .await
+                .context("cannot register the configured callback endpoints")?;
+        }
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("cannot listen on {}", config.listen))?;
         let addr = listener
             .local_addr()
             .context("listener has no local address")?;
-        Ok(App { listener, addr })
+        Ok(App {
+            listener,
+            addr,
+            state: AppState {
+                store,
+                config: Arc::new(config),
+                clock,
+            },
+        })
     }
 
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
     }
 
+    /// The store, for inspection and test hooks.
+    pub fn store(&self) -> &Store {
+        &self.state.store
+    }
+
     /// Serves until `shutdown` completes; requests in flight are answered before it returns.
+    /// The sweeper and the callback sender run alongside.
     pub async fn run_until(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
-        axum::serve(self.listener, http::router())
+        let state = self.state;
+        let sweeper = tokio::spawn(store::sweeper::run(
+            state.store.clone(),
+            state.clock.clone(),
+        ));
+        let callbacks = tokio::spawn(outbound::callbacks::run(
+            state.store.clone(),
+            state.clock.clone(),
+            RetryPolicy {
+                initial: state.config.callback_retry_initial,
+                max: state.config.callback_retry_max,
+                request_timeout: Duration::from_secs(30),
+            },
+        ));
+        let served = axum::serve(self.listener, http::router(state))
             .with_graceful_shutdown(shutdown)
             .await
-            .context("HTTP server failed")
+            .context("HTTP server failed");
+        sweeper.abort();
+        callbacks.abort();
+        served
     }
 }

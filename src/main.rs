@@ -1,9 +1,10 @@
 //! The `wsr-gateway` command line. Everything of substance lives in the library.
 
-use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use wsr_gateway::bench::BenchArgs;
 use wsr_gateway::{App, Config};
 
 #[derive(Parser)]
@@ -15,12 +16,15 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the gateway.
+    /// Run the gateway (SQLite under ./data/ and channel `default` unless configured).
     Serve {
-        /// Address to listen on.
-        #[arg(long, env = "WSR_LISTEN", default_value = "127.0.0.1:8080")]
-        listen: SocketAddr,
+        /// TOML configuration file; WSR_* environment variables override it.
+        #[arg(long, env = "WSR_CONFIG")]
+        config: Option<PathBuf>,
     },
+    /// Load a running gateway with singleton reliable messages and report acked msgs/s and
+    /// latency percentiles.
+    Bench(BenchArgs),
 }
 
 #[tokio::main]
@@ -32,14 +36,21 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     match Cli::parse().command {
-        Command::Serve { listen } => {
-            let app = App::build(Config { listen }).await?;
+        Command::Serve { config } => {
+            let env = std::env::vars().filter(|(k, _)| k != "WSR_CONFIG");
+            let config = Config::load(config.as_deref(), env)?;
+            let app = App::build(config).await?;
             tracing::info!(addr = %app.local_addr(), "wsr-gateway listening");
             app.run_until(async {
                 let _ = tokio::signal::ctrl_c().await;
             })
             .await
             .context("gateway stopped with an error")
+        }
+        Command::Bench(args) => {
+            let report = wsr_gateway::bench::run(&args).await?;
+            println!("{report}");
+            Ok(())
         }
     }
 }

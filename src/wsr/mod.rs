@@ -17,4 +17,6 @@ pub use model::{
     ReplyRange, ReplyTo, Request, Response, SeqRange, SequenceNum, SoapVersion,
 };
 pub use read::{Body, BodyRoot, Declaration, Envelope, Limits, Quirk, read_envelope, read_message};
-pub use write::{Headers, SoapFault, write_envelope, write_soap_fault};
+pub use write::{
+    Headers, SoapFault, write_envelope, write_must_understand_fault, write_soap_fault,
+};

@@ -99,6 +99,32 @@ pub fn write_soap_fault(
     w.finish()
 }
 
+/// Writes the SOAP `MustUnderstand` fault for header blocks addressed to us that we do not
+/// process (SOAP 1.1 §4.4, SOAP 1.2 Part 1 §5.4.8). Always answered with HTTP 500.
+pub fn write_must_understand_fault(version: SoapVersion, not_understood: &[String]) -> String {
+    let reason = format!(
+        "header blocks not understood: {}",
+        not_understood.join(", ")
+    );
+    let reason = escape(reason.as_str());
+    let mut w = EnvelopeWriter::start(version, reason.len() + 256);
+    w.out.push_str(w.p.body_open);
+    match version {
+        SoapVersion::Soap11 => w.push_all(&[
+            "<soap:Fault><faultcode>soap:MustUnderstand</faultcode><faultstring>",
+            &reason,
+            "</faultstring></soap:Fault>",
+        ]),
+        SoapVersion::Soap12 => w.push_all(&[
+            "<env:Fault><env:Code><env:Value>env:MustUnderstand</env:Value></env:Code>",
+            "<env:Reason><env:Text xml:lang=\"en\">",
+            &reason,
+            "</env:Text></env:Reason></env:Fault>",
+        ]),
+    }
+    w.finish()
+}
+
 /// Prefix-specific fragments of one SOAP version.
 struct VersionParts {
     envelope_open: &'static str,

@@ -4,6 +4,7 @@
 mod health;
 mod interop;
 mod malformed;
+mod receiver;
 mod roundtrip;
 mod schema;
 mod support;

@@ -5,7 +5,19 @@ use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::Command;
 
-use wsr_gateway::wsr::{Limits, SoapVersion};
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+
+use axum::body::Bytes;
+use axum::http::HeaderMap;
+use chrono::{DateTime, Utc};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use wsr_gateway::clock::ManualClock;
+use wsr_gateway::store::{InboxEntry, Store};
+use wsr_gateway::wsr::datetime::format_date_time;
+use wsr_gateway::wsr::{Envelope, Limits, SoapVersion, read_message};
+use wsr_gateway::{App, Config};
 
 pub const WSRM: &str = "http://docs.oasis-open.org/wsrm/2004/06/ws-reliability-1.1.xsd";
 
@@ -104,4 +116,229 @@ pub fn assert_schema_valid(docs: &[(SoapVersion, String)]) {
         docs.len(),
         shown.join("\n\n")
     );
+}
+
+/// A gateway on port 0 with a fresh store and a manual clock set to the wall clock.
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub store: Store,
+    pub clock: ManualClock,
+    pub client: reqwest::Client,
+    pub config: Config,
+    _dir: Option<tempfile::TempDir>,
+    stop: Option<oneshot::Sender<()>>,
+    server: Option<JoinHandle<anyhow::Result<()>>>,
+}
+
+pub async fn spawn_app() -> TestApp {
+    spawn_app_with(|_| {}).await
+}
+
+/// Gateway logs in test output when RUST_LOG is set (once per test binary).
+pub fn init_tracing() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if std::env::var_os("RUST_LOG").is_some() {
+            let _ = tracing_subscriber::fmt()
+                .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+                .with_test_writer()
+                .try_init();
+        }
+    });
+}
+
+pub async fn spawn_app_with(adjust: impl FnOnce(&mut Config)) -> TestApp {
+    init_tracing();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let mut config = Config::for_tests(dir.path().join("gw.db"));
+    config.callback_retry_initial = std::time::Duration::from_millis(20);
+    config.callback_retry_max = std::time::Duration::from_millis(200);
+    adjust(&mut config);
+    let clock = ManualClock::new(Utc::now());
+    let mut app = start(config, clock).await;
+    app._dir = Some(dir);
+    app
+}
+
+/// Starts a gateway on an existing configuration (e.g. the same database again).
+pub async fn start(config: Config, clock: ManualClock) -> TestApp {
+    let app = App::build_with_clock(config.clone(), Arc::new(clock.clone()))
+        .await
+        .expect("gateway builds");
+    let addr = app.local_addr();
+    let store = app.store().clone();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(app.run_until(async {
+        let _ = stopped.await;
+    }));
+    TestApp {
+        addr,
+        store,
+        clock,
+        client: reqwest::Client::new(),
+        config,
+        _dir: None,
+        stop: Some(stop),
+        server: Some(server),
+    }
+}
+
+/// An HTTP answer: status, content type and body.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub content_type: Option<String>,
+    pub body: String,
+}
+
+impl Answer {
+    /// The answer read as an envelope (it must be one).
+    pub fn envelope(&self) -> Envelope<'_> {
+        read_message(
+            self.content_type.as_deref(),
+            self.body.as_bytes(),
+            &Limits::default(),
+        )
+        .unwrap_or_else(|d| panic!("answer is not a readable envelope: {d}\n{}", self.body))
+    }
+}
+
+impl TestApp {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub async fn post(&self, path: &str, content_type: &str, body: String) -> Answer {
+        let r = self
+            .client
+            .post(self.url(path))
+            .header("Content-Type", content_type)
+            .body(body)
+            .send()
+            .await
+            .expect("request reaches the gateway");
+        let status = r.status().as_u16();
+        let content_type = r
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let body = r.text().await.expect("answer body");
+        Answer {
+            status,
+            content_type,
+            body,
+        }
+    }
+
+    /// POSTs an envelope to `/wsr/default` with the media type of its SOAP version.
+    pub async fn send(&self, version: SoapVersion, xml: String) -> Answer {
+        self.post("/wsr/default", version.content_type(), xml).await
+    }
+
+    pub async fn inbox(&self) -> Vec<InboxEntry> {
+        self.store.inbox(0, 100_000).await.expect("inbox reads")
+    }
+
+    /// Applies the deadlines due at the test clock's time, as the sweeper would.
+    pub async fn sweep(&self) {
+        self.store.sweep(self.clock.now_utc()).await.expect("sweep");
+    }
+
+    pub async fn register_callback(&self, url: &str) {
+        self.store
+            .add_callback_endpoint(url, Utc::now())
+            .await
+            .expect("register endpoint");
+    }
+
+    /// Stops the server (answering requests in flight) and hands back its configuration.
+    pub async fn stop(mut self) -> (Config, ManualClock, Option<tempfile::TempDir>) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(server) = self.server.take() {
+            server
+                .await
+                .expect("server task")
+                .expect("server stops cleanly");
+        }
+        (self.config.clone(), self.clock.clone(), self._dir.take())
+    }
+}
+
+pub trait ClockExt {
+    fn now_utc(&self) -> DateTime<Utc>;
+}
+
+impl ClockExt for ManualClock {
+    fn now_utc(&self) -> DateTime<Utc> {
+        use wsr_gateway::clock::Clock;
+        self.now()
+    }
+}
+
+/// xs:dateTime text for `t`.
+pub fn xs(t: DateTime<Utc>) -> String {
+    let mut s = String::new();
+    format_date_time(&t, &mut s);
+    s
+}
+
+/// A local endpoint that records every POST it receives (callbacks), answering each with the
+/// next status from `statuses` (then 202).
+pub struct MockPartner {
+    pub url: String,
+    pub received: mpsc::UnboundedReceiver<(HeaderMap, String)>,
+    _server: JoinHandle<()>,
+}
+
+pub async fn mock_partner(statuses: Vec<u16>) -> MockPartner {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let statuses = Arc::new(Mutex::new(statuses.into_iter()));
+    let handler = move |headers: HeaderMap, body: Bytes| {
+        let tx = tx.clone();
+        let statuses = statuses.clone();
+        async move {
+            let _ = tx.send((headers, String::from_utf8_lossy(&body).into_owned()));
+            let next = statuses.lock().expect("lock").next().unwrap_or(202);
+            axum::http::StatusCode::from_u16(next).expect("status")
+        }
+    };
+    let router = axum::Router::new().route("/callback", axum::routing::post(handler));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind mock");
+    let url = format!("http://{}/callback", listener.local_addr().expect("addr"));
+    let server = tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    MockPartner {
+        url,
+        received: rx,
+        _server: server,
+    }
+}
+
+impl MockPartner {
+    /// The next POST of a retry: the retry waits on the gateway's clock, so the test clock is
+    /// moved a second at a time until it comes (bounded: at most 10 minutes of clock).
+    pub async fn next_retry(&mut self, clock: &ManualClock) -> (HeaderMap, String) {
+        for _ in 0..600 {
+            clock.advance(chrono::Duration::seconds(1));
+            let wait = std::time::Duration::from_millis(50);
+            if let Ok(Some(post)) = tokio::time::timeout(wait, self.received.recv()).await {
+                return post;
+            }
+        }
+        panic!("no retry within 10 minutes of test clock");
+    }
+
+    /// The next POST, waiting at most 10 s (an explicit event, not a sleep).
+    pub async fn next_post(&mut self) -> (HeaderMap, String) {
+        tokio::time::timeout(std::time::Duration::from_secs(10), self.received.recv())
+            .await
+            .expect("a callback arrives within 10 s")
+            .expect("mock partner alive")
+    }
 }

@@ -1,0 +1,242 @@
+//! `/api/v1/*` for operators: callback endpoint registration, group inspection, and reading
+//! the inbox (until subscriptions replace it for applications). JSON, bearer tokens with scopes.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::AppState;
+use crate::config::{Scope, check_endpoint};
+use crate::rmp::group::GroupState;
+use crate::store::StoreError;
+use crate::wsr::datetime::format_date_time;
+
+/// A JSON problem answer.
+pub struct Problem(StatusCode, &'static str, String);
+
+impl IntoResponse for Problem {
+    fn into_response(self) -> Response {
+        let Problem(status, error, reason) = self;
+        (status, Json(json!({ "error": error, "reason": reason }))).into_response()
+    }
+}
+
+impl From<StoreError> for Problem {
+    fn from(e: StoreError) -> Problem {
+        tracing::error!(error = %e, "store error in the admin API");
+        Problem(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "store-unavailable",
+            "the store could not answer; try again".into(),
+        )
+    }
+}
+
+/// Checks the bearer token and that it carries one of `scopes`.
+fn authorize(app: &AppState, headers: &HeaderMap, scopes: &[Scope]) -> Result<(), Problem> {
+    let presented = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or_else(|| {
+            Problem(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "send Authorization: Bearer <token>".into(),
+            )
+        })?;
+    let token = app
+        .config
+        .tokens
+        .iter()
+        .find(|t| constant_time_eq(t.token.as_bytes(), presented.as_bytes()))
+        .ok_or_else(|| {
+            Problem(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "unknown token".into(),
+            )
+        })?;
+    if !token.scopes.iter().any(|s| scopes.contains(s)) {
+        return Err(Problem(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!("{} may not do this", token.principal),
+        ));
+    }
+    Ok(())
+}
+
+/// Compares secrets without revealing where they differ.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[derive(Deserialize)]
+pub struct EndpointBody {
+    url: String,
+}
+
+#[derive(Deserialize)]
+pub struct EndpointQuery {
+    url: String,
+}
+
+pub async fn add_endpoint(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Json(body): Json<EndpointBody>,
+) -> Result<Response, Problem> {
+    authorize(&app, &headers, &[Scope::Admin])?;
+    check_endpoint(&body.url)
+        .map_err(|e| Problem(StatusCode::BAD_REQUEST, "invalid-field", e.to_string()))?;
+    let created = app
+        .store
+        .add_callback_endpoint(&body.url, app.clock.now())
+        .await?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(json!({ "url": body.url }))).into_response())
+}
+
+pub async fn list_endpoints(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, Problem> {
+    authorize(&app, &headers, &[Scope::Admin])?;
+    let urls = app.store.callback_endpoints().await?;
+    Ok(Json(json!({ "endpoints": urls })))
+}
+
+pub async fn remove_endpoint(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<EndpointQuery>,
+) -> Result<StatusCode, Problem> {
+    authorize(&app, &headers, &[Scope::Admin])?;
+    if app.store.remove_callback_endpoint(&q.url).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(Problem(
+            StatusCode::NOT_FOUND,
+            "not-found",
+            format!("{} is not registered", q.url),
+        ))
+    }
+}
+
+#[derive(Deserialize)]
+pub struct Page {
+    after: Option<String>,
+    limit: Option<i64>,
+}
+
+fn limit(page: &Page) -> i64 {
+    page.limit.unwrap_or(100).clamp(1, 1000)
+}
+
+pub async fn list_groups(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Query(page): Query<Page>,
+) -> Result<Json<Value>, Problem> {
+    authorize(&app, &headers, &[Scope::Admin])?;
+    let groups = app
+        .store
+        .groups(page.after.as_deref(), limit(&page))
+        .await?;
+    let next = groups.last().map(|g| g.group_id.as_str().to_owned());
+    let groups: Vec<Value> = groups.iter().map(group_json).collect();
+    Ok(Json(json!({ "groups": groups, "next_after": next })))
+}
+
+pub async fn get_group(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, Problem> {
+    authorize(&app, &headers, &[Scope::Admin])?;
+    match app.store.group(&id).await? {
+        Some(g) => Ok(Json(group_json(&g))),
+        None => Err(Problem(
+            StatusCode::NOT_FOUND,
+            "not-found",
+            format!("no group {id}"),
+        )),
+    }
+}
+
+#[derive(Deserialize)]
+pub struct InboxPage {
+    after: Option<i64>,
+    limit: Option<i64>,
+}
+
+pub async fn read_inbox(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Query(page): Query<InboxPage>,
+) -> Result<Json<Value>, Problem> {
+    authorize(&app, &headers, &[Scope::Admin, Scope::Consume])?;
+    let entries = app
+        .store
+        .inbox(
+            page.after.unwrap_or(0),
+            page.limit.unwrap_or(100).clamp(1, 1000),
+        )
+        .await?;
+    let next = entries.last().map(|e| e.offset);
+    let messages: Vec<Value> = entries
+        .iter()
+        .map(|e| {
+            json!({
+                "offset": e.offset,
+                "channel": e.channel,
+                "topic": e.topic,
+                "group_id": e.group_id,
+                "number": e.number,
+                "payload": e.payload,
+                "namespaces": serde_json::from_str::<Value>(&e.namespaces).unwrap_or(Value::Null),
+                "received_at": time(e.received_at),
+                "expiry": time(e.expiry),
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "messages": messages, "next_after": next })))
+}
+
+fn time(t: chrono::DateTime<chrono::Utc>) -> String {
+    let mut s = String::new();
+    format_date_time(&t, &mut s);
+    s
+}
+
+fn group_json(g: &GroupState) -> Value {
+    let delivered: Vec<[u64; 2]> = g.delivered.pairs().iter().map(|&(a, b)| [a, b]).collect();
+    let faults: Vec<Value> = g
+        .faults
+        .iter()
+        .map(|(n, c)| json!({ "number": n, "fault": c.local_name() }))
+        .collect();
+    json!({
+        "group_id": g.group_id.as_str(),
+        "channel": g.params.channel,
+        "sequenced": g.params.sequenced,
+        "ordered": g.params.message_order,
+        "status": g.status.as_str(),
+        "last": g.last,
+        "delivered": delivered,
+        "next_expected": g.params.message_order.then_some(g.next_expected),
+        "buffered": g.buffered.keys().collect::<Vec<_>>(),
+        "faults": faults,
+        "max_expiry": time(g.max_expiry),
+        "last_activity": time(g.last_activity),
+        "terminated_at": g.terminated_at.map(time),
+    })
+}

@@ -1,0 +1,93 @@
+//! The SOAP-over-HTTP binding: which SOAP version a request speaks, and turning envelopes and
+//! faults into HTTP responses with the right status and media type (digest §3.3).
+
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+
+use crate::wsr::{
+    FaultCode, Headers, Reply, Response as WsrResponse, SoapFault, SoapVersion, write_envelope,
+    write_soap_fault,
+};
+
+/// The SOAP version a request announces by its media type (SOAP 1.2 is
+/// `application/soap+xml`, also as the `type` of a multipart/related body); SOAP 1.1 otherwise.
+/// Used only when the envelope itself could not be read.
+pub fn version_hint(headers: &HeaderMap) -> SoapVersion {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    if ct.contains("application/soap+xml") {
+        SoapVersion::Soap12
+    } else {
+        SoapVersion::Soap11
+    }
+}
+
+pub fn content_type(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+}
+
+/// An envelope answer.
+pub fn envelope(status: StatusCode, version: SoapVersion, xml: String) -> Response {
+    (
+        status,
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static(version.content_type()),
+        )],
+        xml,
+    )
+        .into_response()
+}
+
+/// 202 with an empty body: accepted, nothing to say on this connection (WS-I R2714).
+pub fn accepted() -> Response {
+    StatusCode::ACCEPTED.into_response()
+}
+
+/// 200 with a `wsrm:Response` header and an empty Body, or 202 when there is nothing to say.
+pub fn replies(version: SoapVersion, response: Option<WsrResponse>) -> Response {
+    match response {
+        None => accepted(),
+        Some(r) => envelope(
+            StatusCode::OK,
+            version,
+            write_envelope(
+                version,
+                Headers {
+                    response: Some(&r),
+                    ..Headers::default()
+                },
+                "",
+            ),
+        ),
+    }
+}
+
+/// A SOAP Fault carrying a WS-R code; with `header`, a `wsrm:Response` with the matching fault
+/// indication rides along (D4).
+pub fn fault(
+    version: SoapVersion,
+    code: FaultCode,
+    reason: &str,
+    header: Option<Reply>,
+) -> Response {
+    let fault = SoapFault {
+        code,
+        reason: reason.to_owned(),
+    };
+    let header = header.map(|reply| WsrResponse {
+        replies: vec![reply],
+    });
+    let status = StatusCode::from_u16(fault.http_status(version))
+        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    envelope(
+        status,
+        version,
+        write_soap_fault(version, &fault, header.as_ref()),
+    )
+}

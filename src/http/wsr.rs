@@ -1,0 +1,407 @@
+//! `POST /wsr/{channel}`: reliable messages and PollRequests from partners. Reads like the
+//! design says it should: parse → decide (rmp, inside the store's commit) → answer by the
+//! message's reply pattern, only after the commit.
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+use super::AppState;
+use super::soap::{self, content_type, version_hint};
+use crate::rmp::agreement::Agreement;
+use crate::rmp::receiver::Verdict;
+use crate::rmp::replies::{Replies, reply_for};
+use crate::store::{OwedReply, ReceivedMessage};
+use crate::wsr::{
+    Defect, Envelope, FaultCode, FaultRoute, MessageKey, PollRequest, ReplyPattern, Request,
+    SoapVersion, read_message, write_must_understand_fault,
+};
+
+/// How long a fault or ack is kept for a message whose own ExpiryTime is unknown (it was the
+/// defect), so the sender can still learn of it.
+const UNKNOWN_EXPIRY_RETENTION: chrono::Duration = chrono::Duration::hours(1);
+
+pub async fn receive(
+    State(app): State<AppState>,
+    Path(channel): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let Some(agreement) = app.config.channels.get(&channel) else {
+        return (
+            StatusCode::NOT_FOUND,
+            format!("no channel named {channel:?}\n"),
+        )
+            .into_response();
+    };
+    let env = match read_message(content_type(&headers), &body, &app.config.limits) {
+        Ok(env) => env,
+        Err(defect) => return answer_defect(&app, version_hint(&headers), &defect).await,
+    };
+    if !env.quirks.is_empty() {
+        tracing::debug!(quirks = ?env.quirks, "tolerated peer quirks");
+    }
+    let version = env.version;
+    if !env.not_understood.is_empty() {
+        return soap::envelope(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            version,
+            write_must_understand_fault(version, &env.not_understood),
+        );
+    }
+    if env.request.is_none() && env.poll_request.is_none() {
+        if env.response.is_some() {
+            // Acks for messages we sent belong to the sending RMP, at /wsr/_callback.
+            return soap::fault(
+                version,
+                FaultCode::FeatureNotSupported,
+                "acknowledgments are accepted at /wsr/_callback, not at a channel",
+                None,
+            );
+        }
+        return soap::fault(
+            version,
+            FaultCode::InvalidRequest,
+            "no wsrm:Request or wsrm:PollRequest header: this endpoint takes reliable messages",
+            None,
+        );
+    }
+
+    // What goes into the wsrm:Response of this HTTP answer.
+    let mut replies = Replies::new();
+    let mut own_fault: Option<(FaultCode, String)> = None;
+    if let Some(request) = &env.request {
+        match handle_request(&app, &channel, agreement, &env, request).await {
+            RequestAnswer::InResponse(None) => {
+                replies.add(&request.message_id.group_id, request.key().number, None);
+            }
+            RequestAnswer::InResponse(Some((code, reason))) => {
+                replies.add(
+                    &request.message_id.group_id,
+                    request.key().number,
+                    Some(code),
+                );
+                own_fault = Some((code, reason));
+            }
+            RequestAnswer::Elsewhere => {}
+            RequestAnswer::Now(response) => return response,
+        }
+    }
+    if let Some(poll) = &env.poll_request {
+        if let Err(response) = handle_poll(&app, version, poll, &mut replies).await {
+            return response;
+        }
+    }
+    match own_fault {
+        Some((code, reason)) => {
+            let key = env.request.as_ref().map(Request::key);
+            let header = key.map(|k| reply_for(&k, Some(code)));
+            soap::fault(version, code, &reason, header)
+        }
+        None => soap::replies(version, replies.into_response()),
+    }
+}
+
+enum RequestAnswer {
+    /// Answer in this HTTP response's `wsrm:Response`: an ack, or a fault.
+    InResponse(Option<(FaultCode, String)>),
+    /// Answered by callback or poll (or nothing to say yet): 202.
+    Elsewhere,
+    /// A complete answer (a synchronous SOAP Fault).
+    Now(Response),
+}
+
+async fn handle_request(
+    app: &AppState,
+    channel: &str,
+    agreement: &Agreement,
+    env: &Envelope<'_>,
+    request: &Request,
+) -> RequestAnswer {
+    let now = app.clock.now();
+    let key = request.key();
+    if let ReplyPattern::Callback(to) = &request.reply_pattern {
+        match app.store.is_callback_endpoint(&to.uri).await {
+            Ok(true) => {}
+            Ok(false) => {
+                return RequestAnswer::Now(soap::fault(
+                    env.version,
+                    FaultCode::InvalidReplyPattern,
+                    &format!("ReplyTo {} is not a registered callback endpoint", to.uri),
+                    None,
+                ));
+            }
+            Err(e) => return store_failed(env.version, &key, &e),
+        }
+    }
+    if let Err((code, reason)) = agreement.check(request, now) {
+        return by_reply_pattern(
+            app,
+            env.version,
+            &key,
+            &request.reply_pattern,
+            code,
+            reason,
+            request.expiry_time,
+        )
+        .await;
+    }
+    if env.attachments > 0 {
+        let reason = "MIME attachments are not supported: they would not reach the consumer";
+        let code = FaultCode::FeatureNotSupported;
+        return by_reply_pattern(
+            app,
+            env.version,
+            &key,
+            &request.reply_pattern,
+            code,
+            reason.into(),
+            request.expiry_time,
+        )
+        .await;
+    }
+    let root = env
+        .body
+        .root
+        .as_ref()
+        .map_or("_", |r| r.local_name.as_str());
+    let namespaces: Vec<(Option<&str>, &str)> = env
+        .body
+        .namespaces
+        .iter()
+        .map(|d| (d.prefix, d.uri.as_ref()))
+        .collect();
+    let message = ReceivedMessage {
+        channel: channel.to_owned(),
+        request: request.clone(),
+        payload: env.body.content.to_owned(),
+        namespaces: serde_json::to_string(&namespaces).unwrap_or_else(|_| "[]".into()),
+        topic: format!("{channel}/{root}"),
+        soap12: env.version == SoapVersion::Soap12,
+        now,
+    };
+    // A buffered Response-pattern message may be delivered while we wait (D6): watch before
+    // submitting, so the delivery cannot slip by between the two.
+    let watching = request.message_order && request.reply_pattern == ReplyPattern::Response;
+    let hold = watching.then(|| app.store.watch_delivery(&key));
+    let received = app.store.receive(message).await;
+    let answer = match received {
+        Err(e) => store_failed(env.version, &key, &e),
+        Ok(r) => match (r.verdict, &request.reply_pattern) {
+            (Verdict::Ack, ReplyPattern::Response) => RequestAnswer::InResponse(None),
+            (Verdict::Ack, _) => RequestAnswer::Elsewhere,
+            (Verdict::NoAck, ReplyPattern::Response) => match hold {
+                Some(delivered) if request.ack_requested && !app.config.hold.is_zero() => {
+                    match tokio::time::timeout(app.config.hold, delivered).await {
+                        Ok(Ok(())) => RequestAnswer::InResponse(None),
+                        _ => RequestAnswer::Elsewhere,
+                    }
+                }
+                _ => RequestAnswer::Elsewhere,
+            },
+            (Verdict::NoAck, _) => RequestAnswer::Elsewhere,
+            (Verdict::Fault(code, reason), ReplyPattern::Response) => {
+                RequestAnswer::InResponse(Some((code, reason)))
+            }
+            (Verdict::Fault(code, reason), _) if code.is_transient() => {
+                // Not queued anywhere: the sender should hear "try later" now.
+                RequestAnswer::Now(soap::fault(env.version, code, &reason, None))
+            }
+            (Verdict::Fault(code, _), ReplyPattern::Poll) => {
+                // Group state keeps most faults; this covers those that left none.
+                if let Err(e) = app
+                    .store
+                    .record_fault(&key, code, request.expiry_time)
+                    .await
+                {
+                    tracing::error!(error = %e, %key, "cannot record a fault for polling");
+                }
+                RequestAnswer::Elsewhere
+            }
+            // The store queued the callback with the verdict.
+            (Verdict::Fault(..), ReplyPattern::Callback(_)) => RequestAnswer::Elsewhere,
+        },
+    };
+    if watching {
+        app.store.forget_watchers(&key);
+    }
+    answer
+}
+
+fn store_failed(
+    version: SoapVersion,
+    key: &MessageKey,
+    e: &crate::store::StoreError,
+) -> RequestAnswer {
+    tracing::error!(error = %e, %key, "message not stored; answering MessageProcessingFailure");
+    RequestAnswer::Now(soap::fault(
+        version,
+        FaultCode::MessageProcessingFailure,
+        "the message could not be stored; resend it later",
+        Some(reply_for(key, Some(FaultCode::MessageProcessingFailure))),
+    ))
+}
+
+/// A fault decided before the store (defect, agreement): sent the way the message asked (D4).
+async fn by_reply_pattern(
+    app: &AppState,
+    version: SoapVersion,
+    key: &MessageKey,
+    pattern: &ReplyPattern,
+    code: FaultCode,
+    reason: String,
+    expiry: chrono::DateTime<chrono::Utc>,
+) -> RequestAnswer {
+    match pattern {
+        ReplyPattern::Response => RequestAnswer::InResponse(Some((code, reason))),
+        ReplyPattern::Callback(to) => {
+            let owed = OwedReply {
+                group_id: key.group_id.clone(),
+                number: key.number,
+                number_to: None,
+                fault: Some(code),
+            };
+            let soap12 = version == SoapVersion::Soap12;
+            let now = app.clock.now();
+            let registered = app.store.is_callback_endpoint(&to.uri).await;
+            match registered {
+                Ok(true) => match app
+                    .store
+                    .owe_callbacks(&to.uri, soap12, &[owed], expiry, now)
+                    .await
+                {
+                    Ok(()) => RequestAnswer::Elsewhere,
+                    Err(e) => store_failed(version, key, &e),
+                },
+                Ok(false) => RequestAnswer::Now(soap::fault(
+                    version,
+                    FaultCode::InvalidReplyPattern,
+                    &format!("ReplyTo {} is not a registered callback endpoint", to.uri),
+                    None,
+                )),
+                Err(e) => store_failed(version, key, &e),
+            }
+        }
+        ReplyPattern::Poll => match app.store.record_fault(key, code, expiry).await {
+            Ok(()) => RequestAnswer::Elsewhere,
+            Err(e) => store_failed(version, key, &e),
+        },
+    }
+}
+
+/// Answers a defect found while reading: synchronously, or by the message's reply pattern.
+async fn answer_defect(app: &AppState, version: SoapVersion, defect: &Defect) -> Response {
+    tracing::info!(code = %defect.code, reason = %defect.reason, "refused a message");
+    let FaultRoute::ReplyPattern { key, reply } = &defect.route else {
+        return soap::fault(version, defect.code, &defect.reason, None);
+    };
+    let expiry = app.clock.now() + UNKNOWN_EXPIRY_RETENTION;
+    let answer = by_reply_pattern(
+        app,
+        version,
+        key,
+        reply,
+        defect.code,
+        defect.reason.clone(),
+        expiry,
+    )
+    .await;
+    match answer {
+        RequestAnswer::Now(r) => r,
+        RequestAnswer::Elsewhere => soap::accepted(),
+        RequestAnswer::InResponse(_) => soap::fault(
+            version,
+            defect.code,
+            &defect.reason,
+            Some(reply_for(key, Some(defect.code))),
+        ),
+    }
+}
+
+/// Answers a PollRequest: into this response, or by callback when it names a ReplyTo (D11).
+async fn handle_poll(
+    app: &AppState,
+    version: SoapVersion,
+    poll: &PollRequest,
+    replies: &mut Replies,
+) -> Result<(), Response> {
+    let answer = app.store.poll_answer(&poll.refs).await.map_err(|e| {
+        tracing::error!(error = %e, "cannot answer a poll");
+        soap::fault(
+            version,
+            FaultCode::MessageProcessingFailure,
+            "the poll could not be answered; poll again later",
+            None,
+        )
+    })?;
+    let Some(answer) = answer else {
+        return Ok(());
+    };
+    let Some(to) = &poll.reply_to else {
+        for reply in answer.replies {
+            add_reply(replies, reply);
+        }
+        return Ok(());
+    };
+    let registered = app
+        .store
+        .is_callback_endpoint(&to.uri)
+        .await
+        .unwrap_or(false);
+    if !registered {
+        return Err(soap::fault(
+            version,
+            FaultCode::InvalidReplyPattern,
+            &format!("ReplyTo {} is not a registered callback endpoint", to.uri),
+            None,
+        ));
+    }
+    let owed: Vec<OwedReply> = answer.replies.into_iter().flat_map(owed_replies).collect();
+    let now = app.clock.now();
+    let expiry = now + UNKNOWN_EXPIRY_RETENTION;
+    app.store
+        .owe_callbacks(&to.uri, version == SoapVersion::Soap12, &owed, expiry, now)
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "cannot queue a poll answer");
+            soap::fault(
+                version,
+                FaultCode::MessageProcessingFailure,
+                "poll again later",
+                None,
+            )
+        })
+}
+
+fn add_reply(replies: &mut Replies, reply: crate::wsr::Reply) {
+    for owed in owed_replies(reply) {
+        match (owed.number, owed.number_to) {
+            (Some(from), Some(to)) => match crate::wsr::SeqRange::new(from, to) {
+                Some(range) => replies.add_range(&owed.group_id, range, owed.fault),
+                None => replies.add(&owed.group_id, Some(from), owed.fault),
+            },
+            (number, _) => replies.add(&owed.group_id, number, owed.fault),
+        }
+    }
+}
+
+fn owed_replies(reply: crate::wsr::Reply) -> Vec<OwedReply> {
+    match reply {
+        crate::wsr::Reply::NonSequence { group_id, fault } => vec![OwedReply {
+            group_id,
+            number: None,
+            number_to: None,
+            fault,
+        }],
+        crate::wsr::Reply::Sequence { group_id, ranges } => ranges
+            .into_iter()
+            .map(|r| OwedReply {
+                group_id: group_id.clone(),
+                number: Some(r.range.from()),
+                number_to: Some(r.range.to()),
+                fault: r.fault,
+            })
+            .collect(),
+    }
+}

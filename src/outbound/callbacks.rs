@@ -1,0 +1,147 @@
+//! Sends the acks and faults we owe by the Callback pattern: everything due for one endpoint
+//! goes out in one `wsrm:Response` (D10), retried with doubling waits until it is taken or the
+//! acknowledged messages expire. A reply is forgotten only after the partner answered 2xx.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::header::CONTENT_TYPE;
+
+use crate::clock::Clock;
+use crate::rmp::replies::Replies;
+use crate::store::{PendingCallback, Store};
+use crate::wsr::{Headers, SeqRange, SoapVersion, write_envelope};
+
+/// Most replies fetched per pass.
+const BATCH: i64 = 1000;
+/// Longest sleep without anything due, so that a clock jump is noticed eventually.
+const IDLE_RECHECK: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Clone)]
+pub struct RetryPolicy {
+    pub initial: Duration,
+    pub max: Duration,
+    pub request_timeout: Duration,
+}
+
+impl RetryPolicy {
+    /// The wait after the `attempts`-th failure: initial × 2^(attempts−1), capped.
+    pub fn backoff(&self, attempts: u32) -> Duration {
+        let factor = 1u32
+            .checked_shl(attempts.saturating_sub(1).min(20))
+            .unwrap_or(u32::MAX);
+        self.initial.saturating_mul(factor).min(self.max)
+    }
+}
+
+pub async fn run(store: Store, clock: Arc<dyn Clock>, policy: RetryPolicy) {
+    let client = match reqwest::Client::builder()
+        .timeout(policy.request_timeout)
+        .build()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot build the HTTP client; callbacks are not sent");
+            return;
+        }
+    };
+    loop {
+        if let Err(e) = send_due(&store, &client, clock.as_ref(), &policy).await {
+            tracing::error!(error = %e, "callback pass failed");
+        }
+        let wait = match store.next_callback_due().await {
+            Ok(Some(t)) => (t - clock.now())
+                .to_std()
+                .unwrap_or(Duration::ZERO)
+                .min(IDLE_RECHECK),
+            Ok(None) => IDLE_RECHECK,
+            Err(_) => IDLE_RECHECK,
+        };
+        if wait.is_zero() {
+            tokio::task::yield_now().await;
+            continue;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = store.callbacks_due().notified() => {}
+        }
+    }
+}
+
+async fn send_due(
+    store: &Store,
+    client: &reqwest::Client,
+    clock: &dyn Clock,
+    policy: &RetryPolicy,
+) -> Result<(), crate::store::StoreError> {
+    let now = clock.now();
+    let due = store.due_callbacks(now, BATCH).await?;
+    let mut by_target: BTreeMap<(String, bool), Vec<PendingCallback>> = BTreeMap::new();
+    for p in due {
+        by_target
+            .entry((p.endpoint.clone(), p.soap12))
+            .or_default()
+            .push(p);
+    }
+    for ((endpoint, soap12), pending) in by_target {
+        let version = if soap12 {
+            SoapVersion::Soap12
+        } else {
+            SoapVersion::Soap11
+        };
+        let ids: Vec<i64> = pending.iter().map(|p| p.id).collect();
+        let Some(xml) = envelope_for(version, &pending) else {
+            store.callbacks_sent(&ids).await?;
+            continue;
+        };
+        let sent = client
+            .post(&endpoint)
+            .header(CONTENT_TYPE, version.content_type())
+            .header("SOAPAction", "\"\"")
+            .body(xml)
+            .send()
+            .await;
+        match sent {
+            Ok(r) if r.status().is_success() => {
+                tracing::debug!(%endpoint, replies = ids.len(), "callback delivered");
+                store.callbacks_sent(&ids).await?;
+            }
+            failed => {
+                let attempts = pending.iter().map(|p| p.attempts).max().unwrap_or(0) + 1;
+                let wait = policy.backoff(attempts);
+                let what = match failed {
+                    Ok(r) => format!("HTTP {}", r.status()),
+                    Err(e) => e.to_string(),
+                };
+                tracing::warn!(%endpoint, attempts, error = %what, retry_in = ?wait, "callback failed");
+                let next = clock.now() + chrono::Duration::from_std(wait).unwrap_or_default();
+                store.callbacks_failed(&ids, next).await?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One envelope acknowledging (or faulting) everything pending for an endpoint.
+pub fn envelope_for(version: SoapVersion, pending: &[PendingCallback]) -> Option<String> {
+    let mut replies = Replies::new();
+    for p in pending {
+        match (
+            p.number,
+            p.number_to.and_then(|to| SeqRange::new(p.number?, to)),
+        ) {
+            (Some(_), Some(range)) => replies.add_range(&p.group_id, range, p.fault),
+            (number, _) => replies.add(&p.group_id, number, p.fault),
+        }
+    }
+    let response = replies.into_response()?;
+    Some(write_envelope(
+        version,
+        Headers {
+            response: Some(&response),
+            ..Headers::default()
+        },
+        "",
+    ))
+}

@@ -1,0 +1,265 @@
+//! What the receiver remembers about one group (a singleton is a group of one): parameters that
+//! must agree across its messages, what was delivered, buffered and faulted, and how the group
+//! ends (D8) and is forgotten. Pure: every function takes the time as a parameter.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+
+use super::ranges::RangeSet;
+use crate::wsr::datetime::XsDuration;
+use crate::wsr::{FaultCode, GroupId, GroupLimit, ReplyPattern, Request};
+
+/// Receiver settings the decisions depend on (DESIGN D3, D6, D8).
+#[derive(Debug, Clone)]
+pub struct Policy {
+    /// How far in the past an ExpiryTime may lie before the message counts as expired (D3).
+    pub clock_skew: chrono::Duration,
+    /// Idle limit of a group that names neither limit (D8).
+    pub default_idle: XsDuration,
+    /// Per-group buffer for ordered messages ahead of a gap (D6).
+    pub buffer_max_messages: usize,
+    pub buffer_max_bytes: u64,
+}
+
+impl Default for Policy {
+    fn default() -> Self {
+        Policy {
+            clock_skew: chrono::Duration::zero(),
+            default_idle: XsDuration {
+                days: 1,
+                ..XsDuration::default()
+            },
+            buffer_max_messages: 1000,
+            buffer_max_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// The parameters every message of a group must agree on (D8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupParams {
+    pub channel: String,
+    /// Whether the messages carry `SequenceNum` (a singleton does not).
+    pub sequenced: bool,
+    pub ack_requested: bool,
+    pub duplicate_elimination: bool,
+    pub message_order: bool,
+    pub limit: Option<GroupLimit>,
+}
+
+impl GroupParams {
+    pub fn of(request: &Request, channel: &str) -> GroupParams {
+        let seq = request.message_id.sequence.as_ref();
+        GroupParams {
+            channel: channel.to_owned(),
+            sequenced: seq.is_some(),
+            ack_requested: request.ack_requested,
+            duplicate_elimination: request.duplicate_elimination,
+            message_order: request.message_order,
+            limit: seq.and_then(|s| s.group_limit.clone()),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupStatus {
+    Open,
+    /// `last` and everything before it delivered.
+    Complete,
+    /// `groupExpiryTime` passed.
+    Expired,
+    /// No message for the idle limit.
+    Idle,
+    /// An ordered gap can no longer be filled (D7).
+    Aborted,
+}
+
+impl GroupStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GroupStatus::Open => "open",
+            GroupStatus::Complete => "complete",
+            GroupStatus::Expired => "expired",
+            GroupStatus::Idle => "idle",
+            GroupStatus::Aborted => "aborted",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<GroupStatus> {
+        [
+            GroupStatus::Open,
+            GroupStatus::Complete,
+            GroupStatus::Expired,
+            GroupStatus::Idle,
+            GroupStatus::Aborted,
+        ]
+        .into_iter()
+        .find(|g| g.as_str() == s)
+    }
+}
+
+/// An ordered message held until the gap before it fills.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Buffered {
+    pub expiry: DateTime<Utc>,
+    pub bytes: u64,
+    /// How its ack (or fault) must travel once it is decided.
+    pub reply: ReplyPattern,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupState {
+    pub group_id: GroupId,
+    pub params: GroupParams,
+    /// The number marked `last="true"`, once seen.
+    pub last: Option<u64>,
+    /// Delivered numbers; a delivered singleton is number 0.
+    pub delivered: RangeSet,
+    /// Ordered groups: the number that can be delivered next.
+    pub next_expected: u64,
+    pub buffered: BTreeMap<u64, Buffered>,
+    /// Final faults given to messages of the group, so that polls and duplicates see them.
+    pub faults: BTreeMap<u64, FaultCode>,
+    /// The latest ExpiryTime of any accepted message: the group is kept at least until then.
+    pub max_expiry: DateTime<Utc>,
+    pub last_activity: DateTime<Utc>,
+    pub status: GroupStatus,
+    pub terminated_at: Option<DateTime<Utc>>,
+}
+
+/// The slot of a message in its group's sets: its number, or 0 for a singleton.
+pub fn slot(number: Option<u64>) -> u64 {
+    number.unwrap_or(0)
+}
+
+impl GroupState {
+    pub fn new(group_id: GroupId, params: GroupParams, now: DateTime<Utc>) -> GroupState {
+        GroupState {
+            group_id,
+            params,
+            last: None,
+            delivered: RangeSet::new(),
+            next_expected: 0,
+            buffered: BTreeMap::new(),
+            faults: BTreeMap::new(),
+            max_expiry: now,
+            last_activity: now,
+            status: GroupStatus::Open,
+            terminated_at: None,
+        }
+    }
+
+    pub fn buffered_bytes(&self) -> u64 {
+        self.buffered.values().map(|b| b.bytes).sum()
+    }
+
+    /// When the open group ends by its time limit (D8 b, c): `groupExpiryTime`, or the idle
+    /// limit (its own or the default) after the last message. Singletons end on delivery.
+    pub fn time_limit(&self, policy: &Policy) -> Option<DateTime<Utc>> {
+        if !self.params.sequenced {
+            return None;
+        }
+        match &self.params.limit {
+            Some(GroupLimit::ExpiryTime(t)) => Some(*t),
+            Some(GroupLimit::MaxIdleDuration(d)) => d.add_to(self.last_activity),
+            None => policy.default_idle.add_to(self.last_activity),
+        }
+    }
+
+    /// When the group state may be forgotten: after termination and after the latest
+    /// ExpiryTime of its messages (D8), so that a late duplicate is still recognised.
+    pub fn purge_at(&self) -> Option<DateTime<Utc>> {
+        self.terminated_at.map(|t| t.max(self.max_expiry))
+    }
+
+    /// The next moment something happens to this group by itself: a time limit, a buffered
+    /// message expiring (D7), or the purge.
+    pub fn next_deadline(&self, policy: &Policy) -> Option<DateTime<Utc>> {
+        match self.status {
+            GroupStatus::Open => {
+                let earliest_buffered = self.buffered.values().map(|b| b.expiry).min();
+                [self.time_limit(policy), earliest_buffered]
+                    .into_iter()
+                    .flatten()
+                    .min()
+                    // A singleton or group with nothing pending still has to be purged.
+                    .or(Some(self.max_expiry))
+            }
+            _ => self.purge_at(),
+        }
+    }
+
+    pub fn terminate(&mut self, status: GroupStatus, now: DateTime<Utc>) {
+        if self.status == GroupStatus::Open {
+            self.status = status;
+            self.terminated_at = Some(now);
+        }
+    }
+
+    /// Ends the group abnormally (D7): buffered messages are discarded, never delivered, and
+    /// they and every later message get `GroupAborted`. Returns the discarded numbers.
+    pub fn abort(&mut self, now: DateTime<Utc>) -> Vec<u64> {
+        let discarded: Vec<u64> = self.buffered.keys().copied().collect();
+        for n in &discarded {
+            self.faults.insert(*n, FaultCode::GroupAborted);
+        }
+        self.buffered.clear();
+        self.status = GroupStatus::Open;
+        self.terminate(GroupStatus::Aborted, now);
+        discarded
+    }
+}
+
+/// What the passage of time did to a group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Swept {
+    /// Nothing due.
+    Unchanged,
+    /// The group ended or changed; buffered numbers listed were discarded with `GroupAborted`
+    /// (their senders are told by callback or poll where possible).
+    Changed { discarded: Vec<(u64, Buffered)> },
+    /// Terminated and past its latest ExpiryTime: forget it.
+    Purge,
+}
+
+/// Applies everything due at `now`: a buffered ordered message that expired while the gap is
+/// open aborts the group (D7); a passed time limit ends it — aborted if an ordered gap is still
+/// open, else expired or idle (D8); a terminated group past its purge time is forgotten.
+pub fn sweep(state: &mut GroupState, now: DateTime<Utc>, policy: &Policy) -> Swept {
+    if state.status != GroupStatus::Open {
+        return match state.purge_at() {
+            Some(t) if t <= now => Swept::Purge,
+            _ => Swept::Unchanged,
+        };
+    }
+    if !state.params.sequenced {
+        // A singleton that is still open was never delivered (its only message faulted).
+        if state.max_expiry <= now {
+            return Swept::Purge;
+        }
+        return Swept::Unchanged;
+    }
+    let buffered_expired = state.buffered.values().any(|b| b.expiry <= now);
+    let limit_passed = state.time_limit(policy).is_some_and(|t| t <= now);
+    if !buffered_expired && !limit_passed {
+        return Swept::Unchanged;
+    }
+    if !state.buffered.is_empty() {
+        let kept = state.buffered.clone();
+        let discarded = state.abort(now);
+        let discarded = discarded
+            .into_iter()
+            .filter_map(|n| kept.get(&n).map(|b| (n, b.clone())))
+            .collect();
+        return Swept::Changed { discarded };
+    }
+    let status = match state.params.limit {
+        Some(GroupLimit::ExpiryTime(_)) => GroupStatus::Expired,
+        _ => GroupStatus::Idle,
+    };
+    state.terminate(status, now);
+    Swept::Changed {
+        discarded: Vec::new(),
+    }
+}

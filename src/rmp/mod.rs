@@ -1,0 +1,9 @@
+//! Pure protocol decisions of both RMP roles: the receiver's verdict on each message, group
+//! state and its lifecycle, channel agreements, poll answers, range sets. No I/O, no async, no
+//! clock: time is always a parameter.
+
+pub mod agreement;
+pub mod group;
+pub mod ranges;
+pub mod receiver;
+pub mod replies;

@@ -1,0 +1,121 @@
+//! Durable state: the inbox, group state, the ordered buffer, callback acks owed, registered
+//! callback endpoints. SQLite in WAL mode is the embedded default (DESIGN §7).
+//!
+//! Every change that decides an ack goes through one writer task that commits concurrent
+//! requests together (group commit); each request learns its verdict only after the commit
+//! that made it durable. Reads go to a separate pool.
+
+pub mod group_json;
+mod sqlite;
+pub mod sweeper;
+
+use std::path::PathBuf;
+
+use chrono::{DateTime, Utc};
+
+use crate::rmp::group::Policy;
+use crate::rmp::receiver::Verdict;
+use crate::wsr::{FaultCode, GroupId, Request};
+
+pub use sqlite::Store;
+
+/// How hard a commit presses the data to disk before the ack goes out (DESIGN §7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// `synchronous=FULL`: acked messages survive power loss. The default.
+    Full,
+    /// `synchronous=NORMAL`: acked messages survive a process crash, but the last commits can
+    /// be lost on power failure. Faster.
+    Os,
+}
+
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    pub path: PathBuf,
+    pub durability: Durability,
+    pub policy: Policy,
+}
+
+/// A reliable message ready for the receiver's decision and, if accepted, the inbox.
+#[derive(Debug, Clone)]
+pub struct ReceivedMessage {
+    pub channel: String,
+    pub request: Request,
+    /// The Body's children as received.
+    pub payload: String,
+    /// JSON list of the namespace declarations the payload may rely on.
+    pub namespaces: String,
+    /// `{channel}/{local name of the first Body child}`.
+    pub topic: String,
+    /// Callback acks go out in the SOAP version of the message they acknowledge.
+    pub soap12: bool,
+    /// When it arrived (the decision's clock).
+    pub now: DateTime<Utc>,
+}
+
+/// The committed decision for one message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Received {
+    pub verdict: Verdict,
+}
+
+/// One delivered message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InboxEntry {
+    pub offset: i64,
+    pub channel: String,
+    pub topic: String,
+    pub group_id: String,
+    pub number: Option<u64>,
+    pub payload: String,
+    pub namespaces: String,
+    pub received_at: DateTime<Utc>,
+    pub expiry: DateTime<Utc>,
+}
+
+/// An ack or fault owed to a sender by the Callback pattern.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PendingCallback {
+    pub id: i64,
+    pub endpoint: String,
+    pub soap12: bool,
+    pub group_id: GroupId,
+    /// `None` for a singleton.
+    pub number: Option<u64>,
+    /// For a range (poll answers sent by callback): its last number.
+    pub number_to: Option<u64>,
+    pub fault: Option<FaultCode>,
+    pub expiry: DateTime<Utc>,
+    pub attempts: u32,
+}
+
+/// One reply owed to a sender: a singleton, a number, or a range, acked or faulted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwedReply {
+    pub group_id: GroupId,
+    pub number: Option<u64>,
+    pub number_to: Option<u64>,
+    pub fault: Option<FaultCode>,
+}
+
+/// What a sweep did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SweepReport {
+    pub changed: usize,
+    pub purged: usize,
+    pub discarded: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Db(#[from] sqlx::Error),
+    #[error("database migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    #[error("commit failed (injected fault)")]
+    Injected,
+    #[error("the store is shut down")]
+    Closed,
+}
