@@ -12,6 +12,7 @@ use chrono::{
 };
 
 use super::fault::excerpt;
+use super::lexical::xml_trim;
 
 /// Whether a parsed dateTime carried a zone. Zone-less values are read as UTC (D12) and the
 /// caller may want to log that, since a peer writing local time is an interop hazard.
@@ -23,7 +24,7 @@ pub enum Zone {
 
 /// Parses an `xs:dateTime` into a UTC instant.
 pub fn parse_date_time(raw: &str) -> Result<(DateTime<Utc>, Zone), String> {
-    let s = raw.trim();
+    let s = xml_trim(raw);
     let bad = |why: &str| format!("'{}' is not an xs:dateTime: {why}", excerpt(raw));
     let mut p = Lexer::new(s);
 
@@ -35,7 +36,11 @@ pub fn parse_date_time(raw: &str) -> Result<(DateTime<Utc>, Zone), String> {
         ));
     }
     let year: i32 = year_digits.parse().map_err(|_| bad("year out of range"))?;
-    let year = if negative { -year } else { year };
+    // Year 0 does not exist in XSD 1.0, and years before 1 mean nothing on this wire; refusing
+    // them also keeps every instant we accept writable again.
+    if negative || year == 0 {
+        return Err(bad("years before 0001 are not supported"));
+    }
     let month = p
         .expect_sep(b'-')
         .and_then(|_| p.fixed2())
@@ -106,6 +111,7 @@ pub fn parse_date_time(raw: &str) -> Result<(DateTime<Utc>, Zone), String> {
     }
     let utc = local
         .checked_sub_signed(TimeDelta::minutes(offset_minutes.unwrap_or(0).into()))
+        .filter(|t| t.year() >= 1)
         .ok_or_else(|| bad("out of range"))?;
     let zone = if offset_minutes.is_some() {
         Zone::Explicit
@@ -170,7 +176,7 @@ impl XsDuration {
     /// Parses `[-]PnYnMnDTnHnMnS` (fractional seconds allowed; at least one field; `T` only
     /// with a time field after it).
     pub fn parse(raw: &str) -> Result<XsDuration, String> {
-        let s = raw.trim();
+        let s = xml_trim(raw);
         let bad = |why: &str| format!("'{}' is not an xs:duration: {why}", excerpt(raw));
         let mut p = Lexer::new(s);
         let mut d = XsDuration {
@@ -395,6 +401,9 @@ mod tests {
             "02025-03-01T12:00:00Z",
             "2025-03-01T12:00:00Zjunk",
             "tomorrow",
+            "0000-01-01T00:00:00Z",
+            "-0001-01-01T00:00:00Z",
+            "0001-01-01T00:00:00+01:00",
         ] {
             assert!(parse_date_time(bad).is_err(), "{bad} should be rejected");
         }

@@ -127,10 +127,19 @@ impl Defect {
 }
 
 /// The start of a wire value for a defect's reason: at most 64 characters, so that a hostile
-/// value cannot make the reason (and the SOAP Fault or log line carrying it) large.
-pub(crate) fn excerpt(s: &str) -> &str {
-    match s.char_indices().nth(64) {
+/// value cannot make the reason (and the SOAP Fault or log line carrying it) large, with
+/// control and non-XML characters replaced so the fault we write stays well-formed.
+pub(crate) fn excerpt(s: &str) -> std::borrow::Cow<'_, str> {
+    let cut = match s.char_indices().nth(64) {
         Some((i, _)) => &s[..i],
         None => s,
+    };
+    let clean = |c: char| !c.is_control() && super::lexical::is_xml_char(c);
+    if cut.chars().all(clean) {
+        std::borrow::Cow::Borrowed(cut)
+    } else {
+        cut.chars()
+            .map(|c| if clean(c) { c } else { '\u{FFFD}' })
+            .collect()
     }
 }

@@ -1,9 +1,19 @@
 //! Lexical forms of the simple XSD types on the wire other than time: `xs:unsignedLong` and
 //! `xs:boolean`. Lenient on input (surrounding whitespace, a leading `+`), exact on output.
 
+/// Trims XML whitespace (space, tab, CR, LF) only: other Unicode spaces are content.
+pub fn xml_trim(s: &str) -> &str {
+    s.trim_matches(|c| matches!(c, ' ' | '\t' | '\n' | '\r'))
+}
+
+/// Whether a character may appear in an XML 1.0 document (the `Char` production).
+pub fn is_xml_char(c: char) -> bool {
+    matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
+}
+
 /// Parses an `xs:unsignedLong` over the full `u64` range. Leading zeros are valid.
 pub fn parse_unsigned_long(raw: &str) -> Result<u64, String> {
-    let s = raw.trim();
+    let s = xml_trim(raw);
     let digits = s.strip_prefix('+').unwrap_or(s);
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return Err(format!(
@@ -21,7 +31,7 @@ pub fn parse_unsigned_long(raw: &str) -> Result<u64, String> {
 
 /// Parses an `xs:boolean`: `true`, `false`, `1`, `0`.
 pub fn parse_boolean(raw: &str) -> Option<bool> {
-    match raw.trim() {
+    match xml_trim(raw) {
         "true" | "1" => Some(true),
         "false" | "0" => Some(false),
         _ => None,
@@ -32,8 +42,8 @@ pub fn parse_boolean(raw: &str) -> Option<bool> {
 /// once the characters URIs cannot hold (spaces, non-ASCII, ...) are %-escaped. What we accept
 /// as an identifier we must be able to echo back in a schema-valid acknowledgment.
 pub fn check_any_uri(value: &str) -> Result<(), &'static str> {
-    if value.chars().any(char::is_control) {
-        return Err("contains control characters");
+    if value.chars().any(|c| c.is_control() || !is_xml_char(c)) {
+        return Err("contains control or non-XML characters");
     }
     let bytes = value.as_bytes();
     for (i, b) in bytes.iter().enumerate() {
@@ -112,8 +122,9 @@ fn check_authority(authority: &str) -> Result<(), &'static str> {
         }
         port
     };
-    if port.is_some_and(|p| p.is_empty() || !p.bytes().all(|b| b.is_ascii_digit())) {
-        return Err("the port is not a number");
+    // Validators read the port as a 32-bit signed number.
+    if port.is_some_and(|p| p.parse::<u32>().map_or(true, |n| n > i32::MAX as u32)) {
+        return Err("the port is not a number up to 2147483647");
     }
     Ok(())
 }
@@ -128,7 +139,16 @@ mod tests {
         assert_eq!(parse_unsigned_long("007"), Ok(7));
         assert_eq!(parse_unsigned_long(" +42 "), Ok(42));
         assert_eq!(parse_unsigned_long("18446744073709551615"), Ok(u64::MAX));
-        for bad in ["", "-1", "18446744073709551616", "abc", "1.0", "+", "1 2"] {
+        for bad in [
+            "",
+            "-1",
+            "18446744073709551616",
+            "abc",
+            "1.0",
+            "+",
+            "1 2",
+            "\u{2003}5",
+        ] {
             assert!(parse_unsigned_long(bad).is_err(), "{bad}");
         }
     }
@@ -159,6 +179,8 @@ mod tests {
             "http://h:80x/",
             "http://[::1/x",
             "mid://host:",
+            "http://h:2147483648/",
+            "a\u{FFFE}b",
         ] {
             assert!(check_any_uri(bad).is_err(), "{bad}");
         }

@@ -20,27 +20,34 @@ fn media_type(content_type: &str) -> &str {
     content_type.split(';').next().unwrap_or("").trim()
 }
 
-/// A parameter of a `Content-Type` value (quotes removed), case-insensitive name.
+/// A parameter of a `Content-Type` value (quotes removed), case-insensitive name. Parameters
+/// without a value (`; action;`) are skipped rather than derailing the rest.
 pub fn parameter<'c>(content_type: &'c str, name: &str) -> Option<&'c str> {
     let mut rest = content_type.split_once(';')?.1;
     loop {
-        let (key, after_eq) = rest.split_once('=')?;
-        let after_eq = after_eq.trim_start();
-        let (value, remainder) = if let Some(quoted) = after_eq.strip_prefix('"') {
-            let end = quoted.find('"')?;
-            let after = &quoted[end + 1..];
-            (&quoted[..end], after.split_once(';').map_or("", |(_, r)| r))
-        } else {
-            match after_eq.split_once(';') {
-                Some((v, r)) => (v.trim(), r),
-                None => (after_eq.trim(), ""),
+        rest = rest.trim_start_matches([' ', '\t', ';']);
+        if rest.is_empty() {
+            return None;
+        }
+        let key_end = rest.find(['=', ';']).unwrap_or(rest.len());
+        let key = rest[..key_end].trim_matches([' ', '\t']);
+        let Some(after) = rest[key_end..].strip_prefix('=') else {
+            rest = &rest[key_end..];
+            continue;
+        };
+        let after = after.trim_start_matches([' ', '\t']);
+        let (value, remainder) = match after.strip_prefix('"') {
+            Some(quoted) => match quoted.find('"') {
+                Some(end) => (&quoted[..end], &quoted[end + 1..]),
+                None => (quoted, ""),
+            },
+            None => {
+                let end = after.find(';').unwrap_or(after.len());
+                (after[..end].trim_end_matches([' ', '\t']), &after[end..])
             }
         };
-        if key.trim().eq_ignore_ascii_case(name) {
+        if key.eq_ignore_ascii_case(name) {
             return Some(value);
-        }
-        if remainder.is_empty() {
-            return None;
         }
         rest = remainder;
     }
@@ -197,6 +204,10 @@ mod tests {
         assert_eq!(parameter(ct, "START"), Some("<0.urn:uuid:1@apache.org>"));
         assert_eq!(parameter(ct, "charset"), None);
         assert!(!is_multipart("text/xml; charset=UTF-8"));
+        let valueless = r#"multipart/related; action; boundary=b1; start="<r;oot>"; x="#;
+        assert_eq!(parameter(valueless, "boundary"), Some("b1"));
+        assert_eq!(parameter(valueless, "start"), Some("<r;oot>"));
+        assert_eq!(parameter(valueless, "x"), Some(""));
     }
 
     #[test]

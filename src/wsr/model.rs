@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 
 use super::FaultCode;
 use super::datetime::XsDuration;
-use super::lexical::check_any_uri;
+use super::lexical::{check_any_uri, xml_trim};
 
 /// The two SOAP envelope versions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -50,7 +50,7 @@ impl GroupId {
     /// Validates a raw `groupId` attribute value: a non-empty `xs:anyURI` (`mid://…` included,
     /// D12). Refusing what is not an anyURI here keeps every acknowledgment we write valid.
     pub fn parse(raw: &str) -> Result<GroupId, String> {
-        let trimmed = raw.trim_matches(|c: char| c == ' ' || c == '\t' || c == '\n' || c == '\r');
+        let trimmed = xml_trim(raw);
         if trimmed.is_empty() {
             return Err("groupId is empty".into());
         }

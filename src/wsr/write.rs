@@ -9,6 +9,7 @@ use quick_xml::escape::escape;
 
 use super::datetime::format_date_time;
 use super::fault::{FaultCategory, FaultCode};
+use super::lexical::is_xml_char;
 use super::model::{
     GroupLimit, PollRequest, Reply, ReplyPattern, ReplyTo, Request, Response, SoapVersion, WSRM_NS,
 };
@@ -62,7 +63,7 @@ pub fn write_soap_fault(
         ..Headers::default()
     });
     w.out.push_str(w.p.body_open);
-    let reason = escape(fault.reason.as_str());
+    let reason = xml_text(&fault.reason);
     let wsr_code = fault.code.local_name();
     match version {
         SoapVersion::Soap11 => {
@@ -106,7 +107,7 @@ pub fn write_must_understand_fault(version: SoapVersion, not_understood: &[Strin
         "header blocks not understood: {}",
         not_understood.join(", ")
     );
-    let reason = escape(reason.as_str());
+    let reason = xml_text(&reason);
     let mut w = EnvelopeWriter::start(version, reason.len() + 256);
     w.out.push_str(w.p.body_open);
     match version {
@@ -123,6 +124,15 @@ pub fn write_must_understand_fault(version: SoapVersion, not_understood: &[Strin
         ]),
     }
     w.finish()
+}
+
+/// Free text as XML character data: escaped, and with characters XML cannot carry replaced.
+fn xml_text(text: &str) -> String {
+    let legal: String = text
+        .chars()
+        .map(|c| if is_xml_char(c) { c } else { '\u{FFFD}' })
+        .collect();
+    escape(legal.as_str()).into_owned()
 }
 
 /// Prefix-specific fragments of one SOAP version.

@@ -158,7 +158,7 @@ fn soap_faults_for_every_code_validate_in_both_versions() {
         for code in FaultCode::ALL {
             let fault = SoapFault {
                 code,
-                reason: format!("because <{code}> & \"why\""),
+                reason: format!("because <{code}> & \"why\" \u{1}\u{FFFE}"),
             };
             docs.push((version, write_soap_fault(version, &fault, None)));
             let header = Response {

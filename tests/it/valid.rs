@@ -356,3 +356,17 @@ fn foreign_headers_that_must_be_understood_are_reported_not_skipped() {
     let env = read_envelope(input.as_bytes(), &limits()).expect("reads");
     assert_eq!(env.not_understood, vec!["s:Sec2".to_owned()]);
 }
+
+#[test]
+fn a_block_aimed_at_another_soap_node_is_not_ours() {
+    let block = format!(
+        r#"<r:Request S:actor="urn:some-intermediary" S:mustUnderstand="1"><r:MessageId groupId="g"/>{EXP}{RESP}</r:Request>"#
+    );
+    let input = soap11(&block, "");
+    let env = read(&input);
+    assert!(env.request.is_none());
+    assert!(
+        env.not_understood.is_empty(),
+        "not addressed to us, so not ours to understand"
+    );
+}

@@ -11,6 +11,7 @@ mod xml;
 
 use super::fault::excerpt;
 use super::fault::{Defect, FaultCode};
+use super::lexical::xml_trim;
 use super::mime;
 use super::model::{PollRequest, Request, Response, SoapVersion};
 pub use xml::Declaration;
@@ -37,7 +38,7 @@ impl Default for Limits {
             max_attributes: 64,
             max_name_len: 512,
             max_value_len: 16 * 1024,
-            max_namespace_bindings: 1024,
+            max_namespace_bindings: 128,
         }
     }
 }
@@ -129,6 +130,7 @@ pub fn read_envelope<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Envelope<'a
     let text = std::str::from_utf8(bytes)
         .map_err(|e| invalid(format!("the message is not UTF-8 ({e})")))?;
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    check_characters(text)?;
     let mut reader = EnvelopeReader {
         xml: XmlCursor::new(text, limits),
         src: text,
@@ -136,6 +138,27 @@ pub fn read_envelope<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Envelope<'a
         not_understood: Vec::new(),
     };
     reader.envelope()
+}
+
+/// Refuses characters XML 1.0 does not allow anywhere in a document: control characters other
+/// than tab, CR, LF, and U+FFFE/U+FFFF. One pass over the bytes, before any parsing.
+fn check_characters(text: &str) -> Result<(), Defect> {
+    let bytes = text.as_bytes();
+    if let Some(at) = bytes
+        .iter()
+        .position(|&b| b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r'))
+    {
+        return Err(invalid(format!(
+            "control character U+{:04X} at byte {at}, which XML does not allow",
+            bytes[at]
+        )));
+    }
+    for non_char in ["\u{FFFE}", "\u{FFFF}"] {
+        if let Some(at) = memchr::memmem::find(bytes, non_char.as_bytes()) {
+            return Err(invalid(format!("non-character {non_char:?} at byte {at}")));
+        }
+    }
+    Ok(())
 }
 
 fn invalid(reason: impl Into<String>) -> Defect {
@@ -160,6 +183,8 @@ struct HeaderBlocks {
     request: Option<Request>,
     response: Option<Response>,
     poll_request: Option<PollRequest>,
+    /// The first defect of a block, held until the rest of the document is read.
+    defect: Option<Defect>,
 }
 
 impl<'a> EnvelopeReader<'a, '_> {
@@ -167,7 +192,7 @@ impl<'a> EnvelopeReader<'a, '_> {
         let root = loop {
             match self.xml.next()? {
                 None => return Err(invalid("the message holds no XML element")),
-                Some(Node::Text(t)) if t.trim().is_empty() => {}
+                Some(Node::Text(t)) if xml_trim(&t).is_empty() => {}
                 Some(Node::Text(_)) => return Err(invalid("text before the SOAP Envelope")),
                 Some(Node::Close) => return Err(invalid("stray end tag")),
                 Some(Node::Open(e)) => break e,
@@ -196,7 +221,7 @@ impl<'a> EnvelopeReader<'a, '_> {
         loop {
             match self.xml.next_in_element()? {
                 Node::Close => break,
-                Node::Text(t) if t.trim().is_empty() => {}
+                Node::Text(t) if xml_trim(&t).is_empty() => {}
                 Node::Text(_) => return Err(invalid("text directly inside the SOAP Envelope")),
                 Node::Open(e) if e.ns == env_ns && e.local() == "Header" => {
                     if seen_header || body.is_some() {
@@ -224,11 +249,14 @@ impl<'a> EnvelopeReader<'a, '_> {
         loop {
             match self.xml.next()? {
                 None => break,
-                Some(Node::Text(t)) if t.trim().is_empty() => {}
+                Some(Node::Text(t)) if xml_trim(&t).is_empty() => {}
                 Some(_) => return Err(invalid("content after the SOAP Envelope")),
             }
         }
         let body = body.ok_or_else(|| invalid("the SOAP Envelope has no Body"))?;
+        if let Some(defect) = headers.defect {
+            return Err(defect);
+        }
         Ok(Envelope {
             version,
             request: headers.request,
@@ -253,24 +281,30 @@ impl<'a> EnvelopeReader<'a, '_> {
         loop {
             match self.xml.next_in_element()? {
                 Node::Close => return Ok(()),
-                Node::Text(t) if t.trim().is_empty() => {}
+                Node::Text(t) if xml_trim(&t).is_empty() => {}
                 Node::Text(_) => return Err(invalid("text directly inside the SOAP Header")),
                 Node::Open(e) if e.ns == Ns::Wsrm => {
+                    // A block aimed at another SOAP node is not ours to process.
+                    if !self.xml.header_targeting(&e, version)?.1 {
+                        self.xml.skip(&e)?;
+                        continue;
+                    }
+                    let header_depth = self.xml.depth() - usize::from(!e.empty);
                     let mut block = blocks::BlockReader {
                         xml: &mut self.xml,
                         version,
                         quirks: &mut self.quirks,
                     };
-                    match e.local() {
+                    let read = match e.local() {
                         "Request" if blocks.request.is_none() => {
-                            blocks.request = Some(block.request(&e)?);
+                            block.request(&e).map(|r| blocks.request = Some(r))
                         }
                         "Response" if blocks.response.is_none() => {
-                            blocks.response = Some(block.response(&e)?);
+                            block.response(&e).map(|r| blocks.response = Some(r))
                         }
-                        "PollRequest" if blocks.poll_request.is_none() => {
-                            blocks.poll_request = Some(block.poll_request(&e)?);
-                        }
+                        "PollRequest" if blocks.poll_request.is_none() => block
+                            .poll_request(&e)
+                            .map(|p| blocks.poll_request = Some(p)),
                         "Request" | "Response" | "PollRequest" => {
                             return Err(invalid(format!(
                                 "more than one wsrm:{} header block",
@@ -283,14 +317,23 @@ impl<'a> EnvelopeReader<'a, '_> {
                                 excerpt(other)
                             )));
                         }
+                    };
+                    // A defective block is reported only once the whole document proved
+                    // well-formed and within limits: those failures must win (D4, D13).
+                    if let Err(defect) = read {
+                        if self.xml.failed() {
+                            return Err(defect);
+                        }
+                        self.xml.skip_to_depth(header_depth)?;
+                        blocks.defect.get_or_insert(defect);
                     }
                 }
                 // Other headers (WS-Addressing, WS-Security, ...) are not ours to process, but
                 // one that must be understood by us has to be reported, not skipped silently.
                 Node::Open(e) => {
-                    if self.xml.must_understand(&e, version)? {
+                    if self.xml.header_targeting(&e, version)? == (true, true) {
                         self.not_understood
-                            .push(excerpt(e.start.name().as_ref()).to_owned());
+                            .push(excerpt(e.start.name().as_ref()).into_owned());
                     }
                     self.xml.skip(&e)?;
                 }
@@ -332,5 +375,5 @@ impl<'a> EnvelopeReader<'a, '_> {
 }
 
 fn xml_name(e: &xml::Elem<'_>) -> String {
-    excerpt(e.start.name().as_ref()).to_owned()
+    excerpt(e.start.name().as_ref()).into_owned()
 }

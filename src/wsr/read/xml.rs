@@ -16,6 +16,7 @@ use quick_xml::{Reader, XmlVersion};
 
 use super::Limits;
 use crate::wsr::fault::excerpt;
+use crate::wsr::lexical::{is_xml_char, xml_trim};
 use crate::wsr::model::{REF_NS, SOAP11_NS, SOAP12_NS, SoapVersion, WSRM_NS};
 
 const XML_NS: &str = "http://www.w3.org/XML/1998/namespace";
@@ -123,21 +124,35 @@ pub struct XmlCursor<'a, 'l> {
     reader: Reader<&'a [u8]>,
     src: &'a str,
     bindings: Vec<Binding<'a>>,
+    /// Indices into `bindings` of the default-namespace declarations, so that unprefixed
+    /// names resolve without a scan.
+    defaults: Vec<usize>,
     limits: &'l Limits,
     depth: usize,
     /// Where the event last returned by `next` starts (comments skipped before it excluded).
     event_start: usize,
+    /// Whether any event was read yet: an XML declaration may only come first.
+    started: bool,
+    failed: bool,
 }
 
 impl<'a, 'l> XmlCursor<'a, 'l> {
     pub fn new(src: &'a str, limits: &'l Limits) -> Self {
         XmlCursor {
-            reader: Reader::from_str(src),
+            reader: {
+                let mut reader = Reader::from_str(src);
+                // `--` inside a comment is not well-formed XML.
+                reader.config_mut().check_comments = true;
+                reader
+            },
             src,
             bindings: Vec::new(),
+            defaults: Vec::new(),
             limits,
             depth: 0,
             event_start: 0,
+            started: false,
+            failed: false,
         }
     }
 
@@ -159,13 +174,33 @@ impl<'a, 'l> XmlCursor<'a, 'l> {
     /// The next node; comments, processing instructions and the XML declaration are consumed
     /// (after checking the declared encoding). `None` at the end of the document.
     pub fn next(&mut self) -> XmlResult<Option<Node<'a>>> {
+        let node = self.read_node();
+        self.failed |= node.is_err();
+        node
+    }
+
+    /// Whether the document turned out not to be well-formed (or over a limit): after that,
+    /// nothing more can be read from it.
+    pub fn failed(&self) -> bool {
+        self.failed
+    }
+
+    fn read_node(&mut self) -> XmlResult<Option<Node<'a>>> {
         // Declarations of elements that are closed (or were empty) go out of scope.
         while self.bindings.last().is_some_and(|b| b.depth > self.depth) {
             self.bindings.pop();
         }
+        while self
+            .defaults
+            .last()
+            .is_some_and(|&i| i >= self.bindings.len())
+        {
+            self.defaults.pop();
+        }
         loop {
             self.event_start = self.position();
             let event = self.reader.read_event().map_err(ill)?;
+            let first = !std::mem::replace(&mut self.started, true);
             match event {
                 Event::Start(start) => {
                     let elem = self.element(start, false)?;
@@ -184,11 +219,23 @@ impl<'a, 'l> XmlCursor<'a, 'l> {
                     return Ok(Some(Node::Close));
                 }
                 // Header values are trimmed, so line-end normalization would change nothing.
-                Event::Text(t) => return Ok(Some(Node::Text(t.into_inner()))),
+                Event::Text(t) => {
+                    let text = t.into_inner();
+                    if memchr::memmem::find(text.as_bytes(), b"]]>").is_some() {
+                        return Err(ill("']]>' in character data"));
+                    }
+                    return Ok(Some(Node::Text(text)));
+                }
                 Event::CData(t) => return Ok(Some(Node::Text(t.xml10_content()))),
                 Event::GeneralRef(r) => {
                     let ch = match r.resolve_char_ref().map_err(ill)? {
-                        Some(ch) => ch,
+                        Some(ch) if is_xml_char(ch) => ch,
+                        Some(ch) => {
+                            return Err(ill(format_args!(
+                                "character reference to U+{:04X}, which XML does not allow",
+                                u32::from(ch)
+                            )));
+                        }
                         None => predefined_entity(&r)?,
                     };
                     return Ok(Some(Node::Text(Cow::Owned(ch.to_string()))));
@@ -198,6 +245,9 @@ impl<'a, 'l> XmlCursor<'a, 'l> {
                         "DOCTYPE and entity declarations are not allowed in SOAP messages"
                             .to_owned(),
                     ));
+                }
+                Event::Decl(_) if !first => {
+                    return Err(ill("an XML declaration that is not at the start"));
                 }
                 Event::Decl(decl) => {
                     if let Some(enc) = decl.encoding() {
@@ -262,12 +312,17 @@ impl<'a, 'l> XmlCursor<'a, 'l> {
                     self.limits.max_value_len
                 )));
             }
+            if attr.value.contains('<') {
+                return Err(ill("'<' in an attribute value"));
+            }
             let value = if attr.value.contains('&') {
-                Cow::Owned(
-                    attr.normalized_value(XmlVersion::Implicit1_0)
-                        .map_err(ill)?
-                        .into_owned(),
-                )
+                let value = attr
+                    .normalized_value(XmlVersion::Implicit1_0)
+                    .map_err(ill)?;
+                if !value.chars().all(is_xml_char) {
+                    return Err(ill("a character reference XML does not allow"));
+                }
+                Cow::Owned(value.into_owned())
             } else {
                 reborrow(self.src, &attr.value)
             };
@@ -330,6 +385,9 @@ impl<'a, 'l> XmlCursor<'a, 'l> {
                 self.limits.max_namespace_bindings
             )));
         }
+        if prefix.is_empty() {
+            self.defaults.push(self.bindings.len());
+        }
         self.bindings.push(Binding { prefix, uri, depth });
         Ok(())
     }
@@ -339,7 +397,7 @@ impl<'a, 'l> XmlCursor<'a, 'l> {
     fn resolve(&self, name: QName<'_>, element: bool) -> Resolved<'_> {
         match name.prefix() {
             None if !element => Resolved::Unbound,
-            None => match self.bindings.iter().rev().find(|b| b.prefix.is_empty()) {
+            None => match self.defaults.last().and_then(|&i| self.bindings.get(i)) {
                 Some(b) if !b.uri.is_empty() => Resolved::Bound(b.uri.as_ref()),
                 _ => Resolved::Unbound,
             },
@@ -394,7 +452,13 @@ impl<'a, 'l> XmlCursor<'a, 'l> {
 
     /// Whether a header block is addressed to us (the ultimate receiver) with mustUnderstand
     /// set, per the SOAP version's own attributes (`actor` / `role`).
-    pub fn must_understand(&self, elem: &Elem<'a>, version: SoapVersion) -> XmlResult<bool> {
+    /// Reads the SOAP processing attributes of a header block: (mustUnderstand set, addressed
+    /// to us). Addressed to us means no `actor`/`role`, or the next / ultimate receiver.
+    pub fn header_targeting(
+        &self,
+        elem: &Elem<'a>,
+        version: SoapVersion,
+    ) -> XmlResult<(bool, bool)> {
         let (envelope_ns, role_attr, ours): (Ns, &str, &[&str]) = match version {
             SoapVersion::Soap11 => (Ns::Soap11, "actor", &[SOAP11_NEXT]),
             SoapVersion::Soap12 => (Ns::Soap12, "role", &[SOAP12_NEXT, SOAP12_ULTIMATE]),
@@ -406,12 +470,20 @@ impl<'a, 'l> XmlCursor<'a, 'l> {
                 continue;
             }
             if attr.local == "mustUnderstand" {
-                must = matches!(attr.value.trim(), "1" | "true");
+                must = matches!(xml_trim(&attr.value), "1" | "true");
             } else if attr.local == role_attr {
-                for_us = ours.contains(&attr.value.trim());
+                for_us = ours.contains(&xml_trim(&attr.value));
             }
         }
-        Ok(must && for_us)
+        Ok((must, for_us))
+    }
+
+    /// Skips up to the end of the element open at `depth` (after a block stopped midway).
+    pub fn skip_to_depth(&mut self, depth: usize) -> XmlResult<()> {
+        while self.depth > depth {
+            self.next_in_element()?;
+        }
+        Ok(())
     }
 
     /// Every namespace declaration in scope now, innermost last, one per prefix.
@@ -431,7 +503,7 @@ impl<'a, 'l> XmlCursor<'a, 'l> {
     /// Resolves a QName-typed value (like `fault="r:GroupAborted"`) in the scope of the element
     /// just returned by `next`: (namespace, local name), or `None` for an unbound prefix.
     pub fn resolve_qname<'v>(&self, value: &'v str) -> Option<(Ns, &'v str)> {
-        let qname = QName(value.trim());
+        let qname = QName(xml_trim(value));
         let ns = match self.resolve(qname, true) {
             Resolved::Unknown => return None,
             Resolved::Unbound => Ns::None,

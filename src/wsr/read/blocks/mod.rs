@@ -16,7 +16,7 @@ use super::Quirk;
 use super::xml::{Elem, Node, Ns, XmlCursor};
 use crate::wsr::fault::excerpt;
 use crate::wsr::fault::{Defect, FaultCode};
-use crate::wsr::lexical::{check_any_uri, parse_boolean, parse_unsigned_long};
+use crate::wsr::lexical::{check_any_uri, parse_boolean, parse_unsigned_long, xml_trim};
 use crate::wsr::model::{ReplyTo, SeqRange, SoapVersion};
 
 pub(super) struct BlockReader<'x, 'a, 'l> {
@@ -98,7 +98,7 @@ impl<'x, 'a, 'l> BlockReader<'x, 'a, 'l> {
         loop {
             match self.xml.next_in_element()? {
                 Node::Close => return Ok(text),
-                Node::Text(t) => text |= !t.trim().is_empty(),
+                Node::Text(t) => text |= !xml_trim(&t).is_empty(),
                 Node::Open(child) => f(self, child)?,
             }
         }
@@ -123,7 +123,7 @@ impl<'x, 'a, 'l> BlockReader<'x, 'a, 'l> {
                 None => {
                     found
                         .unknown
-                        .get_or_insert_with(|| excerpt(attr.local).to_owned());
+                        .get_or_insert_with(|| excerpt(attr.local).into_owned());
                 }
             }
         }
@@ -197,7 +197,7 @@ impl<'x, 'a, 'l> BlockReader<'x, 'a, 'l> {
         let mut problem = attrs.unknown.map(|name| {
             ReplyToProblem::Malformed(format!("unknown attribute '{name}' on wsrm:ReplyTo"))
         });
-        let reference_scheme = reference_scheme.map(|s| s.trim().to_owned());
+        let reference_scheme = reference_scheme.map(|s| xml_trim(&s).to_owned());
         if let Some(Err(why)) = reference_scheme.as_deref().map(check_any_uri) {
             problem.get_or_insert(ReplyToProblem::Malformed(format!(
                 "reference-scheme is not an xs:anyURI: {why}"
@@ -219,15 +219,17 @@ impl<'x, 'a, 'l> BlockReader<'x, 'a, 'l> {
             }
             let malformed = match r.xml.text(&child)? {
                 None => Some("wsrm:BareURI holds elements, not a URI".to_owned()),
-                Some(text) if text.trim().is_empty() => Some("wsrm:BareURI is empty".to_owned()),
-                Some(text) => match check_any_uri(text.trim()) {
+                Some(text) if xml_trim(&text).is_empty() => {
+                    Some("wsrm:BareURI is empty".to_owned())
+                }
+                Some(text) => match check_any_uri(xml_trim(&text)) {
                     Ok(()) => {
-                        uri = Some(text.trim().to_owned());
+                        uri = Some(xml_trim(&text).to_owned());
                         None
                     }
                     Err(why) => Some(format!(
                         "wsrm:BareURI '{}' is not an xs:anyURI: {why}",
-                        excerpt(text.trim())
+                        excerpt(xml_trim(&text))
                     )),
                 },
             };

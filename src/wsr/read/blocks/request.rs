@@ -6,7 +6,7 @@ use super::{BlockReader, FirstProblem, ReplyToProblem, owned, sync};
 use crate::wsr::datetime::{XsDuration, Zone, parse_date_time};
 use crate::wsr::fault::excerpt;
 use crate::wsr::fault::{Defect, FaultCode, FaultRoute};
-use crate::wsr::lexical::{parse_boolean, parse_unsigned_long};
+use crate::wsr::lexical::{parse_boolean, parse_unsigned_long, xml_trim};
 use crate::wsr::model::{
     GroupId, GroupLimit, MessageId, MessageKey, ReplyPattern, ReplyTo, Request, SequenceNum,
 };
@@ -302,7 +302,7 @@ impl<'a> BlockReader<'_, 'a, '_> {
             Some(Some(v)) => v,
         };
         // Case-sensitive as the schema's enumeration; surrounding whitespace is forgiven.
-        let pattern = match value.trim() {
+        let pattern = match xml_trim(&value) {
             "Callback" => {
                 return match rp.reply_to {
                     None => Err(sync(
