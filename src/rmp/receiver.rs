@@ -325,3 +325,256 @@ fn describe_mismatch(stored: &GroupParams, new: &GroupParams) -> String {
     };
     format!("{what} differs from earlier messages of the group")
 }
+
+#[cfg(test)]
+mod tests {
+    //! Group lifecycle on an injected clock (DESIGN D6–D8): every decision takes `now`.
+
+    use chrono::{Duration, TimeZone};
+
+    use super::*;
+    use crate::rmp::group::{GroupStatus, Swept, sweep};
+    use crate::wsr::datetime::XsDuration;
+    use crate::wsr::{GroupId, GroupLimit, MessageId, ReplyPattern, SequenceNum};
+
+    fn t0() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0)
+            .single()
+            .expect("date")
+    }
+
+    fn request(
+        n: Option<u64>,
+        last: bool,
+        limit: Option<GroupLimit>,
+        expiry: DateTime<Utc>,
+    ) -> Request {
+        Request {
+            message_id: MessageId {
+                group_id: GroupId::parse("mid:g").expect("group"),
+                sequence: n.map(|number| SequenceNum {
+                    number,
+                    last,
+                    group_limit: limit.clone(),
+                }),
+            },
+            expiry_time: expiry,
+            reply_pattern: ReplyPattern::Response,
+            ack_requested: true,
+            duplicate_elimination: true,
+            message_order: n.is_some(),
+        }
+    }
+
+    /// Feeds a message into `state` at `now`, keeping the persisted state.
+    fn feed(state: &mut Option<GroupState>, r: &Request, now: DateTime<Utc>) -> Outcome {
+        let out = receive(
+            state.as_ref(),
+            Incoming {
+                request: r,
+                channel: "c",
+                body_bytes: 10,
+            },
+            now,
+            &Policy::default(),
+        );
+        if let Some(s) = &out.state {
+            *state = Some(s.clone());
+        }
+        out
+    }
+
+    fn idle(spec: &str) -> Option<GroupLimit> {
+        Some(GroupLimit::MaxIdleDuration(
+            XsDuration::parse(spec).expect("duration"),
+        ))
+    }
+
+    #[test]
+    fn complete_when_last_and_everything_before_it_is_delivered() {
+        let exp = t0() + Duration::hours(1);
+        let mut g = None;
+        feed(&mut g, &request(Some(0), false, idle("PT1H"), exp), t0());
+        let out = feed(&mut g, &request(Some(2), true, idle("PT1H"), exp), t0());
+        assert_eq!((out.action, out.verdict), (Action::Buffer, Verdict::NoAck));
+        let out = feed(&mut g, &request(Some(1), false, idle("PT1H"), exp), t0());
+        assert_eq!(out.action, Action::Deliver);
+        assert_eq!(
+            out.released.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+            vec![2]
+        );
+        let state = g.clone().expect("state");
+        assert_eq!(state.status, GroupStatus::Complete);
+        // Beyond last: InvalidMessageId; a resend of 2: acked again (duplicate, not faulted).
+        let out = feed(&mut g, &request(Some(3), false, idle("PT1H"), exp), t0());
+        assert!(matches!(
+            out.verdict,
+            Verdict::Fault(FaultCode::InvalidMessageId, _)
+        ));
+        let out = feed(&mut g, &request(Some(2), true, idle("PT1H"), exp), t0());
+        assert_eq!(out.verdict, Verdict::Ack);
+        // Purged only after the latest ExpiryTime.
+        let mut s = g.clone().expect("state");
+        assert_eq!(
+            sweep(&mut s, exp - Duration::seconds(1), &Policy::default()),
+            Swept::Unchanged
+        );
+        assert_eq!(sweep(&mut s, exp, &Policy::default()), Swept::Purge);
+    }
+
+    #[test]
+    fn group_expiry_time_ends_the_group() {
+        let exp = t0() + Duration::hours(2);
+        let limit = Some(GroupLimit::ExpiryTime(t0() + Duration::hours(1)));
+        let mut g = None;
+        feed(&mut g, &request(Some(0), false, limit.clone(), exp), t0());
+        let mut s = g.clone().expect("state");
+        assert_eq!(
+            s.next_deadline(&Policy::default()),
+            Some(t0() + Duration::hours(1))
+        );
+        let later = t0() + Duration::minutes(61);
+        assert!(matches!(
+            sweep(&mut s, later, &Policy::default()),
+            Swept::Changed { .. }
+        ));
+        assert_eq!(s.status, GroupStatus::Expired);
+        // Kept until the latest ExpiryTime, so a late duplicate is still recognised.
+        assert_eq!(s.purge_at(), Some(exp));
+        let mut g2 = Some(s);
+        let out = feed(&mut g2, &request(Some(1), false, limit.clone(), exp), later);
+        assert!(matches!(
+            out.verdict,
+            Verdict::Fault(FaultCode::GroupAborted, _)
+        ));
+        let out = feed(&mut g2, &request(Some(0), false, limit, exp), later);
+        assert_eq!(
+            out.verdict,
+            Verdict::Ack,
+            "duplicate of a delivered message re-acked"
+        );
+    }
+
+    #[test]
+    fn idle_limit_and_the_default_idle_limit() {
+        let exp = t0() + Duration::days(3);
+        let mut g = None;
+        feed(&mut g, &request(Some(0), false, idle("PT5M"), exp), t0());
+        let mut s = g.clone().expect("state");
+        assert_eq!(
+            sweep(&mut s, t0() + Duration::minutes(4), &Policy::default()),
+            Swept::Unchanged
+        );
+        assert!(matches!(
+            sweep(&mut s, t0() + Duration::minutes(5), &Policy::default()),
+            Swept::Changed { .. }
+        ));
+        assert_eq!(s.status, GroupStatus::Idle);
+
+        // No limit named: the configured default idle (P1D) applies.
+        let mut g = None;
+        let mut r = request(Some(0), false, None, exp);
+        r.message_id.group_id = GroupId::parse("mid:h").expect("group");
+        feed(&mut g, &r, t0());
+        let s = g.expect("state");
+        assert_eq!(
+            s.next_deadline(&Policy::default()),
+            Some(t0() + Duration::days(1))
+        );
+    }
+
+    #[test]
+    fn an_expired_buffered_message_aborts_the_ordered_group() {
+        let mut g = None;
+        let long = t0() + Duration::days(1);
+        feed(&mut g, &request(Some(0), false, idle("PT1H"), long), t0());
+        let short = t0() + Duration::minutes(10);
+        assert_eq!(
+            feed(&mut g, &request(Some(2), false, idle("PT1H"), short), t0()).action,
+            Action::Buffer
+        );
+        let mut s = g.clone().expect("state");
+        assert_eq!(
+            s.next_deadline(&Policy::default()),
+            Some(short),
+            "the buffered expiry is next"
+        );
+        let swept = sweep(&mut s, short, &Policy::default());
+        let Swept::Changed { discarded } = swept else {
+            panic!("{swept:?}")
+        };
+        assert_eq!(
+            discarded.iter().map(|(n, _)| *n).collect::<Vec<_>>(),
+            vec![2]
+        );
+        assert_eq!(s.status, GroupStatus::Aborted);
+        assert_eq!(s.faults.get(&2), Some(&FaultCode::GroupAborted));
+        assert!(s.buffered.is_empty(), "discarded, never delivered");
+        let mut g = Some(s);
+        let out = feed(&mut g, &request(Some(1), false, idle("PT1H"), long), short);
+        assert!(matches!(
+            out.verdict,
+            Verdict::Fault(FaultCode::GroupAborted, _)
+        ));
+        assert_eq!(out.action, Action::Drop);
+    }
+
+    #[test]
+    fn buffer_limit_refuses_transiently() {
+        let policy = Policy {
+            buffer_max_messages: 1,
+            ..Policy::default()
+        };
+        let exp = t0() + Duration::hours(1);
+        let mut g = None;
+        for (n, expected) in [(0, Action::Deliver), (2, Action::Buffer), (3, Action::Drop)] {
+            let r = request(Some(n), false, idle("PT1H"), exp);
+            let out = receive(
+                g.as_ref(),
+                Incoming {
+                    request: &r,
+                    channel: "c",
+                    body_bytes: 1,
+                },
+                t0(),
+                &policy,
+            );
+            if let Some(s) = &out.state {
+                g = Some(s.clone());
+            }
+            assert_eq!(out.action, expected, "{n}");
+            if n == 3 {
+                assert!(matches!(
+                    out.verdict,
+                    Verdict::Fault(FaultCode::MessageProcessingFailure, _)
+                ));
+                assert_eq!(
+                    g.as_ref().map(|s| s.status),
+                    Some(GroupStatus::Open),
+                    "the group lives on"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn singleton_duplicates_and_expiry() {
+        let exp = t0() + Duration::minutes(5);
+        let mut g = None;
+        let r = request(None, false, None, exp);
+        assert_eq!(feed(&mut g, &r, t0()).action, Action::Deliver);
+        let dup = feed(&mut g, &r, t0() + Duration::minutes(1));
+        assert_eq!((dup.action, dup.verdict), (Action::Drop, Verdict::Ack));
+        // Expired on arrival (no state): InvalidExpiryTime, nothing stored.
+        let mut fresh = None;
+        let out = feed(&mut fresh, &r, exp + Duration::seconds(1));
+        assert!(matches!(
+            out.verdict,
+            Verdict::Fault(FaultCode::InvalidExpiryTime, _)
+        ));
+        assert!(fresh.is_none());
+        // The singleton's ID is purged after its ExpiryTime.
+        let mut s = g.expect("state");
+        assert_eq!(sweep(&mut s, exp, &Policy::default()), Swept::Purge);
+    }
+}

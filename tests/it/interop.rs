@@ -472,3 +472,82 @@ fn holodeck_as_sender_mid_slash_slash_zoneless_multipart() {
         );
     }
 }
+
+/// Every request Holodeck sent as a sending RMP (`send-*.json`), replayed against our
+/// receiver on a clock set to the recording's time: accepted, answered as a conforming
+/// receiver answers (README of the transcripts), each message delivered exactly once.
+#[tokio::test]
+async fn holodeck_as_sender_is_answered_by_our_receiver() {
+    use super::support::spawn_app;
+    use wsr_gateway::wsr::Reply as R;
+
+    let exchanges = load();
+    let files: std::collections::BTreeSet<String> = exchanges
+        .iter()
+        .filter(|e| e.file.starts_with("send-"))
+        .map(|e| e.file.clone())
+        .collect();
+    assert!(
+        files.len() >= 11,
+        "all send-* transcripts present: {files:?}"
+    );
+    for file in files {
+        let app = spawn_app().await;
+        app.register_callback("http://127.0.0.1:8081/axis2/services/wsrm")
+            .await;
+        let mut keys = std::collections::BTreeSet::new();
+        for ex in exchanges
+            .iter()
+            .filter(|e| e.file == file && e.from == "peer")
+        {
+            app.clock.set(ex.request_time);
+            let ct = ex.request_ct.clone().expect("content type");
+            let answer = app.post("/wsr/default", &ct, ex.request_body.clone()).await;
+            let what = format!("{file} #{}", ex.seq);
+            let sent =
+                read(&ex.request_ct, &ex.request_body).unwrap_or_else(|d| panic!("{what}: {d}"));
+            if let Some(request) = &sent.request {
+                keys.insert(request.key());
+                match request.reply_pattern {
+                    ReplyPattern::Response => {
+                        assert_eq!(answer.status, 200, "{what}: {}", answer.body);
+                        let acks = answer.envelope().response.expect("ack").replies;
+                        let acked = acks.iter().any(|r| match (r, request.key().number) {
+                            (
+                                R::NonSequence {
+                                    group_id,
+                                    fault: None,
+                                },
+                                None,
+                            ) => *group_id == request.message_id.group_id,
+                            (R::Sequence { group_id, ranges }, Some(n)) => {
+                                *group_id == request.message_id.group_id
+                                    && ranges
+                                        .iter()
+                                        .any(|x| x.fault.is_none() && x.range.contains(n))
+                            }
+                            _ => false,
+                        });
+                        assert!(acked, "{what}: {acks:?}");
+                    }
+                    _ => assert_eq!((answer.status, answer.body.as_str()), (202, ""), "{what}"),
+                }
+            }
+            if let Some(poll) = &sent.poll_request {
+                assert_eq!(answer.status, 200, "{what}: {}", answer.body);
+                let acks = answer.envelope().response.expect("poll answer").replies;
+                for r in &poll.refs {
+                    let found = acks.iter().any(|a| matches!(a, R::NonSequence { group_id, fault: None } if *group_id == r.group_id));
+                    assert!(found, "{what}: {acks:?}");
+                }
+            }
+        }
+        let inbox = app.inbox().await;
+        assert_eq!(
+            inbox.len(),
+            keys.len(),
+            "{file}: each message delivered exactly once"
+        );
+        app.stop().await;
+    }
+}
