@@ -813,3 +813,163 @@ async fn unknown_channel_is_404() {
     assert_eq!(answer.status, 404);
     app.stop().await;
 }
+
+// The README's example: the envelope in examples/ is acked, and the example config loads.
+#[tokio::test]
+async fn readme_example_envelope_is_acked_and_example_config_loads() {
+    let app = spawn_app().await;
+    let xml =
+        std::fs::read_to_string(super::support::repo_root().join("examples/purchase-order.xml"))
+            .expect("example envelope");
+    for _ in 0..2 {
+        let answer = app
+            .post("/wsr/default", "text/xml; charset=utf-8", xml.clone())
+            .await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        assert_eq!(
+            replies_of(&answer),
+            ack("mid:example-po-0001@partner.example.org")
+        );
+    }
+    assert_eq!(app.inbox().await.len(), 1, "the second POST is a duplicate");
+    assert_eq!(app.inbox().await[0].topic, "default/PurchaseOrder");
+    let path = super::support::repo_root().join("examples/gateway.toml");
+    let config = wsr_gateway::Config::load(Some(&path), []).expect("example config is valid");
+    assert!(config.channels.contains_key("orders"));
+    app.stop().await;
+}
+
+// The admin API: bearer tokens with scopes, callback endpoint registration, groups, inbox.
+#[tokio::test]
+async fn admin_api_requires_a_token_and_serves_groups_and_inbox() {
+    use wsr_gateway::config::{Scope, TokenConfig};
+    let app = spawn_app_with(|c| {
+        c.tokens = vec![
+            TokenConfig {
+                token: "admin-token-0123456789".into(),
+                principal: "ops".into(),
+                scopes: vec![Scope::Admin],
+            },
+            TokenConfig {
+                token: "reader-token-0123456789".into(),
+                principal: "app".into(),
+                scopes: vec![Scope::Consume],
+            },
+        ]
+    })
+    .await;
+    let get = |path: &str, token: Option<&str>| {
+        let mut r = app.client.get(app.url(path));
+        if let Some(t) = token {
+            r = r.bearer_auth(t);
+        }
+        r.send()
+    };
+    assert_eq!(
+        get("/api/v1/groups", None).await.expect("answer").status(),
+        401
+    );
+    assert_eq!(
+        get("/api/v1/groups", Some("wrong-token-0123456789"))
+            .await
+            .expect("answer")
+            .status(),
+        401
+    );
+    assert_eq!(
+        get("/api/v1/groups", Some("reader-token-0123456789"))
+            .await
+            .expect("answer")
+            .status(),
+        403
+    );
+
+    let v = SoapVersion::Soap11;
+    assert_eq!(
+        app.send(v, msg(&app, "mid:admin@test").n(0).xml(v))
+            .await
+            .status,
+        200
+    );
+    let groups: serde_json::Value = get("/api/v1/groups", Some("admin-token-0123456789"))
+        .await
+        .expect("answer")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(groups["groups"][0]["group_id"], "mid:admin@test");
+    assert_eq!(
+        groups["groups"][0]["delivered"],
+        serde_json::json!([[0, 0]])
+    );
+    let one = get(
+        "/api/v1/groups/mid:admin@test",
+        Some("admin-token-0123456789"),
+    )
+    .await
+    .expect("answer");
+    assert_eq!(one.status(), 200);
+    assert_eq!(
+        get("/api/v1/groups/mid:nope", Some("admin-token-0123456789"))
+            .await
+            .expect("answer")
+            .status(),
+        404
+    );
+    let inbox: serde_json::Value = get("/api/v1/inbox?after=0", Some("reader-token-0123456789"))
+        .await
+        .expect("answer")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(inbox["messages"][0]["topic"], "default/Order");
+
+    let post = |body: serde_json::Value| {
+        app.client
+            .post(app.url("/api/v1/callback-endpoints"))
+            .bearer_auth("admin-token-0123456789")
+            .json(&body)
+            .send()
+    };
+    assert_eq!(
+        post(serde_json::json!({"url": "ftp://x"}))
+            .await
+            .expect("answer")
+            .status(),
+        400
+    );
+    assert_eq!(
+        post(serde_json::json!({"url": "http://127.0.0.1:9/cb"}))
+            .await
+            .expect("answer")
+            .status(),
+        201
+    );
+    assert_eq!(
+        post(serde_json::json!({"url": "http://127.0.0.1:9/cb"}))
+            .await
+            .expect("answer")
+            .status(),
+        200
+    );
+    let listed: serde_json::Value =
+        get("/api/v1/callback-endpoints", Some("admin-token-0123456789"))
+            .await
+            .expect("answer")
+            .json()
+            .await
+            .expect("json");
+    assert_eq!(
+        listed["endpoints"],
+        serde_json::json!(["http://127.0.0.1:9/cb"])
+    );
+    let removed = app
+        .client
+        .delete(app.url("/api/v1/callback-endpoints?url=http://127.0.0.1:9/cb"))
+        .bearer_auth("admin-token-0123456789")
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(removed.status(), 204);
+    app.stop().await;
+}
