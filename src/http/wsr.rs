@@ -124,42 +124,20 @@ async fn handle_request(
     if let ReplyPattern::Callback(to) = &request.reply_pattern {
         match app.store.is_callback_endpoint(&to.uri).await {
             Ok(true) => {}
-            Ok(false) => {
-                return RequestAnswer::Now(soap::fault(
-                    env.version,
-                    FaultCode::InvalidReplyPattern,
-                    &format!("ReplyTo {} is not a registered callback endpoint", to.uri),
-                    None,
-                ));
-            }
+            Ok(false) => return RequestAnswer::Now(unregistered(env.version, &to.uri)),
             Err(e) => return store_failed(env.version, &key, &e),
         }
     }
-    if let Err((code, reason)) = agreement.check(request, now) {
-        return by_reply_pattern(
-            app,
-            env.version,
-            &key,
-            &request.reply_pattern,
-            code,
-            reason,
-            request.expiry_time,
-        )
-        .await;
-    }
-    if env.attachments > 0 {
-        let reason = "MIME attachments are not supported: they would not reach the consumer";
-        let code = FaultCode::FeatureNotSupported;
-        return by_reply_pattern(
-            app,
-            env.version,
-            &key,
-            &request.reply_pattern,
-            code,
-            reason.into(),
-            request.expiry_time,
-        )
-        .await;
+    let refusal = agreement.check(request, now).err().or_else(|| {
+        (env.attachments > 0).then(|| {
+            let why = "MIME attachments are not supported: they would not reach the consumer";
+            (FaultCode::FeatureNotSupported, why.to_owned())
+        })
+    });
+    if let Some((code, reason)) = refusal {
+        let pattern = &request.reply_pattern;
+        let expiry = request.expiry_time;
+        return by_reply_pattern(app, env.version, &key, pattern, code, reason, expiry).await;
     }
     let root = env
         .body
@@ -243,6 +221,12 @@ fn store_failed(
     ))
 }
 
+/// Callbacks go only to registered endpoints (D10); anything else is refused synchronously.
+fn unregistered(version: SoapVersion, uri: &str) -> Response {
+    let reason = format!("ReplyTo {uri} is not a registered callback endpoint");
+    soap::fault(version, FaultCode::InvalidReplyPattern, &reason, None)
+}
+
 /// A fault decided before the store (defect, agreement): sent the way the message asked (D4).
 async fn by_reply_pattern(
     app: &AppState,
@@ -274,12 +258,7 @@ async fn by_reply_pattern(
                     Ok(()) => RequestAnswer::Elsewhere,
                     Err(e) => store_failed(version, key, &e),
                 },
-                Ok(false) => RequestAnswer::Now(soap::fault(
-                    version,
-                    FaultCode::InvalidReplyPattern,
-                    &format!("ReplyTo {} is not a registered callback endpoint", to.uri),
-                    None,
-                )),
+                Ok(false) => RequestAnswer::Now(unregistered(version, &to.uri)),
                 Err(e) => store_failed(version, key, &e),
             }
         }
@@ -350,12 +329,7 @@ async fn handle_poll(
         .await
         .unwrap_or(false);
     if !registered {
-        return Err(soap::fault(
-            version,
-            FaultCode::InvalidReplyPattern,
-            &format!("ReplyTo {} is not a registered callback endpoint", to.uri),
-            None,
-        ));
+        return Err(unregistered(version, &to.uri));
     }
     let owed: Vec<OwedReply> = answer.replies.into_iter().flat_map(owed_replies).collect();
     let now = app.clock.now();

@@ -387,17 +387,7 @@ async fn s05_ordered_group_out_of_order() {
                     .send()
                     .await
                     .expect("send");
-                let status = r.status().as_u16();
-                let content_type = r
-                    .headers()
-                    .get("content-type")
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_owned);
-                Answer {
-                    status,
-                    content_type,
-                    body: r.text().await.expect("body"),
-                }
+                Answer::read(r).await
             })
         };
         // Number 2 is buffered, not delivered and not acked, until 1 arrives.

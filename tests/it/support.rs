@@ -192,6 +192,21 @@ pub struct Answer {
 }
 
 impl Answer {
+    pub async fn read(r: reqwest::Response) -> Answer {
+        let status = r.status().as_u16();
+        let content_type = r
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let body = r.text().await.expect("answer body");
+        Answer {
+            status,
+            content_type,
+            body,
+        }
+    }
+
     /// The answer read as an envelope (it must be one).
     pub fn envelope(&self) -> Envelope<'_> {
         read_message(
@@ -217,18 +232,7 @@ impl TestApp {
             .send()
             .await
             .expect("request reaches the gateway");
-        let status = r.status().as_u16();
-        let content_type = r
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let body = r.text().await.expect("answer body");
-        Answer {
-            status,
-            content_type,
-            body,
-        }
+        Answer::read(r).await
     }
 
     /// POSTs an envelope to `/wsr/default` with the media type of its SOAP version.
