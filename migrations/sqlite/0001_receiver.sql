@@ -64,9 +64,10 @@ CREATE TABLE callback_endpoints (
 -- Faults given to messages that left no group state behind (defective or refused on arrival),
 -- so that a Poll-pattern sender learns of them when it polls (D4, D11). Kept until expiry.
 CREATE TABLE message_faults (
-    group_id TEXT NOT NULL,
-    number   INTEGER NOT NULL, -- -1 for a singleton
-    fault    TEXT NOT NULL,
-    expiry   INTEGER NOT NULL,
-    PRIMARY KEY (group_id, number)
+    group_id  TEXT NOT NULL,
+    singleton INTEGER NOT NULL,  -- 1: the message had no SequenceNum (number is 0)
+    number    INTEGER NOT NULL,  -- u64 stored bit for bit in an i64
+    fault     TEXT NOT NULL,
+    expiry    INTEGER NOT NULL,
+    PRIMARY KEY (group_id, singleton, number)
 ) STRICT;

@@ -5,7 +5,7 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
 use crate::wsr::{
-    FaultCode, Headers, Reply, Response as WsrResponse, SoapFault, SoapVersion, write_envelope,
+    FaultCode, Headers, Response as WsrResponse, SoapFault, SoapVersion, write_envelope,
     write_soap_fault,
 };
 
@@ -74,15 +74,12 @@ pub fn fault(
     version: SoapVersion,
     code: FaultCode,
     reason: &str,
-    header: Option<Reply>,
+    header: Option<WsrResponse>,
 ) -> Response {
     let fault = SoapFault {
         code,
         reason: reason.to_owned(),
     };
-    let header = header.map(|reply| WsrResponse {
-        replies: vec![reply],
-    });
     let status = StatusCode::from_u16(fault.http_status(version))
         .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     envelope(

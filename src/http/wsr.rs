@@ -90,15 +90,17 @@ pub async fn receive(
     }
     if let Some(poll) = &env.poll_request {
         if let Err(response) = handle_poll(&app, version, poll, &mut replies).await {
-            return response;
+            if env.request.is_none() {
+                return response;
+            }
+            // The message itself is already decided and committed: its answer must not be
+            // replaced by the poll's failure. The poll can be asked again.
+            tracing::warn!("a piggy-backed poll failed; answering for the message only");
         }
     }
     match own_fault {
-        Some((code, reason)) => {
-            let key = env.request.as_ref().map(Request::key);
-            let header = key.map(|k| reply_for(&k, Some(code)));
-            soap::fault(version, code, &reason, header)
-        }
+        // The header carries this message's fault and any poll answers with it.
+        Some((code, reason)) => soap::fault(version, code, &reason, replies.into_response()),
         None => soap::replies(version, replies.into_response()),
     }
 }
@@ -162,14 +164,14 @@ async fn handle_request(
     // A buffered Response-pattern message may be delivered while we wait (D6): watch before
     // submitting, so the delivery cannot slip by between the two.
     let watching = request.message_order && request.reply_pattern == ReplyPattern::Response;
-    let hold = watching.then(|| app.store.watch_delivery(&key));
+    let mut hold = watching.then(|| app.store.watch_delivery(&key));
     let received = app.store.receive(message).await;
     let answer = match received {
         Err(e) => store_failed(env.version, &key, &e),
         Ok(r) => match (r.verdict, &request.reply_pattern) {
             (Verdict::Ack, ReplyPattern::Response) => RequestAnswer::InResponse(None),
             (Verdict::Ack, _) => RequestAnswer::Elsewhere,
-            (Verdict::NoAck, ReplyPattern::Response) => match hold {
+            (Verdict::NoAck, ReplyPattern::Response) => match hold.take() {
                 Some(delivered) if request.ack_requested && !app.config.hold.is_zero() => {
                     match tokio::time::timeout(app.config.hold, delivered).await {
                         Ok(Ok(())) => RequestAnswer::InResponse(None),
@@ -186,21 +188,12 @@ async fn handle_request(
                 // Not queued anywhere: the sender should hear "try later" now.
                 RequestAnswer::Now(soap::fault(env.version, code, &reason, None))
             }
-            (Verdict::Fault(code, _), ReplyPattern::Poll) => {
-                // Group state keeps most faults; this covers those that left none.
-                if let Err(e) = app
-                    .store
-                    .record_fault(&key, code, request.expiry_time)
-                    .await
-                {
-                    tracing::error!(error = %e, %key, "cannot record a fault for polling");
-                }
-                RequestAnswer::Elsewhere
-            }
-            // The store queued the callback with the verdict.
-            (Verdict::Fault(..), ReplyPattern::Callback(_)) => RequestAnswer::Elsewhere,
+            // The store kept the fault for polls, or queued the callback, with the verdict.
+            (Verdict::Fault(..), _) => RequestAnswer::Elsewhere,
         },
     };
+    // Our receiver must be gone before the map is cleaned, or the entry would stay.
+    drop(hold);
     if watching {
         app.store.forget_watchers(&key);
     }
@@ -217,8 +210,17 @@ fn store_failed(
         version,
         FaultCode::MessageProcessingFailure,
         "the message could not be stored; resend it later",
-        Some(reply_for(key, Some(FaultCode::MessageProcessingFailure))),
+        Some(single(reply_for(
+            key,
+            Some(FaultCode::MessageProcessingFailure),
+        ))),
     ))
+}
+
+fn single(reply: crate::wsr::Reply) -> crate::wsr::Response {
+    crate::wsr::Response {
+        replies: vec![reply],
+    }
 }
 
 /// Callbacks go only to registered endpoints (D10); anything else is refused synchronously.
@@ -262,7 +264,11 @@ async fn by_reply_pattern(
                 Err(e) => store_failed(version, key, &e),
             }
         }
-        ReplyPattern::Poll => match app.store.record_fault(key, code, expiry).await {
+        ReplyPattern::Poll => match app
+            .store
+            .record_fault(key, code, expiry, app.clock.now())
+            .await
+        {
             Ok(()) => RequestAnswer::Elsewhere,
             Err(e) => store_failed(version, key, &e),
         },
@@ -293,7 +299,7 @@ async fn answer_defect(app: &AppState, version: SoapVersion, defect: &Defect) ->
             version,
             defect.code,
             &defect.reason,
-            Some(reply_for(key, Some(defect.code))),
+            Some(single(reply_for(key, Some(defect.code)))),
         ),
     }
 }
@@ -323,11 +329,15 @@ async fn handle_poll(
         }
         return Ok(());
     };
-    let registered = app
-        .store
-        .is_callback_endpoint(&to.uri)
-        .await
-        .unwrap_or(false);
+    let registered = app.store.is_callback_endpoint(&to.uri).await.map_err(|e| {
+        tracing::error!(error = %e, "cannot check a callback endpoint");
+        soap::fault(
+            version,
+            FaultCode::MessageProcessingFailure,
+            "poll again later",
+            None,
+        )
+    })?;
     if !registered {
         return Err(unregistered(version, &to.uri));
     }

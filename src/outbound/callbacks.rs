@@ -48,7 +48,10 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>, policy: RetryPolicy) {
     };
     loop {
         if let Err(e) = send_due(&store, &client, clock.as_ref(), &policy).await {
-            tracing::error!(error = %e, "callback pass failed");
+            // Pause, or a persistent store failure would repeat the same POSTs in a tight loop.
+            tracing::error!(error = %e, "callback pass failed; retrying shortly");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
         }
         let wait = match store.next_callback_due().await {
             Ok(Some(t)) => (t - clock.now())

@@ -167,10 +167,18 @@ impl GroupState {
         }
     }
 
-    /// When the group state may be forgotten: after termination and after the latest
-    /// ExpiryTime of its messages (D8), so that a late duplicate is still recognised.
-    pub fn purge_at(&self) -> Option<DateTime<Utc>> {
-        self.terminated_at.map(|t| t.max(self.max_expiry))
+    /// The first moment the group state may be forgotten: after termination and once no
+    /// message of the group can be accepted any more — its latest ExpiryTime plus the allowed
+    /// clock skew (D3, D8) — so that a late duplicate is always still recognised.
+    pub fn purge_at(&self, policy: &Policy) -> Option<DateTime<Utc>> {
+        self.terminated_at
+            .map(|t| t.max(self.no_longer_acceptable(policy)))
+    }
+
+    /// The first instant at which every message of the group counts as expired on arrival
+    /// (the receiver refuses `expiry < now - skew`).
+    fn no_longer_acceptable(&self, policy: &Policy) -> DateTime<Utc> {
+        self.max_expiry + policy.clock_skew + chrono::Duration::milliseconds(1)
     }
 
     /// The next moment something happens to this group by itself: a time limit, a buffered
@@ -184,9 +192,9 @@ impl GroupState {
                     .flatten()
                     .min()
                     // A singleton or group with nothing pending still has to be purged.
-                    .or(Some(self.max_expiry))
+                    .or(Some(self.no_longer_acceptable(policy)))
             }
-            _ => self.purge_at(),
+            _ => self.purge_at(policy),
         }
     }
 
@@ -228,14 +236,14 @@ pub enum Swept {
 /// open, else expired or idle (D8); a terminated group past its purge time is forgotten.
 pub fn sweep(state: &mut GroupState, now: DateTime<Utc>, policy: &Policy) -> Swept {
     if state.status != GroupStatus::Open {
-        return match state.purge_at() {
+        return match state.purge_at(policy) {
             Some(t) if t <= now => Swept::Purge,
             _ => Swept::Unchanged,
         };
     }
     if !state.params.sequenced {
         // A singleton that is still open was never delivered (its only message faulted).
-        if state.max_expiry <= now {
+        if state.no_longer_acceptable(policy) <= now {
             return Swept::Purge;
         }
         return Swept::Unchanged;

@@ -132,11 +132,12 @@ fn decide_existing(
 ) -> Outcome {
     let request = msg.request;
     let seq = request.message_id.sequence.as_ref();
+    let exp = request.expiry_time;
 
     // Parameters must agree across the group (D8).
     if params != state.params {
         let why = describe_mismatch(&state.params, &params);
-        return record_fault(state, n, FaultCode::InvalidMessageParameters, why);
+        return record_fault(state, n, exp, FaultCode::InvalidMessageParameters, why);
     }
     if let Some(seq) = seq {
         if let Some(last) = state.last {
@@ -144,6 +145,7 @@ fn decide_existing(
                 return record_fault(
                     state,
                     n,
+                    exp,
                     FaultCode::InvalidMessageParameters,
                     format!("the group's last message is {last}, not {}", seq.number),
                 );
@@ -152,6 +154,7 @@ fn decide_existing(
                 return record_fault(
                     state,
                     n,
+                    exp,
                     FaultCode::InvalidMessageId,
                     format!(
                         "number {} is beyond the group's last message {last}",
@@ -167,6 +170,14 @@ fn decide_existing(
         if let Some(code) = state.faults.get(&n) {
             return Outcome::answer(Verdict::Fault(*code, "same fault as before".into()));
         }
+    }
+    if !state.params.duplicate_elimination && state.delivered.contains(n) && !expired {
+        // Without DuplicateElimination a resend is delivered again and acked (D2), whatever
+        // became of the group since.
+        return Outcome {
+            action: Action::Deliver,
+            ..Outcome::answer(ack_or_nothing(request))
+        };
     }
     if state.params.duplicate_elimination {
         if state.delivered.contains(n) {
@@ -194,7 +205,7 @@ fn decide_existing(
         }
         GroupStatus::Expired | GroupStatus::Idle | GroupStatus::Aborted => {
             let why = format!("the group has ended ({})", state.status.as_str());
-            return record_fault(state, n, FaultCode::GroupAborted, why);
+            return record_fault(state, n, exp, FaultCode::GroupAborted, why);
         }
     }
     if expired {
@@ -216,8 +227,18 @@ fn accept(
 ) -> Outcome {
     let request = msg.request;
     let seq = request.message_id.sequence.as_ref();
-    state.last_activity = now;
-    state.max_expiry = state.max_expiry.max(request.expiry_time);
+    let ordered = state.params.message_order;
+    let ahead_of_gap = ordered && n != state.next_expected;
+    if ahead_of_gap
+        && (state.buffered.len() >= policy.buffer_max_messages
+            || state.buffered_bytes() + msg.body_bytes > policy.buffer_max_bytes)
+    {
+        // Transient, and the group is left exactly as it was: the sender resends later (D6).
+        return Outcome::fault(
+            FaultCode::MessageProcessingFailure,
+            "the group's buffer for out-of-order messages is full; resend later",
+        );
+    }
     if let Some(seq) = seq {
         if seq.last {
             if state
@@ -234,6 +255,7 @@ fn accept(
                 return record_fault(
                     state,
                     n,
+                    request.expiry_time,
                     FaultCode::InvalidMessageParameters,
                     format!(
                         "last='true' on {} but higher numbers were received",
@@ -244,18 +266,10 @@ fn accept(
             state.last = Some(seq.number);
         }
     }
+    state.last_activity = now;
+    state.max_expiry = state.max_expiry.max(request.expiry_time);
 
-    let ordered = state.params.message_order;
-    if ordered && n != state.next_expected {
-        if state.buffered.len() >= policy.buffer_max_messages
-            || state.buffered_bytes() + msg.body_bytes > policy.buffer_max_bytes
-        {
-            // Transient: the sender resends later, the group lives on (D6).
-            return Outcome::fault(
-                FaultCode::MessageProcessingFailure,
-                "the group's buffer for out-of-order messages is full; resend later",
-            );
-        }
+    if ahead_of_gap {
         state.buffered.insert(
             n,
             Buffered {
@@ -301,8 +315,20 @@ fn accept(
 }
 
 /// A final fault for this message, remembered so polls and duplicates get the same answer.
-fn record_fault(state: &mut GroupState, n: u64, code: FaultCode, why: String) -> Outcome {
-    state.faults.entry(n).or_insert(code);
+/// A final fault for this message, remembered so polls and duplicates get the same answer,
+/// and the group kept until the message can no longer arrive. A number that was delivered is
+/// never marked faulted: its resends must keep being acked (D2).
+fn record_fault(
+    state: &mut GroupState,
+    n: u64,
+    expiry: DateTime<Utc>,
+    code: FaultCode,
+    why: String,
+) -> Outcome {
+    if !state.delivered.contains(n) {
+        state.faults.entry(n).or_insert(code);
+        state.max_expiry = state.max_expiry.max(expiry);
+    }
     Outcome {
         state: Some(state.clone()),
         ..Outcome::fault(code, why)
@@ -384,6 +410,13 @@ mod tests {
         out
     }
 
+    /// The state a single delivered message leaves.
+    fn g2_state(r: &Request, now: DateTime<Utc>) -> GroupState {
+        let mut g = None;
+        feed(&mut g, r, now);
+        g.expect("state")
+    }
+
     fn idle(spec: &str) -> Option<GroupLimit> {
         Some(GroupLimit::MaxIdleDuration(
             XsDuration::parse(spec).expect("duration"),
@@ -416,10 +449,12 @@ mod tests {
         // Purged only after the latest ExpiryTime.
         let mut s = g.clone().expect("state");
         assert_eq!(
-            sweep(&mut s, exp - Duration::seconds(1), &Policy::default()),
-            Swept::Unchanged
+            sweep(&mut s, exp, &Policy::default()),
+            Swept::Unchanged,
+            "still acceptable at its ExpiryTime"
         );
-        assert_eq!(sweep(&mut s, exp, &Policy::default()), Swept::Purge);
+        let after = exp + Duration::milliseconds(1);
+        assert_eq!(sweep(&mut s, after, &Policy::default()), Swept::Purge);
     }
 
     #[test]
@@ -440,7 +475,10 @@ mod tests {
         ));
         assert_eq!(s.status, GroupStatus::Expired);
         // Kept until the latest ExpiryTime, so a late duplicate is still recognised.
-        assert_eq!(s.purge_at(), Some(exp));
+        assert_eq!(
+            s.purge_at(&Policy::default()),
+            Some(exp + Duration::milliseconds(1))
+        );
         let mut g2 = Some(s);
         let out = feed(&mut g2, &request(Some(1), false, limit.clone(), exp), later);
         assert!(matches!(
@@ -573,8 +611,57 @@ mod tests {
             Verdict::Fault(FaultCode::InvalidExpiryTime, _)
         ));
         assert!(fresh.is_none());
-        // The singleton's ID is purged after its ExpiryTime.
+        // The singleton's ID is purged only once a resend could no longer be accepted.
         let mut s = g.expect("state");
-        assert_eq!(sweep(&mut s, exp, &Policy::default()), Swept::Purge);
+        assert_eq!(sweep(&mut s, exp, &Policy::default()), Swept::Unchanged);
+        let after = exp + Duration::milliseconds(1);
+        assert_eq!(sweep(&mut s, after, &Policy::default()), Swept::Purge);
+        // With a clock skew allowance the ID is kept that much longer.
+        let skewed = Policy {
+            clock_skew: Duration::seconds(60),
+            ..Policy::default()
+        };
+        let mut s = g2_state(&r, t0());
+        assert_eq!(
+            sweep(&mut s, exp + Duration::seconds(30), &skewed),
+            Swept::Unchanged
+        );
+        assert_eq!(
+            sweep(&mut s, exp + Duration::seconds(61), &skewed),
+            Swept::Purge
+        );
+    }
+
+    #[test]
+    fn without_duplicate_elimination_a_resend_is_delivered_again_and_acked() {
+        let exp = t0() + Duration::hours(1);
+        let mut r = request(None, false, None, exp);
+        r.duplicate_elimination = false;
+        let mut g = None;
+        assert_eq!(feed(&mut g, &r, t0()).action, Action::Deliver);
+        assert_eq!(g.as_ref().map(|s| s.status), Some(GroupStatus::Complete));
+        let again = feed(&mut g, &r, t0() + Duration::minutes(1));
+        assert_eq!(
+            (again.action, again.verdict),
+            (Action::Deliver, Verdict::Ack)
+        );
+    }
+
+    #[test]
+    fn a_delivered_number_is_never_marked_faulted() {
+        let exp = t0() + Duration::hours(1);
+        let mut g = None;
+        feed(&mut g, &request(Some(0), false, idle("PT1H"), exp), t0());
+        // A resend of 0 with different parameters is refused, but 0 stays delivered...
+        let odd = request(Some(0), false, idle("PT2H"), exp);
+        let out = feed(&mut g, &odd, t0());
+        assert!(matches!(
+            out.verdict,
+            Verdict::Fault(FaultCode::InvalidMessageParameters, _)
+        ));
+        assert!(g.as_ref().expect("state").faults.is_empty());
+        // ...and a correct resend is still acked.
+        let out = feed(&mut g, &request(Some(0), false, idle("PT1H"), exp), t0());
+        assert_eq!(out.verdict, Verdict::Ack);
     }
 }

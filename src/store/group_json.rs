@@ -28,7 +28,8 @@ struct StoredGroup {
     next_expected: u64,
     buffered: Vec<StoredBuffered>,
     faults: Vec<(u64, String)>,
-    max_expiry_ms: i64,
+    /// xs:dateTime text: full precision, since the purge must not come a moment early.
+    max_expiry: String,
     last_activity_ms: i64,
     status: String,
     terminated_at_ms: Option<i64>,
@@ -101,7 +102,11 @@ pub fn encode(state: &GroupState) -> String {
             .iter()
             .map(|(n, c)| (*n, c.local_name().to_owned()))
             .collect(),
-        max_expiry_ms: millis(state.max_expiry),
+        max_expiry: {
+            let mut text = String::new();
+            format_date_time(&state.max_expiry, &mut text);
+            text
+        },
         last_activity_ms: millis(state.last_activity),
         status: state.status.as_str().to_owned(),
         terminated_at_ms: state.terminated_at.map(millis),
@@ -161,7 +166,7 @@ pub fn decode(json: &str) -> Result<GroupState, String> {
         next_expected: s.next_expected,
         buffered,
         faults,
-        max_expiry: from_millis(s.max_expiry_ms),
+        max_expiry: parse_date_time(&s.max_expiry)?.0,
         last_activity: from_millis(s.last_activity_ms),
         status: GroupStatus::parse(&s.status).ok_or("unknown group status")?,
         terminated_at: s.terminated_at_ms.map(from_millis),

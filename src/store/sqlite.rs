@@ -19,7 +19,7 @@ use super::{
     Durability, InboxEntry, OwedReply, PendingCallback, Received, ReceivedMessage, StoreConfig,
     StoreError, SweepReport,
 };
-use crate::rmp::group::{Buffered, GroupState, Policy, Swept, sweep};
+use crate::rmp::group::{Buffered, GroupState, Policy, Swept, slot, sweep};
 use crate::rmp::receiver::{Action, Incoming, Verdict, receive};
 use crate::rmp::replies::{Replies, answer_poll};
 use crate::wsr::{FaultCode, GroupId, MessageKey, RefToMessageIds, ReplyPattern, Response};
@@ -28,6 +28,9 @@ use crate::wsr::{FaultCode, GroupId, MessageKey, RefToMessageIds, ReplyPattern, 
 const MAX_BATCH: usize = 256;
 /// Most groups one sweep pass handles; the rest are due again at once.
 const SWEEP_BATCH: i64 = 500;
+/// A fault notice is kept at least this long, even for a message that had already expired
+/// (that is often why it was refused), so its sender can still learn of it.
+const FAULT_NOTICE_RETENTION: chrono::Duration = chrono::Duration::hours(1);
 
 /// A handle to the store; cheap to clone.
 #[derive(Clone)]
@@ -104,7 +107,7 @@ impl Store {
             failing_commits: AtomicUsize::new(0),
         });
         let (jobs, rx) = mpsc::channel(4 * MAX_BATCH);
-        tokio::spawn(run_writer(writer, rx, shared.clone()));
+        tokio::spawn(run_writer(writer, options, rx, shared.clone()));
         Ok(Store { pool, jobs, shared })
     }
 
@@ -362,18 +365,10 @@ impl Store {
         key: &MessageKey,
         code: FaultCode,
         expiry: DateTime<Utc>,
+        now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO message_faults (group_id, number, fault, expiry) VALUES (?, ?, ?, ?) \
-             ON CONFLICT (group_id, number) DO NOTHING",
-        )
-        .bind(key.group_id.as_str())
-        .bind(key.number.map_or(-1, |n| n as i64))
-        .bind(code.local_name())
-        .bind(millis(expiry))
-        .execute(&self.pool)
-        .await?;
-        Ok(())
+        let mut conn = self.pool.acquire().await?;
+        insert_message_fault(&mut conn, key, code, expiry, now).await
     }
 
     /// The answer to a PollRequest from stored state (D11); `None` when there is nothing to
@@ -404,22 +399,30 @@ impl Store {
             }
         }
         for r in refs {
-            let rows = sqlx::query("SELECT number, fault FROM message_faults WHERE group_id = ?")
-                .bind(r.group_id.as_str())
-                .fetch_all(&self.pool)
-                .await?;
+            let rows = sqlx::query(
+                "SELECT singleton, number, fault FROM message_faults WHERE group_id = ?",
+            )
+            .bind(r.group_id.as_str())
+            .fetch_all(&self.pool)
+            .await?;
+            let state = states.get(&r.group_id);
             for row in rows {
-                let number: i64 = row.get(0);
-                let Some(code) = FaultCode::from_local_name(row.get::<&str, _>(1)) else {
+                let singleton = row.get::<i64, _>(0) != 0;
+                let number = row.get::<i64, _>(1) as u64;
+                let Some(code) = FaultCode::from_local_name(row.get::<&str, _>(2)) else {
                     continue;
                 };
-                let asked = match u64::try_from(number) {
-                    Err(_) => r.ranges.is_empty(),
-                    Ok(n) => r.ranges.is_empty() || r.ranges.iter().any(|q| q.contains(n)),
+                // What the group state says wins: a delivered message is acked.
+                if state.is_some_and(|s| s.delivered.contains(number)) {
+                    continue;
+                }
+                let asked = if singleton {
+                    r.ranges.is_empty()
+                } else {
+                    r.ranges.is_empty() || r.ranges.iter().any(|q| q.contains(number))
                 };
                 if asked {
-                    let number = u64::try_from(number).ok();
-                    replies.add(&r.group_id, number, Some(code));
+                    replies.add(&r.group_id, (!singleton).then_some(number), Some(code));
                 }
             }
         }
@@ -474,6 +477,7 @@ impl Store {
 
 async fn run_writer(
     mut conn: SqliteConnection,
+    options: SqliteConnectOptions,
     mut jobs: mpsc::Receiver<Job>,
     shared: Arc<Shared>,
 ) {
@@ -485,56 +489,92 @@ async fn run_writer(
                 Err(_) => break,
             }
         }
-        commit_batch(&mut conn, batch, &shared).await;
+        if commit_batch(&mut conn, batch, &shared).await == WriterConnection::Broken {
+            // The transaction could not even be rolled back: start over on a fresh connection
+            // rather than leave every later request failing on a stuck one.
+            conn = reconnect(&options).await;
+        }
     }
 }
 
-/// Runs every job of the batch in one transaction (each inside its own savepoint, so one
-/// failing job does not take the others with it), commits once, then answers every job.
-async fn commit_batch(conn: &mut SqliteConnection, batch: Vec<Job>, shared: &Shared) {
+async fn reconnect(options: &SqliteConnectOptions) -> SqliteConnection {
+    let mut wait = Duration::from_millis(50);
+    loop {
+        match SqliteConnection::connect_with(options).await {
+            Ok(conn) => return conn,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot reopen the store; retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum WriterConnection {
+    Usable,
+    Broken,
+}
+
+/// Runs every job of the batch in one transaction, commits once, then answers every job.
+///
+/// A job whose stored state cannot be decoded fails alone (rolled back to its savepoint). Any
+/// database error, or a savepoint that cannot be released or rolled back, makes the whole
+/// transaction untrustworthy: it is rolled back and every job of the batch fails, so nothing
+/// half-done is ever committed and nobody is acked.
+async fn commit_batch(
+    conn: &mut SqliteConnection,
+    batch: Vec<Job>,
+    shared: &Shared,
+) -> WriterConnection {
+    if let Err(e) = sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await {
+        tracing::error!(error = %e, "cannot begin a transaction");
+        fail_all(batch, &format!("cannot begin: {e}"));
+        return WriterConnection::Usable;
+    }
     let mut results = Vec::with_capacity(batch.len());
     let mut effects = Effects::default();
-    let begun = sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await;
-    if let Err(e) = begun {
-        let message = e.to_string();
-        for job in batch {
-            reply_err(job, || {
-                StoreError::Corrupt(format!("cannot begin: {message}"))
-            });
-        }
-        return;
-    }
+    let mut poisoned = None;
     for job in &batch {
-        let outcome = run_in_savepoint(conn, job, shared, &mut effects).await;
-        results.push(outcome);
+        match run_in_savepoint(conn, job, shared, &mut effects).await {
+            Ok(result) => results.push(result),
+            Err(e) => {
+                poisoned = Some(e);
+                break;
+            }
+        }
     }
     // The test hook fails commits that decide messages, not background sweeps.
     let carries_message = batch.iter().any(|j| matches!(j, Job::Receive(..)));
-    let committed = if carries_message
+    let injected = poisoned.is_none()
+        && carries_message
         && shared
             .failing_commits
             .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok()
-    {
-        Err(StoreError::Injected)
-    } else {
-        sqlx::query("COMMIT")
+            .is_ok();
+    let committed = match (poisoned, injected) {
+        (Some(e), _) => Err(e),
+        (None, true) => Err(StoreError::Injected),
+        (None, false) => sqlx::query("COMMIT")
             .execute(&mut *conn)
             .await
             .map(|_| ())
-            .map_err(StoreError::from)
+            .map_err(StoreError::from),
     };
     if let Err(e) = committed {
-        let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
-        tracing::error!(error = %e, jobs = batch.len(), "commit failed; no request of the batch is acknowledged");
-        let message = e.to_string();
-        for job in batch {
-            reply_err(job, || match e {
-                StoreError::Injected => StoreError::Injected,
-                _ => StoreError::Corrupt(format!("commit failed: {message}")),
-            });
-        }
-        return;
+        tracing::error!(error = %e, jobs = batch.len(), "transaction failed; no request of the batch is acknowledged");
+        let rolled_back = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+        fail_all(batch, &e.to_string());
+        return match rolled_back {
+            Ok(_) => WriterConnection::Usable,
+            // "no transaction is active": SQLite already rolled it back itself.
+            Err(r) if r.to_string().contains("no transaction") => WriterConnection::Usable,
+            Err(r) => {
+                tracing::error!(error = %r, "rollback failed; reopening the writer connection");
+                WriterConnection::Broken
+            }
+        };
     }
     // Durable now: announce, then answer.
     if !effects.delivered.is_empty() {
@@ -550,7 +590,7 @@ async fn commit_batch(conn: &mut SqliteConnection, batch: Vec<Job>, shared: &Sha
     }
     if effects
         .earliest_deadline
-        .is_some_and(|d| d < shared.sweeper_wakeup.load(Ordering::SeqCst))
+        .is_some_and(|d| d <= shared.sweeper_wakeup.load(Ordering::SeqCst))
     {
         shared.deadlines_changed.notify_one();
     }
@@ -562,13 +602,11 @@ async fn commit_batch(conn: &mut SqliteConnection, batch: Vec<Job>, shared: &Sha
             (Job::Sweep(_, tx), Ok(JobResult::Swept(r))) => {
                 let _ = tx.send(Ok(r));
             }
-            (job, Err(e)) => {
-                let message = e.to_string();
-                reply_err(job, || StoreError::Corrupt(message.clone()));
-            }
-            (job, Ok(_)) => reply_err(job, || StoreError::Corrupt("mismatched job result".into())),
+            (job, Err(e)) => reply_err(job, StoreError::Corrupt(e.to_string())),
+            (job, Ok(_)) => reply_err(job, StoreError::Corrupt("mismatched job result".into())),
         }
     }
+    WriterConnection::Usable
 }
 
 enum JobResult {
@@ -576,23 +614,32 @@ enum JobResult {
     Swept(SweepReport),
 }
 
-fn reply_err(job: Job, err: impl Fn() -> StoreError) {
+fn fail_all(batch: Vec<Job>, why: &str) {
+    for job in batch {
+        reply_err(job, StoreError::Corrupt(format!("not stored: {why}")));
+    }
+}
+
+fn reply_err(job: Job, err: StoreError) {
     match job {
         Job::Receive(_, tx) => {
-            let _ = tx.send(Err(err()));
+            let _ = tx.send(Err(err));
         }
         Job::Sweep(_, tx) => {
-            let _ = tx.send(Err(err()));
+            let _ = tx.send(Err(err));
         }
     }
 }
 
+/// Runs one job inside a savepoint. The inner result is the job's own outcome (a corrupt
+/// stored state fails that job alone); the outer error means the transaction is no longer
+/// trustworthy.
 async fn run_in_savepoint(
     conn: &mut SqliteConnection,
     job: &Job,
     shared: &Shared,
     effects: &mut Effects,
-) -> Result<JobResult, StoreError> {
+) -> Result<Result<JobResult, StoreError>, StoreError> {
     sqlx::query("SAVEPOINT job").execute(&mut *conn).await?;
     let mut job_effects = Effects::default();
     let result = match job {
@@ -603,8 +650,8 @@ async fn run_in_savepoint(
             .await
             .map(JobResult::Swept),
     };
-    match &result {
-        Ok(_) => {
+    match result {
+        Ok(done) => {
             sqlx::query("RELEASE job").execute(&mut *conn).await?;
             effects.delivered.append(&mut job_effects.delivered);
             effects.callbacks |= job_effects.callbacks;
@@ -613,14 +660,16 @@ async fn run_in_savepoint(
                     (Some(a), Some(b)) => Some(a.min(b)),
                     (a, b) => a.or(b),
                 };
+            Ok(Ok(done))
         }
-        Err(e) => {
-            tracing::error!(error = %e, "store job failed; rolled back to its savepoint");
+        Err(StoreError::Corrupt(why)) => {
+            tracing::error!(reason = %why, "store job failed on corrupt state; rolled back to its savepoint");
             sqlx::query("ROLLBACK TO job").execute(&mut *conn).await?;
             sqlx::query("RELEASE job").execute(&mut *conn).await?;
+            Ok(Err(StoreError::Corrupt(why)))
         }
+        Err(e) => Err(e),
     }
-    result
 }
 
 async fn load_group(
@@ -760,6 +809,19 @@ async fn apply_receive(
     if let Some(state) = &outcome.state {
         save_group(conn, state, policy, m.now, effects).await?;
     }
+    // A Poll-pattern sender learns of a fault when it polls: keep it in this same
+    // transaction when the group state does not (D4, D11).
+    if let (ReplyPattern::Poll, Verdict::Fault(code, _)) =
+        (&request.reply_pattern, &outcome.verdict)
+    {
+        let in_state = outcome
+            .state
+            .as_ref()
+            .is_some_and(|s| s.faults.contains_key(&slot(key.number)));
+        if !code.is_transient() && !in_state {
+            insert_message_fault(conn, &key, *code, request.expiry_time, m.now).await?;
+        }
+    }
     // This message's own answer, when it travels by callback.
     if let ReplyPattern::Callback(_) = &request.reply_pattern {
         let fault = match &outcome.verdict {
@@ -789,6 +851,28 @@ async fn apply_receive(
     Ok(Received {
         verdict: outcome.verdict,
     })
+}
+
+/// Remembers the fault of a message for its sender's polls, for at least an hour.
+async fn insert_message_fault(
+    conn: &mut SqliteConnection,
+    key: &MessageKey,
+    code: FaultCode,
+    expiry: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO message_faults (group_id, singleton, number, fault, expiry) \
+         VALUES (?, ?, ?, ?, ?) ON CONFLICT (group_id, singleton, number) DO NOTHING",
+    )
+    .bind(key.group_id.as_str())
+    .bind(i64::from(key.number.is_none()))
+    .bind(slot(key.number) as i64)
+    .bind(code.local_name())
+    .bind(millis(expiry.max(now + FAULT_NOTICE_RETENTION)))
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }
 
 /// Moves a buffered message into the inbox, keeping its original arrival data.
@@ -865,6 +949,10 @@ async fn owe_callback(
     let ReplyPattern::Callback(to) = &message.reply else {
         return Ok(());
     };
+    let keep_until = match fault {
+        Some(_) => message.expiry.max(now + FAULT_NOTICE_RETENTION),
+        None => message.expiry,
+    };
     sqlx::query(
         "INSERT INTO pending_callbacks (endpoint, soap12, group_id, number, fault, expiry, \
          next_attempt) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -874,7 +962,7 @@ async fn owe_callback(
     .bind(group_id.as_str())
     .bind(number.map(|n| n as i64))
     .bind(fault.map(|f| f.local_name()))
-    .bind(millis(message.expiry))
+    .bind(millis(keep_until))
     .bind(millis(now))
     .execute(&mut *conn)
     .await?;
@@ -889,7 +977,8 @@ async fn apply_sweep(
     effects: &mut Effects,
 ) -> Result<SweepReport, StoreError> {
     let rows = sqlx::query(
-        "SELECT state FROM groups WHERE next_deadline <= ? ORDER BY next_deadline LIMIT ?",
+        "SELECT group_id, state FROM groups WHERE next_deadline <= ? ORDER BY next_deadline \
+         LIMIT ?",
     )
     .bind(millis(now))
     .bind(SWEEP_BATCH)
@@ -897,7 +986,20 @@ async fn apply_sweep(
     .await?;
     let mut report = SweepReport::default();
     for row in rows {
-        let mut state = decode(row.get::<&str, _>(0)).map_err(StoreError::Corrupt)?;
+        let mut state = match decode(row.get::<&str, _>(1)) {
+            Ok(state) => state,
+            Err(why) => {
+                // One unreadable row must not stop every other group's deadlines: take it out
+                // of the sweep (kept for an operator to inspect) and go on.
+                let group_id: String = row.get(0);
+                tracing::error!(%group_id, reason = %why, "unreadable group state; no longer swept");
+                sqlx::query("UPDATE groups SET next_deadline = NULL WHERE group_id = ?")
+                    .bind(&group_id)
+                    .execute(&mut *conn)
+                    .await?;
+                continue;
+            }
+        };
         match sweep(&mut state, now, policy) {
             Swept::Unchanged => {
                 // Due but nothing to do (a deadline computed before a change): re-arm it.

@@ -11,34 +11,40 @@ use crate::clock::Clock;
 /// Longest sleep without a deadline, so that a clock jump is noticed eventually.
 const IDLE_RECHECK: Duration = Duration::from_secs(60);
 
+/// Pause after a failed pass, so a persistent failure cannot spin the sweeper.
+const AFTER_ERROR: Duration = Duration::from_secs(1);
+
 pub async fn run(store: Store, clock: Arc<dyn Clock>) {
     loop {
-        match store.sweep(clock.now()).await {
-            Ok(report) if report != Default::default() => {
-                tracing::debug!(?report, "swept group deadlines");
-            }
-            Ok(_) => {}
-            Err(e) => tracing::error!(error = %e, "sweep failed; retrying later"),
-        }
-        let wait = match store.next_deadline().await {
-            Ok(Some(deadline)) => (deadline - clock.now())
-                .to_std()
-                .unwrap_or(Duration::ZERO)
-                .min(IDLE_RECHECK),
-            Ok(None) => IDLE_RECHECK,
+        // Until the wake-up time is set below, any new deadline counts as earlier: a commit
+        // that lands while we look still wakes us.
+        store.sweeper_sleeps_until(chrono::DateTime::<chrono::Utc>::MAX_UTC);
+        let next = match store.next_deadline().await {
+            Ok(next) => next,
             Err(e) => {
-                tracing::error!(error = %e, "cannot read the next deadline");
-                IDLE_RECHECK
+                tracing::error!(error = %e, "cannot read the next deadline; retrying shortly");
+                tokio::time::sleep(AFTER_ERROR).await;
+                continue;
             }
         };
-        if wait.is_zero() {
-            // Due already (more than one sweep batch): go again, yielding first.
+        let now = clock.now();
+        if next.is_some_and(|d| d <= now) {
+            // Due: the sweep goes through the writer, so only when there is work.
+            match store.sweep(now).await {
+                Ok(report) => tracing::debug!(?report, "swept group deadlines"),
+                Err(e) => {
+                    tracing::error!(error = %e, "sweep failed; retrying shortly");
+                    tokio::time::sleep(AFTER_ERROR).await;
+                }
+            }
             tokio::task::yield_now().await;
             continue;
         }
-        store.sweeper_sleeps_until(
-            clock.now() + chrono::Duration::from_std(wait).unwrap_or_default(),
-        );
+        let wait = next
+            .map(|d| (d - now).to_std().unwrap_or(Duration::ZERO))
+            .unwrap_or(IDLE_RECHECK)
+            .min(IDLE_RECHECK);
+        store.sweeper_sleeps_until(now + chrono::Duration::from_std(wait).unwrap_or_default());
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = store.deadlines_changed().notified() => {}
