@@ -153,9 +153,12 @@ fn check_characters(text: &str) -> Result<(), Defect> {
             bytes[at]
         )));
     }
-    for non_char in ["\u{FFFE}", "\u{FFFF}"] {
-        if let Some(at) = memchr::memmem::find(bytes, non_char.as_bytes()) {
-            return Err(invalid(format!("non-character {non_char:?} at byte {at}")));
+    // U+FFFE and U+FFFF are EF BF BE and EF BF BF in UTF-8; EF itself is rare.
+    for at in memchr::memchr_iter(0xEF, bytes) {
+        if let [0xBF, 0xBE | 0xBF, ..] = bytes[at + 1..] {
+            return Err(invalid(format!(
+                "non-character U+FFFE or U+FFFF at byte {at}"
+            )));
         }
     }
     Ok(())

@@ -221,7 +221,7 @@ impl<'a, 'l> XmlCursor<'a, 'l> {
                 // Header values are trimmed, so line-end normalization would change nothing.
                 Event::Text(t) => {
                     let text = t.into_inner();
-                    if memchr::memmem::find(text.as_bytes(), b"]]>").is_some() {
+                    if contains_cdata_end(text.as_bytes()) {
                         return Err(ill("']]>' in character data"));
                     }
                     return Ok(Some(Node::Text(text)));
@@ -570,6 +570,12 @@ impl<'a, 'l> XmlCursor<'a, 'l> {
             Some(text.unwrap_or(Cow::Borrowed("")))
         })
     }
+}
+
+/// Whether text holds `]]>`, which character data may not. `>` is rare in text, so looking
+/// for it first is cheaper than a substring search on every text node.
+fn contains_cdata_end(text: &[u8]) -> bool {
+    memchr::memchr_iter(b'>', text).any(|i| i >= 2 && &text[i - 2..i] == b"]]")
 }
 
 fn predefined_entity(r: &quick_xml::events::BytesRef<'_>) -> XmlResult<char> {
