@@ -7,3 +7,4 @@ pub mod group;
 pub mod ranges;
 pub mod receiver;
 pub mod replies;
+pub mod sender;

@@ -1,0 +1,322 @@
+//! The sending RMP's decisions for one outbound message (DESIGN §6): when to (re)send, and how
+//! each event changes its state. Pure: the time is a parameter, the store applies the result.
+//!
+//! States: queued → sent → acked | faulted(code) | failed(reason). The three final states are
+//! absorbing. Resending stops on an ack, on a fault (except `MessageProcessingFailure`, which is
+//! retried), when the attempts are used up, or at ExpiryTime — nothing is sent after it.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use crate::wsr::FaultCode;
+
+/// When to try again after each attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RetrySchedule {
+    /// `interval` after the first attempt, multiplied by `backoff` after each further one.
+    Interval {
+        max_attempts: u32,
+        interval: Duration,
+        backoff: u32,
+    },
+    /// An explicit list of waits; one attempt more than there are waits.
+    Waits(Vec<Duration>),
+}
+
+impl RetrySchedule {
+    pub fn max_attempts(&self) -> u32 {
+        match self {
+            RetrySchedule::Interval { max_attempts, .. } => *max_attempts,
+            RetrySchedule::Waits(waits) => u32::try_from(waits.len())
+                .unwrap_or(u32::MAX)
+                .saturating_add(1),
+        }
+    }
+
+    /// The wait after attempt number `attempt` (1-based); `None` when no attempt may follow.
+    pub fn wait_after(&self, attempt: u32) -> Option<Duration> {
+        if attempt >= self.max_attempts() {
+            return None;
+        }
+        match self {
+            RetrySchedule::Interval {
+                interval, backoff, ..
+            } => {
+                let factor = backoff.max(&1).saturating_pow(attempt.saturating_sub(1));
+                Some(
+                    interval
+                        .saturating_mul(factor)
+                        .min(Duration::from_secs(86_400)),
+                )
+            }
+            RetrySchedule::Waits(waits) => waits.get(attempt as usize - 1).copied(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OutState {
+    Queued,
+    Sent,
+    Acked,
+    Faulted(FaultCode),
+    Failed(String),
+}
+
+impl OutState {
+    pub fn is_final(&self) -> bool {
+        matches!(
+            self,
+            OutState::Acked | OutState::Faulted(_) | OutState::Failed(_)
+        )
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            OutState::Queued => "queued",
+            OutState::Sent => "sent",
+            OutState::Acked => "acked",
+            OutState::Faulted(_) => "faulted",
+            OutState::Failed(_) => "failed",
+        }
+    }
+}
+
+/// What the sender knows about one message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outbound {
+    pub state: OutState,
+    pub attempts: u32,
+    pub expiry: DateTime<Utc>,
+    pub schedule: RetrySchedule,
+    /// When the next attempt is due (while not final).
+    pub next_attempt: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Event {
+    /// The envelope went out (whatever became of the HTTP exchange).
+    Sent,
+    Acked,
+    Faulted(FaultCode),
+}
+
+impl Outbound {
+    pub fn new(expiry: DateTime<Utc>, schedule: RetrySchedule, now: DateTime<Utc>) -> Outbound {
+        Outbound {
+            state: OutState::Queued,
+            attempts: 0,
+            expiry,
+            schedule,
+            next_attempt: Some(now),
+        }
+    }
+
+    /// Whether an attempt may go out at `now`: not final, due, and not expired. An expired or
+    /// exhausted message fails here instead (the stop rules).
+    pub fn due(&mut self, now: DateTime<Utc>) -> bool {
+        if self.state.is_final() || self.next_attempt.is_none_or(|t| t > now) {
+            return false;
+        }
+        if now >= self.expiry {
+            self.fail("expired before it was acknowledged");
+            return false;
+        }
+        if self.attempts >= self.schedule.max_attempts() {
+            self.fail(&format!(
+                "no acknowledgment after {} attempts",
+                self.attempts
+            ));
+            return false;
+        }
+        true
+    }
+
+    /// Applies an event at `now`. Final states never change: a late ack cannot revive a
+    /// failed message, and nothing is both acked and failed.
+    pub fn apply(&mut self, event: Event, now: DateTime<Utc>) {
+        if self.state.is_final() {
+            return;
+        }
+        match event {
+            Event::Sent => {
+                self.attempts = self.attempts.saturating_add(1);
+                self.state = OutState::Sent;
+                self.schedule_next(now);
+            }
+            // An ack wins over any scheduled resend.
+            Event::Acked => {
+                self.state = OutState::Acked;
+                self.next_attempt = None;
+            }
+            Event::Faulted(code) if code.is_transient() => {
+                // "Try later": the schedule already holds the next attempt.
+                if self.next_attempt.is_none() {
+                    self.schedule_next(now);
+                }
+            }
+            Event::Faulted(code) => {
+                self.state = OutState::Faulted(code);
+                self.next_attempt = None;
+            }
+        }
+    }
+
+    fn schedule_next(&mut self, now: DateTime<Utc>) {
+        self.next_attempt = match self.schedule.wait_after(self.attempts) {
+            Some(wait) => Some(now + chrono::Duration::from_std(wait).unwrap_or_default()),
+            // The last attempt is out: wait for its answer until one interval later, or until
+            // the message expires, then `due` fails it.
+            None => Some(self.expiry.min(now + chrono::Duration::seconds(30))),
+        };
+    }
+
+    pub fn fail(&mut self, reason: &str) {
+        if !self.state.is_final() {
+            self.state = OutState::Failed(reason.to_owned());
+            self.next_attempt = None;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+    use proptest::prelude::*;
+
+    fn t0() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0)
+            .single()
+            .expect("date")
+    }
+
+    fn secs(s: i64) -> chrono::Duration {
+        chrono::Duration::seconds(s)
+    }
+
+    #[test]
+    fn schedules() {
+        let backoff = RetrySchedule::Interval {
+            max_attempts: 4,
+            interval: Duration::from_secs(2),
+            backoff: 3,
+        };
+        let waits: Vec<_> = (1..=4).map(|a| backoff.wait_after(a)).collect();
+        assert_eq!(
+            waits,
+            vec![
+                Some(Duration::from_secs(2)),
+                Some(Duration::from_secs(6)),
+                Some(Duration::from_secs(18)),
+                None
+            ]
+        );
+        let list = RetrySchedule::Waits(vec![Duration::from_secs(1), Duration::from_secs(5)]);
+        assert_eq!(list.max_attempts(), 3);
+        assert_eq!(list.wait_after(2), Some(Duration::from_secs(5)));
+        assert_eq!(list.wait_after(3), None);
+    }
+
+    #[test]
+    fn resends_on_schedule_until_exhausted() {
+        let schedule = RetrySchedule::Interval {
+            max_attempts: 3,
+            interval: Duration::from_secs(10),
+            backoff: 2,
+        };
+        let mut m = Outbound::new(t0() + secs(3600), schedule, t0());
+        assert!(m.due(t0()));
+        m.apply(Event::Sent, t0());
+        assert!(!m.due(t0() + secs(9)));
+        assert!(m.due(t0() + secs(10)));
+        m.apply(Event::Sent, t0() + secs(10));
+        assert!(!m.due(t0() + secs(29)));
+        assert!(m.due(t0() + secs(30)));
+        m.apply(Event::Sent, t0() + secs(30));
+        // The third and last attempt: no fourth; it fails once its answer is overdue.
+        assert!(!m.due(t0() + secs(59)));
+        assert!(!m.due(t0() + secs(60)));
+        assert_eq!(
+            m.state,
+            OutState::Failed("no acknowledgment after 3 attempts".into())
+        );
+    }
+
+    #[test]
+    fn nothing_is_sent_after_expiry() {
+        let schedule = RetrySchedule::Waits(vec![Duration::from_secs(100)]);
+        let mut m = Outbound::new(t0() + secs(50), schedule, t0());
+        assert!(m.due(t0()));
+        m.apply(Event::Sent, t0());
+        assert!(
+            !m.due(t0() + secs(100)),
+            "the resend would come after ExpiryTime"
+        );
+        assert!(matches!(m.state, OutState::Failed(ref r) if r.contains("expired")));
+    }
+
+    #[test]
+    fn transient_fault_retries_other_faults_stop() {
+        let schedule = RetrySchedule::Waits(vec![Duration::from_secs(5); 5]);
+        let mut m = Outbound::new(t0() + secs(3600), schedule.clone(), t0());
+        m.apply(Event::Sent, t0());
+        m.apply(Event::Faulted(FaultCode::MessageProcessingFailure), t0());
+        assert_eq!(m.state, OutState::Sent);
+        assert!(m.due(t0() + secs(5)));
+        m.apply(Event::Faulted(FaultCode::InvalidExpiryTime), t0() + secs(5));
+        assert_eq!(m.state, OutState::Faulted(FaultCode::InvalidExpiryTime));
+        assert!(!m.due(t0() + secs(100)));
+    }
+
+    #[test]
+    fn a_late_ack_wins_over_a_scheduled_resend() {
+        let mut m = Outbound::new(
+            t0() + secs(3600),
+            RetrySchedule::Waits(vec![Duration::from_secs(5); 3]),
+            t0(),
+        );
+        m.apply(Event::Sent, t0());
+        m.apply(Event::Acked, t0() + secs(4));
+        assert_eq!(m.state, OutState::Acked);
+        assert!(!m.due(t0() + secs(5)), "the resend is cancelled");
+    }
+
+    fn event() -> impl Strategy<Value = (u8, i64)> {
+        (0u8..5, 0i64..200)
+    }
+
+    proptest! {
+        /// Any sequence of events and clock readings: final states stay final, an acked
+        /// message is never failed, attempts never exceed the schedule, nothing goes out after
+        /// ExpiryTime.
+        #[test]
+        fn final_states_are_absorbing(events in proptest::collection::vec(event(), 0..40)) {
+            let expiry = t0() + secs(500);
+            let mut m = Outbound::new(expiry, RetrySchedule::Waits(vec![Duration::from_secs(7); 4]), t0());
+            let mut now = t0();
+            let mut final_state: Option<OutState> = None;
+            for (kind, step) in events {
+                now += secs(step);
+                match kind {
+                    0 | 1 => {
+                        if m.due(now) {
+                            prop_assert!(now < expiry);
+                            m.apply(Event::Sent, now);
+                        }
+                    }
+                    2 => m.apply(Event::Acked, now),
+                    3 => m.apply(Event::Faulted(FaultCode::MessageProcessingFailure), now),
+                    _ => m.apply(Event::Faulted(FaultCode::GroupAborted), now),
+                }
+                prop_assert!(m.attempts <= m.schedule.max_attempts());
+                if let Some(f) = &final_state {
+                    prop_assert_eq!(&m.state, f, "a final state changed");
+                } else if m.state.is_final() {
+                    final_state = Some(m.state.clone());
+                }
+            }
+        }
+    }
+}
