@@ -44,6 +44,124 @@ pub struct FileConfig {
     pub tokens: Vec<TokenConfig>,
     /// Callback endpoints registered at start (more can be added over the admin API).
     pub callback_endpoints: Vec<String>,
+    /// Where partners reach us, for the ReplyTo of our Callback-pattern messages
+    /// (`{public_url}/wsr/_callback`); default: the listen address.
+    pub public_url: Option<String>,
+    /// Sending: named destinations, named agreements, the default agreement.
+    pub partners: BTreeMap<String, String>,
+    pub agreements: BTreeMap<String, AgreementSpec>,
+    pub default_agreement: AgreementSpec,
+    /// Sending: messages of one ordered group in flight at once.
+    pub send_window: u64,
+    /// Sending: how often Poll-pattern messages are polled for.
+    pub poll_interval_ms: u64,
+}
+
+/// How our own messages are sent (DESIGN §6): named in the config or given inline per
+/// submission. Every field has a default.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgreementSpec {
+    pub ack_requested: bool,
+    pub duplicate_elimination: bool,
+    pub message_order: bool,
+    /// "Response", "Callback" or "Poll".
+    pub reply_pattern: String,
+    /// ExpiryTime = submission time + this.
+    pub expiry_seconds: u64,
+    /// Either max_attempts + interval_ms + backoff, or an explicit list of waits.
+    pub max_attempts: u32,
+    pub interval_ms: u64,
+    pub backoff: u32,
+    pub waits_ms: Option<Vec<u64>>,
+}
+
+impl Default for AgreementSpec {
+    fn default() -> Self {
+        AgreementSpec {
+            ack_requested: true,
+            duplicate_elimination: true,
+            message_order: false,
+            reply_pattern: "Response".into(),
+            expiry_seconds: 3600,
+            max_attempts: 8,
+            interval_ms: 2000,
+            backoff: 2,
+            waits_ms: None,
+        }
+    }
+}
+
+/// A checked agreement.
+#[derive(Debug, Clone)]
+pub struct SendAgreement {
+    pub ack_requested: bool,
+    pub duplicate_elimination: bool,
+    pub message_order: bool,
+    /// For Callback, the ReplyTo is filled in with our own callback address.
+    pub reply_pattern: crate::wsr::ReplyPattern,
+    pub lifetime: chrono::Duration,
+    pub schedule: crate::rmp::sender::RetrySchedule,
+}
+
+impl AgreementSpec {
+    /// Checks the agreement; on error (field, reason).
+    pub fn check(&self) -> Result<SendAgreement, (&'static str, String)> {
+        use crate::rmp::sender::RetrySchedule;
+        use crate::wsr::{ReplyPattern, ReplyTo};
+        let reply_pattern = match self.reply_pattern.as_str() {
+            "Response" => ReplyPattern::Response,
+            "Poll" => ReplyPattern::Poll,
+            "Callback" => ReplyPattern::Callback(ReplyTo::bare("http://placeholder")),
+            other => {
+                return Err((
+                    "reply_pattern",
+                    format!("{other:?} is not Response, Callback or Poll"),
+                ));
+            }
+        };
+        if self.message_order && !(self.ack_requested && self.duplicate_elimination) {
+            return Err((
+                "message_order",
+                "ordering needs ack_requested and duplicate_elimination".into(),
+            ));
+        }
+        if self.expiry_seconds == 0 || self.expiry_seconds > 366 * 86_400 {
+            return Err(("expiry_seconds", "must be between 1 and 31622400".into()));
+        }
+        let schedule = match &self.waits_ms {
+            Some(waits) if waits.len() > 1000 => {
+                return Err(("waits_ms", "at most 1000 waits".into()));
+            }
+            Some(waits) => {
+                RetrySchedule::Waits(waits.iter().map(|ms| Duration::from_millis(*ms)).collect())
+            }
+            None => {
+                if self.max_attempts == 0 || self.max_attempts > 1000 {
+                    return Err(("max_attempts", "must be between 1 and 1000".into()));
+                }
+                if self.interval_ms == 0 || self.backoff == 0 {
+                    return Err((
+                        "interval_ms",
+                        "interval_ms and backoff must be positive".into(),
+                    ));
+                }
+                RetrySchedule::Interval {
+                    max_attempts: self.max_attempts,
+                    interval: Duration::from_millis(self.interval_ms),
+                    backoff: self.backoff,
+                }
+            }
+        };
+        Ok(SendAgreement {
+            ack_requested: self.ack_requested,
+            duplicate_elimination: self.duplicate_elimination,
+            message_order: self.message_order,
+            reply_pattern,
+            lifetime: chrono::Duration::seconds(self.expiry_seconds as i64),
+            schedule,
+        })
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -90,6 +208,12 @@ impl Default for FileConfig {
             channels: Vec::new(),
             tokens: Vec::new(),
             callback_endpoints: Vec::new(),
+            public_url: None,
+            partners: BTreeMap::new(),
+            agreements: BTreeMap::new(),
+            default_agreement: AgreementSpec::default(),
+            send_window: 8,
+            poll_interval_ms: 5000,
         }
     }
 }
@@ -108,6 +232,12 @@ pub struct Config {
     pub channels: BTreeMap<String, Agreement>,
     pub tokens: Vec<TokenConfig>,
     pub callback_endpoints: Vec<String>,
+    pub public_url: Option<String>,
+    pub partners: BTreeMap<String, String>,
+    pub agreements: BTreeMap<String, AgreementSpec>,
+    pub default_agreement: AgreementSpec,
+    pub send_window: u64,
+    pub poll_interval: Duration,
 }
 
 impl Default for Config {
@@ -242,8 +372,16 @@ impl FileConfig {
                 bail!("token of {} is shorter than 16 characters", t.principal);
             }
         }
-        for url in &self.callback_endpoints {
+        for url in self.callback_endpoints.iter().chain(self.partners.values()) {
             check_endpoint(url)?;
+        }
+        for (name, spec) in self.agreements.iter().chain(
+            [("default_agreement".to_owned(), &self.default_agreement)]
+                .iter()
+                .map(|(n, s)| (n, *s)),
+        ) {
+            spec.check()
+                .map_err(|(field, why)| anyhow::anyhow!("agreement {name}: {field}: {why}"))?;
         }
         Ok(Config {
             listen: self.listen,
@@ -265,6 +403,12 @@ impl FileConfig {
             channels,
             tokens: self.tokens,
             callback_endpoints: self.callback_endpoints,
+            public_url: self.public_url,
+            partners: self.partners,
+            agreements: self.agreements,
+            default_agreement: self.default_agreement,
+            send_window: self.send_window.max(1),
+            poll_interval: Duration::from_millis(self.poll_interval_ms.max(10)),
         })
     }
 }

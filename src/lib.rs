@@ -25,6 +25,7 @@ use tokio::net::TcpListener;
 use crate::clock::{Clock, SystemClock};
 use crate::http::AppState;
 use crate::outbound::callbacks::RetryPolicy;
+use crate::outbound::sender::SenderConfig;
 use crate::store::{Store, StoreConfig};
 
 pub use config::Config;
@@ -63,6 +64,11 @@ impl App {
         let addr = listener
             .local_addr()
             .context("listener has no local address")?;
+        let base = config
+            .public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{addr}"));
+        let callback_url = format!("{}/wsr/_callback", base.trim_end_matches('/'));
         Ok(App {
             listener,
             addr,
@@ -70,6 +76,7 @@ impl App {
                 store,
                 config: Arc::new(config),
                 clock,
+                callback_url,
             },
         })
     }
@@ -103,12 +110,23 @@ impl App {
                 request_timeout: Duration::from_secs(30),
             },
         ));
+        let sender = tokio::spawn(outbound::sender::run(
+            state.store.clone(),
+            state.clock.clone(),
+            SenderConfig {
+                window: state.config.send_window,
+                poll_interval: state.config.poll_interval,
+                request_timeout: Duration::from_secs(30),
+                concurrency: 32,
+            },
+        ));
         let served = axum::serve(self.listener, http::router(state))
             .with_graceful_shutdown(shutdown)
             .await
             .context("HTTP server failed");
         sweeper.abort();
         callbacks.abort();
+        sender.abort();
         served
     }
 }

@@ -14,8 +14,19 @@ use crate::rmp::group::GroupState;
 use crate::store::StoreError;
 use crate::wsr::datetime::format_date_time;
 
-/// A JSON problem answer.
-pub struct Problem(StatusCode, &'static str, String);
+/// A JSON problem answer: status, error kind, reason, and the offending field if any.
+pub struct Problem(pub StatusCode, pub &'static str, pub String);
+
+impl Problem {
+    /// A 400 naming the request field at fault.
+    pub fn field(field: &str, reason: String) -> Problem {
+        Problem(
+            StatusCode::BAD_REQUEST,
+            "invalid-field",
+            format!("{field}: {reason}"),
+        )
+    }
+}
 
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
@@ -36,7 +47,11 @@ impl From<StoreError> for Problem {
 }
 
 /// Checks the bearer token and that it carries one of `scopes`.
-fn authorize(app: &AppState, headers: &HeaderMap, scopes: &[Scope]) -> Result<(), Problem> {
+pub(super) fn authorize(
+    app: &AppState,
+    headers: &HeaderMap,
+    scopes: &[Scope],
+) -> Result<(), Problem> {
     let presented = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())

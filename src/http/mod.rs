@@ -1,7 +1,9 @@
-//! The HTTP surface: thin axum handlers only. `/wsr/{channel}` for partners, `/api/v1/*` for
-//! operators, `/healthz` and `/readyz`.
+//! The HTTP surface: thin axum handlers only. `/wsr/{channel}` for partners' messages,
+//! `/wsr/_callback` for their acks of ours, `/api/v1/*` for operators and applications,
+//! `/healthz` and `/readyz`.
 
 mod admin;
+pub mod messages;
 pub mod soap;
 mod wsr;
 
@@ -21,13 +23,23 @@ pub struct AppState {
     pub store: Store,
     pub config: Arc<Config>,
     pub clock: Arc<dyn Clock>,
+    /// The ReplyTo of our own Callback-pattern messages.
+    pub callback_url: String,
 }
 
 pub fn router(state: AppState) -> Router {
     // The codec enforces the exact limit with a clear fault; this only stops the read early.
     let body_limit = state.config.limits.max_bytes.saturating_add(1);
     Router::new()
+        .route("/wsr/_callback", post(messages::callback))
         .route("/wsr/{channel}", post(wsr::receive))
+        .route(
+            "/api/v1/messages",
+            get(messages::list_messages).post(messages::submit),
+        )
+        .route("/api/v1/messages/{id}", get(messages::get_message))
+        .route("/api/v1/groups/{id}/close", post(messages::close_group))
+        .route("/api/v1/events", get(messages::events))
         .route(
             "/api/v1/callback-endpoints",
             get(admin::list_endpoints)

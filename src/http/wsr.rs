@@ -11,8 +11,8 @@ use super::AppState;
 use super::soap::{self, content_type, version_hint};
 use crate::rmp::agreement::Agreement;
 use crate::rmp::receiver::Verdict;
-use crate::rmp::replies::{Replies, reply_for};
-use crate::store::{OwedReply, ReceivedMessage};
+use crate::rmp::replies::{Replies, ReplyItem, items, reply_for};
+use crate::store::ReceivedMessage;
 use crate::wsr::{
     Defect, Envelope, FaultCode, FaultRoute, MessageKey, PollRequest, ReplyPattern, Request,
     SoapVersion, read_message, write_must_understand_fault,
@@ -242,10 +242,9 @@ async fn by_reply_pattern(
     match pattern {
         ReplyPattern::Response => RequestAnswer::InResponse(Some((code, reason))),
         ReplyPattern::Callback(to) => {
-            let owed = OwedReply {
+            let owed = ReplyItem {
                 group_id: key.group_id.clone(),
-                number: key.number,
-                number_to: None,
+                range: key.number.map(crate::wsr::SeqRange::single),
                 fault: Some(code),
             };
             let soap12 = version == SoapVersion::Soap12;
@@ -324,7 +323,7 @@ async fn handle_poll(
         return Ok(());
     };
     let Some(to) = &poll.reply_to else {
-        for reply in answer.replies {
+        for reply in &answer.replies {
             add_reply(replies, reply);
         }
         return Ok(());
@@ -341,7 +340,7 @@ async fn handle_poll(
     if !registered {
         return Err(unregistered(version, &to.uri));
     }
-    let owed: Vec<OwedReply> = answer.replies.into_iter().flat_map(owed_replies).collect();
+    let owed: Vec<ReplyItem> = answer.replies.iter().flat_map(items).collect();
     let now = app.clock.now();
     let expiry = now + UNKNOWN_EXPIRY_RETENTION;
     app.store
@@ -358,34 +357,11 @@ async fn handle_poll(
         })
 }
 
-fn add_reply(replies: &mut Replies, reply: crate::wsr::Reply) {
-    for owed in owed_replies(reply) {
-        match (owed.number, owed.number_to) {
-            (Some(from), Some(to)) => match crate::wsr::SeqRange::new(from, to) {
-                Some(range) => replies.add_range(&owed.group_id, range, owed.fault),
-                None => replies.add(&owed.group_id, Some(from), owed.fault),
-            },
-            (number, _) => replies.add(&owed.group_id, number, owed.fault),
+fn add_reply(replies: &mut Replies, reply: &crate::wsr::Reply) {
+    for item in items(reply) {
+        match item.range {
+            Some(range) => replies.add_range(&item.group_id, range, item.fault),
+            None => replies.add(&item.group_id, None, item.fault),
         }
-    }
-}
-
-fn owed_replies(reply: crate::wsr::Reply) -> Vec<OwedReply> {
-    match reply {
-        crate::wsr::Reply::NonSequence { group_id, fault } => vec![OwedReply {
-            group_id,
-            number: None,
-            number_to: None,
-            fault,
-        }],
-        crate::wsr::Reply::Sequence { group_id, ranges } => ranges
-            .into_iter()
-            .map(|r| OwedReply {
-                group_id: group_id.clone(),
-                number: Some(r.range.from()),
-                number_to: Some(r.range.to()),
-                fault: r.fault,
-            })
-            .collect(),
     }
 }

@@ -27,6 +27,34 @@ pub fn reply_for(key: &MessageKey, fault: Option<FaultCode>) -> Reply {
     }
 }
 
+/// One statement of a `wsrm:Response`: about a singleton (`range` `None`) or a range of a
+/// group, an ack (`fault` `None`) or a fault.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplyItem {
+    pub group_id: GroupId,
+    pub range: Option<SeqRange>,
+    pub fault: Option<FaultCode>,
+}
+
+/// The statements a reply element makes, one per singleton or range.
+pub fn items(reply: &Reply) -> Vec<ReplyItem> {
+    match reply {
+        Reply::NonSequence { group_id, fault } => vec![ReplyItem {
+            group_id: group_id.clone(),
+            range: None,
+            fault: *fault,
+        }],
+        Reply::Sequence { group_id, ranges } => ranges
+            .iter()
+            .map(|r| ReplyItem {
+                group_id: group_id.clone(),
+                range: Some(r.range),
+                fault: r.fault,
+            })
+            .collect(),
+    }
+}
+
 /// Acks (`None`) and faults (`Some(code)`) collected per group.
 #[derive(Debug, Default)]
 pub struct Replies {

@@ -6,6 +6,7 @@
 //! that made it durable. Reads go to a separate pool.
 
 pub mod group_json;
+pub mod outbound;
 mod sqlite;
 pub mod sweeper;
 
@@ -87,15 +88,6 @@ pub struct PendingCallback {
     pub fault: Option<FaultCode>,
     pub expiry: DateTime<Utc>,
     pub attempts: u32,
-}
-
-/// One reply owed to a sender: a singleton, a number, or a range, acked or faulted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct OwedReply {
-    pub group_id: GroupId,
-    pub number: Option<u64>,
-    pub number_to: Option<u64>,
-    pub fault: Option<FaultCode>,
 }
 
 /// What a sweep did.

@@ -16,12 +16,12 @@ use tokio::sync::{Notify, mpsc, oneshot};
 
 use super::group_json::{decode, encode, from_millis, millis};
 use super::{
-    Durability, InboxEntry, OwedReply, PendingCallback, Received, ReceivedMessage, StoreConfig,
-    StoreError, SweepReport,
+    Durability, InboxEntry, PendingCallback, Received, ReceivedMessage, StoreConfig, StoreError,
+    SweepReport,
 };
 use crate::rmp::group::{Buffered, GroupState, Policy, Swept, slot, sweep};
 use crate::rmp::receiver::{Action, Incoming, Verdict, receive};
-use crate::rmp::replies::{Replies, answer_poll};
+use crate::rmp::replies::{Replies, ReplyItem, answer_poll};
 use crate::wsr::{FaultCode, GroupId, MessageKey, RefToMessageIds, ReplyPattern, Response};
 
 /// Most requests one commit takes; more wait for the next one.
@@ -32,21 +32,25 @@ const SWEEP_BATCH: i64 = 500;
 /// (that is often why it was refused), so its sender can still learn of it.
 const FAULT_NOTICE_RETENTION: chrono::Duration = chrono::Duration::hours(1);
 
-/// A handle to the store; cheap to clone.
+/// A handle to the store; cheap to clone. Write transactions outside the writer task start
+/// with `BEGIN IMMEDIATE`: a deferred one that later wants to write fails at once with "database
+/// is locked" when another writer got there first, whatever the busy timeout.
 #[derive(Clone)]
 pub struct Store {
-    pool: SqlitePool,
+    pub(super) pool: SqlitePool,
     jobs: mpsc::Sender<Job>,
-    shared: Arc<Shared>,
+    pub(super) shared: Arc<Shared>,
 }
 
 /// State shared between handles and the writer task.
-struct Shared {
+pub(super) struct Shared {
     policy: Policy,
     /// Requests waiting for a buffered message of theirs to be delivered (Response pattern).
     waiters: Mutex<HashMap<MessageKey, Vec<oneshot::Sender<()>>>>,
     /// Woken after a commit that queued callback acks.
     pub callbacks_due: Notify,
+    /// Woken when an outbound message was submitted or its schedule moved earlier.
+    pub(super) outbound_due: Notify,
     /// Woken after a commit that moved a group deadline before the sweeper's next wake-up.
     pub deadlines_changed: Notify,
     /// When the sweeper plans to wake next (Unix ms).
@@ -102,6 +106,7 @@ impl Store {
             policy: config.policy.clone(),
             waiters: Mutex::new(HashMap::new()),
             callbacks_due: Notify::new(),
+            outbound_due: Notify::new(),
             deadlines_changed: Notify::new(),
             sweeper_wakeup: AtomicI64::new(i64::MIN),
             failing_commits: AtomicUsize::new(0),
@@ -333,11 +338,11 @@ impl Store {
         &self,
         endpoint: &str,
         soap12: bool,
-        replies: &[OwedReply],
+        replies: &[ReplyItem],
         expiry: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         for r in replies {
             sqlx::query(
                 "INSERT INTO pending_callbacks (endpoint, soap12, group_id, number, number_to, \
@@ -346,8 +351,8 @@ impl Store {
             .bind(endpoint)
             .bind(i64::from(soap12))
             .bind(r.group_id.as_str())
-            .bind(r.number.map(|n| n as i64))
-            .bind(r.number_to.map(|n| n as i64))
+            .bind(r.range.map(|x| x.from() as i64))
+            .bind(r.range.map(|x| x.to() as i64))
             .bind(r.fault.map(|f| f.local_name()))
             .bind(millis(expiry))
             .bind(millis(now))
@@ -439,7 +444,7 @@ impl Store {
 
     /// The acks were POSTed: forget them.
     pub async fn callbacks_sent(&self, ids: &[i64]) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         for id in ids {
             sqlx::query("DELETE FROM pending_callbacks WHERE id = ?")
                 .bind(id)
@@ -456,7 +461,7 @@ impl Store {
         ids: &[i64],
         next: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         for id in ids {
             sqlx::query(
                 "UPDATE pending_callbacks SET attempts = attempts + 1, next_attempt = ? WHERE id = ?",

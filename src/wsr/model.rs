@@ -13,7 +13,7 @@ use super::datetime::XsDuration;
 use super::lexical::{check_any_uri, xml_trim};
 
 /// The two SOAP envelope versions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum SoapVersion {
     Soap11,
     Soap12,

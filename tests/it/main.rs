@@ -8,5 +8,6 @@ mod malformed;
 mod receiver;
 mod roundtrip;
 mod schema;
+mod sender;
 mod support;
 mod valid;

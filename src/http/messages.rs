@@ -1,0 +1,375 @@
+//! `/api/v1/messages`, `/api/v1/groups/{id}/close`, `/api/v1/events` for applications that send
+//! through the gateway, and `/wsr/_callback`, where partners post acks for our messages.
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::AppState;
+use super::admin::{Problem, authorize};
+use super::soap::{self, content_type, version_hint};
+use crate::config::{AgreementSpec, Scope};
+use crate::rmp::sender::OutState;
+use crate::store::outbound::{OutMessage, Submission, SubmitError, callback_reply};
+use crate::wsr::datetime::format_date_time;
+use crate::wsr::{
+    GroupId, Headers, Limits, ReplyPattern, SoapVersion, read_envelope, read_message,
+    write_envelope,
+};
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SubmitBody {
+    /// A URL, or the name of a partner in the configuration.
+    destination: String,
+    /// The name of an agreement in the configuration, or one given inline.
+    #[serde(default)]
+    agreement: Option<AgreementRef>,
+    #[serde(default)]
+    group: Option<GroupRef>,
+    #[serde(default)]
+    soap_version: Option<String>,
+    body: String,
+    #[serde(default)]
+    notify_url: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum AgreementRef {
+    Named(String),
+    Inline(AgreementSpec),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GroupRef {
+    /// An existing group to continue; absent = a new group.
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    last: bool,
+}
+
+fn invalid(field: &str, reason: impl Into<String>) -> Problem {
+    Problem::field(field, reason.into())
+}
+
+pub async fn submit(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, Problem> {
+    authorize(&app, &headers, &[Scope::Produce, Scope::Admin])?;
+    let req: SubmitBody =
+        serde_json::from_slice(&body).map_err(|e| invalid("body", e.to_string()))?;
+    let destination = match app.config.partners.get(&req.destination) {
+        Some(url) => url.clone(),
+        None if req.destination.starts_with("http://")
+            || req.destination.starts_with("https://") =>
+        {
+            req.destination.clone()
+        }
+        None => {
+            return Err(invalid(
+                "destination",
+                format!(
+                    "{:?} is neither an http(s) URL nor a configured partner",
+                    req.destination
+                ),
+            ));
+        }
+    };
+    let agreement = match req.agreement {
+        None => app.config.default_agreement.clone(),
+        Some(AgreementRef::Named(name)) => app
+            .config
+            .agreements
+            .get(&name)
+            .cloned()
+            .ok_or_else(|| invalid("agreement", format!("no agreement named {name:?}")))?,
+        Some(AgreementRef::Inline(spec)) => spec,
+    };
+    let checked = agreement
+        .check()
+        .map_err(|(field, why)| invalid(&format!("agreement.{field}"), why))?;
+    let version = match req.soap_version.as_deref() {
+        None | Some("1.1") => SoapVersion::Soap11,
+        Some("1.2") => SoapVersion::Soap12,
+        Some(other) => {
+            return Err(invalid(
+                "soap_version",
+                format!("{other:?} is not \"1.1\" or \"1.2\""),
+            ));
+        }
+    };
+    check_body(version, &req.body)?;
+    if let Some(url) = &req.notify_url {
+        crate::config::check_endpoint(url).map_err(|e| invalid("notify_url", e.to_string()))?;
+    }
+    let group_id = match req.group.as_ref().and_then(|g| g.id.as_deref()) {
+        None => None,
+        Some(id) => Some(GroupId::parse(id).map_err(|why| invalid("group.id", why))?),
+    };
+    let sequenced = req.group.is_some() || checked.message_order;
+    if req.group.as_ref().is_some_and(|g| g.last) && !sequenced {
+        return Err(invalid("group.last", "a singleton has no group to end"));
+    }
+    let now = app.clock.now();
+    let reply = match checked.reply_pattern {
+        ReplyPattern::Callback(_) => callback_reply(&app.callback_url),
+        other => other,
+    };
+    let submission = Submission {
+        id: new_id(now),
+        destination,
+        group_id,
+        sequenced,
+        last: req.group.as_ref().is_some_and(|g| g.last),
+        ack_requested: checked.ack_requested,
+        duplicate_elimination: checked.duplicate_elimination,
+        message_order: checked.message_order,
+        reply,
+        version,
+        body: req.body,
+        expiry: now + checked.lifetime,
+        schedule: checked.schedule,
+        notify_url: req.notify_url,
+    };
+    let submitted = app
+        .store
+        .submit(submission, now)
+        .await
+        .map_err(|e| match e {
+            SubmitError::Conflict(why) => Problem(StatusCode::CONFLICT, "conflict", why),
+            SubmitError::Store(e) => e.into(),
+        })?;
+    let status_url = format!("/api/v1/messages/{}", submitted.id);
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({
+            "id": submitted.id,
+            "group_id": submitted.group_id.as_str(),
+            "number": submitted.number,
+            "status_url": status_url,
+        })),
+    )
+        .into_response())
+}
+
+/// The body must be well-formed XML our codec accepts, so that the envelope we store and
+/// resend is valid: checked by reading it back inside an envelope.
+fn check_body(version: SoapVersion, body: &str) -> Result<(), Problem> {
+    let probe = write_envelope(version, Headers::default(), body);
+    match read_envelope(probe.as_bytes(), &Limits::default()) {
+        Ok(env)
+            if env.request.is_none() && env.response.is_none() && env.poll_request.is_none() =>
+        {
+            Ok(())
+        }
+        Ok(_) => Err(invalid(
+            "body",
+            "the body must not contain SOAP envelope parts",
+        )),
+        Err(defect) => Err(invalid(
+            "body",
+            format!("not well-formed XML: {}", defect.reason),
+        )),
+    }
+}
+
+/// A message id: time-ordered and unique within this gateway.
+fn new_id(now: chrono::DateTime<chrono::Utc>) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    format!(
+        "{:013x}-{:06x}-{:04x}",
+        now.timestamp_millis(),
+        std::process::id() & 0xFFFFFF,
+        n & 0xFFFF
+    )
+}
+
+pub async fn get_message(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, Problem> {
+    authorize(&app, &headers, &[Scope::Produce, Scope::Admin])?;
+    match app.store.out_message(&id).await? {
+        Some(m) => Ok(Json(message_json(&m))),
+        None => Err(Problem(
+            StatusCode::NOT_FOUND,
+            "not-found",
+            format!("no message {id}"),
+        )),
+    }
+}
+
+#[derive(Deserialize)]
+pub struct ListQuery {
+    state: Option<String>,
+    group: Option<String>,
+    after: Option<String>,
+    limit: Option<i64>,
+}
+
+pub async fn list_messages(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<ListQuery>,
+) -> Result<Json<Value>, Problem> {
+    authorize(&app, &headers, &[Scope::Produce, Scope::Admin])?;
+    if let Some(state) = &q.state {
+        if !["queued", "sent", "acked", "faulted", "failed"].contains(&state.as_str()) {
+            return Err(invalid("state", format!("unknown state {state:?}")));
+        }
+    }
+    let limit = q.limit.unwrap_or(100).clamp(1, 1000);
+    let messages = app
+        .store
+        .out_messages(
+            q.state.as_deref(),
+            q.group.as_deref(),
+            q.after.as_deref(),
+            limit,
+        )
+        .await?;
+    let next = messages.last().map(|m| m.id.clone());
+    let messages: Vec<Value> = messages.iter().map(message_json).collect();
+    Ok(Json(json!({ "messages": messages, "next_after": next })))
+}
+
+pub async fn close_group(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, Problem> {
+    authorize(&app, &headers, &[Scope::Produce, Scope::Admin])?;
+    let group_id = GroupId::parse(&id).map_err(|why| invalid("id", why))?;
+    let last = app
+        .store
+        .close_group(&group_id)
+        .await
+        .map_err(|e| match e {
+            SubmitError::Conflict(why) => Problem(StatusCode::CONFLICT, "conflict", why),
+            SubmitError::Store(e) => e.into(),
+        })?;
+    Ok(Json(json!({ "group_id": id, "last": last })))
+}
+
+#[derive(Deserialize)]
+pub struct EventsQuery {
+    after: Option<i64>,
+}
+
+/// Server-sent events of state changes, from `after` on, as they happen.
+pub async fn events(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<EventsQuery>,
+) -> Result<Sse<impl futures_core::Stream<Item = Result<SseEvent, Infallible>>>, Problem> {
+    authorize(&app, &headers, &[Scope::Produce, Scope::Admin])?;
+    let store = app.store.clone();
+    let start = q.after.unwrap_or(0);
+    let pending: Vec<crate::store::outbound::OutEvent> = Vec::new();
+    let stream = futures_util::stream::unfold(
+        (store, start, pending),
+        |(store, mut after, mut pending)| async move {
+            loop {
+                if let Some(e) = pending.pop() {
+                    let data = json!({
+                        "seq": e.seq, "id": e.message_id, "state": e.state,
+                        "detail": e.detail, "at": time(e.at),
+                    });
+                    let event = SseEvent::default()
+                        .id(e.seq.to_string())
+                        .event("state")
+                        .data(data.to_string());
+                    return Some((Ok(event), (store, after, pending)));
+                }
+                match store.out_events(after, 100).await {
+                    Ok(batch) if !batch.is_empty() => {
+                        after = batch.last().map_or(after, |e| e.seq);
+                        pending = batch.into_iter().rev().collect();
+                    }
+                    // Nothing new: look again shortly (events are rare next to the messages).
+                    _ => tokio::time::sleep(Duration::from_millis(250)).await,
+                }
+            }
+        },
+    );
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
+
+/// `POST /wsr/_callback`: acks and faults partners send for our Callback-pattern messages.
+pub async fn callback(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+    let env = match read_message(content_type(&headers), &body, &app.config.limits) {
+        Ok(env) => env,
+        Err(defect) => {
+            return soap::fault(version_hint(&headers), defect.code, &defect.reason, None);
+        }
+    };
+    let Some(response) = env.response else {
+        return soap::fault(
+            env.version,
+            crate::wsr::FaultCode::InvalidRequest,
+            "no wsrm:Response header: this endpoint takes acknowledgments",
+            None,
+        );
+    };
+    match app
+        .store
+        .apply_replies(&response.replies, app.clock.now())
+        .await
+    {
+        Ok(_) => soap::accepted(),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot apply callback acks");
+            soap::fault(
+                env.version,
+                crate::wsr::FaultCode::MessageProcessingFailure,
+                "acknowledgments not recorded; send them again",
+                None,
+            )
+        }
+    }
+}
+
+fn time(t: chrono::DateTime<chrono::Utc>) -> String {
+    let mut s = String::new();
+    format_date_time(&t, &mut s);
+    s
+}
+
+/// The JSON view of an outbound message (API answers, notify webhooks).
+pub fn message_json(m: &OutMessage) -> Value {
+    let (fault, reason) = match &m.outbound.state {
+        OutState::Faulted(code) => (Some(code.local_name()), None),
+        OutState::Failed(reason) => (None, Some(reason.as_str())),
+        _ => (None, None),
+    };
+    json!({
+        "id": m.id,
+        "group_id": m.group_id.as_str(),
+        "number": m.number,
+        "destination": m.destination,
+        "reply_pattern": m.reply,
+        "soap_version": if m.version == SoapVersion::Soap12 { "1.2" } else { "1.1" },
+        "state": m.outbound.state.name(),
+        "fault": fault,
+        "reason": reason,
+        "attempts": m.outbound.attempts,
+        "expiry": time(m.outbound.expiry),
+        "next_attempt": m.outbound.next_attempt.map(time),
+    })
+}

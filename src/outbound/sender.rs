@@ -1,0 +1,245 @@
+//! The sending RMP's worker: sends due messages (the stored envelope, unchanged, on every
+//! attempt), reads the partner's answer for acks and faults, polls for Poll-pattern messages,
+//! and tells notify webhooks when a message reaches its final state. Decisions are in
+//! `rmp::sender`; this task only does the I/O and sleeps until the next attempt is due.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::header::CONTENT_TYPE;
+use tokio::task::JoinSet;
+
+use crate::clock::Clock;
+use crate::rmp::sender::Event;
+use crate::store::outbound::OutMessage;
+use crate::store::{Store, StoreError};
+use crate::wsr::{
+    Headers, Limits, PollRequest, RefToMessageIds, Reply, SeqRange, SoapVersion, read_message,
+    write_envelope,
+};
+
+#[derive(Debug, Clone)]
+pub struct SenderConfig {
+    /// Messages of one ordered group in flight at once.
+    pub window: u64,
+    pub poll_interval: Duration,
+    pub request_timeout: Duration,
+    /// Concurrent sends.
+    pub concurrency: usize,
+}
+
+/// Longest sleep without anything due.
+const IDLE_RECHECK: Duration = Duration::from_secs(60);
+
+pub async fn run(store: Store, clock: Arc<dyn Clock>, config: SenderConfig) {
+    let client = match reqwest::Client::builder()
+        .timeout(config.request_timeout)
+        .build()
+    {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot build the HTTP client; nothing is sent");
+            return;
+        }
+    };
+    let mut next_poll = clock.now();
+    loop {
+        if let Err(e) = send_due(&store, &client, &clock, &config).await {
+            tracing::error!(error = %e, "outbound pass failed; retrying shortly");
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
+        }
+        if clock.now() >= next_poll {
+            if let Err(e) = poll(&store, &client, &clock).await {
+                tracing::error!(error = %e, "poll pass failed");
+            }
+            next_poll =
+                clock.now() + chrono::Duration::from_std(config.poll_interval).unwrap_or_default();
+        }
+        let due = store.next_outbound_due().await.ok().flatten();
+        let now = clock.now();
+        let until_poll = (next_poll - now).to_std().unwrap_or(Duration::ZERO);
+        let wait = due
+            .map(|t| (t - now).to_std().unwrap_or(Duration::ZERO))
+            .unwrap_or(IDLE_RECHECK)
+            .min(until_poll)
+            .min(IDLE_RECHECK)
+            // Messages due but held back by an ordered window wait for an ack, not a timer.
+            .max(Duration::from_millis(5));
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = store.outbound_due().notified() => {}
+        }
+    }
+}
+
+async fn send_due(
+    store: &Store,
+    client: &reqwest::Client,
+    clock: &Arc<dyn Clock>,
+    config: &SenderConfig,
+) -> Result<(), StoreError> {
+    let due = store
+        .due_outbound(clock.now(), config.window.max(1), 500)
+        .await?;
+    let mut tasks = JoinSet::new();
+    for message in due {
+        while tasks.len() >= config.concurrency.max(1) {
+            if let Some(done) = tasks.join_next().await {
+                done.map_err(|e| StoreError::Corrupt(format!("send task: {e}")))??;
+            }
+        }
+        let (store, client, clock) = (store.clone(), client.clone(), clock.clone());
+        tasks.spawn(async move { attempt(&store, &client, clock.as_ref(), message).await });
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.map_err(|e| StoreError::Corrupt(format!("send task: {e}")))??;
+    }
+    Ok(())
+}
+
+/// One attempt: counted and saved before the POST, so a crash can only cause a resend with
+/// the same identity, never a lost attempt count.
+async fn attempt(
+    store: &Store,
+    client: &reqwest::Client,
+    clock: &dyn Clock,
+    m: OutMessage,
+) -> Result<(), StoreError> {
+    let now = clock.now();
+    let before = m.outbound.state.clone();
+    let mut out = m.outbound.clone();
+    if !out.due(now) {
+        // Expired or out of attempts: the stop rules failed it.
+        if out != m.outbound {
+            let finished = store.save_outbound(&m.id, &before, &out, now).await?;
+            notify(store, client, &finished).await;
+        }
+        return Ok(());
+    }
+    out.apply(Event::Sent, now);
+    store.save_outbound(&m.id, &before, &out, now).await?;
+    let answer = client
+        .post(&m.destination)
+        .header(CONTENT_TYPE, m.version.content_type())
+        .header("SOAPAction", "\"\"")
+        .body(m.envelope.clone())
+        .send()
+        .await;
+    let replies = match answer {
+        Ok(r) => {
+            let status = r.status();
+            let ct = r
+                .headers()
+                .get(CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let body = r.bytes().await.unwrap_or_default();
+            let replies = replies_in(ct.as_deref(), &body);
+            tracing::debug!(id = %m.id, %status, replies = replies.len(), "sent");
+            replies
+        }
+        Err(e) => {
+            tracing::debug!(id = %m.id, error = %e, "send failed; will resend");
+            Vec::new()
+        }
+    };
+    let finished = store.apply_replies(&replies, clock.now()).await?;
+    notify(store, client, &finished).await;
+    Ok(())
+}
+
+/// The acks and faults in a partner's answer (any SOAP version, plain or MIME); nothing when
+/// the answer carries none or cannot be read (the message is then simply resent).
+pub fn replies_in(content_type: Option<&str>, body: &[u8]) -> Vec<Reply> {
+    if body.is_empty() {
+        return Vec::new();
+    }
+    match read_message(content_type, body, &Limits::default()) {
+        Ok(env) => env.response.map(|r| r.replies).unwrap_or_default(),
+        Err(defect) => {
+            tracing::debug!(%defect, "unreadable answer from a partner");
+            Vec::new()
+        }
+    }
+}
+
+/// Asks each destination about its Poll-pattern messages still waiting for an ack.
+async fn poll(
+    store: &Store,
+    client: &reqwest::Client,
+    clock: &Arc<dyn Clock>,
+) -> Result<(), StoreError> {
+    let waiting = store.awaiting_poll().await?;
+    let mut by_destination: BTreeMap<(String, SoapVersion), Vec<OutMessage>> = BTreeMap::new();
+    for m in waiting {
+        by_destination
+            .entry((m.destination.clone(), m.version))
+            .or_default()
+            .push(m);
+    }
+    for ((destination, version), messages) in by_destination {
+        let refs = messages
+            .iter()
+            .map(|m| RefToMessageIds {
+                group_id: m.group_id.clone(),
+                ranges: m.number.map(SeqRange::single).into_iter().collect(),
+            })
+            .collect();
+        let poll = PollRequest {
+            refs,
+            reply_to: None,
+        };
+        let xml = write_envelope(
+            version,
+            Headers {
+                poll_request: Some(&poll),
+                ..Headers::default()
+            },
+            "",
+        );
+        let answer = client
+            .post(&destination)
+            .header(CONTENT_TYPE, version.content_type())
+            .body(xml)
+            .send()
+            .await;
+        if let Ok(r) = answer {
+            let ct = r
+                .headers()
+                .get(CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned);
+            let body = r.bytes().await.unwrap_or_default();
+            let finished = store
+                .apply_replies(&replies_in(ct.as_deref(), &body), clock.now())
+                .await?;
+            notify(store, client, &finished).await;
+        }
+    }
+    Ok(())
+}
+
+/// Tells a submission's notify webhook its message reached a final state. Best effort: the
+/// state and the event are stored either way (`GET /api/v1/messages/{id}`, `/api/v1/events`).
+pub async fn notify(store: &Store, client: &reqwest::Client, finished: &[String]) {
+    for id in finished {
+        let Ok(Some(m)) = store.out_message(id).await else {
+            continue;
+        };
+        let Some(url) = &m.notify_url else {
+            continue;
+        };
+        let body = crate::http::messages::message_json(&m).to_string();
+        let sent = client
+            .post(url)
+            .header(CONTENT_TYPE, "application/json")
+            .body(body)
+            .send()
+            .await;
+        if let Err(e) = sent {
+            tracing::warn!(%id, %url, error = %e, "notify webhook failed");
+        }
+    }
+}

@@ -1,0 +1,632 @@
+//! Stored state of the sending RMP: submitted messages with their envelopes (sent unchanged on
+//! every attempt), their groups and numbering, retry state and the event log.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sqlx::Row;
+
+use super::group_json::{from_millis, millis};
+use super::{Store, StoreError};
+use crate::rmp::replies::items;
+use crate::rmp::sender::{OutState, Outbound, RetrySchedule};
+use crate::wsr::{
+    FaultCode, GroupId, Headers, MessageId, Reply, ReplyPattern, ReplyTo, Request, SequenceNum,
+    SoapVersion, write_envelope,
+};
+
+/// A message an application hands to the gateway to send.
+#[derive(Debug, Clone)]
+pub struct Submission {
+    pub id: String,
+    pub destination: String,
+    /// Existing group to continue, or a new one (`None`).
+    pub group_id: Option<GroupId>,
+    /// Whether the message belongs to a sequenced group (else a singleton).
+    pub sequenced: bool,
+    pub last: bool,
+    pub ack_requested: bool,
+    pub duplicate_elimination: bool,
+    pub message_order: bool,
+    pub reply: ReplyPattern,
+    pub version: SoapVersion,
+    pub body: String,
+    pub expiry: DateTime<Utc>,
+    pub schedule: RetrySchedule,
+    pub notify_url: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Submitted {
+    pub id: String,
+    pub group_id: GroupId,
+    pub number: Option<u64>,
+}
+
+/// Why a submission was refused; nothing of it was stored.
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    #[error("{0}")]
+    Conflict(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// One stored outbound message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutMessage {
+    pub id: String,
+    pub group_id: GroupId,
+    pub number: Option<u64>,
+    pub destination: String,
+    pub version: SoapVersion,
+    pub reply: String,
+    pub envelope: String,
+    pub outbound: Outbound,
+    pub notify_url: Option<String>,
+    pub ordered: bool,
+}
+
+/// One state change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutEvent {
+    pub seq: i64,
+    pub message_id: String,
+    pub state: String,
+    pub detail: Option<String>,
+    pub at: DateTime<Utc>,
+}
+
+#[derive(Serialize, Deserialize)]
+enum StoredSchedule {
+    Interval {
+        max_attempts: u32,
+        interval_ms: u64,
+        backoff: u32,
+    },
+    Waits(Vec<u64>),
+}
+
+fn encode_schedule(s: &RetrySchedule) -> String {
+    let stored = match s {
+        RetrySchedule::Interval {
+            max_attempts,
+            interval,
+            backoff,
+        } => StoredSchedule::Interval {
+            max_attempts: *max_attempts,
+            interval_ms: interval.as_millis().try_into().unwrap_or(u64::MAX),
+            backoff: *backoff,
+        },
+        RetrySchedule::Waits(w) => StoredSchedule::Waits(
+            w.iter()
+                .map(|d| d.as_millis().try_into().unwrap_or(u64::MAX))
+                .collect(),
+        ),
+    };
+    serde_json::to_string(&stored).unwrap_or_default()
+}
+
+fn decode_schedule(s: &str) -> Result<RetrySchedule, StoreError> {
+    let stored: StoredSchedule =
+        serde_json::from_str(s).map_err(|e| StoreError::Corrupt(format!("schedule: {e}")))?;
+    Ok(match stored {
+        StoredSchedule::Interval {
+            max_attempts,
+            interval_ms,
+            backoff,
+        } => RetrySchedule::Interval {
+            max_attempts,
+            interval: Duration::from_millis(interval_ms),
+            backoff,
+        },
+        StoredSchedule::Waits(w) => {
+            RetrySchedule::Waits(w.into_iter().map(Duration::from_millis).collect())
+        }
+    })
+}
+
+/// A static query over messages joined with their group, in the column order `row_to_message`
+/// reads (static, so sqlx knows no value is spliced into the SQL).
+macro_rules! select_messages {
+    ($tail:literal) => {
+        concat!(
+            "SELECT m.id, m.group_id, m.number, m.destination, m.soap12, m.reply_pattern, ",
+            "m.envelope, m.expiry, m.schedule, m.state, m.fault, m.reason, m.attempts, ",
+            "m.next_attempt, m.notify_url, g.ordered ",
+            "FROM out_messages m JOIN out_groups g USING (group_id) ",
+            $tail
+        )
+    };
+}
+
+fn row_to_message(r: &sqlx::sqlite::SqliteRow) -> Result<OutMessage, StoreError> {
+    let corrupt = |what: String| StoreError::Corrupt(what);
+    let group: String = r.get(1);
+    let state = match r.get::<&str, _>(9) {
+        "queued" => OutState::Queued,
+        "sent" => OutState::Sent,
+        "acked" => OutState::Acked,
+        "faulted" => {
+            let code: Option<String> = r.get(10);
+            OutState::Faulted(
+                code.as_deref()
+                    .and_then(FaultCode::from_local_name)
+                    .ok_or_else(|| corrupt("faulted without a known fault".into()))?,
+            )
+        }
+        "failed" => OutState::Failed(r.get::<Option<String>, _>(11).unwrap_or_default()),
+        other => return Err(corrupt(format!("unknown outbound state {other}"))),
+    };
+    Ok(OutMessage {
+        id: r.get(0),
+        group_id: GroupId::parse(&group).map_err(corrupt)?,
+        number: r.get::<Option<i64>, _>(2).map(|n| n as u64),
+        destination: r.get(3),
+        version: if r.get::<i64, _>(4) != 0 {
+            SoapVersion::Soap12
+        } else {
+            SoapVersion::Soap11
+        },
+        reply: r.get(5),
+        envelope: r.get(6),
+        outbound: Outbound {
+            state,
+            attempts: r.get::<i64, _>(12).try_into().unwrap_or(u32::MAX),
+            expiry: from_millis(r.get(7)),
+            schedule: decode_schedule(r.get::<&str, _>(8))?,
+            next_attempt: r.get::<Option<i64>, _>(13).map(from_millis),
+        },
+        notify_url: r.get(14),
+        ordered: r.get::<i64, _>(15) != 0,
+    })
+}
+
+impl Store {
+    /// Stores a submission: numbers are assigned in submit order per group, the envelope is
+    /// written once. Everything or nothing is stored.
+    pub async fn submit(
+        &self,
+        s: Submission,
+        now: DateTime<Utc>,
+    ) -> Result<Submitted, SubmitError> {
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(StoreError::from)?;
+        let (group_id, number) = match &s.group_id {
+            None => {
+                let group_id = GroupId::parse(&format!("mid:{}@wsr-gateway", s.id))
+                    .map_err(StoreError::Corrupt)?;
+                sqlx::query(
+                    "INSERT INTO out_groups (group_id, destination, ordered, sequenced, \
+                     next_number, last_number, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                )
+                .bind(group_id.as_str())
+                .bind(&s.destination)
+                .bind(i64::from(s.message_order))
+                .bind(i64::from(s.sequenced))
+                .bind(i64::from(s.sequenced))
+                .bind(s.last.then_some(0i64))
+                .bind(millis(now))
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::from)?;
+                (group_id, s.sequenced.then_some(0))
+            }
+            Some(group_id) => {
+                let row = sqlx::query(
+                    "SELECT destination, ordered, sequenced, next_number, last_number \
+                     FROM out_groups WHERE group_id = ?",
+                )
+                .bind(group_id.as_str())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(StoreError::from)?
+                .ok_or_else(|| SubmitError::Conflict(format!("no outbound group {group_id}")))?;
+                let destination: String = row.get(0);
+                if destination != s.destination {
+                    return Err(SubmitError::Conflict(format!(
+                        "group {group_id} goes to {destination}, not {}",
+                        s.destination
+                    )));
+                }
+                if row.get::<i64, _>(2) == 0 {
+                    return Err(SubmitError::Conflict(format!(
+                        "group {group_id} is a singleton"
+                    )));
+                }
+                if (row.get::<i64, _>(1) != 0) != s.message_order {
+                    return Err(SubmitError::Conflict(format!(
+                        "group {group_id} was created {}ordered",
+                        if s.message_order { "un" } else { "" }
+                    )));
+                }
+                if row.get::<Option<i64>, _>(4).is_some() {
+                    return Err(SubmitError::Conflict(format!(
+                        "group {group_id} is closed: its last message was submitted"
+                    )));
+                }
+                let number = row.get::<i64, _>(3) as u64;
+                sqlx::query(
+                    "UPDATE out_groups SET next_number = ?, last_number = ? WHERE group_id = ?",
+                )
+                .bind(number.saturating_add(1) as i64)
+                .bind(s.last.then_some(number as i64))
+                .bind(group_id.as_str())
+                .execute(&mut *tx)
+                .await
+                .map_err(StoreError::from)?;
+                (group_id.clone(), Some(number))
+            }
+        };
+        let request = Request {
+            message_id: MessageId {
+                group_id: group_id.clone(),
+                sequence: number.map(|n| SequenceNum {
+                    number: n,
+                    last: s.last,
+                    group_limit: None,
+                }),
+            },
+            expiry_time: s.expiry,
+            reply_pattern: s.reply.clone(),
+            ack_requested: s.ack_requested,
+            duplicate_elimination: s.duplicate_elimination,
+            message_order: s.message_order,
+        };
+        let envelope = write_envelope(
+            s.version,
+            Headers {
+                request: Some(&request),
+                ..Headers::default()
+            },
+            &s.body,
+        );
+        sqlx::query(
+            "INSERT INTO out_messages (id, group_id, number, destination, soap12, reply_pattern, \
+             envelope, expiry, schedule, state, attempts, next_attempt, notify_url, created_at, \
+             updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', 0, ?, ?, ?, ?)",
+        )
+        .bind(&s.id)
+        .bind(group_id.as_str())
+        .bind(number.map(|n| n as i64))
+        .bind(&s.destination)
+        .bind(i64::from(s.version == SoapVersion::Soap12))
+        .bind(s.reply.value())
+        .bind(&envelope)
+        .bind(millis(s.expiry))
+        .bind(encode_schedule(&s.schedule))
+        .bind(millis(now))
+        .bind(&s.notify_url)
+        .bind(millis(now))
+        .bind(millis(now))
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::from)?;
+        insert_event(&mut tx, &s.id, "queued", None, now).await?;
+        tx.commit().await.map_err(StoreError::from)?;
+        self.shared.outbound_due.notify_one();
+        Ok(Submitted {
+            id: s.id,
+            group_id,
+            number,
+        })
+    }
+
+    pub fn outbound_due(&self) -> &tokio::sync::Notify {
+        &self.shared.outbound_due
+    }
+
+    pub async fn out_message(&self, id: &str) -> Result<Option<OutMessage>, StoreError> {
+        let row = sqlx::query(select_messages!("WHERE m.id = ?"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(row_to_message).transpose()
+    }
+
+    /// Messages, optionally of one state and/or group, by id after `after`.
+    pub async fn out_messages(
+        &self,
+        state: Option<&str>,
+        group: Option<&str>,
+        after: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<OutMessage>, StoreError> {
+        let rows = sqlx::query(select_messages!(
+            "WHERE (?1 IS NULL OR m.state = ?1) AND (?2 IS NULL OR m.group_id = ?2) \
+             AND m.id > ?3 ORDER BY m.id LIMIT ?4"
+        ))
+        .bind(state)
+        .bind(group)
+        .bind(after.unwrap_or(""))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(row_to_message).collect()
+    }
+
+    /// Messages whose next attempt is due at `now`, by group and number. For ordered groups
+    /// only those within `window` of the lowest number not yet acknowledged.
+    pub async fn due_outbound(
+        &self,
+        now: DateTime<Utc>,
+        window: u64,
+        limit: i64,
+    ) -> Result<Vec<OutMessage>, StoreError> {
+        let rows = sqlx::query(select_messages!(
+            "WHERE m.next_attempt <= ?1 AND (g.ordered = 0 OR m.number < ?2 + ( \
+               SELECT MIN(o.number) FROM out_messages o \
+               WHERE o.group_id = m.group_id AND o.state NOT IN ('acked'))) \
+             ORDER BY m.group_id, m.number LIMIT ?3"
+        ))
+        .bind(millis(now))
+        .bind(window.min(i64::MAX as u64) as i64)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(row_to_message).collect()
+    }
+
+    /// Poll-pattern messages sent and waiting for their ack, by destination.
+    pub async fn awaiting_poll(&self) -> Result<Vec<OutMessage>, StoreError> {
+        let rows = sqlx::query(select_messages!(
+            "WHERE m.reply_pattern = 'Poll' AND m.state = 'sent' ORDER BY m.destination LIMIT 1000"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(row_to_message).collect()
+    }
+
+    /// The earliest next attempt of any outbound message.
+    pub async fn next_outbound_due(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
+        let ms: Option<i64> = sqlx::query_scalar("SELECT MIN(next_attempt) FROM out_messages")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(ms.map(from_millis))
+    }
+
+    /// Saves a message's new state and logs the change. A message of an ordered group that
+    /// ends faulted or failed fails every later message of the group not yet final (S-t4).
+    pub async fn save_outbound(
+        &self,
+        id: &str,
+        before: &OutState,
+        after: &Outbound,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        // Final states are absorbing in the store too: never overwrite one.
+        let changed = sqlx::query(
+            "UPDATE out_messages SET state = ?, fault = ?, reason = ?, attempts = ?, \
+             next_attempt = ?, updated_at = ? WHERE id = ? AND state IN ('queued', 'sent')",
+        )
+        .bind(after.state.name())
+        .bind(match &after.state {
+            OutState::Faulted(code) => Some(code.local_name()),
+            _ => None,
+        })
+        .bind(match &after.state {
+            OutState::Failed(reason) => Some(reason.as_str()),
+            _ => None,
+        })
+        .bind(i64::from(after.attempts))
+        .bind(after.next_attempt.map(millis))
+        .bind(millis(now))
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+        let mut finished = Vec::new();
+        if changed.rows_affected() == 1 && after.state != *before {
+            let detail = match &after.state {
+                OutState::Faulted(code) => Some(code.local_name().to_owned()),
+                OutState::Failed(reason) => Some(reason.clone()),
+                _ => None,
+            };
+            insert_event(&mut tx, id, after.state.name(), detail.as_deref(), now).await?;
+            if after.state.is_final() {
+                finished.push(id.to_owned());
+            }
+            if matches!(after.state, OutState::Faulted(_) | OutState::Failed(_)) {
+                finished.extend(fail_rest_of_ordered_group(&mut tx, id, now).await?);
+            }
+        }
+        tx.commit().await?;
+        Ok(finished)
+    }
+
+    /// Applies acks and faults received from a partner (HTTP response, callback, poll
+    /// answer). Returns the messages that reached a final state.
+    pub async fn apply_replies(
+        &self,
+        replies: &[Reply],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut finished = Vec::new();
+        for item in replies.iter().flat_map(items) {
+            let (group_id, fault) = (&item.group_id, item.fault);
+            let rows = match item.range {
+                None => {
+                    sqlx::query(select_messages!(
+                        "WHERE m.group_id = ? AND m.number IS NULL"
+                    ))
+                    .bind(group_id.as_str())
+                    .fetch_all(&self.pool)
+                    .await?
+                }
+                Some(range) => {
+                    sqlx::query(select_messages!(
+                        "WHERE m.group_id = ? AND m.number BETWEEN ? AND ?"
+                    ))
+                    .bind(group_id.as_str())
+                    .bind(range.from().min(i64::MAX as u64) as i64)
+                    .bind(range.to().min(i64::MAX as u64) as i64)
+                    .fetch_all(&self.pool)
+                    .await?
+                }
+            };
+            for row in &rows {
+                let m = row_to_message(row)?;
+                let before = m.outbound.state.clone();
+                let mut after = m.outbound.clone();
+                after.apply(
+                    match fault {
+                        None => crate::rmp::sender::Event::Acked,
+                        Some(code) => crate::rmp::sender::Event::Faulted(code),
+                    },
+                    now,
+                );
+                if after != m.outbound {
+                    finished.extend(self.save_outbound(&m.id, &before, &after, now).await?);
+                }
+            }
+        }
+        Ok(finished)
+    }
+
+    /// State changes after `after`, oldest first.
+    pub async fn out_events(&self, after: i64, limit: i64) -> Result<Vec<OutEvent>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT seq, message_id, state, detail, at FROM out_events WHERE seq > ? \
+             ORDER BY seq LIMIT ?",
+        )
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .iter()
+            .map(|r| OutEvent {
+                seq: r.get(0),
+                message_id: r.get(1),
+                state: r.get(2),
+                detail: r.get(3),
+                at: from_millis(r.get(4)),
+            })
+            .collect())
+    }
+
+    /// Marks the group's most recent message `last`, if it has not been sent yet (its
+    /// envelope is rewritten once, before any attempt). Otherwise the group cannot be closed
+    /// after the fact: submit the last message with `last` instead.
+    pub async fn close_group(&self, group_id: &GroupId) -> Result<Option<u64>, SubmitError> {
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(StoreError::from)?;
+        let row = sqlx::query(
+            "SELECT m.id, m.number, m.attempts, m.envelope, g.last_number FROM out_messages m \
+             JOIN out_groups g USING (group_id) WHERE m.group_id = ? \
+             ORDER BY m.number DESC LIMIT 1",
+        )
+        .bind(group_id.as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(StoreError::from)?
+        .ok_or_else(|| SubmitError::Conflict(format!("no outbound group {group_id}")))?;
+        if let Some(last) = row.get::<Option<i64>, _>(4) {
+            return Ok(Some(last as u64));
+        }
+        let number = row
+            .get::<Option<i64>, _>(1)
+            .ok_or_else(|| SubmitError::Conflict("a singleton has no group to close".into()))?;
+        if row.get::<i64, _>(2) > 0 {
+            return Err(SubmitError::Conflict(format!(
+                "message {number} of {group_id} was already sent without last=\"true\"; \
+                 submit a last message with group.last = true"
+            )));
+        }
+        let envelope: String = row.get(3);
+        let rewritten = mark_last(&envelope)
+            .ok_or_else(|| StoreError::Corrupt("stored envelope unreadable".into()))?;
+        sqlx::query("UPDATE out_messages SET envelope = ? WHERE id = ?")
+            .bind(rewritten)
+            .bind(row.get::<String, _>(0))
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::from)?;
+        sqlx::query("UPDATE out_groups SET last_number = ? WHERE group_id = ?")
+            .bind(number)
+            .bind(group_id.as_str())
+            .execute(&mut *tx)
+            .await
+            .map_err(StoreError::from)?;
+        tx.commit().await.map_err(StoreError::from)?;
+        Ok(Some(number as u64))
+    }
+}
+
+/// Our own stored envelope with `last="true"` on its SequenceNum, rewritten by the codec.
+fn mark_last(envelope: &str) -> Option<String> {
+    let env =
+        crate::wsr::read_envelope(envelope.as_bytes(), &crate::wsr::Limits::default()).ok()?;
+    let mut request = env.request?;
+    request.message_id.sequence.as_mut()?.last = true;
+    Some(write_envelope(
+        env.version,
+        Headers {
+            request: Some(&request),
+            ..Headers::default()
+        },
+        env.body.content,
+    ))
+}
+
+async fn insert_event(
+    tx: &mut sqlx::SqliteConnection,
+    id: &str,
+    state: &str,
+    detail: Option<&str>,
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    sqlx::query("INSERT INTO out_events (message_id, state, detail, at) VALUES (?, ?, ?, ?)")
+        .bind(id)
+        .bind(state)
+        .bind(detail)
+        .bind(millis(now))
+        .execute(&mut *tx)
+        .await?;
+    Ok(())
+}
+
+async fn fail_rest_of_ordered_group(
+    tx: &mut sqlx::SqliteConnection,
+    id: &str,
+    now: DateTime<Utc>,
+) -> Result<Vec<String>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT o.id FROM out_messages m JOIN out_groups g USING (group_id) \
+         JOIN out_messages o ON o.group_id = m.group_id \
+         WHERE m.id = ? AND g.ordered = 1 AND o.number > m.number \
+         AND o.state IN ('queued', 'sent')",
+    )
+    .bind(id)
+    .fetch_all(&mut *tx)
+    .await?;
+    let reason = format!("an earlier message of its ordered group ({id}) failed");
+    let mut failed = Vec::new();
+    for r in rows {
+        let other: String = r.get(0);
+        sqlx::query(
+            "UPDATE out_messages SET state = 'failed', reason = ?, next_attempt = NULL, \
+             updated_at = ? WHERE id = ?",
+        )
+        .bind(&reason)
+        .bind(millis(now))
+        .bind(&other)
+        .execute(&mut *tx)
+        .await?;
+        insert_event(tx, &other, "failed", Some(&reason), now).await?;
+        failed.push(other);
+    }
+    Ok(failed)
+}
+
+/// The ReplyTo our own Callback-pattern messages carry.
+pub fn callback_reply(url: &str) -> ReplyPattern {
+    ReplyPattern::Callback(ReplyTo::bare(url))
+}

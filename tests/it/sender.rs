@@ -1,0 +1,298 @@
+//! The sending RMP end to end: one gateway sends to a second gateway in the same test, for
+//! each reply pattern and SOAP version, singletons and an ordered group of 100 with `last`.
+//! The receiver's inbox holds each message exactly once, in order; the sender shows every
+//! message acked.
+
+use serde_json::{Value, json};
+use wsr_gateway::config::{Scope, TokenConfig};
+use wsr_gateway::store::outbound::OutMessage;
+
+use super::support::{TestApp, spawn_app_with};
+
+const TOKEN: &str = "producer-token-0123456789";
+
+async fn sender_app() -> TestApp {
+    spawn_app_with(|c| {
+        c.tokens = vec![TokenConfig {
+            token: TOKEN.into(),
+            principal: "app".into(),
+            scopes: vec![Scope::Produce],
+        }];
+        c.poll_interval = std::time::Duration::from_millis(200);
+    })
+    .await
+}
+
+async fn submit(app: &TestApp, body: Value) -> (u16, Value) {
+    let r = app
+        .client
+        .post(app.url("/api/v1/messages"))
+        .bearer_auth(TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .expect("API answers");
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// Waits until every outbound message is final, moving the test clock so that polls and
+/// resends come due. Bounded: at most 20 s of wall time.
+async fn all_final(app: &TestApp, expected: usize) -> Vec<OutMessage> {
+    for _ in 0..2000 {
+        let messages = app
+            .store
+            .out_messages(None, None, None, 1000)
+            .await
+            .expect("list");
+        if messages.len() == expected && messages.iter().all(|m| m.outbound.state.is_final()) {
+            return messages;
+        }
+        app.clock.advance(chrono::Duration::milliseconds(100));
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let messages = app
+        .store
+        .out_messages(None, None, None, 1000)
+        .await
+        .expect("list");
+    panic!(
+        "not all final: {:?}",
+        messages
+            .iter()
+            .map(|m| (&m.id, m.outbound.state.name(), m.outbound.attempts))
+            .collect::<Vec<_>>()
+    );
+}
+
+#[tokio::test]
+async fn singletons_for_every_reply_pattern_and_version() {
+    let receiver = spawn_app_with(|_| {}).await;
+    let sender = sender_app().await;
+    receiver
+        .register_callback(&sender.url("/wsr/_callback"))
+        .await;
+    let mut count = 0;
+    for pattern in ["Response", "Callback", "Poll"] {
+        for version in ["1.1", "1.2"] {
+            let (status, answer) = submit(
+                &sender,
+                json!({
+                    "destination": receiver.url("/wsr/default"),
+                    "agreement": { "reply_pattern": pattern },
+                    "soap_version": version,
+                    "body": format!("<o:Order xmlns:o=\"urn:o\">{pattern} {version}</o:Order>"),
+                }),
+            )
+            .await;
+            assert_eq!(status, 202, "{answer}");
+            assert!(
+                answer["status_url"]
+                    .as_str()
+                    .is_some_and(|u| u.starts_with("/api/v1/messages/"))
+            );
+            assert!(answer["number"].is_null(), "a singleton");
+            count += 1;
+        }
+    }
+    let messages = all_final(&sender, count).await;
+    for m in &messages {
+        assert_eq!(m.outbound.state.name(), "acked", "{} via {}", m.id, m.reply);
+    }
+    let inbox = receiver.inbox().await;
+    assert_eq!(inbox.len(), count, "each delivered exactly once");
+    sender.stop().await;
+    receiver.stop().await;
+}
+
+#[tokio::test]
+async fn ordered_group_of_100_with_last() {
+    for (pattern, version) in [("Response", "1.1"), ("Callback", "1.2"), ("Poll", "1.1")] {
+        let receiver = spawn_app_with(|_| {}).await;
+        let sender = sender_app().await;
+        receiver
+            .register_callback(&sender.url("/wsr/_callback"))
+            .await;
+        let agreement = json!({ "reply_pattern": pattern, "message_order": true });
+        let mut group: Option<String> = None;
+        for n in 0..100u64 {
+            let mut g = json!({ "last": n == 99 });
+            if let Some(id) = &group {
+                g["id"] = json!(id);
+            }
+            let (status, answer) = submit(
+                &sender,
+                json!({
+                    "destination": receiver.url("/wsr/default"),
+                    "agreement": agreement,
+                    "group": g,
+                    "soap_version": version,
+                    "body": format!("<o:Line xmlns:o=\"urn:o\">{n}</o:Line>"),
+                }),
+            )
+            .await;
+            assert_eq!(status, 202, "{answer}");
+            assert_eq!(answer["number"], json!(n), "numbers in submit order");
+            group.get_or_insert_with(|| answer["group_id"].as_str().expect("group id").to_owned());
+        }
+        let messages = all_final(&sender, 100).await;
+        assert!(
+            messages.iter().all(|m| m.outbound.state.name() == "acked"),
+            "{pattern}"
+        );
+        let numbers: Vec<Option<u64>> = receiver
+            .inbox()
+            .await
+            .into_iter()
+            .map(|e| e.number)
+            .collect();
+        assert_eq!(
+            numbers,
+            (0..100).map(Some).collect::<Vec<_>>(),
+            "{pattern}: once each, in order"
+        );
+        let state = receiver
+            .store
+            .group(group.as_deref().expect("group"))
+            .await
+            .expect("read")
+            .expect("group");
+        assert_eq!(
+            state.status.as_str(),
+            "complete",
+            "last=true ended the group"
+        );
+        // The group is closed for further submissions.
+        let (status, _) = submit(
+            &sender,
+            json!({ "destination": receiver.url("/wsr/default"), "agreement": agreement,
+                    "group": { "id": group }, "body": "<o:Late xmlns:o=\"urn:o\"/>" }),
+        )
+        .await;
+        assert_eq!(status, 409);
+        sender.stop().await;
+        receiver.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn bad_submissions_are_refused_with_the_field_and_nothing_stored() {
+    let sender = sender_app().await;
+    let url = "http://127.0.0.1:9/wsr/default";
+    for (body, field) in [
+        (
+            json!({ "destination": "ftp://x", "body": "<a/>" }),
+            "destination",
+        ),
+        (json!({ "destination": url, "body": "<a>" }), "body"),
+        (
+            json!({ "destination": url, "body": "<a/>", "soap_version": "2.0" }),
+            "soap_version",
+        ),
+        (
+            json!({ "destination": url, "body": "<a/>", "agreement": { "reply_pattern": "Fax" } }),
+            "reply_pattern",
+        ),
+        (
+            json!({ "destination": url, "body": "<a/>", "agreement": { "message_order": true, "ack_requested": false } }),
+            "message_order",
+        ),
+        (
+            json!({ "destination": url, "body": "<a/>", "agreement": "nope" }),
+            "agreement",
+        ),
+        (
+            json!({ "destination": url, "body": "<a/>", "colour": "blue" }),
+            "body",
+        ),
+    ] {
+        let (status, answer) = submit(&sender, body.clone()).await;
+        assert_eq!(status, 400, "{body}: {answer}");
+        assert_eq!(answer["error"], "invalid-field");
+        assert!(
+            answer["reason"].as_str().is_some_and(|r| r.contains(field)),
+            "{body}: {answer}"
+        );
+    }
+    let unauthorized = sender
+        .client
+        .post(sender.url("/api/v1/messages"))
+        .json(&json!({ "destination": url, "body": "<a/>" }))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(unauthorized.status(), 401);
+    assert!(
+        sender
+            .store
+            .out_messages(None, None, None, 10)
+            .await
+            .expect("list")
+            .is_empty()
+    );
+    sender.stop().await;
+}
+
+#[tokio::test]
+async fn exhausted_and_expired_messages_end_failed_with_a_reason_and_an_event() {
+    let sender = sender_app().await;
+    // Nothing listens on port 9: every attempt fails.
+    let (status, answer) = submit(
+        &sender,
+        json!({
+            "destination": "http://127.0.0.1:9/wsr/default",
+            "agreement": { "max_attempts": 2, "interval_ms": 100, "backoff": 1 },
+            "body": "<a/>",
+        }),
+    )
+    .await;
+    assert_eq!(status, 202, "{answer}");
+    let (_, expiring) = submit(
+        &sender,
+        json!({
+            "destination": "http://127.0.0.1:9/wsr/default",
+            "agreement": { "expiry_seconds": 1, "waits_ms": [5000] },
+            "body": "<b/>",
+        }),
+    )
+    .await;
+    let messages = all_final(&sender, 2).await;
+    for m in &messages {
+        assert_eq!(m.outbound.state.name(), "failed");
+    }
+    let reasons: Vec<String> = messages
+        .iter()
+        .map(|m| match &m.outbound.state {
+            wsr_gateway::rmp::sender::OutState::Failed(r) => r.clone(),
+            _ => String::new(),
+        })
+        .collect();
+    assert!(
+        reasons.iter().any(|r| r.contains("after 2 attempts")),
+        "{reasons:?}"
+    );
+    assert!(reasons.iter().any(|r| r.contains("expired")), "{reasons:?}");
+    let expiring_id = expiring["id"].as_str().expect("id");
+    let m = messages
+        .iter()
+        .find(|m| m.id == expiring_id)
+        .expect("message");
+    assert_eq!(m.outbound.attempts, 1, "nothing sent after ExpiryTime");
+    let events = sender.store.out_events(0, 100).await.expect("events");
+    assert_eq!(events.iter().filter(|e| e.state == "failed").count(), 2);
+    let r = sender
+        .client
+        .get(sender.url(&format!("/api/v1/messages/{expiring_id}")))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("answer");
+    let shown: Value = r.json().await.expect("json");
+    assert_eq!(shown["state"], "failed");
+    assert!(
+        shown["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("expired"))
+    );
+    sender.stop().await;
+}
