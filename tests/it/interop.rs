@@ -551,3 +551,62 @@ async fn holodeck_as_sender_is_answered_by_our_receiver() {
         app.stop().await;
     }
 }
+
+/// Every reply the independent peer sent (`recv-*.json`: its HTTP answers and its callback
+/// POSTs) is read by our sending side's reply reader into the right outcome: acks for the
+/// messages it names, nothing from an empty `wsrm:Response` or a generic SOAP Fault (which
+/// means "resend").
+#[test]
+fn holodeck_replies_are_read_into_ack_and_fault_outcomes() {
+    use wsr_gateway::outbound::sender::replies_in;
+
+    let mut replies_read = 0;
+    for ex in load().into_iter().filter(|e| e.file.starts_with("recv-")) {
+        let what = format!("{} #{}", ex.file, ex.seq);
+        // Holodeck's callback POSTs are replies too.
+        let (ct, body) = if ex.from == "peer" {
+            (ex.request_ct.clone(), ex.request_body.clone())
+        } else {
+            (ex.response_ct.clone(), ex.response_body.clone())
+        };
+        if body.trim().is_empty() {
+            continue;
+        }
+        let replies = replies_in(ct.as_deref(), body.as_bytes());
+        let items: Vec<_> = replies
+            .iter()
+            .flat_map(wsr_gateway::rmp::replies::items)
+            .collect();
+        let stated = body.matches("NonSequenceReply").count() + body.matches("ReplyRange").count();
+        assert_eq!(items.len(), stated, "{what}: every reply element read");
+        assert!(
+            items.iter().all(|i| i.fault.is_none()),
+            "{what}: Holodeck never sent a fault attribute"
+        );
+        if body.contains(":Fault") {
+            assert!(
+                items.is_empty(),
+                "{what}: a generic SOAP Fault acks nothing"
+            );
+        }
+        // A Response-pattern request answered with a header: that very message is acked.
+        if ex.from == "client" && !items.is_empty() {
+            if let Ok(env) = read(&ex.request_ct, &ex.request_body) {
+                if let Some(request) = env.request {
+                    let key = request.key();
+                    let acked = items.iter().any(|i| {
+                        i.group_id == key.group_id
+                            && match (i.range, key.number) {
+                                (None, None) => true,
+                                (Some(r), Some(n)) => r.contains(n),
+                                _ => false,
+                            }
+                    });
+                    assert!(acked, "{what}: the answer acks the request it answers");
+                }
+            }
+        }
+        replies_read += 1;
+    }
+    assert!(replies_read >= 30, "only {replies_read} replies read");
+}

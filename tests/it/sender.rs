@@ -296,3 +296,149 @@ async fn exhausted_and_expired_messages_end_failed_with_a_reason_and_an_event() 
     );
     sender.stop().await;
 }
+
+/// A proxy in front of the receiver that loses 30 % of requests (never forwarded) and 30 % of
+/// responses (forwarded, answer replaced by a bare 503): every message still ends acked, and
+/// none is delivered twice.
+#[tokio::test]
+async fn lossy_path_loses_and_doubles_nothing() {
+    let receiver = spawn_app_with(|_| {}).await;
+    let proxy = LossyProxy::start(receiver.url("/wsr/default"), 30).await;
+
+    let sender = sender_app().await;
+    let fast =
+        json!({ "max_attempts": 1000, "interval_ms": 200, "backoff": 1, "expiry_seconds": 86400 });
+    for i in 0..60 {
+        let (status, answer) = submit(&sender, json!({ "destination": proxy.url, "agreement": fast, "body": format!("<s:One xmlns:s=\"urn:s\">{i}</s:One>") })).await;
+        assert_eq!(status, 202, "{answer}");
+    }
+    let mut ordered = fast.clone();
+    ordered["message_order"] = json!(true);
+    let mut group: Option<String> = None;
+    for n in 0..40u64 {
+        let mut g = json!({ "last": n == 39 });
+        if let Some(id) = &group {
+            g["id"] = json!(id);
+        }
+        let (status, answer) = submit(&sender, json!({ "destination": proxy.url, "agreement": ordered, "group": g, "body": format!("<s:Seq xmlns:s=\"urn:s\">{n}</s:Seq>") })).await;
+        assert_eq!(status, 202, "{answer}");
+        group.get_or_insert_with(|| answer["group_id"].as_str().expect("group").to_owned());
+    }
+    let messages = all_final(&sender, 100).await;
+    assert!(messages.iter().all(|m| m.outbound.state.name() == "acked"));
+    let inbox = receiver.inbox().await;
+    let mut keys: Vec<(String, Option<u64>)> = inbox
+        .iter()
+        .map(|e| (e.group_id.clone(), e.number))
+        .collect();
+    let total = keys.len();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), total, "nothing delivered twice");
+    assert_eq!(total, 100, "everything delivered");
+    let ordered_numbers: Vec<u64> = inbox
+        .iter()
+        .filter(|e| Some(&e.group_id) == group.as_ref())
+        .filter_map(|e| e.number)
+        .collect();
+    assert_eq!(
+        ordered_numbers,
+        (0..40).collect::<Vec<_>>(),
+        "the ordered group in order"
+    );
+    let (lost_req, lost_resp) = proxy.losses();
+    assert!(
+        lost_req > 10 && lost_resp > 10,
+        "the path really lost requests ({lost_req}) and responses ({lost_resp})"
+    );
+    sender.stop().await;
+    receiver.stop().await;
+}
+
+/// An HTTP proxy that loses a share of requests (never forwarded) and of responses (forwarded,
+/// but the answer replaced by a bare 503), decided by a deterministic generator.
+struct LossyProxy {
+    url: String,
+    lost_requests: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    lost_responses: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl LossyProxy {
+    async fn start(upstream: String, percent: u64) -> LossyProxy {
+        use axum::http::{HeaderMap, StatusCode, header};
+        use axum::response::IntoResponse;
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicU64, Ordering};
+
+        let state = Arc::new(AtomicU64::new(0x2545_F491_4F6C_DD1D));
+        let lost_requests = Arc::new(AtomicU64::new(0));
+        let lost_responses = Arc::new(AtomicU64::new(0));
+        let client = reqwest::Client::new();
+        let (lreq, lresp) = (lost_requests.clone(), lost_responses.clone());
+        let handler = move |headers: HeaderMap, body: axum::body::Bytes| {
+            let (client, upstream, state, lreq, lresp) = (
+                client.clone(),
+                upstream.clone(),
+                state.clone(),
+                lreq.clone(),
+                lresp.clone(),
+            );
+            async move {
+                let roll = || {
+                    let mut x = state.load(Ordering::SeqCst);
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    state.store(x, Ordering::SeqCst);
+                    x % 100 < percent
+                };
+                let (lose_request, lose_response) = (roll(), roll());
+                if lose_request {
+                    lreq.fetch_add(1, Ordering::SeqCst);
+                    return StatusCode::SERVICE_UNAVAILABLE.into_response();
+                }
+                let ct = headers.get(header::CONTENT_TYPE).cloned();
+                let mut forward = client.post(&upstream).body(body);
+                if let Some(ct) = ct {
+                    forward = forward.header(header::CONTENT_TYPE, ct);
+                }
+                let Ok(answer) = forward.send().await else {
+                    return StatusCode::BAD_GATEWAY.into_response();
+                };
+                let status = answer.status();
+                let ct = answer.headers().get(header::CONTENT_TYPE).cloned();
+                let text = answer.text().await.unwrap_or_default();
+                if lose_response {
+                    lresp.fetch_add(1, Ordering::SeqCst);
+                    return StatusCode::SERVICE_UNAVAILABLE.into_response();
+                }
+                let mut response = (status, text).into_response();
+                if let Some(ct) = ct {
+                    response.headers_mut().insert(header::CONTENT_TYPE, ct);
+                }
+                response
+            }
+        };
+        let router = axum::Router::new().route("/", axum::routing::post(handler));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind proxy");
+        let url = format!("http://{}/", listener.local_addr().expect("addr"));
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        LossyProxy {
+            url,
+            lost_requests,
+            lost_responses,
+        }
+    }
+
+    fn losses(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering;
+        (
+            self.lost_requests.load(Ordering::SeqCst),
+            self.lost_responses.load(Ordering::SeqCst),
+        )
+    }
+}
