@@ -5,8 +5,6 @@
 //! seen for a message missing from the store.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,7 +15,7 @@ use wsr_gateway::wsr::{
     write_envelope,
 };
 
-use super::support::mock_partner;
+use super::support::{mock_partner, start_gateway};
 
 const GROUPS: u64 = 20;
 const PER_GROUP: u64 = 50;
@@ -35,31 +33,6 @@ impl XorShift {
         self.0 ^= self.0 << 17;
         self.0
     }
-}
-
-fn start_gateway(config: &std::path::Path) -> Child {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_wsr-gateway"))
-        .args(["serve", "--config"])
-        .arg(config)
-        .env("RUST_LOG", "info")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("gateway starts");
-    let stdout = child.stdout.take().expect("stdout");
-    let mut lines = BufReader::new(stdout).lines();
-    loop {
-        let line = lines
-            .next()
-            .expect("the gateway says it is listening")
-            .expect("stdout line");
-        if line.contains("listening") {
-            break;
-        }
-    }
-    // Keep draining stdout so the child never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    child
 }
 
 fn message(group: u64, n: u64, reply: &ReplyPattern) -> (MessageKey, String) {

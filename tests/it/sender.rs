@@ -442,3 +442,158 @@ impl LossyProxy {
         )
     }
 }
+
+/// The sending gateway as a child process, SIGKILLed three times mid-stream and restarted on
+/// the same file: every pending message resumes with the same identity (delivered exactly
+/// once, the ordered group in order), and a message that cannot be delivered stops at its
+/// ExpiryTime — nothing goes out after it — ending `failed` with its reason and an event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkilled_sender_resumes_every_pending_message_with_the_same_identity() {
+    use super::support::{mock_partner, start_gateway};
+
+    let receiver = spawn_app_with(|_| {}).await;
+    let mut dead_end = mock_partner(vec![500; 1000]).await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("port")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let config = dir.path().join("sender.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:{port}\"\ndatabase = {:?}\nsend_window = 8\n\
+             [default_agreement]\nmax_attempts = 1000\ninterval_ms = 100\nbackoff = 1\nexpiry_seconds = 3600\n\
+             [[tokens]]\ntoken = \"{TOKEN}\"\nprincipal = \"app\"\nscopes = [\"produce\"]\n",
+            dir.path().join("sender.db").display().to_string()
+        ),
+    )
+    .expect("config");
+    let api = format!("http://127.0.0.1:{port}/api/v1/messages");
+    let client = reqwest::Client::new();
+    let post = |body: Value| {
+        let (client, api) = (client.clone(), api.clone());
+        async move {
+            let r = client
+                .post(&api)
+                .bearer_auth(TOKEN)
+                .json(&body)
+                .send()
+                .await
+                .expect("API answers");
+            assert_eq!(r.status().as_u16(), 202);
+            r.json::<Value>().await.expect("json")
+        }
+    };
+    let mut child = start_gateway(&config);
+
+    let destination = receiver.url("/wsr/default");
+    let mut expected = std::collections::BTreeSet::new();
+    for i in 0..60 {
+        let a = post(json!({ "destination": destination, "body": format!("<r:One xmlns:r=\"urn:r\">{i}</r:One>") })).await;
+        expected.insert((a["group_id"].as_str().expect("group").to_owned(), None));
+    }
+    let mut group: Option<String> = None;
+    for n in 0..60u64 {
+        let mut g = json!({ "last": n == 59 });
+        if let Some(id) = &group {
+            g["id"] = json!(id);
+        }
+        let a = post(json!({ "destination": destination, "agreement": { "message_order": true, "max_attempts": 1000, "interval_ms": 100, "backoff": 1 }, "group": g, "body": format!("<r:Seq xmlns:r=\"urn:r\">{n}</r:Seq>") })).await;
+        let id = a["group_id"].as_str().expect("group").to_owned();
+        expected.insert((id.clone(), Some(n)));
+        group.get_or_insert(id);
+    }
+    let doomed = post(json!({ "destination": dead_end.url, "agreement": { "expiry_seconds": 2, "waits_ms": vec![200; 100] }, "body": "<r:Never xmlns:r=\"urn:r\"/>" })).await;
+    let doomed_id = doomed["id"].as_str().expect("id").to_owned();
+    let expiry_wall = chrono::Utc::now() + chrono::Duration::seconds(2);
+
+    let mut killed_with_pending = 0;
+    for pause in [150u64, 350, 250] {
+        tokio::time::sleep(std::time::Duration::from_millis(pause)).await;
+        child.kill().expect("SIGKILL the sender");
+        child.wait().expect("reaped");
+        if receiver.inbox().await.len() < expected.len() {
+            killed_with_pending += 1;
+        }
+        child = start_gateway(&config);
+    }
+    assert!(killed_with_pending >= 1, "at least one kill hit the stream");
+
+    // Wait (bounded) until every message is final, reading the sender's own API.
+    let mut finals = Vec::new();
+    for _ in 0..600 {
+        let r = client
+            .get(format!("{api}?limit=1000"))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .expect("list");
+        let list: Value = r.json().await.expect("json");
+        finals = list["messages"].as_array().cloned().unwrap_or_default();
+        if finals.len() == 121
+            && finals.iter().all(|m| {
+                ["acked", "failed", "faulted"].contains(&m["state"].as_str().unwrap_or(""))
+            })
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    child.kill().expect("stop the sender");
+    child.wait().expect("reaped");
+
+    let acked = finals.iter().filter(|m| m["state"] == "acked").count();
+    assert_eq!(acked, 120, "every deliverable message acked");
+    let doomed = finals
+        .iter()
+        .find(|m| m["id"] == doomed_id.as_str())
+        .expect("doomed message");
+    assert_eq!(doomed["state"], "failed");
+    assert!(
+        doomed["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("expired")),
+        "{doomed}"
+    );
+    // Nothing went out after the ExpiryTime (allowing the partner's clock reading a moment).
+    let mut posts = 0;
+    while let Ok((headers, _)) = dead_end.received.try_recv() {
+        let at = headers
+            .get("x-received-at")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| chrono::DateTime::parse_from_rfc3339(v).ok())
+            .expect("arrival time");
+        assert!(
+            at < expiry_wall,
+            "an attempt at {at} came after the ExpiryTime {expiry_wall}"
+        );
+        posts += 1;
+    }
+    assert!(
+        posts >= 2,
+        "the doomed message was tried, and resent ({posts})"
+    );
+    assert!(chrono::Utc::now() > expiry_wall, "checked after its expiry");
+
+    let inbox = receiver.inbox().await;
+    let delivered: Vec<(String, Option<u64>)> = inbox
+        .iter()
+        .map(|e| (e.group_id.clone(), e.number))
+        .collect();
+    let unique: std::collections::BTreeSet<_> = delivered.iter().cloned().collect();
+    assert_eq!(unique.len(), delivered.len(), "nothing delivered twice");
+    assert_eq!(unique, expected, "the same identities as submitted");
+    let ordered: Vec<u64> = inbox
+        .iter()
+        .filter(|e| Some(&e.group_id) == group.as_ref())
+        .filter_map(|e| e.number)
+        .collect();
+    assert_eq!(
+        ordered,
+        (0..60).collect::<Vec<_>>(),
+        "the ordered group in order"
+    );
+    receiver.stop().await;
+}

@@ -304,6 +304,11 @@ pub async fn mock_partner(statuses: Vec<u16>) -> MockPartner {
         let tx = tx.clone();
         let statuses = statuses.clone();
         async move {
+            // When it arrived, for tests that check timing against an ExpiryTime.
+            let mut headers = headers;
+            if let Ok(at) = axum::http::HeaderValue::from_str(&Utc::now().to_rfc3339()) {
+                headers.insert("x-received-at", at);
+            }
             let _ = tx.send((headers, String::from_utf8_lossy(&body).into_owned()));
             let next = statuses.lock().expect("lock").next().unwrap_or(202);
             axum::http::StatusCode::from_u16(next).expect("status")
@@ -345,4 +350,32 @@ impl MockPartner {
             .expect("a callback arrives within 10 s")
             .expect("mock partner alive")
     }
+}
+
+/// Starts `wsr-gateway serve --config FILE` as a child process and waits until it listens.
+pub fn start_gateway(config: &std::path::Path) -> std::process::Child {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_wsr-gateway"))
+        .args(["serve", "--config"])
+        .arg(config)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("gateway starts");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    loop {
+        let line = lines
+            .next()
+            .expect("the gateway says it is listening")
+            .expect("stdout line");
+        if line.contains("listening") {
+            break;
+        }
+    }
+    // Keep draining stdout so the child never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    child
 }
