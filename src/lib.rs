@@ -6,6 +6,7 @@
 //! `App::build` opens the store and binds, for `main` and tests alike.
 
 pub mod bench;
+pub mod client;
 pub mod clock;
 pub mod config;
 pub mod http;
@@ -14,7 +15,7 @@ pub mod rmp;
 pub mod store;
 pub mod wsr;
 
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +30,9 @@ use crate::outbound::sender::SenderConfig;
 use crate::store::{Store, StoreConfig};
 
 pub use config::Config;
+
+/// How long a shutdown waits for requests in flight.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// A gateway with its store open and its port bound, not yet serving. Binding happens in
 /// `build` so that a test can ask for port 0 and learn the real port first.
@@ -120,10 +124,27 @@ impl App {
                 concurrency: 32,
             },
         ));
-        let served = axum::serve(self.listener, http::router(state))
-            .with_graceful_shutdown(shutdown)
-            .await
-            .context("HTTP server failed");
+        // Requests in flight are answered before we stop, but a connection that never ends
+        // (an event stream, a stalled client) cannot hold the shutdown for more than a grace
+        // period.
+        let (stopping, mut stopped) = tokio::sync::watch::channel(false);
+        let signal = async move {
+            shutdown.await;
+            let _ = stopping.send(true);
+        };
+        let server = axum::serve(self.listener, http::router(state))
+            .with_graceful_shutdown(signal)
+            .into_future();
+        let served = tokio::select! {
+            served = server => served.context("HTTP server failed"),
+            _ = async {
+                let _ = stopped.wait_for(|s| *s).await;
+                tokio::time::sleep(SHUTDOWN_GRACE).await;
+            } => {
+                tracing::warn!("graceful shutdown timed out; closing the remaining connections");
+                Ok(())
+            }
+        };
         sweeper.abort();
         callbacks.abort();
         sender.abort();

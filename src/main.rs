@@ -22,6 +22,15 @@ enum Command {
         #[arg(long, env = "WSR_CONFIG")]
         config: Option<PathBuf>,
     },
+    /// Submit messages to a running gateway for reliable sending (one per FILE).
+    Send(wsr_gateway::client::SendArgs),
+    /// Show the state of a submitted message.
+    Status {
+        #[command(flatten)]
+        api: wsr_gateway::client::ApiArgs,
+        /// The message id `send` printed.
+        id: String,
+    },
     /// Load a running gateway with singleton reliable messages and report acked msgs/s and
     /// latency percentiles.
     Bench(BenchArgs),
@@ -47,6 +56,16 @@ async fn main() -> anyhow::Result<()> {
             })
             .await
             .context("gateway stopped with an error")
+        }
+        Command::Send(args) => {
+            for line in wsr_gateway::client::send(&args).await? {
+                println!("{line}");
+            }
+            Ok(())
+        }
+        Command::Status { api, id } => {
+            println!("{}", wsr_gateway::client::status(&api, &id).await?);
+            Ok(())
         }
         Command::Bench(args) => {
             let report = wsr_gateway::bench::run(&args).await?;

@@ -597,3 +597,132 @@ async fn sigkilled_sender_resumes_every_pending_message_with_the_same_identity()
     );
     receiver.stop().await;
 }
+
+/// `wsr-gateway send` and `wsr-gateway status` against a running gateway's API.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_send_and_status() {
+    let receiver = spawn_app_with(|_| {}).await;
+    let sender = sender_app().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let files: Vec<std::path::PathBuf> = (0..3)
+        .map(|i| {
+            let path = dir.path().join(format!("m{i}.xml"));
+            std::fs::write(&path, format!("<c:Cli xmlns:c=\"urn:c\">{i}</c:Cli>")).expect("write");
+            path
+        })
+        .collect();
+    let (api, to) = (sender.url(""), receiver.url("/wsr/default"));
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_wsr-gateway"))
+            .args([
+                "send",
+                "--api",
+                &api,
+                "--token",
+                TOKEN,
+                "--to",
+                &to,
+                "--ordered",
+                "--last",
+                "--soap",
+                "1.2",
+            ])
+            .args(&files)
+            .output()
+            .expect("send runs")
+    })
+    .await
+    .expect("join");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    let numbers: Vec<&str> = lines
+        .iter()
+        .map(|l| l.split('\t').nth(2).expect("number"))
+        .collect();
+    assert_eq!(numbers, vec!["0", "1", "2"]);
+    let messages = all_final(&sender, 3).await;
+    assert!(messages.iter().all(|m| m.outbound.state.name() == "acked"));
+    let first_id = lines[0].split('\t').next().expect("id").to_owned();
+    let api = sender.url("");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_wsr-gateway"))
+            .args(["status", "--api", &api, "--token", TOKEN, &first_id])
+            .output()
+            .expect("status runs")
+    })
+    .await
+    .expect("join");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let shown: Value = serde_json::from_slice(&out.stdout).expect("status prints JSON");
+    assert_eq!(shown["state"], "acked");
+    assert_eq!(shown["soap_version"], "1.2");
+    let numbers: Vec<Option<u64>> = receiver
+        .inbox()
+        .await
+        .into_iter()
+        .map(|e| e.number)
+        .collect();
+    assert_eq!(numbers, vec![Some(0), Some(1), Some(2)]);
+    sender.stop().await;
+    receiver.stop().await;
+}
+
+/// State changes reach the notify webhook of the submission and the event stream.
+#[tokio::test]
+async fn notify_webhook_and_event_stream() {
+    use super::support::mock_partner;
+    let receiver = spawn_app_with(|_| {}).await;
+    let sender = sender_app().await;
+    let mut hook = mock_partner(vec![]).await;
+    let (status, answer) = submit(
+        &sender,
+        json!({ "destination": receiver.url("/wsr/default"), "body": "<n:N xmlns:n=\"urn:n\"/>", "notify_url": hook.url }),
+    )
+    .await;
+    assert_eq!(status, 202);
+    let id = answer["id"].as_str().expect("id").to_owned();
+    let (_, body) = hook.next_post().await;
+    let notified: Value = serde_json::from_str(&body).expect("notify JSON");
+    assert_eq!(
+        (notified["id"].as_str(), notified["state"].as_str()),
+        (Some(id.as_str()), Some("acked"))
+    );
+
+    let mut events = sender
+        .client
+        .get(sender.url("/api/v1/events?after=0"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("event stream");
+    assert_eq!(events.headers()["content-type"], "text/event-stream");
+    let mut seen = String::new();
+    while !seen.contains("\"state\":\"acked\"") {
+        let chunk = tokio::time::timeout(std::time::Duration::from_secs(10), events.chunk())
+            .await
+            .expect("events arrive")
+            .expect("stream")
+            .expect("not closed");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    for state in ["queued", "sent", "acked"] {
+        assert!(
+            seen.contains(&format!("\"state\":\"{state}\"")),
+            "{state} in {seen}"
+        );
+    }
+    sender.stop().await;
+    receiver.stop().await;
+}
