@@ -15,8 +15,8 @@ use crate::rmp::sender::Event;
 use crate::store::outbound::OutMessage;
 use crate::store::{Store, StoreError};
 use crate::wsr::{
-    Headers, Limits, PollRequest, RefToMessageIds, Reply, SeqRange, SoapVersion, read_message,
-    write_envelope,
+    FaultCode, Headers, Limits, PollRequest, RefToMessageIds, Reply, SeqRange, SoapVersion,
+    read_message, write_envelope,
 };
 
 #[derive(Debug, Clone)]
@@ -127,7 +127,7 @@ async fn attempt(
         .body(m.envelope.clone())
         .send()
         .await;
-    let replies = match answer {
+    let heard = match answer {
         Ok(r) => {
             let status = r.status();
             let ct = r
@@ -136,31 +136,52 @@ async fn attempt(
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned);
             let body = r.bytes().await.unwrap_or_default();
-            let replies = replies_in(ct.as_deref(), &body);
-            tracing::debug!(id = %m.id, %status, replies = replies.len(), "sent");
-            replies
+            let heard = read_answer(ct.as_deref(), &body);
+            tracing::debug!(id = %m.id, %status, replies = heard.replies.len(), "sent");
+            heard
         }
         Err(e) => {
             tracing::debug!(id = %m.id, error = %e, "send failed; will resend");
-            Vec::new()
+            PartnerAnswer::default()
         }
     };
-    let finished = store.apply_replies(&replies, clock.now()).await?;
+    let mut finished = store.apply_replies(&heard.replies, clock.now()).await?;
+    // A bare SOAP Fault with a WS-R code answers the message it responds to.
+    if let (true, Some(code)) = (heard.replies.is_empty(), heard.fault) {
+        let mut faulted = out.clone();
+        faulted.apply(Event::Faulted(code), clock.now());
+        finished.extend(
+            store
+                .save_outbound(&m.id, &out.state, &faulted, clock.now())
+                .await?,
+        );
+    }
     notify(store, client, &finished).await;
     Ok(())
 }
 
-/// The acks and faults in a partner's answer (any SOAP version, plain or MIME); nothing when
-/// the answer carries none or cannot be read (the message is then simply resent).
-pub fn replies_in(content_type: Option<&str>, body: &[u8]) -> Vec<Reply> {
+/// What a partner's answer says: the acks and faults of its `wsrm:Response`, and the WS-R
+/// code of a SOAP Fault body.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PartnerAnswer {
+    pub replies: Vec<Reply>,
+    pub fault: Option<FaultCode>,
+}
+
+/// Reads a partner's answer (any SOAP version, plain or MIME). An answer that says nothing
+/// or cannot be read says nothing: the message is then simply resent.
+pub fn read_answer(content_type: Option<&str>, body: &[u8]) -> PartnerAnswer {
     if body.is_empty() {
-        return Vec::new();
+        return PartnerAnswer::default();
     }
     match read_message(content_type, body, &Limits::default()) {
-        Ok(env) => env.response.map(|r| r.replies).unwrap_or_default(),
+        Ok(env) => PartnerAnswer {
+            replies: env.response.map(|r| r.replies).unwrap_or_default(),
+            fault: env.body.fault,
+        },
         Err(defect) => {
             tracing::debug!(%defect, "unreadable answer from a partner");
-            Vec::new()
+            PartnerAnswer::default()
         }
     }
 }
@@ -212,9 +233,8 @@ async fn poll(
                 .and_then(|v| v.to_str().ok())
                 .map(str::to_owned);
             let body = r.bytes().await.unwrap_or_default();
-            let finished = store
-                .apply_replies(&replies_in(ct.as_deref(), &body), clock.now())
-                .await?;
+            let replies = read_answer(ct.as_deref(), &body).replies;
+            let finished = store.apply_replies(&replies, clock.now()).await?;
             notify(store, client, &finished).await;
         }
     }

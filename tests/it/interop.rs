@@ -558,7 +558,7 @@ async fn holodeck_as_sender_is_answered_by_our_receiver() {
 /// means "resend").
 #[test]
 fn holodeck_replies_are_read_into_ack_and_fault_outcomes() {
-    use wsr_gateway::outbound::sender::replies_in;
+    use wsr_gateway::outbound::sender::read_answer;
 
     let mut replies_read = 0;
     for ex in load().into_iter().filter(|e| e.file.starts_with("recv-")) {
@@ -572,7 +572,12 @@ fn holodeck_replies_are_read_into_ack_and_fault_outcomes() {
         if body.trim().is_empty() {
             continue;
         }
-        let replies = replies_in(ct.as_deref(), body.as_bytes());
+        let answer = read_answer(ct.as_deref(), body.as_bytes());
+        assert_eq!(
+            answer.fault, None,
+            "{what}: Holodeck's faults carry no WS-R code"
+        );
+        let replies = answer.replies;
         let items: Vec<_> = replies
             .iter()
             .flat_map(wsr_gateway::rmp::replies::items)

@@ -107,7 +107,10 @@ async fn singletons_for_every_reply_pattern_and_version() {
 
 #[tokio::test]
 async fn ordered_group_of_100_with_last() {
-    for (pattern, version) in [("Response", "1.1"), ("Callback", "1.2"), ("Poll", "1.1")] {
+    let combinations = ["Response", "Callback", "Poll"]
+        .into_iter()
+        .flat_map(|p| ["1.1", "1.2"].map(move |v| (p, v)));
+    for (pattern, version) in combinations {
         let receiver = spawn_app_with(|_| {}).await;
         let sender = sender_app().await;
         receiver
@@ -725,4 +728,92 @@ async fn notify_webhook_and_event_stream() {
     }
     sender.stop().await;
     receiver.stop().await;
+}
+
+/// Closing a group marks its latest message `last` while it is unsent; afterwards the group
+/// takes no more messages, and a group whose latest message already went out cannot be closed
+/// after the fact.
+#[tokio::test]
+async fn closing_a_group() {
+    // A window of one: a later message of an ordered group waits until the earlier is acked.
+    let sender = spawn_app_with(|c| {
+        c.tokens = vec![TokenConfig {
+            token: TOKEN.into(),
+            principal: "app".into(),
+            scopes: vec![Scope::Produce],
+        }];
+        c.send_window = 1;
+    })
+    .await;
+    // Nothing listens on port 9, but the first attempt is what matters here.
+    let far = "http://127.0.0.1:9/wsr/default";
+    let (_, first) = submit(
+        &sender,
+        json!({ "destination": far, "group": {}, "body": "<a/>",
+        "agreement": { "waits_ms": [600000] } }),
+    )
+    .await;
+    let group = first["group_id"].as_str().expect("group").to_owned();
+    // Let the first go out, so it cannot be closed any more.
+    for _ in 0..200 {
+        let m = sender
+            .store
+            .out_message(first["id"].as_str().expect("id"))
+            .await
+            .expect("read")
+            .expect("message");
+        if m.outbound.attempts > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let close = |g: &str| {
+        sender
+            .client
+            .post(sender.url(&format!("/api/v1/groups/{g}/close")))
+            .bearer_auth(TOKEN)
+            .send()
+    };
+    assert_eq!(
+        close(&group).await.expect("answer").status(),
+        409,
+        "already sent without last"
+    );
+    // A second group whose latest message waits for its turn: it can be closed.
+    let (_, held) = submit(
+        &sender,
+        json!({ "destination": far, "group": {}, "body": "<b/>",
+        "agreement": { "message_order": true, "waits_ms": [600000] } }),
+    )
+    .await;
+    let g2 = held["group_id"].as_str().expect("group").to_owned();
+    let (_, second) = submit(
+        &sender,
+        json!({ "destination": far, "group": { "id": g2 }, "body": "<c/>",
+        "agreement": { "message_order": true, "waits_ms": [600000] } }),
+    )
+    .await;
+    let answer = close(&g2).await.expect("answer");
+    assert_eq!(answer.status(), 200);
+    let closed: Value = answer.json().await.expect("json");
+    assert_eq!(closed["last"], json!(second["number"]));
+    let stored = sender
+        .store
+        .out_message(second["id"].as_str().expect("id"))
+        .await
+        .expect("read")
+        .expect("message");
+    assert!(
+        stored.envelope.contains(r#"last="true""#),
+        "{}",
+        stored.envelope
+    );
+    let (status, _) = submit(
+        &sender,
+        json!({ "destination": far, "group": { "id": g2 }, "body": "<d/>",
+        "agreement": { "message_order": true } }),
+    )
+    .await;
+    assert_eq!(status, 409, "a closed group takes no more messages");
+    sender.stop().await;
 }

@@ -370,3 +370,33 @@ fn a_block_aimed_at_another_soap_node_is_not_ours() {
         "not addressed to us, so not ours to understand"
     );
 }
+
+#[test]
+fn the_ws_r_code_of_a_soap_fault_body_is_read_with_any_prefix() {
+    use wsr_gateway::wsr::{FaultCode, SoapFault, write_soap_fault};
+    for version in [SoapVersion::Soap11, SoapVersion::Soap12] {
+        for code in FaultCode::ALL {
+            let xml = write_soap_fault(
+                version,
+                &SoapFault {
+                    code,
+                    reason: "r".into(),
+                },
+                None,
+            );
+            assert_eq!(read(&xml).body.fault, Some(code), "{xml}");
+        }
+    }
+    // Another peer's prefix, declared on the detail entry itself.
+    let other = soap11(
+        "",
+        r#"<S:Fault><faultcode>S:Client</faultcode><faultstring>wsrm:InvalidRequest is not the code</faultstring><detail><q:Code xmlns:q="http://docs.oasis-open.org/wsrm/2004/06/ws-reliability-1.1.xsd">q:GroupAborted</q:Code></detail></S:Fault>"#,
+    );
+    assert_eq!(read(&other).body.fault, Some(FaultCode::GroupAborted));
+    // A generic fault (Holodeck's Java exceptions) has none.
+    let generic = soap11(
+        "",
+        "<S:Fault><faultcode>S:Server</faultcode><faultstring>NullPointerException</faultstring></S:Fault>",
+    );
+    assert_eq!(read(&generic).body.fault, None);
+}

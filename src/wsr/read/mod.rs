@@ -81,6 +81,9 @@ pub struct Body<'a> {
     pub content: &'a str,
     /// The first child element, if any (it names the topic and tells a SOAP Fault apart).
     pub root: Option<BodyRoot>,
+    /// When the Body is a SOAP Fault carrying a WS-R fault code (SOAP 1.1 `detail`, SOAP 1.2
+    /// `Subcode`, any prefix): that code. Peers may send only this, without a `wsrm:Response`.
+    pub fault: Option<FaultCode>,
     /// The namespace declarations in scope at the Body (made on the Envelope or the Body),
     /// which `content` may use without declaring them itself: whoever stores `content` on its
     /// own needs these to keep it well-formed.
@@ -350,26 +353,39 @@ impl<'a> EnvelopeReader<'a, '_> {
             return Ok(Body {
                 content: "",
                 root: None,
+                fault: None,
                 namespaces,
             });
         }
         let start = self.xml.position();
         let target = self.xml.depth() - 1;
         let mut root = None;
+        let mut in_fault = false;
+        let mut fault = None;
         loop {
             match self.xml.next_in_element()? {
                 Node::Close if self.xml.depth() == target => {
                     return Ok(Body {
                         content: &self.src[start..self.xml.event_start()],
                         root,
+                        fault,
                         namespaces,
                     });
                 }
                 Node::Open(e) if root.is_none() => {
+                    in_fault = e.local() == "Fault" && matches!(e.ns, Ns::Soap11 | Ns::Soap12);
                     root = Some(BodyRoot {
                         namespace: self.xml.namespace_uri(&e),
                         local_name: e.local().to_owned(),
                     });
+                }
+                // Inside a SOAP Fault, the first text that is a QName of one of the ten WS-R
+                // codes (resolved in its own scope) is the fault code.
+                Node::Text(t) if in_fault && fault.is_none() => {
+                    fault = match self.xml.resolve_qname(xml_trim(&t)) {
+                        Some((Ns::Wsrm, local)) => FaultCode::from_local_name(local),
+                        _ => None,
+                    };
                 }
                 _ => {}
             }
