@@ -826,6 +826,7 @@ async fn readme_example_envelope_is_acked_and_example_config_loads() {
     let path = super::support::repo_root().join("examples/gateway.toml");
     let config = wsr_gateway::Config::load(Some(&path), []).expect("example config is valid");
     assert!(config.channels.contains_key("orders"));
+    assert!(config.partners.contains_key("acme") && config.agreements.contains_key("orders"));
     app.stop().await;
 }
 
