@@ -52,10 +52,15 @@ pub async fn send(args: &SendArgs) -> anyhow::Result<Vec<String>> {
     };
     let grouped = args.group.is_some() || args.ordered || args.files.len() > 1 || args.last;
     let mut group = args.group.clone();
+    // Read every file first: a later unreadable file must not leave a half-submitted group.
+    let bodies = args
+        .files
+        .iter()
+        .map(|f| std::fs::read_to_string(f).with_context(|| format!("cannot read {}", f.display())))
+        .collect::<anyhow::Result<Vec<String>>>()?;
     let mut lines = Vec::new();
-    for (i, file) in args.files.iter().enumerate() {
-        let body = std::fs::read_to_string(file)
-            .with_context(|| format!("cannot read {}", file.display()))?;
+    for (i, (file, body)) in args.files.iter().zip(bodies).enumerate() {
+        // Only what the flags say; the gateway's default agreement supplies the rest.
         let mut request = json!({
             "destination": args.to,
             "agreement": { "reply_pattern": reply, "message_order": args.ordered },

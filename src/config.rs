@@ -58,36 +58,47 @@ pub struct FileConfig {
 }
 
 /// How our own messages are sent (DESIGN §6): named in the config or given inline per
-/// submission. Every field has a default.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields, default)]
+/// submission. Fields left out come from `default_agreement`, then from the built-in defaults
+/// (acknowledged, duplicate elimination, Response, one hour, 8 attempts 2 s apart doubling).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct AgreementSpec {
-    pub ack_requested: bool,
-    pub duplicate_elimination: bool,
-    pub message_order: bool,
+    pub ack_requested: Option<bool>,
+    pub duplicate_elimination: Option<bool>,
+    pub message_order: Option<bool>,
     /// "Response", "Callback" or "Poll".
-    pub reply_pattern: String,
+    pub reply_pattern: Option<String>,
     /// ExpiryTime = submission time + this.
-    pub expiry_seconds: u64,
+    pub expiry_seconds: Option<u64>,
     /// Either max_attempts + interval_ms + backoff, or an explicit list of waits.
-    pub max_attempts: u32,
-    pub interval_ms: u64,
-    pub backoff: u32,
+    pub max_attempts: Option<u32>,
+    pub interval_ms: Option<u64>,
+    pub backoff: Option<u32>,
     pub waits_ms: Option<Vec<u64>>,
 }
 
-impl Default for AgreementSpec {
-    fn default() -> Self {
+impl AgreementSpec {
+    /// This agreement with what it leaves out taken from `base`. A retry schedule is taken
+    /// whole, from whichever of the two names one.
+    pub fn over(&self, base: &AgreementSpec) -> AgreementSpec {
+        let own_schedule = self.waits_ms.is_some()
+            || self.max_attempts.is_some()
+            || self.interval_ms.is_some()
+            || self.backoff.is_some();
+        let schedule = if own_schedule { self } else { base };
         AgreementSpec {
-            ack_requested: true,
-            duplicate_elimination: true,
-            message_order: false,
-            reply_pattern: "Response".into(),
-            expiry_seconds: 3600,
-            max_attempts: 8,
-            interval_ms: 2000,
-            backoff: 2,
-            waits_ms: None,
+            ack_requested: self.ack_requested.or(base.ack_requested),
+            duplicate_elimination: self.duplicate_elimination.or(base.duplicate_elimination),
+            message_order: self.message_order.or(base.message_order),
+            reply_pattern: self
+                .reply_pattern
+                .clone()
+                .or_else(|| base.reply_pattern.clone()),
+            expiry_seconds: self.expiry_seconds.or(base.expiry_seconds),
+            max_attempts: schedule.max_attempts,
+            interval_ms: schedule.interval_ms,
+            backoff: schedule.backoff,
+            waits_ms: schedule.waits_ms.clone(),
         }
     }
 }
@@ -109,7 +120,7 @@ impl AgreementSpec {
     pub fn check(&self) -> Result<SendAgreement, (&'static str, String)> {
         use crate::rmp::sender::RetrySchedule;
         use crate::wsr::{ReplyPattern, ReplyTo};
-        let reply_pattern = match self.reply_pattern.as_str() {
+        let reply_pattern = match self.reply_pattern.as_deref().unwrap_or("Response") {
             "Response" => ReplyPattern::Response,
             "Poll" => ReplyPattern::Poll,
             "Callback" => ReplyPattern::Callback(ReplyTo::bare("http://placeholder")),
@@ -120,16 +131,28 @@ impl AgreementSpec {
                 ));
             }
         };
-        if self.message_order && !(self.ack_requested && self.duplicate_elimination) {
+        let ack_requested = self.ack_requested.unwrap_or(true);
+        let duplicate_elimination = self.duplicate_elimination.unwrap_or(true);
+        let message_order = self.message_order.unwrap_or(false);
+        if message_order && !(ack_requested && duplicate_elimination) {
             return Err((
                 "message_order",
                 "ordering needs ack_requested and duplicate_elimination".into(),
             ));
         }
-        if self.expiry_seconds == 0 || self.expiry_seconds > 366 * 86_400 {
+        let expiry_seconds = self.expiry_seconds.unwrap_or(3600);
+        if expiry_seconds == 0 || expiry_seconds > 366 * 86_400 {
             return Err(("expiry_seconds", "must be between 1 and 31622400".into()));
         }
+        let interval_given =
+            self.max_attempts.is_some() || self.interval_ms.is_some() || self.backoff.is_some();
         let schedule = match &self.waits_ms {
+            Some(_) if interval_given => {
+                return Err((
+                    "waits_ms",
+                    "give either waits_ms or max_attempts/interval_ms/backoff".into(),
+                ));
+            }
             Some(waits) if waits.len() > 1000 => {
                 return Err(("waits_ms", "at most 1000 waits".into()));
             }
@@ -137,28 +160,31 @@ impl AgreementSpec {
                 RetrySchedule::Waits(waits.iter().map(|ms| Duration::from_millis(*ms)).collect())
             }
             None => {
-                if self.max_attempts == 0 || self.max_attempts > 1000 {
+                let max_attempts = self.max_attempts.unwrap_or(8);
+                if max_attempts == 0 || max_attempts > 1000 {
                     return Err(("max_attempts", "must be between 1 and 1000".into()));
                 }
-                if self.interval_ms == 0 || self.backoff == 0 {
+                let interval_ms = self.interval_ms.unwrap_or(2000);
+                let backoff = self.backoff.unwrap_or(2);
+                if interval_ms == 0 || backoff == 0 {
                     return Err((
                         "interval_ms",
                         "interval_ms and backoff must be positive".into(),
                     ));
                 }
                 RetrySchedule::Interval {
-                    max_attempts: self.max_attempts,
-                    interval: Duration::from_millis(self.interval_ms),
-                    backoff: self.backoff,
+                    max_attempts,
+                    interval: Duration::from_millis(interval_ms),
+                    backoff,
                 }
             }
         };
         Ok(SendAgreement {
-            ack_requested: self.ack_requested,
-            duplicate_elimination: self.duplicate_elimination,
-            message_order: self.message_order,
+            ack_requested,
+            duplicate_elimination,
+            message_order,
             reply_pattern,
-            lifetime: chrono::Duration::seconds(self.expiry_seconds as i64),
+            lifetime: chrono::Duration::seconds(expiry_seconds as i64),
             schedule,
         })
     }
@@ -375,11 +401,11 @@ impl FileConfig {
         for url in self.callback_endpoints.iter().chain(self.partners.values()) {
             check_endpoint(url)?;
         }
-        for (name, spec) in self.agreements.iter().chain(
-            [("default_agreement".to_owned(), &self.default_agreement)]
-                .iter()
-                .map(|(n, s)| (n, *s)),
-        ) {
+        let named = self
+            .agreements
+            .iter()
+            .map(|(n, s)| (n.as_str(), s.over(&self.default_agreement)));
+        for (name, spec) in named.chain([("default_agreement", self.default_agreement.clone())]) {
             spec.check()
                 .map_err(|(field, why)| anyhow::anyhow!("agreement {name}: {field}: {why}"))?;
         }

@@ -18,7 +18,7 @@ use super::admin::{Problem, authorize};
 use super::soap::{self, content_type, version_hint};
 use crate::config::{AgreementSpec, Scope};
 use crate::rmp::sender::OutState;
-use crate::store::outbound::{OutMessage, Submission, SubmitError, callback_reply};
+use crate::store::outbound::{OutMessage, ReplySource, Submission, SubmitError, callback_reply};
 use crate::wsr::datetime::format_date_time;
 use crate::wsr::{
     GroupId, Headers, Limits, ReplyPattern, SoapVersion, read_envelope, read_message,
@@ -42,11 +42,13 @@ pub struct SubmitBody {
     notify_url: Option<String>,
 }
 
+/// An agreement by name, or inline (checked field by field after the request is parsed, so
+/// that a mistake names the agreement's field).
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 enum AgreementRef {
     Named(String),
-    Inline(AgreementSpec),
+    Inline(serde_json::Map<String, Value>),
 }
 
 #[derive(Debug, Deserialize)]
@@ -73,30 +75,28 @@ pub async fn submit(
         serde_json::from_slice(&body).map_err(|e| invalid("body", e.to_string()))?;
     let destination = match app.config.partners.get(&req.destination) {
         Some(url) => url.clone(),
-        None if req.destination.starts_with("http://")
-            || req.destination.starts_with("https://") =>
-        {
+        None => {
+            crate::config::check_endpoint(&req.destination).map_err(|_| {
+                let why = "is neither an absolute http(s) URL nor a configured partner";
+                invalid("destination", format!("{:?} {why}", req.destination))
+            })?;
             req.destination.clone()
         }
-        None => {
-            return Err(invalid(
-                "destination",
-                format!(
-                    "{:?} is neither an http(s) URL nor a configured partner",
-                    req.destination
-                ),
-            ));
-        }
     };
+    let base = &app.config.default_agreement;
     let agreement = match req.agreement {
-        None => app.config.default_agreement.clone(),
+        None => base.clone(),
         Some(AgreementRef::Named(name)) => app
             .config
             .agreements
             .get(&name)
-            .cloned()
-            .ok_or_else(|| invalid("agreement", format!("no agreement named {name:?}")))?,
-        Some(AgreementRef::Inline(spec)) => spec,
+            .ok_or_else(|| invalid("agreement", format!("no agreement named {name:?}")))?
+            .over(base),
+        Some(AgreementRef::Inline(fields)) => {
+            serde_json::from_value::<AgreementSpec>(Value::Object(fields))
+                .map_err(|e| invalid("agreement", e.to_string()))?
+                .over(base)
+        }
     };
     let checked = agreement
         .check()
@@ -327,9 +327,10 @@ pub async fn callback(State(app): State<AppState>, headers: HeaderMap, body: Byt
             None,
         );
     };
+    let source = ReplySource::Callback;
     match app
         .store
-        .apply_replies(&response.replies, app.clock.now())
+        .apply_replies(&response.replies, source, app.clock.now())
         .await
     {
         Ok(_) => soap::accepted(),

@@ -12,7 +12,7 @@ use tokio::task::JoinSet;
 
 use crate::clock::Clock;
 use crate::rmp::sender::Event;
-use crate::store::outbound::OutMessage;
+use crate::store::outbound::{OutMessage, ReplySource};
 use crate::store::{Store, StoreError};
 use crate::wsr::{
     FaultCode, Headers, Limits, PollRequest, RefToMessageIds, Reply, SeqRange, SoapVersion,
@@ -45,11 +45,14 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>, config: SenderConfig) {
     };
     let mut next_poll = clock.now();
     loop {
-        if let Err(e) = send_due(&store, &client, &clock, &config).await {
-            tracing::error!(error = %e, "outbound pass failed; retrying shortly");
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            continue;
-        }
+        let found = match send_due(&store, &client, &clock, &config).await {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::error!(error = %e, "outbound pass failed; retrying shortly");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                continue;
+            }
+        };
         if clock.now() >= next_poll {
             if let Err(e) = poll(&store, &client, &clock).await {
                 tracing::error!(error = %e, "poll pass failed");
@@ -65,8 +68,13 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>, config: SenderConfig) {
             .unwrap_or(IDLE_RECHECK)
             .min(until_poll)
             .min(IDLE_RECHECK)
-            // Messages due but held back by an ordered window wait for an ack, not a timer.
-            .max(Duration::from_millis(5));
+            // Messages due but held back by an ordered window wait for an ack (which wakes us),
+            // not for a timer: with nothing sendable, do not come back at once.
+            .max(if found == 0 {
+                Duration::from_secs(1)
+            } else {
+                Duration::from_millis(5)
+            });
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = store.outbound_due().notified() => {}
@@ -74,29 +82,38 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>, config: SenderConfig) {
     }
 }
 
+/// One pass over the due messages; returns how many there were. One message's failure is
+/// logged and does not stop the others (it is retried on the next pass).
 async fn send_due(
     store: &Store,
     client: &reqwest::Client,
     clock: &Arc<dyn Clock>,
     config: &SenderConfig,
-) -> Result<(), StoreError> {
+) -> Result<usize, StoreError> {
     let due = store
         .due_outbound(clock.now(), config.window.max(1), 500)
         .await?;
+    let found = due.len();
     let mut tasks = JoinSet::new();
     for message in due {
         while tasks.len() >= config.concurrency.max(1) {
-            if let Some(done) = tasks.join_next().await {
-                done.map_err(|e| StoreError::Corrupt(format!("send task: {e}")))??;
-            }
+            log_failure(tasks.join_next().await);
         }
         let (store, client, clock) = (store.clone(), client.clone(), clock.clone());
         tasks.spawn(async move { attempt(&store, &client, clock.as_ref(), message).await });
     }
-    while let Some(done) = tasks.join_next().await {
-        done.map_err(|e| StoreError::Corrupt(format!("send task: {e}")))??;
+    while !tasks.is_empty() {
+        log_failure(tasks.join_next().await);
     }
-    Ok(())
+    Ok(found)
+}
+
+fn log_failure(done: Option<Result<Result<(), StoreError>, tokio::task::JoinError>>) {
+    match done {
+        Some(Ok(Err(e))) => tracing::error!(error = %e, "an attempt failed in the store"),
+        Some(Err(e)) => tracing::error!(error = %e, "an attempt task failed"),
+        _ => {}
+    }
 }
 
 /// One attempt: counted and saved before the POST, so a crash can only cause a resend with
@@ -119,12 +136,15 @@ async fn attempt(
         return Ok(());
     }
     out.apply(Event::Sent, now);
-    store.save_outbound(&m.id, &before, &out, now).await?;
+    let Some(envelope) = store.claim_attempt(&m.id, &m.outbound, &out, now).await? else {
+        // Acked, failed or claimed since it was read: nothing to send.
+        return Ok(());
+    };
     let answer = client
         .post(&m.destination)
         .header(CONTENT_TYPE, m.version.content_type())
         .header("SOAPAction", "\"\"")
-        .body(m.envelope.clone())
+        .body(envelope)
         .send()
         .await;
     let heard = match answer {
@@ -145,7 +165,10 @@ async fn attempt(
             PartnerAnswer::default()
         }
     };
-    let mut finished = store.apply_replies(&heard.replies, clock.now()).await?;
+    let source = ReplySource::Destination(&m.destination);
+    let mut finished = store
+        .apply_replies(&heard.replies, source, clock.now())
+        .await?;
     // A bare SOAP Fault with a WS-R code answers the message it responds to.
     if let (true, Some(code)) = (heard.replies.is_empty(), heard.fault) {
         let mut faulted = out.clone();
@@ -234,7 +257,8 @@ async fn poll(
                 .map(str::to_owned);
             let body = r.bytes().await.unwrap_or_default();
             let replies = read_answer(ct.as_deref(), &body).replies;
-            let finished = store.apply_replies(&replies, clock.now()).await?;
+            let source = ReplySource::Destination(&destination);
+            let finished = store.apply_replies(&replies, source, clock.now()).await?;
             notify(store, client, &finished).await;
         }
     }

@@ -120,17 +120,17 @@ impl Outbound {
             return false;
         }
         if now >= self.expiry {
-            self.fail("expired before it was acknowledged");
+            let reason = if self.attempts >= self.schedule.max_attempts() {
+                format!("no acknowledgment after {} attempts", self.attempts)
+            } else {
+                "expired before it was acknowledged".to_owned()
+            };
+            self.fail(&reason);
             return false;
         }
-        if self.attempts >= self.schedule.max_attempts() {
-            self.fail(&format!(
-                "no acknowledgment after {} attempts",
-                self.attempts
-            ));
-            return false;
-        }
-        true
+        // Out of attempts: nothing more is sent, but a late ack may still come until the
+        // message expires (by callback, or a poll answer).
+        self.attempts < self.schedule.max_attempts()
     }
 
     /// Applies an event at `now`. Final states never change: a late ack cannot revive a
@@ -166,9 +166,9 @@ impl Outbound {
     fn schedule_next(&mut self, now: DateTime<Utc>) {
         self.next_attempt = match self.schedule.wait_after(self.attempts) {
             Some(wait) => Some(now + chrono::Duration::from_std(wait).unwrap_or_default()),
-            // The last attempt is out: wait for its answer until one interval later, or until
-            // the message expires, then `due` fails it.
-            None => Some(self.expiry.min(now + chrono::Duration::seconds(30))),
+            // The last attempt is out: an ack can still come until the message expires; then
+            // `due` fails it.
+            None => Some(self.expiry),
         };
     }
 
@@ -235,9 +235,11 @@ mod tests {
         assert!(!m.due(t0() + secs(29)));
         assert!(m.due(t0() + secs(30)));
         m.apply(Event::Sent, t0() + secs(30));
-        // The third and last attempt: no fourth; it fails once its answer is overdue.
-        assert!(!m.due(t0() + secs(59)));
-        assert!(!m.due(t0() + secs(60)));
+        // The third and last attempt: no fourth. A late ack could still come until ExpiryTime;
+        // then it fails.
+        assert!(!m.due(t0() + secs(600)));
+        assert_eq!(m.state, OutState::Sent);
+        assert!(!m.due(t0() + secs(3600)));
         assert_eq!(
             m.state,
             OutState::Failed("no acknowledgment after 3 attempts".into())

@@ -16,6 +16,28 @@ use crate::wsr::{
     SoapVersion, write_envelope,
 };
 
+/// Where acks and faults came from: only messages sent to that destination (its HTTP
+/// answers and poll answers), or sent with the Callback pattern (our `/wsr/_callback`), can
+/// be acknowledged by them — and only once they were actually sent.
+#[derive(Debug, Clone, Copy)]
+pub enum ReplySource<'a> {
+    Destination(&'a str),
+    Callback,
+}
+
+impl ReplySource<'_> {
+    fn destination(&self) -> Option<&str> {
+        match self {
+            ReplySource::Destination(d) => Some(d),
+            ReplySource::Callback => None,
+        }
+    }
+
+    fn is_callback(&self) -> bool {
+        matches!(self, ReplySource::Callback)
+    }
+}
+
 /// A message an application hands to the gateway to send.
 #[derive(Debug, Clone)]
 pub struct Submission {
@@ -249,6 +271,20 @@ impl Store {
                         "group {group_id} is closed: its last message was submitted"
                     )));
                 }
+                let failed: Option<i64> = sqlx::query_scalar(
+                    "SELECT 1 FROM out_messages WHERE group_id = ? \
+                     AND state IN ('faulted', 'failed') LIMIT 1",
+                )
+                .bind(group_id.as_str())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(StoreError::from)?;
+                if failed.is_some() && row.get::<i64, _>(1) != 0 {
+                    return Err(SubmitError::Conflict(format!(
+                        "ordered group {group_id} has a failed message: nothing after it can be \
+                         delivered; start a new group"
+                    )));
+                }
                 let number = row.get::<i64, _>(3) as u64;
                 sqlx::query(
                     "UPDATE out_groups SET next_number = ?, last_number = ? WHERE group_id = ?",
@@ -358,7 +394,7 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<OutMessage>, StoreError> {
         let rows = sqlx::query(select_messages!(
-            "WHERE m.next_attempt <= ?1 AND (g.ordered = 0 OR m.number < ?2 + ( \
+            "WHERE m.next_attempt <= ?1 AND (g.ordered = 0 OR m.expiry <= ?1 OR m.number < ?2 + ( \
                SELECT MIN(o.number) FROM out_messages o \
                WHERE o.group_id = m.group_id AND o.state NOT IN ('acked'))) \
              ORDER BY m.group_id, m.number LIMIT ?3"
@@ -389,6 +425,43 @@ impl Store {
         Ok(ms.map(from_millis))
     }
 
+    /// Claims the next attempt of a message: counts it and returns the envelope to send, but
+    /// only if the message is still not final and nobody counted this attempt before (an ack,
+    /// a failure of its ordered group, or a close may have come since it was read). Counted
+    /// before the POST, so a crash can only cause a resend with the same identity.
+    pub async fn claim_attempt(
+        &self,
+        id: &str,
+        before: &Outbound,
+        after: &Outbound,
+        now: DateTime<Utc>,
+    ) -> Result<Option<String>, StoreError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let claimed = sqlx::query(
+            "UPDATE out_messages SET state = 'sent', attempts = ?, next_attempt = ?, \
+             updated_at = ? WHERE id = ? AND state IN ('queued', 'sent') AND attempts = ?",
+        )
+        .bind(i64::from(after.attempts))
+        .bind(after.next_attempt.map(millis))
+        .bind(millis(now))
+        .bind(id)
+        .bind(i64::from(before.attempts))
+        .execute(&mut *tx)
+        .await?;
+        if claimed.rows_affected() != 1 {
+            return Ok(None);
+        }
+        if before.state == OutState::Queued {
+            insert_event(&mut tx, id, "sent", None, now).await?;
+        }
+        let envelope: String = sqlx::query_scalar("SELECT envelope FROM out_messages WHERE id = ?")
+            .bind(id)
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(Some(envelope))
+    }
+
     /// Saves a message's new state and logs the change. A message of an ordered group that
     /// ends faulted or failed fails every later message of the group not yet final (S-t4).
     pub async fn save_outbound(
@@ -401,8 +474,9 @@ impl Store {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         // Final states are absorbing in the store too: never overwrite one.
         let changed = sqlx::query(
-            "UPDATE out_messages SET state = ?, fault = ?, reason = ?, attempts = ?, \
-             next_attempt = ?, updated_at = ? WHERE id = ? AND state IN ('queued', 'sent')",
+            "UPDATE out_messages SET state = ?, fault = ?, reason = ?, \
+             attempts = MAX(attempts, ?), next_attempt = ?, updated_at = ? \
+             WHERE id = ? AND state IN ('queued', 'sent')",
         )
         .bind(after.state.name())
         .bind(match &after.state {
@@ -443,6 +517,7 @@ impl Store {
     pub async fn apply_replies(
         &self,
         replies: &[Reply],
+        source: ReplySource<'_>,
         now: DateTime<Utc>,
     ) -> Result<Vec<String>, StoreError> {
         let mut finished = Vec::new();
@@ -451,17 +526,23 @@ impl Store {
             let rows = match item.range {
                 None => {
                     sqlx::query(select_messages!(
-                        "WHERE m.group_id = ? AND m.number IS NULL"
+                        "WHERE m.group_id = ?1 AND m.number IS NULL AND m.state = 'sent' \
+                         AND (?2 IS NULL OR m.destination = ?2) AND (?3 = 0 OR m.reply_pattern = 'Callback')"
                     ))
                     .bind(group_id.as_str())
+                    .bind(source.destination())
+                    .bind(i64::from(source.is_callback()))
                     .fetch_all(&self.pool)
                     .await?
                 }
                 Some(range) => {
                     sqlx::query(select_messages!(
-                        "WHERE m.group_id = ? AND m.number BETWEEN ? AND ?"
+                        "WHERE m.group_id = ?1 AND m.number BETWEEN ?4 AND ?5 AND m.state = 'sent' \
+                         AND (?2 IS NULL OR m.destination = ?2) AND (?3 = 0 OR m.reply_pattern = 'Callback')"
                     ))
                     .bind(group_id.as_str())
+                    .bind(source.destination())
+                    .bind(i64::from(source.is_callback()))
                     .bind(range.from().min(i64::MAX as u64) as i64)
                     .bind(range.to().min(i64::MAX as u64) as i64)
                     .fetch_all(&self.pool)
@@ -483,6 +564,10 @@ impl Store {
                     finished.extend(self.save_outbound(&m.id, &before, &after, now).await?);
                 }
             }
+        }
+        if !finished.is_empty() {
+            // An ack may open an ordered group's window.
+            self.shared.outbound_due.notify_one();
         }
         Ok(finished)
     }
@@ -543,12 +628,21 @@ impl Store {
         let envelope: String = row.get(3);
         let rewritten = mark_last(&envelope)
             .ok_or_else(|| StoreError::Corrupt("stored envelope unreadable".into()))?;
-        sqlx::query("UPDATE out_messages SET envelope = ? WHERE id = ?")
-            .bind(rewritten)
-            .bind(row.get::<String, _>(0))
-            .execute(&mut *tx)
-            .await
-            .map_err(StoreError::from)?;
+        // Only while no attempt has claimed it: the envelope never changes once sent.
+        let rewritten = sqlx::query(
+            "UPDATE out_messages SET envelope = ? WHERE id = ? AND attempts = 0 AND state = 'queued'",
+        )
+        .bind(rewritten)
+        .bind(row.get::<String, _>(0))
+        .execute(&mut *tx)
+        .await
+        .map_err(StoreError::from)?;
+        if rewritten.rows_affected() != 1 {
+            return Err(SubmitError::Conflict(format!(
+                "message {number} of {group_id} is being sent or has failed; submit a last \
+                 message with group.last = true"
+            )));
+        }
         sqlx::query("UPDATE out_groups SET last_number = ? WHERE group_id = ?")
             .bind(number)
             .bind(group_id.as_str())

@@ -244,7 +244,7 @@ async fn exhausted_and_expired_messages_end_failed_with_a_reason_and_an_event() 
         &sender,
         json!({
             "destination": "http://127.0.0.1:9/wsr/default",
-            "agreement": { "max_attempts": 2, "interval_ms": 100, "backoff": 1 },
+            "agreement": { "max_attempts": 2, "interval_ms": 100, "backoff": 1, "expiry_seconds": 5 },
             "body": "<a/>",
         }),
     )
@@ -815,5 +815,70 @@ async fn closing_a_group() {
     )
     .await;
     assert_eq!(status, 409, "a closed group takes no more messages");
+    sender.stop().await;
+}
+
+/// Acks count only from where the message went: a callback cannot ack a message sent with the
+/// Response pattern, and nothing acks a message never sent. A failed ordered group takes no
+/// more messages.
+#[tokio::test]
+async fn acks_from_the_wrong_source_are_ignored_and_failed_groups_refuse_more() {
+    use wsr_gateway::wsr::{Headers, Reply, Response, SoapVersion, write_envelope};
+    let sender = spawn_app_with(|c| {
+        c.tokens = vec![TokenConfig {
+            token: TOKEN.into(),
+            principal: "app".into(),
+            scopes: vec![Scope::Produce],
+        }];
+        c.send_window = 1;
+    })
+    .await;
+    let far = "http://127.0.0.1:9/wsr/default";
+    let ordered = json!({ "message_order": true, "expiry_seconds": 2, "waits_ms": [100000] });
+    let (_, first) = submit(
+        &sender,
+        json!({ "destination": far, "group": {}, "agreement": ordered, "body": "<a/>" }),
+    )
+    .await;
+    let group = first["group_id"].as_str().expect("group").to_owned();
+    let (_, second) = submit(&sender, json!({ "destination": far, "group": { "id": group }, "agreement": ordered, "body": "<b/>" })).await;
+    // A forged callback ack for both: the first was sent by Response, the second never sent.
+    let ack = Response {
+        replies: vec![Reply::Sequence {
+            group_id: wsr_gateway::wsr::GroupId::parse(&group).expect("group"),
+            ranges: vec![wsr_gateway::wsr::ReplyRange {
+                range: wsr_gateway::wsr::SeqRange::new(0, 1).expect("range"),
+                fault: None,
+            }],
+        }],
+    };
+    let xml = write_envelope(
+        SoapVersion::Soap11,
+        Headers {
+            response: Some(&ack),
+            ..Headers::default()
+        },
+        "",
+    );
+    let answer = sender.post("/wsr/_callback", "text/xml", xml).await;
+    assert_eq!(answer.status, 202);
+    for id in [&first["id"], &second["id"]] {
+        let m = sender
+            .store
+            .out_message(id.as_str().expect("id"))
+            .await
+            .expect("read")
+            .expect("message");
+        assert_ne!(
+            m.outbound.state.name(),
+            "acked",
+            "{id} acked from the wrong source"
+        );
+    }
+    // The first expires unacknowledged; the group fails, and takes no more.
+    let messages = all_final(&sender, 2).await;
+    assert!(messages.iter().all(|m| m.outbound.state.name() == "failed"));
+    let (status, _) = submit(&sender, json!({ "destination": far, "group": { "id": group }, "agreement": ordered, "body": "<c/>" })).await;
+    assert_eq!(status, 409);
     sender.stop().await;
 }
