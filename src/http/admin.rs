@@ -12,7 +12,7 @@ use super::AppState;
 use crate::config::{Scope, check_endpoint};
 use crate::rmp::group::GroupState;
 use crate::store::StoreError;
-use crate::wsr::datetime::format_date_time;
+use crate::wsr::datetime::date_time_string;
 
 /// A JSON problem answer: status, error kind, reason, and the offending field if any.
 pub struct Problem(pub StatusCode, pub &'static str, pub String);
@@ -227,9 +227,7 @@ pub async fn read_inbox(
 }
 
 fn time(t: chrono::DateTime<chrono::Utc>) -> String {
-    let mut s = String::new();
-    format_date_time(&t, &mut s);
-    s
+    date_time_string(&t)
 }
 
 fn group_json(g: &GroupState) -> Value {

@@ -19,7 +19,7 @@ use super::soap::{self, content_type, version_hint};
 use crate::config::{AgreementSpec, Scope};
 use crate::rmp::sender::OutState;
 use crate::store::outbound::{OutMessage, ReplySource, Submission, SubmitError, callback_reply};
-use crate::wsr::datetime::format_date_time;
+use crate::wsr::datetime::date_time_string;
 use crate::wsr::{
     GroupId, Headers, Limits, ReplyPattern, SoapVersion, read_envelope, read_message,
     write_envelope,
@@ -347,9 +347,7 @@ pub async fn callback(State(app): State<AppState>, headers: HeaderMap, body: Byt
 }
 
 fn time(t: chrono::DateTime<chrono::Utc>) -> String {
-    let mut s = String::new();
-    format_date_time(&t, &mut s);
-    s
+    date_time_string(&t)
 }
 
 /// The JSON view of an outbound message (API answers, notify webhooks).

@@ -150,13 +150,7 @@ async fn attempt(
     let heard = match answer {
         Ok(r) => {
             let status = r.status();
-            let ct = r
-                .headers()
-                .get(CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned);
-            let body = r.bytes().await.unwrap_or_default();
-            let heard = read_answer(ct.as_deref(), &body);
+            let heard = answer_of(r).await;
             tracing::debug!(id = %m.id, %status, replies = heard.replies.len(), "sent");
             heard
         }
@@ -189,6 +183,17 @@ async fn attempt(
 pub struct PartnerAnswer {
     pub replies: Vec<Reply>,
     pub fault: Option<FaultCode>,
+}
+
+/// Reads an HTTP answer's body as a partner's answer.
+async fn answer_of(r: reqwest::Response) -> PartnerAnswer {
+    let ct = r
+        .headers()
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let body = r.bytes().await.unwrap_or_default();
+    read_answer(ct.as_deref(), &body)
 }
 
 /// Reads a partner's answer (any SOAP version, plain or MIME). An answer that says nothing
@@ -250,13 +255,7 @@ async fn poll(
             .send()
             .await;
         if let Ok(r) = answer {
-            let ct = r
-                .headers()
-                .get(CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned);
-            let body = r.bytes().await.unwrap_or_default();
-            let replies = read_answer(ct.as_deref(), &body).replies;
+            let replies = answer_of(r).await.replies;
             let source = ReplySource::Destination(&destination);
             let finished = store.apply_replies(&replies, source, clock.now()).await?;
             notify(store, client, &finished).await;

@@ -121,6 +121,13 @@ pub fn parse_date_time(raw: &str) -> Result<(DateTime<Utc>, Zone), String> {
     Ok((utc.and_utc(), zone))
 }
 
+/// An instant as `xs:dateTime` text (see `format_date_time`).
+pub fn date_time_string(t: &DateTime<Utc>) -> String {
+    let mut out = String::with_capacity(24);
+    format_date_time(t, &mut out);
+    out
+}
+
 /// Writes an instant as `xs:dateTime` in UTC with `Z`, with as many fraction digits as needed.
 pub fn format_date_time(t: &DateTime<Utc>, out: &mut String) {
     let year = t.year();

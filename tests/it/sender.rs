@@ -11,6 +11,19 @@ use super::support::{TestApp, spawn_app_with};
 
 const TOKEN: &str = "producer-token-0123456789";
 
+/// A sender whose ordered groups keep one message in flight.
+async fn sender_app_window_1() -> TestApp {
+    spawn_app_with(|c| {
+        c.tokens = vec![TokenConfig {
+            token: TOKEN.into(),
+            principal: "app".into(),
+            scopes: vec![Scope::Produce],
+        }];
+        c.send_window = 1;
+    })
+    .await
+}
+
 async fn sender_app() -> TestApp {
     spawn_app_with(|c| {
         c.tokens = vec![TokenConfig {
@@ -736,15 +749,7 @@ async fn notify_webhook_and_event_stream() {
 #[tokio::test]
 async fn closing_a_group() {
     // A window of one: a later message of an ordered group waits until the earlier is acked.
-    let sender = spawn_app_with(|c| {
-        c.tokens = vec![TokenConfig {
-            token: TOKEN.into(),
-            principal: "app".into(),
-            scopes: vec![Scope::Produce],
-        }];
-        c.send_window = 1;
-    })
-    .await;
+    let sender = sender_app_window_1().await;
     // Nothing listens on port 9, but the first attempt is what matters here.
     let far = "http://127.0.0.1:9/wsr/default";
     let (_, first) = submit(
@@ -824,15 +829,7 @@ async fn closing_a_group() {
 #[tokio::test]
 async fn acks_from_the_wrong_source_are_ignored_and_failed_groups_refuse_more() {
     use wsr_gateway::wsr::{Headers, Reply, Response, SoapVersion, write_envelope};
-    let sender = spawn_app_with(|c| {
-        c.tokens = vec![TokenConfig {
-            token: TOKEN.into(),
-            principal: "app".into(),
-            scopes: vec![Scope::Produce],
-        }];
-        c.send_window = 1;
-    })
-    .await;
+    let sender = sender_app_window_1().await;
     let far = "http://127.0.0.1:9/wsr/default";
     let ordered = json!({ "message_order": true, "expiry_seconds": 2, "waits_ms": [100000] });
     let (_, first) = submit(

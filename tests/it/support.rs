@@ -15,7 +15,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use wsr_gateway::clock::ManualClock;
 use wsr_gateway::store::{InboxEntry, Store};
-use wsr_gateway::wsr::datetime::format_date_time;
+use wsr_gateway::wsr::datetime::date_time_string;
 use wsr_gateway::wsr::{Envelope, Limits, SoapVersion, read_message};
 use wsr_gateway::{App, Config};
 
@@ -284,9 +284,7 @@ impl ClockExt for ManualClock {
 
 /// xs:dateTime text for `t`.
 pub fn xs(t: DateTime<Utc>) -> String {
-    let mut s = String::new();
-    format_date_time(&t, &mut s);
-    s
+    date_time_string(&t)
 }
 
 /// A local endpoint that records every POST it receives (callbacks), answering each with the
