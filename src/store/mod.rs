@@ -5,10 +5,12 @@
 //! requests together (group commit); each request learns its verdict only after the commit
 //! that made it durable. Reads go to a separate pool.
 
+mod decide;
 pub mod group_json;
 pub mod outbound;
 mod sqlite;
 pub mod sweeper;
+mod writer;
 
 use std::path::PathBuf;
 

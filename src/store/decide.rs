@@ -1,0 +1,386 @@
+//! What the writer does inside its transaction for each job: the receiver's decision applied
+//! to the stored group, the inbox, the buffer and the callback queue; and the sweep of due
+//! group deadlines.
+
+use chrono::{DateTime, Utc};
+use sqlx::Row;
+use sqlx::sqlite::SqliteConnection;
+
+use super::group_json::{decode, encode, millis};
+use super::writer::Effects;
+use super::{Received, ReceivedMessage, StoreError, SweepReport};
+use crate::rmp::group::{Buffered, GroupState, Policy, Swept, slot, sweep};
+use crate::rmp::receiver::{Action, Incoming, Verdict, receive};
+use crate::wsr::{FaultCode, GroupId, MessageKey, ReplyPattern};
+
+/// Most groups one sweep pass handles; the rest are due again at once.
+const SWEEP_BATCH: i64 = 500;
+/// A fault notice is kept at least this long, even for a message that had already expired
+/// (that is often why it was refused), so its sender can still learn of it.
+const FAULT_NOTICE_RETENTION: chrono::Duration = chrono::Duration::hours(1);
+
+async fn load_group(
+    conn: &mut SqliteConnection,
+    group_id: &GroupId,
+) -> Result<Option<GroupState>, StoreError> {
+    let row = sqlx::query("SELECT state FROM groups WHERE group_id = ?")
+        .bind(group_id.as_str())
+        .fetch_optional(&mut *conn)
+        .await?;
+    row.map(|r| decode(r.get::<&str, _>(0)).map_err(StoreError::Corrupt))
+        .transpose()
+}
+
+async fn save_group(
+    conn: &mut SqliteConnection,
+    state: &GroupState,
+    policy: &Policy,
+    now: DateTime<Utc>,
+    effects: &mut Effects,
+) -> Result<(), StoreError> {
+    // A deadline the sweep would not act on must not stay due, or the sweeper would spin.
+    let deadline = state
+        .next_deadline(policy)
+        .filter(|d| *d > now || state_due(state, now, policy));
+    sqlx::query(
+        "INSERT INTO groups (group_id, channel, status, next_deadline, updated_at, state) \
+         VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (group_id) DO UPDATE SET \
+         status = excluded.status, next_deadline = excluded.next_deadline, \
+         updated_at = excluded.updated_at, state = excluded.state",
+    )
+    .bind(state.group_id.as_str())
+    .bind(&state.params.channel)
+    .bind(state.status.as_str())
+    .bind(deadline.map(millis))
+    .bind(millis(now))
+    .bind(encode(state))
+    .execute(&mut *conn)
+    .await?;
+    if let Some(d) = deadline.map(millis) {
+        effects.earliest_deadline = Some(effects.earliest_deadline.map_or(d, |e| e.min(d)));
+    }
+    Ok(())
+}
+
+/// Whether a sweep at `now` would change or purge the group.
+fn state_due(state: &GroupState, now: DateTime<Utc>, policy: &Policy) -> bool {
+    let mut probe = state.clone();
+    sweep(&mut probe, now, policy) != Swept::Unchanged
+}
+
+pub(super) async fn apply_receive(
+    conn: &mut SqliteConnection,
+    m: &ReceivedMessage,
+    policy: &Policy,
+    effects: &mut Effects,
+) -> Result<Received, StoreError> {
+    let request = &m.request;
+    let key = request.key();
+    let stored = load_group(conn, &key.group_id).await?;
+    let outcome = receive(
+        stored.as_ref(),
+        Incoming {
+            request,
+            channel: &m.channel,
+            body_bytes: m.payload.len() as u64,
+        },
+        m.now,
+        policy,
+    );
+    let expiry = millis(request.expiry_time);
+    let number = key.number.map(|n| n as i64);
+    match outcome.action {
+        Action::Deliver => {
+            sqlx::query(
+                "INSERT INTO inbox (channel, topic, group_id, number, payload, namespaces, \
+                 received_at, expiry) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(&m.channel)
+            .bind(&m.topic)
+            .bind(key.group_id.as_str())
+            .bind(number)
+            .bind(&m.payload)
+            .bind(&m.namespaces)
+            .bind(millis(m.now))
+            .bind(expiry)
+            .execute(&mut *conn)
+            .await?;
+        }
+        Action::Buffer => {
+            sqlx::query(
+                "INSERT INTO buffered (group_id, number, channel, topic, payload, namespaces, \
+                 received_at, expiry) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(key.group_id.as_str())
+            .bind(number)
+            .bind(&m.channel)
+            .bind(&m.topic)
+            .bind(&m.payload)
+            .bind(&m.namespaces)
+            .bind(millis(m.now))
+            .bind(expiry)
+            .execute(&mut *conn)
+            .await?;
+        }
+        Action::Drop => {}
+    }
+    for (n, buffered) in &outcome.released {
+        release_buffered(conn, &key.group_id, *n).await?;
+        effects.delivered.push(MessageKey {
+            group_id: key.group_id.clone(),
+            number: Some(*n),
+        });
+        if request.ack_requested {
+            owe_callback(
+                conn,
+                &key.group_id,
+                Some(*n),
+                None,
+                buffered,
+                m.soap12,
+                m.now,
+                effects,
+            )
+            .await?;
+        }
+    }
+    discard_buffered(
+        conn,
+        &key.group_id,
+        &outcome.discarded,
+        m.soap12,
+        m.now,
+        effects,
+    )
+    .await?;
+    if let Some(state) = &outcome.state {
+        save_group(conn, state, policy, m.now, effects).await?;
+    }
+    // A Poll-pattern sender learns of a fault when it polls: keep it in this same
+    // transaction when the group state does not (D4, D11).
+    if let (ReplyPattern::Poll, Verdict::Fault(code, _)) =
+        (&request.reply_pattern, &outcome.verdict)
+    {
+        let in_state = outcome
+            .state
+            .as_ref()
+            .is_some_and(|s| s.faults.contains_key(&slot(key.number)));
+        if !code.is_transient() && !in_state {
+            insert_message_fault(conn, &key, *code, request.expiry_time, m.now).await?;
+        }
+    }
+    // This message's own answer, when it travels by callback.
+    if let ReplyPattern::Callback(_) = &request.reply_pattern {
+        let fault = match &outcome.verdict {
+            Verdict::Ack => Some(None),
+            Verdict::Fault(code, _) if !code.is_transient() => Some(Some(*code)),
+            _ => None,
+        };
+        if let Some(fault) = fault {
+            let this = Buffered {
+                expiry: request.expiry_time,
+                bytes: 0,
+                reply: request.reply_pattern.clone(),
+            };
+            owe_callback(
+                conn,
+                &key.group_id,
+                key.number,
+                fault,
+                &this,
+                m.soap12,
+                m.now,
+                effects,
+            )
+            .await?;
+        }
+    }
+    Ok(Received {
+        verdict: outcome.verdict,
+    })
+}
+
+/// Remembers the fault of a message for its sender's polls, for at least an hour.
+pub(super) async fn insert_message_fault(
+    conn: &mut SqliteConnection,
+    key: &MessageKey,
+    code: FaultCode,
+    expiry: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO message_faults (group_id, singleton, number, fault, expiry) \
+         VALUES (?, ?, ?, ?, ?) ON CONFLICT (group_id, singleton, number) DO NOTHING",
+    )
+    .bind(key.group_id.as_str())
+    .bind(i64::from(key.number.is_none()))
+    .bind(slot(key.number) as i64)
+    .bind(code.local_name())
+    .bind(millis(expiry.max(now + FAULT_NOTICE_RETENTION)))
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Moves a buffered message into the inbox, keeping its original arrival data.
+async fn release_buffered(
+    conn: &mut SqliteConnection,
+    group_id: &GroupId,
+    n: u64,
+) -> Result<(), StoreError> {
+    let moved = sqlx::query(
+        "INSERT INTO inbox (channel, topic, group_id, number, payload, namespaces, received_at, \
+         expiry) SELECT channel, topic, group_id, number, payload, namespaces, received_at, expiry \
+         FROM buffered WHERE group_id = ? AND number = ?",
+    )
+    .bind(group_id.as_str())
+    .bind(n as i64)
+    .execute(&mut *conn)
+    .await?;
+    if moved.rows_affected() != 1 {
+        return Err(StoreError::Corrupt(format!(
+            "buffered message {group_id}#{n} is missing"
+        )));
+    }
+    sqlx::query("DELETE FROM buffered WHERE group_id = ? AND number = ?")
+        .bind(group_id.as_str())
+        .bind(n as i64)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// Drops buffered messages of an aborted group and tells their senders, where a callback can.
+async fn discard_buffered(
+    conn: &mut SqliteConnection,
+    group_id: &GroupId,
+    discarded: &[(u64, Buffered)],
+    soap12: bool,
+    now: DateTime<Utc>,
+    effects: &mut Effects,
+) -> Result<(), StoreError> {
+    for (n, buffered) in discarded {
+        sqlx::query("DELETE FROM buffered WHERE group_id = ? AND number = ?")
+            .bind(group_id.as_str())
+            .bind(*n as i64)
+            .execute(&mut *conn)
+            .await?;
+        let aborted = Some(FaultCode::GroupAborted);
+        owe_callback(
+            conn,
+            group_id,
+            Some(*n),
+            aborted,
+            buffered,
+            soap12,
+            now,
+            effects,
+        )
+        .await?;
+    }
+    Ok(())
+}
+
+/// Queues an ack (`fault` `None`) or fault for a Callback-pattern message.
+#[allow(clippy::too_many_arguments)]
+async fn owe_callback(
+    conn: &mut SqliteConnection,
+    group_id: &GroupId,
+    number: Option<u64>,
+    fault: Option<FaultCode>,
+    message: &Buffered,
+    soap12: bool,
+    now: DateTime<Utc>,
+    effects: &mut Effects,
+) -> Result<(), StoreError> {
+    let ReplyPattern::Callback(to) = &message.reply else {
+        return Ok(());
+    };
+    let keep_until = match fault {
+        Some(_) => message.expiry.max(now + FAULT_NOTICE_RETENTION),
+        None => message.expiry,
+    };
+    sqlx::query(
+        "INSERT INTO pending_callbacks (endpoint, soap12, group_id, number, fault, expiry, \
+         next_attempt) VALUES (?, ?, ?, ?, ?, ?, ?)",
+    )
+    .bind(&to.uri)
+    .bind(i64::from(soap12))
+    .bind(group_id.as_str())
+    .bind(number.map(|n| n as i64))
+    .bind(fault.map(|f| f.local_name()))
+    .bind(millis(keep_until))
+    .bind(millis(now))
+    .execute(&mut *conn)
+    .await?;
+    effects.callbacks = true;
+    Ok(())
+}
+
+pub(super) async fn apply_sweep(
+    conn: &mut SqliteConnection,
+    now: DateTime<Utc>,
+    policy: &Policy,
+    effects: &mut Effects,
+) -> Result<SweepReport, StoreError> {
+    let rows = sqlx::query(
+        "SELECT group_id, state FROM groups WHERE next_deadline <= ? ORDER BY next_deadline \
+         LIMIT ?",
+    )
+    .bind(millis(now))
+    .bind(SWEEP_BATCH)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut report = SweepReport::default();
+    for row in rows {
+        let mut state = match decode(row.get::<&str, _>(1)) {
+            Ok(state) => state,
+            Err(why) => {
+                // One unreadable row must not stop every other group's deadlines: take it out
+                // of the sweep (kept for an operator to inspect) and go on.
+                let group_id: String = row.get(0);
+                tracing::error!(%group_id, reason = %why, "unreadable group state; no longer swept");
+                sqlx::query("UPDATE groups SET next_deadline = NULL WHERE group_id = ?")
+                    .bind(&group_id)
+                    .execute(&mut *conn)
+                    .await?;
+                continue;
+            }
+        };
+        match sweep(&mut state, now, policy) {
+            Swept::Unchanged => {
+                // Due but nothing to do (a deadline computed before a change): re-arm it.
+                save_group(conn, &state, policy, now, &mut Effects::default()).await?;
+            }
+            Swept::Changed { discarded } => {
+                // Senders of discarded messages learn by callback in SOAP 1.1, the version
+                // every peer accepts; their own version is not kept for buffered messages.
+                discard_buffered(conn, &state.group_id, &discarded, false, now, effects).await?;
+                // The sweeper reads the next deadline itself after this pass.
+                save_group(conn, &state, policy, now, &mut Effects::default()).await?;
+                report.changed += 1;
+                report.discarded += discarded.len();
+            }
+            Swept::Purge => {
+                sqlx::query("DELETE FROM groups WHERE group_id = ?")
+                    .bind(state.group_id.as_str())
+                    .execute(&mut *conn)
+                    .await?;
+                sqlx::query("DELETE FROM buffered WHERE group_id = ?")
+                    .bind(state.group_id.as_str())
+                    .execute(&mut *conn)
+                    .await?;
+                report.purged += 1;
+            }
+        }
+    }
+    sqlx::query("DELETE FROM pending_callbacks WHERE expiry < ?")
+        .bind(millis(now))
+        .execute(&mut *conn)
+        .await?;
+    sqlx::query("DELETE FROM message_faults WHERE expiry < ?")
+        .bind(millis(now))
+        .execute(&mut *conn)
+        .await?;
+    Ok(report)
+}

@@ -1,0 +1,236 @@
+//! The group-commit writer: one task, one connection, applying concurrent requests' decisions
+//! in one transaction and answering each only after the commit that made it durable.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use sqlx::Connection;
+use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
+use tokio::sync::{mpsc, oneshot};
+
+use super::decide::{apply_receive, apply_sweep};
+use super::sqlite::Shared;
+use super::{Received, ReceivedMessage, StoreError, SweepReport};
+use crate::wsr::MessageKey;
+
+/// Most requests one commit takes; more wait for the next one.
+pub(super) const MAX_BATCH: usize = 256;
+
+pub(super) enum Job {
+    Receive(
+        Box<ReceivedMessage>,
+        oneshot::Sender<Result<Received, StoreError>>,
+    ),
+    Sweep(
+        DateTime<Utc>,
+        oneshot::Sender<Result<SweepReport, StoreError>>,
+    ),
+}
+
+/// What one job did inside the transaction, announced only after the commit.
+#[derive(Default)]
+pub(super) struct Effects {
+    pub(super) delivered: Vec<MessageKey>,
+    pub(super) callbacks: bool,
+    /// The earliest group deadline written.
+    pub(super) earliest_deadline: Option<i64>,
+}
+
+pub(super) async fn run_writer(
+    mut conn: SqliteConnection,
+    options: SqliteConnectOptions,
+    mut jobs: mpsc::Receiver<Job>,
+    shared: Arc<Shared>,
+) {
+    while let Some(first) = jobs.recv().await {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match jobs.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        if commit_batch(&mut conn, batch, &shared).await == WriterConnection::Broken {
+            // The transaction could not even be rolled back: start over on a fresh connection
+            // rather than leave every later request failing on a stuck one.
+            conn = reconnect(&options).await;
+        }
+    }
+}
+
+async fn reconnect(options: &SqliteConnectOptions) -> SqliteConnection {
+    let mut wait = Duration::from_millis(50);
+    loop {
+        match SqliteConnection::connect_with(options).await {
+            Ok(conn) => return conn,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot reopen the store; retrying");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum WriterConnection {
+    Usable,
+    Broken,
+}
+
+/// Runs every job of the batch in one transaction, commits once, then answers every job.
+///
+/// A job whose stored state cannot be decoded fails alone (rolled back to its savepoint). Any
+/// database error, or a savepoint that cannot be released or rolled back, makes the whole
+/// transaction untrustworthy: it is rolled back and every job of the batch fails, so nothing
+/// half-done is ever committed and nobody is acked.
+async fn commit_batch(
+    conn: &mut SqliteConnection,
+    batch: Vec<Job>,
+    shared: &Shared,
+) -> WriterConnection {
+    if let Err(e) = sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await {
+        tracing::error!(error = %e, "cannot begin a transaction");
+        fail_all(batch, &format!("cannot begin: {e}"));
+        return WriterConnection::Usable;
+    }
+    let mut results = Vec::with_capacity(batch.len());
+    let mut effects = Effects::default();
+    let mut poisoned = None;
+    for job in &batch {
+        match run_in_savepoint(conn, job, shared, &mut effects).await {
+            Ok(result) => results.push(result),
+            Err(e) => {
+                poisoned = Some(e);
+                break;
+            }
+        }
+    }
+    // The test hook fails commits that decide messages, not background sweeps.
+    let carries_message = batch.iter().any(|j| matches!(j, Job::Receive(..)));
+    let injected = poisoned.is_none()
+        && carries_message
+        && shared
+            .failing_commits
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok();
+    let committed = match (poisoned, injected) {
+        (Some(e), _) => Err(e),
+        (None, true) => Err(StoreError::Injected),
+        (None, false) => sqlx::query("COMMIT")
+            .execute(&mut *conn)
+            .await
+            .map(|_| ())
+            .map_err(StoreError::from),
+    };
+    if let Err(e) = committed {
+        tracing::error!(error = %e, jobs = batch.len(), "transaction failed; no request of the batch is acknowledged");
+        let rolled_back = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+        fail_all(batch, &e.to_string());
+        return match rolled_back {
+            Ok(_) => WriterConnection::Usable,
+            // "no transaction is active": SQLite already rolled it back itself.
+            Err(r) if r.to_string().contains("no transaction") => WriterConnection::Usable,
+            Err(r) => {
+                tracing::error!(error = %r, "rollback failed; reopening the writer connection");
+                WriterConnection::Broken
+            }
+        };
+    }
+    // Durable now: announce, then answer.
+    if !effects.delivered.is_empty() {
+        let mut waiters = shared.waiters.lock().unwrap_or_else(|p| p.into_inner());
+        for key in &effects.delivered {
+            for waiter in waiters.remove(key).unwrap_or_default() {
+                let _ = waiter.send(());
+            }
+        }
+    }
+    if effects.callbacks {
+        shared.callbacks_due.notify_one();
+    }
+    if effects
+        .earliest_deadline
+        .is_some_and(|d| d <= shared.sweeper_wakeup.load(Ordering::SeqCst))
+    {
+        shared.deadlines_changed.notify_one();
+    }
+    for (job, result) in batch.into_iter().zip(results) {
+        match (job, result) {
+            (Job::Receive(_, tx), Ok(JobResult::Received(r))) => {
+                let _ = tx.send(Ok(r));
+            }
+            (Job::Sweep(_, tx), Ok(JobResult::Swept(r))) => {
+                let _ = tx.send(Ok(r));
+            }
+            (job, Err(e)) => reply_err(job, StoreError::Corrupt(e.to_string())),
+            (job, Ok(_)) => reply_err(job, StoreError::Corrupt("mismatched job result".into())),
+        }
+    }
+    WriterConnection::Usable
+}
+
+enum JobResult {
+    Received(Received),
+    Swept(SweepReport),
+}
+
+fn fail_all(batch: Vec<Job>, why: &str) {
+    for job in batch {
+        reply_err(job, StoreError::Corrupt(format!("not stored: {why}")));
+    }
+}
+
+fn reply_err(job: Job, err: StoreError) {
+    match job {
+        Job::Receive(_, tx) => {
+            let _ = tx.send(Err(err));
+        }
+        Job::Sweep(_, tx) => {
+            let _ = tx.send(Err(err));
+        }
+    }
+}
+
+/// Runs one job inside a savepoint. The inner result is the job's own outcome (a corrupt
+/// stored state fails that job alone); the outer error means the transaction is no longer
+/// trustworthy.
+async fn run_in_savepoint(
+    conn: &mut SqliteConnection,
+    job: &Job,
+    shared: &Shared,
+    effects: &mut Effects,
+) -> Result<Result<JobResult, StoreError>, StoreError> {
+    sqlx::query("SAVEPOINT job").execute(&mut *conn).await?;
+    let mut job_effects = Effects::default();
+    let result = match job {
+        Job::Receive(message, _) => apply_receive(conn, message, &shared.policy, &mut job_effects)
+            .await
+            .map(JobResult::Received),
+        Job::Sweep(now, _) => apply_sweep(conn, *now, &shared.policy, &mut job_effects)
+            .await
+            .map(JobResult::Swept),
+    };
+    match result {
+        Ok(done) => {
+            sqlx::query("RELEASE job").execute(&mut *conn).await?;
+            effects.delivered.append(&mut job_effects.delivered);
+            effects.callbacks |= job_effects.callbacks;
+            effects.earliest_deadline =
+                match (effects.earliest_deadline, job_effects.earliest_deadline) {
+                    (Some(a), Some(b)) => Some(a.min(b)),
+                    (a, b) => a.or(b),
+                };
+            Ok(Ok(done))
+        }
+        Err(StoreError::Corrupt(why)) => {
+            tracing::error!(reason = %why, "store job failed on corrupt state; rolled back to its savepoint");
+            sqlx::query("ROLLBACK TO job").execute(&mut *conn).await?;
+            sqlx::query("RELEASE job").execute(&mut *conn).await?;
+            Ok(Err(StoreError::Corrupt(why)))
+        }
+        Err(e) => Err(e),
+    }
+}
