@@ -2,13 +2,15 @@
 //!
 //! Rooms (DESIGN.md §3): `wsr` the wire codec; `rmp` the pure protocol decisions; `store` the
 //! durable state with its group-commit writer and sweeper; `outbound` what we send to partners
-//! (callback acks); `http` the thin axum surface; `config` and `clock` the settings and time.
+//! (our messages, callback acks); `delivery` subscriptions for applications (so far topic
+//! filters only); `http` the thin axum surface; `config` and `clock` the settings and time.
 //! `App::build` opens the store and binds, for `main` and tests alike.
 
 pub mod bench;
 pub mod client;
 pub mod clock;
 pub mod config;
+pub mod delivery;
 pub mod http;
 pub mod outbound;
 pub mod rmp;
