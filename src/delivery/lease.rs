@@ -1,0 +1,417 @@
+//! One message's life in one subscription (DESIGN §5), as a pure state machine: handed to a
+//! consumer for an ack-wait (a lease, one attempt), settled with an outcome, released, or
+//! dead-lettered. Time is a parameter; the store keeps the state and the subscription picks
+//! which message a consumer gets.
+//!
+//! The rules that make acks trustworthy: every attempt has its own number; a settle or extend
+//! naming an attempt that is no longer current, another consumer, or a passed deadline is
+//! refused with the reason and the current attempt — never applied to someone else's attempt.
+
+use std::collections::BTreeSet;
+
+use chrono::{DateTime, Duration, Utc};
+
+/// AMQP outcomes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Done with it.
+    Accepted,
+    /// Never deliver it again: dead-letter.
+    Rejected,
+    /// Back to the subscription now; the attempt does not count.
+    Released,
+    /// Back to the subscription, possibly later and elsewhere.
+    Modified {
+        /// The attempt counts towards `max_deliveries`.
+        delivery_failed: bool,
+        /// Keep it away from this consumer.
+        undeliverable_here: bool,
+        delay: Option<Duration>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    pub ack_wait: Duration,
+    pub max_deliveries: u32,
+    /// Waits after the 1st, 2nd, … failed delivery; the last repeats.
+    pub backoff: Vec<Duration>,
+}
+
+impl Policy {
+    fn backoff_after(&self, failures: u32) -> Duration {
+        let i = (failures.max(1) - 1) as usize;
+        self.backoff
+            .get(i)
+            .or(self.backoff.last())
+            .copied()
+            .unwrap_or_else(Duration::zero)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    /// Waiting for a consumer, not before `not_before`, preferably not one of `avoid`.
+    Available {
+        not_before: DateTime<Utc>,
+        avoid: BTreeSet<String>,
+    },
+    /// Leased to `consumer` for attempt `attempt` until `deadline`.
+    Acquired {
+        consumer: String,
+        deadline: DateTime<Utc>,
+        avoid: BTreeSet<String>,
+    },
+    Done,
+    DeadLettered {
+        reason: String,
+    },
+}
+
+/// One message in one subscription.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub state: State,
+    /// The latest attempt number handed out (0: never).
+    pub attempt: u32,
+    /// Attempts that counted as failed deliveries.
+    pub failures: u32,
+}
+
+/// Why a settle or extend was refused (HTTP 409), naming the current attempt.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{reason} (current attempt: {current_attempt})")]
+pub struct Stale {
+    pub current_attempt: u32,
+    pub reason: String,
+}
+
+impl Lease {
+    pub fn new(now: DateTime<Utc>) -> Lease {
+        Lease {
+            state: State::Available {
+                not_before: now,
+                avoid: BTreeSet::new(),
+            },
+            attempt: 0,
+            failures: 0,
+        }
+    }
+
+    /// Whether `consumer` may take it now. `alone`: no other live member could take it, so a
+    /// consumer it should avoid may have it after all (better than never).
+    pub fn available_to(&self, consumer: &str, alone: bool, now: DateTime<Utc>) -> bool {
+        match &self.state {
+            State::Available { not_before, avoid } => {
+                *not_before <= now && (alone || !avoid.contains(consumer))
+            }
+            _ => false,
+        }
+    }
+
+    /// Hands the message to `consumer`: a new attempt with its own number and deadline.
+    pub fn acquire(&mut self, consumer: &str, now: DateTime<Utc>, policy: &Policy) -> u32 {
+        let avoid = match &mut self.state {
+            State::Available { avoid, .. } => std::mem::take(avoid),
+            _ => BTreeSet::new(),
+        };
+        self.attempt += 1;
+        self.state = State::Acquired {
+            consumer: consumer.to_owned(),
+            deadline: now + policy.ack_wait,
+            avoid,
+        };
+        self.attempt
+    }
+
+    /// Checks that `attempt` by `consumer` is the live lease at `now`.
+    fn live(&self, attempt: u32, consumer: &str, now: DateTime<Utc>) -> Result<(), Stale> {
+        let stale = |reason: String| {
+            Err(Stale {
+                current_attempt: self.attempt,
+                reason,
+            })
+        };
+        match &self.state {
+            State::Acquired {
+                consumer: holder,
+                deadline,
+                ..
+            } => {
+                if attempt != self.attempt {
+                    stale(format!(
+                        "attempt {attempt} was superseded by attempt {}",
+                        self.attempt
+                    ))
+                } else if holder != consumer {
+                    stale(format!("attempt {attempt} belongs to another consumer"))
+                } else if *deadline < now {
+                    stale(format!("the deadline of attempt {attempt} has passed"))
+                } else {
+                    Ok(())
+                }
+            }
+            State::Available { .. } => stale(format!("attempt {attempt} is no longer leased")),
+            State::Done => stale("the message was already settled".into()),
+            State::DeadLettered { .. } => stale("the message was dead-lettered".into()),
+        }
+    }
+
+    /// Extends the live lease by one ack-wait; returns the confirmed new deadline.
+    pub fn extend(
+        &mut self,
+        attempt: u32,
+        consumer: &str,
+        now: DateTime<Utc>,
+        policy: &Policy,
+    ) -> Result<DateTime<Utc>, Stale> {
+        self.live(attempt, consumer, now)?;
+        let new_deadline = now + policy.ack_wait;
+        if let State::Acquired { deadline, .. } = &mut self.state {
+            *deadline = new_deadline;
+        }
+        Ok(new_deadline)
+    }
+
+    /// Settles the live lease with an outcome.
+    pub fn settle(
+        &mut self,
+        attempt: u32,
+        consumer: &str,
+        outcome: Outcome,
+        now: DateTime<Utc>,
+        policy: &Policy,
+    ) -> Result<(), Stale> {
+        self.live(attempt, consumer, now)?;
+        self.apply(consumer, outcome, now, policy);
+        Ok(())
+    }
+
+    /// Settle mode `settled` (at-most-once): settled the moment it is sent, with the default
+    /// outcome; never left acquired. Whatever does not remove it goes to other members only.
+    pub fn send_settled(
+        &mut self,
+        consumer: &str,
+        default_outcome: Option<Outcome>,
+        now: DateTime<Utc>,
+        policy: &Policy,
+    ) -> u32 {
+        let attempt = self.acquire(consumer, now, policy);
+        let outcome = match default_outcome {
+            None | Some(Outcome::Accepted) => Outcome::Accepted,
+            Some(Outcome::Rejected) => Outcome::Rejected,
+            Some(Outcome::Released) | Some(Outcome::Modified { .. }) => Outcome::Modified {
+                delivery_failed: false,
+                undeliverable_here: true,
+                delay: None,
+            },
+        };
+        self.apply(consumer, outcome, now, policy);
+        attempt
+    }
+
+    /// The lease's deadline passed with no settle: the attempt failed; back to the others.
+    pub fn expire(&mut self, now: DateTime<Utc>, policy: &Policy) {
+        if let State::Acquired {
+            deadline, consumer, ..
+        } = &self.state
+        {
+            if *deadline < now {
+                let consumer = consumer.clone();
+                self.apply(
+                    &consumer,
+                    Outcome::Modified {
+                        delivery_failed: true,
+                        undeliverable_here: false,
+                        delay: None,
+                    },
+                    now,
+                    policy,
+                );
+            }
+        }
+    }
+
+    /// The member holding it vanished (its session lapsed): released to the others at once,
+    /// without waiting for the ack-wait and without counting the attempt.
+    pub fn holder_gone(&mut self, gone: &str, now: DateTime<Utc>, policy: &Policy) {
+        if matches!(&self.state, State::Acquired { consumer, .. } if consumer == gone) {
+            self.apply(gone, Outcome::Released, now, policy);
+        }
+    }
+
+    fn apply(&mut self, consumer: &str, outcome: Outcome, now: DateTime<Utc>, policy: &Policy) {
+        let mut avoid = match &mut self.state {
+            State::Acquired { avoid, .. } | State::Available { avoid, .. } => std::mem::take(avoid),
+            _ => BTreeSet::new(),
+        };
+        self.state = match outcome {
+            Outcome::Accepted => State::Done,
+            Outcome::Rejected => State::DeadLettered {
+                reason: format!("rejected by {consumer}"),
+            },
+            Outcome::Released => State::Available {
+                not_before: now,
+                avoid,
+            },
+            Outcome::Modified {
+                delivery_failed,
+                undeliverable_here,
+                delay,
+            } => {
+                if undeliverable_here {
+                    avoid.insert(consumer.to_owned());
+                }
+                if delivery_failed {
+                    self.failures += 1;
+                    // A failed delivery goes preferably to someone else.
+                    avoid.insert(consumer.to_owned());
+                }
+                if self.failures >= policy.max_deliveries {
+                    State::DeadLettered {
+                        reason: format!("{} failed deliveries (max_deliveries)", self.failures),
+                    }
+                } else {
+                    let wait = match delay {
+                        Some(d) => d,
+                        None if delivery_failed => policy.backoff_after(self.failures),
+                        None => Duration::zero(),
+                    };
+                    State::Available {
+                        not_before: now + wait,
+                        avoid,
+                    }
+                }
+            }
+        };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    fn t0() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0)
+            .single()
+            .expect("date")
+    }
+
+    fn policy() -> Policy {
+        Policy {
+            ack_wait: Duration::seconds(30),
+            max_deliveries: 3,
+            backoff: vec![Duration::seconds(1), Duration::seconds(5)],
+        }
+    }
+
+    fn nack() -> Outcome {
+        Outcome::Modified {
+            delivery_failed: true,
+            undeliverable_here: false,
+            delay: None,
+        }
+    }
+
+    #[test]
+    fn a_late_settle_of_a_superseded_attempt_is_refused_and_the_message_stays_with_b() {
+        let p = policy();
+        let mut m = Lease::new(t0());
+        let a = m.acquire("A", t0(), &p);
+        let late = t0() + Duration::seconds(31);
+        m.expire(late, &p);
+        assert!(m.available_to("B", false, late + Duration::seconds(1)));
+        let b = m.acquire("B", late + Duration::seconds(1), &p);
+        assert_eq!((a, b), (1, 2));
+        let refused = m.settle(a, "A", Outcome::Accepted, late + Duration::seconds(2), &p);
+        assert_eq!(refused.expect_err("stale").current_attempt, 2);
+        let extend = m.extend(a, "A", late + Duration::seconds(2), &p);
+        assert!(extend.is_err(), "A's old receipt cannot extend either");
+        assert!(matches!(&m.state, State::Acquired { consumer, .. } if consumer == "B"));
+        let deadline = m
+            .extend(b, "B", late + Duration::seconds(3), &p)
+            .expect("B extends");
+        assert_eq!(
+            deadline,
+            late + Duration::seconds(33),
+            "the confirmed new deadline"
+        );
+        m.settle(b, "B", Outcome::Accepted, late + Duration::seconds(4), &p)
+            .expect("B settles");
+        assert_eq!(m.state, State::Done);
+    }
+
+    #[test]
+    fn a_settle_after_the_deadline_is_refused_even_before_anyone_else_took_it() {
+        let p = policy();
+        let mut m = Lease::new(t0());
+        let a = m.acquire("A", t0(), &p);
+        let err = m
+            .settle(a, "A", Outcome::Accepted, t0() + Duration::seconds(31), &p)
+            .expect_err("late");
+        assert!(err.reason.contains("deadline"), "{err}");
+        assert!(
+            m.settle(a, "B", Outcome::Accepted, t0(), &p).is_err(),
+            "not B's attempt"
+        );
+    }
+
+    #[test]
+    fn nacks_go_elsewhere_with_backoff_and_end_in_the_dead_letter_list() {
+        let p = policy();
+        let mut m = Lease::new(t0());
+        let mut now = t0();
+        for round in 1..=3u32 {
+            let attempt = m.acquire("A", now, &p);
+            m.settle(attempt, "A", nack(), now, &p).expect("live");
+            if round < 3 {
+                assert!(
+                    !m.available_to("A", false, now + Duration::seconds(10)),
+                    "A is avoided"
+                );
+                assert!(
+                    m.available_to("A", true, now + Duration::seconds(10)),
+                    "unless A is alone"
+                );
+                assert!(!m.available_to("B", false, now), "backoff first");
+                now += Duration::seconds(10);
+                assert!(m.available_to("B", false, now));
+            }
+        }
+        assert!(
+            matches!(&m.state, State::DeadLettered { reason } if reason.contains("max_deliveries"))
+        );
+    }
+
+    #[test]
+    fn released_does_not_count_and_a_vanished_holder_releases_at_once() {
+        let p = policy();
+        let mut m = Lease::new(t0());
+        for _ in 0..5 {
+            let a = m.acquire("A", t0(), &p);
+            m.settle(a, "A", Outcome::Released, t0(), &p).expect("live");
+        }
+        assert_eq!(m.failures, 0);
+        m.acquire("A", t0(), &p);
+        m.holder_gone("A", t0() + Duration::seconds(1), &p);
+        assert!(
+            m.available_to("B", false, t0() + Duration::seconds(1)),
+            "well before the ack-wait"
+        );
+    }
+
+    #[test]
+    fn settled_mode_is_never_left_acquired_and_never_returns_to_the_same_consumer() {
+        let p = policy();
+        let mut m = Lease::new(t0());
+        m.send_settled("A", Some(Outcome::Released), t0(), &p);
+        assert!(!m.available_to("A", false, t0()), "not back to A");
+        assert!(m.available_to("B", false, t0()));
+        m.send_settled("B", None, t0(), &p);
+        assert_eq!(m.state, State::Done);
+        let mut r = Lease::new(t0());
+        r.send_settled("A", Some(Outcome::Rejected), t0(), &p);
+        assert!(matches!(r.state, State::DeadLettered { .. }));
+    }
+}
