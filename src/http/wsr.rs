@@ -323,8 +323,8 @@ async fn handle_poll(
         return Ok(());
     };
     let Some(to) = &poll.reply_to else {
-        for reply in &answer.replies {
-            add_reply(replies, reply);
+        for item in answer.replies.iter().flat_map(items) {
+            replies.add_item(&item);
         }
         return Ok(());
     };
@@ -355,13 +355,4 @@ async fn handle_poll(
                 None,
             )
         })
-}
-
-fn add_reply(replies: &mut Replies, reply: &crate::wsr::Reply) {
-    for item in items(reply) {
-        match item.range {
-            Some(range) => replies.add_range(&item.group_id, range, item.fault),
-            None => replies.add(&item.group_id, None, item.fault),
-        }
-    }
 }

@@ -11,7 +11,7 @@ use reqwest::header::CONTENT_TYPE;
 use crate::clock::Clock;
 use crate::rmp::replies::Replies;
 use crate::store::{PendingCallback, Store};
-use crate::wsr::{Headers, SeqRange, SoapVersion, write_envelope};
+use crate::wsr::{Headers, SoapVersion, write_envelope};
 
 /// Most replies fetched per pass.
 const BATCH: i64 = 1000;
@@ -130,13 +130,7 @@ async fn send_due(
 pub fn envelope_for(version: SoapVersion, pending: &[PendingCallback]) -> Option<String> {
     let mut replies = Replies::new();
     for p in pending {
-        match (
-            p.number,
-            p.number_to.and_then(|to| SeqRange::new(p.number?, to)),
-        ) {
-            (Some(_), Some(range)) => replies.add_range(&p.group_id, range, p.fault),
-            (number, _) => replies.add(&p.group_id, number, p.fault),
-        }
+        replies.add_item(&p.reply);
     }
     let response = replies.into_response()?;
     Some(write_envelope(

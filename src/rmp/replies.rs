@@ -84,6 +84,14 @@ impl Replies {
         }
     }
 
+    /// One statement of another Response (a poll answer passed on, a queued callback).
+    pub fn add_item(&mut self, item: &ReplyItem) {
+        match item.range {
+            Some(range) => self.add_range(&item.group_id, range, item.fault),
+            None => self.add(&item.group_id, None, item.fault),
+        }
+    }
+
     pub fn add_range(&mut self, group_id: &GroupId, range: SeqRange, fault: Option<FaultCode>) {
         self.group(group_id).ranges.push((range, fault));
     }
@@ -136,10 +144,11 @@ fn merge(mut ranges: Vec<(SeqRange, Option<FaultCode>)>) -> Vec<ReplyRange> {
 /// Answers a PollRequest from stored group state: acks for delivered messages, faults for
 /// faulted ones, nothing for unknown or buffered ones (D11). A reference without ranges to a
 /// sequenced group is answered for the whole group (a harmless superset, digest §2.4).
+/// Returned as `Replies`, so that what the group state does not hold can still be added.
 pub fn answer_poll<'s>(
     refs: &[RefToMessageIds],
     lookup: impl Fn(&GroupId) -> Option<&'s GroupState>,
-) -> Option<Response> {
+) -> Replies {
     let mut replies = Replies::new();
     for r in refs {
         let Some(state) = lookup(&r.group_id) else {
@@ -170,5 +179,5 @@ pub fn answer_poll<'s>(
             }
         }
     }
-    replies.into_response()
+    replies
 }

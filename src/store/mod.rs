@@ -18,7 +18,8 @@ use chrono::{DateTime, Utc};
 
 use crate::rmp::group::Policy;
 use crate::rmp::receiver::Verdict;
-use crate::wsr::{FaultCode, GroupId, Request};
+use crate::rmp::replies::ReplyItem;
+use crate::wsr::Request;
 
 pub use sqlite::Store;
 
@@ -82,12 +83,8 @@ pub struct PendingCallback {
     pub id: i64,
     pub endpoint: String,
     pub soap12: bool,
-    pub group_id: GroupId,
-    /// `None` for a singleton.
-    pub number: Option<u64>,
-    /// For a range (poll answers sent by callback): its last number.
-    pub number_to: Option<u64>,
-    pub fault: Option<FaultCode>,
+    /// The ack or fault: a singleton, a number, or a range (poll answers sent by callback).
+    pub reply: ReplyItem,
     pub expiry: DateTime<Utc>,
     pub attempts: u32,
 }

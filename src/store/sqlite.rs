@@ -23,8 +23,8 @@ use super::{
     SweepReport,
 };
 use crate::rmp::group::{GroupState, Policy};
-use crate::rmp::replies::{Replies, ReplyItem, answer_poll};
-use crate::wsr::{FaultCode, GroupId, MessageKey, RefToMessageIds, Response};
+use crate::rmp::replies::{ReplyItem, answer_poll};
+use crate::wsr::{FaultCode, GroupId, MessageKey, RefToMessageIds, Response, SeqRange};
 
 /// A handle to the store; cheap to clone. Write transactions outside the writer task start
 /// with `BEGIN IMMEDIATE`: a deferred one that later wants to write fails at once with "database
@@ -290,14 +290,26 @@ impl Store {
                     id: r.get(0),
                     endpoint: r.get(1),
                     soap12: r.get::<i64, _>(2) != 0,
-                    group_id: GroupId::parse(&group).map_err(StoreError::Corrupt)?,
-                    number: r.get::<Option<i64>, _>(4).map(|n| n as u64),
-                    number_to: r.get::<Option<i64>, _>(8).map(|n| n as u64),
-                    fault: match fault {
-                        None => None,
-                        Some(name) => Some(FaultCode::from_local_name(&name).ok_or_else(|| {
-                            StoreError::Corrupt(format!("unknown fault code {name}"))
-                        })?),
+                    reply: ReplyItem {
+                        group_id: GroupId::parse(&group).map_err(StoreError::Corrupt)?,
+                        range: match (r.get::<Option<i64>, _>(4), r.get::<Option<i64>, _>(8)) {
+                            (None, _) => None,
+                            (Some(from), to) => {
+                                let (from, to) =
+                                    (from as u64, to.map_or(from as u64, |t| t as u64));
+                                Some(SeqRange::new(from, to).ok_or_else(|| {
+                                    StoreError::Corrupt(format!("callback range {from}-{to}"))
+                                })?)
+                            }
+                        },
+                        fault: match fault {
+                            None => None,
+                            Some(name) => {
+                                Some(FaultCode::from_local_name(&name).ok_or_else(|| {
+                                    StoreError::Corrupt(format!("unknown fault code {name}"))
+                                })?)
+                            }
+                        },
                     },
                     expiry: from_millis(r.get(6)),
                     attempts: r.get::<i64, _>(7).try_into().unwrap_or(u32::MAX),
@@ -362,21 +374,7 @@ impl Store {
                 states.insert(r.group_id.clone(), state);
             }
         }
-        let mut replies = Replies::new();
-        if let Some(response) = answer_poll(refs, |g| states.get(g)) {
-            for reply in response.replies {
-                match reply {
-                    crate::wsr::Reply::NonSequence { group_id, fault } => {
-                        replies.add(&group_id, None, fault);
-                    }
-                    crate::wsr::Reply::Sequence { group_id, ranges } => {
-                        for r in ranges {
-                            replies.add_range(&group_id, r.range, r.fault);
-                        }
-                    }
-                }
-            }
-        }
+        let mut replies = answer_poll(refs, |g| states.get(g));
         for r in refs {
             let rows = sqlx::query(
                 "SELECT singleton, number, fault FROM message_faults WHERE group_id = ?",
