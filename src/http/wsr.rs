@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use super::AppState;
 use super::soap::{self, content_type, version_hint};
 use crate::rmp::agreement::Agreement;
-use crate::rmp::receiver::Verdict;
+use crate::rmp::receiver::{AnswerRoute, answer_route, may_hold};
 use crate::rmp::replies::{Replies, ReplyItem, items, reply_for};
 use crate::store::ReceivedMessage;
 use crate::wsr::{
@@ -163,33 +163,23 @@ async fn handle_request(
     };
     // A buffered Response-pattern message may be delivered while we wait (D6): watch before
     // submitting, so the delivery cannot slip by between the two.
-    let watching = request.message_order && request.reply_pattern == ReplyPattern::Response;
+    let watching = may_hold(request) && !app.config.hold.is_zero();
     let mut hold = watching.then(|| app.store.watch_delivery(&key));
-    let received = app.store.receive(message).await;
-    let answer = match received {
+    let answer = match app.store.receive(message).await {
         Err(e) => store_failed(env.version, &key, &e),
-        Ok(r) => match (r.verdict, &request.reply_pattern) {
-            (Verdict::Ack, ReplyPattern::Response) => RequestAnswer::InResponse(None),
-            (Verdict::Ack, _) => RequestAnswer::Elsewhere,
-            (Verdict::NoAck, ReplyPattern::Response) => match hold.take() {
-                Some(delivered) if request.ack_requested && !app.config.hold.is_zero() => {
-                    match tokio::time::timeout(app.config.hold, delivered).await {
-                        Ok(Ok(())) => RequestAnswer::InResponse(None),
-                        _ => RequestAnswer::Elsewhere,
-                    }
-                }
-                _ => RequestAnswer::Elsewhere,
+        Ok(r) => match answer_route(r.verdict, request) {
+            AnswerRoute::InResponse(fault) => RequestAnswer::InResponse(fault),
+            AnswerRoute::MayHold => match hold.take() {
+                Some(delivered) => match tokio::time::timeout(app.config.hold, delivered).await {
+                    Ok(Ok(())) => RequestAnswer::InResponse(None),
+                    _ => RequestAnswer::Elsewhere,
+                },
+                None => RequestAnswer::Elsewhere,
             },
-            (Verdict::NoAck, _) => RequestAnswer::Elsewhere,
-            (Verdict::Fault(code, reason), ReplyPattern::Response) => {
-                RequestAnswer::InResponse(Some((code, reason)))
-            }
-            (Verdict::Fault(code, reason), _) if code.is_transient() => {
-                // Not queued anywhere: the sender should hear "try later" now.
+            AnswerRoute::Elsewhere => RequestAnswer::Elsewhere,
+            AnswerRoute::Synchronous(code, reason) => {
                 RequestAnswer::Now(soap::fault(env.version, code, &reason, None))
             }
-            // The store kept the fault for polls, or queued the callback, with the verdict.
-            (Verdict::Fault(..), _) => RequestAnswer::Elsewhere,
         },
     };
     // Our receiver must be gone before the map is cleaned, or the entry would stay.

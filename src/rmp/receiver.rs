@@ -6,7 +6,7 @@
 use chrono::{DateTime, Utc};
 
 use super::group::{Buffered, GroupParams, GroupState, GroupStatus, Policy, Swept, slot, sweep};
-use crate::wsr::{FaultCode, Request};
+use crate::wsr::{FaultCode, ReplyPattern, Request};
 
 /// One message as the receiver sees it.
 #[derive(Debug, Clone, Copy)]
@@ -71,6 +71,44 @@ fn ack_or_nothing(request: &Request) -> Verdict {
         Verdict::Ack
     } else {
         Verdict::NoAck
+    }
+}
+
+/// Where the answer to a decided message travels (D4, D5, D6).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AnswerRoute {
+    /// In this HTTP response's `wsrm:Response`: an ack (`None`) or a fault.
+    InResponse(Option<(FaultCode, String)>),
+    /// Nothing to ack yet, but a Response-pattern answer may wait (up to the configured hold)
+    /// for the buffered message to be delivered, and then carry its ack.
+    MayHold,
+    /// By callback or poll (queued or kept by the store with the verdict), or nothing to say:
+    /// the HTTP answer is 202.
+    Elsewhere,
+    /// A transient fault queued nowhere: the sender should hear "try later" now, as a SOAP
+    /// Fault.
+    Synchronous(FaultCode, String),
+}
+
+/// Whether a message's answer may wait for its delivery (ordered, Response pattern, acked):
+/// the caller must start watching for the delivery before submitting it.
+pub fn may_hold(request: &Request) -> bool {
+    request.message_order
+        && request.ack_requested
+        && request.reply_pattern == ReplyPattern::Response
+}
+
+/// How the verdict on `request` is answered.
+pub fn answer_route(verdict: Verdict, request: &Request) -> AnswerRoute {
+    let response = request.reply_pattern == ReplyPattern::Response;
+    match verdict {
+        Verdict::Ack if response => AnswerRoute::InResponse(None),
+        Verdict::NoAck if may_hold(request) => AnswerRoute::MayHold,
+        Verdict::Fault(code, reason) if response => AnswerRoute::InResponse(Some((code, reason))),
+        Verdict::Fault(code, reason) if code.is_transient() => {
+            AnswerRoute::Synchronous(code, reason)
+        }
+        Verdict::Ack | Verdict::NoAck | Verdict::Fault(..) => AnswerRoute::Elsewhere,
     }
 }
 
@@ -663,5 +701,41 @@ mod tests {
         // ...and a correct resend is still acked.
         let out = feed(&mut g, &request(Some(0), false, idle("PT1H"), exp), t0());
         assert_eq!(out.verdict, Verdict::Ack);
+    }
+
+    #[test]
+    fn answers_travel_by_the_reply_pattern() {
+        let exp = t0() + Duration::hours(1);
+        let mut r = request(Some(1), false, None, exp);
+        let fault = |c| Verdict::Fault(c, "why".into());
+        assert_eq!(
+            answer_route(Verdict::Ack, &r),
+            AnswerRoute::InResponse(None)
+        );
+        assert_eq!(
+            answer_route(Verdict::NoAck, &r),
+            AnswerRoute::MayHold,
+            "ordered, acked"
+        );
+        assert!(matches!(
+            answer_route(fault(FaultCode::GroupAborted), &r),
+            AnswerRoute::InResponse(Some(_))
+        ));
+        r.reply_pattern = ReplyPattern::Poll;
+        assert_eq!(answer_route(Verdict::Ack, &r), AnswerRoute::Elsewhere);
+        assert_eq!(answer_route(Verdict::NoAck, &r), AnswerRoute::Elsewhere);
+        assert_eq!(
+            answer_route(fault(FaultCode::GroupAborted), &r),
+            AnswerRoute::Elsewhere
+        );
+        assert!(matches!(
+            answer_route(fault(FaultCode::MessageProcessingFailure), &r),
+            AnswerRoute::Synchronous(FaultCode::MessageProcessingFailure, _)
+        ));
+        let unordered = request(None, false, None, exp);
+        assert_eq!(
+            answer_route(Verdict::NoAck, &unordered),
+            AnswerRoute::Elsewhere
+        );
     }
 }
