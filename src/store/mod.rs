@@ -105,6 +105,9 @@ pub enum StoreError {
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
+    /// The request was not stored (its transaction failed or the store cannot be reached).
+    #[error("not stored: {0}")]
+    Failed(String),
     #[error("commit failed (injected fault)")]
     Injected,
     #[error("the store is shut down")]

@@ -56,9 +56,8 @@ pub(super) struct Shared {
 impl Store {
     pub async fn open(config: &StoreConfig) -> Result<Store, StoreError> {
         if let Some(dir) = config.path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|e| {
-                StoreError::Corrupt(format!("cannot create {}: {e}", dir.display()))
-            })?;
+            std::fs::create_dir_all(dir)
+                .map_err(|e| StoreError::Failed(format!("cannot create {}: {e}", dir.display())))?;
         }
         let synchronous = match config.durability {
             Durability::Full => SqliteSynchronous::Full,

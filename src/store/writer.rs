@@ -165,8 +165,8 @@ async fn commit_batch(
             (Job::Sweep(_, tx), Ok(JobResult::Swept(r))) => {
                 let _ = tx.send(Ok(r));
             }
-            (job, Err(e)) => reply_err(job, StoreError::Corrupt(e.to_string())),
-            (job, Ok(_)) => reply_err(job, StoreError::Corrupt("mismatched job result".into())),
+            (job, Err(e)) => reply_err(job, e),
+            (job, Ok(_)) => reply_err(job, StoreError::Failed("mismatched job result".into())),
         }
     }
     WriterConnection::Usable
@@ -179,7 +179,7 @@ enum JobResult {
 
 fn fail_all(batch: Vec<Job>, why: &str) {
     for job in batch {
-        reply_err(job, StoreError::Corrupt(format!("not stored: {why}")));
+        reply_err(job, StoreError::Failed(why.to_owned()));
     }
 }
 
