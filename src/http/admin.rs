@@ -218,16 +218,12 @@ pub async fn read_inbox(
                 "number": e.number,
                 "payload": e.payload,
                 "namespaces": serde_json::from_str::<Value>(&e.namespaces).unwrap_or(Value::Null),
-                "received_at": time(e.received_at),
-                "expiry": time(e.expiry),
+                "received_at": date_time_string(&e.received_at),
+                "expiry": date_time_string(&e.expiry),
             })
         })
         .collect();
     Ok(Json(json!({ "messages": messages, "next_after": next })))
-}
-
-fn time(t: chrono::DateTime<chrono::Utc>) -> String {
-    date_time_string(&t)
 }
 
 fn group_json(g: &GroupState) -> Value {
@@ -248,8 +244,8 @@ fn group_json(g: &GroupState) -> Value {
         "next_expected": g.params.message_order.then_some(g.next_expected),
         "buffered": g.buffered.keys().collect::<Vec<_>>(),
         "faults": faults,
-        "max_expiry": time(g.max_expiry),
-        "last_activity": time(g.last_activity),
-        "terminated_at": g.terminated_at.map(time),
+        "max_expiry": date_time_string(&g.max_expiry),
+        "last_activity": date_time_string(&g.last_activity),
+        "terminated_at": g.terminated_at.as_ref().map(date_time_string),
     })
 }

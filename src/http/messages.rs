@@ -18,10 +18,10 @@ use super::admin::{Problem, authorize};
 use super::soap::{self, content_type, version_hint};
 use crate::config::{AgreementSpec, Scope};
 use crate::rmp::sender::OutState;
-use crate::store::outbound::{OutMessage, ReplySource, Submission, SubmitError, callback_reply};
+use crate::store::outbound::{OutMessage, ReplySource, Submission, SubmitError};
 use crate::wsr::datetime::date_time_string;
 use crate::wsr::{
-    GroupId, Headers, Limits, ReplyPattern, SoapVersion, read_envelope, read_message,
+    GroupId, Headers, Limits, ReplyPattern, ReplyTo, SoapVersion, read_envelope, read_message,
     write_envelope,
 };
 
@@ -125,7 +125,7 @@ pub async fn submit(
     }
     let now = app.clock.now();
     let reply = match checked.reply_pattern {
-        ReplyPattern::Callback(_) => callback_reply(&app.callback_url),
+        ReplyPattern::Callback(_) => ReplyPattern::Callback(ReplyTo::bare(&app.callback_url)),
         other => other,
     };
     let submission = Submission {
@@ -289,7 +289,7 @@ pub async fn events(
                 if let Some(e) = pending.pop() {
                     let data = json!({
                         "seq": e.seq, "id": e.message_id, "state": e.state,
-                        "detail": e.detail, "at": time(e.at),
+                        "detail": e.detail, "at": date_time_string(&e.at),
                     });
                     let event = SseEvent::default()
                         .id(e.seq.to_string())
@@ -346,10 +346,6 @@ pub async fn callback(State(app): State<AppState>, headers: HeaderMap, body: Byt
     }
 }
 
-fn time(t: chrono::DateTime<chrono::Utc>) -> String {
-    date_time_string(&t)
-}
-
 /// The JSON view of an outbound message (API answers, notify webhooks).
 pub fn message_json(m: &OutMessage) -> Value {
     let (fault, reason) = match &m.outbound.state {
@@ -368,7 +364,7 @@ pub fn message_json(m: &OutMessage) -> Value {
         "fault": fault,
         "reason": reason,
         "attempts": m.outbound.attempts,
-        "expiry": time(m.outbound.expiry),
-        "next_attempt": m.outbound.next_attempt.map(time),
+        "expiry": date_time_string(&m.outbound.expiry),
+        "next_attempt": m.outbound.next_attempt.as_ref().map(date_time_string),
     })
 }

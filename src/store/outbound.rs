@@ -12,8 +12,8 @@ use super::{Store, StoreError};
 use crate::rmp::replies::items;
 use crate::rmp::sender::{OutState, Outbound, RetrySchedule};
 use crate::wsr::{
-    FaultCode, GroupId, Headers, MessageId, Reply, ReplyPattern, ReplyTo, Request, SequenceNum,
-    SoapVersion, write_envelope,
+    FaultCode, GroupId, Headers, MessageId, Reply, ReplyPattern, Request, SequenceNum, SoapVersion,
+    write_envelope,
 };
 
 /// Where acks and faults came from: only messages sent to that destination (its HTTP
@@ -718,9 +718,4 @@ async fn fail_rest_of_ordered_group(
         failed.push(other);
     }
     Ok(failed)
-}
-
-/// The ReplyTo our own Callback-pattern messages carry.
-pub fn callback_reply(url: &str) -> ReplyPattern {
-    ReplyPattern::Callback(ReplyTo::bare(url))
 }
