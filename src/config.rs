@@ -55,6 +55,15 @@ pub struct FileConfig {
     pub send_window: u64,
     /// Sending: how often Poll-pattern messages are polled for.
     pub poll_interval_ms: u64,
+    /// Delivery: webhooks push subscriptions may use, registered at start (more over the API).
+    pub push_endpoints: Vec<String>,
+    /// Delivery: a consumer session's TTL when it does not ask for one.
+    pub session_ttl_ms: u64,
+    /// Delivery: how long an ephemeral subscription outlives its last member.
+    pub ephemeral_grace_ms: u64,
+    /// Delivery: how long a message no subscription needs any more stays in the inbox
+    /// (counted from its arrival).
+    pub inbox_retention_seconds: u64,
 }
 
 /// How our own messages are sent (DESIGN §6): named in the config or given inline per
@@ -240,6 +249,10 @@ impl Default for FileConfig {
             default_agreement: AgreementSpec::default(),
             send_window: 8,
             poll_interval_ms: 5000,
+            push_endpoints: Vec::new(),
+            session_ttl_ms: 30_000,
+            ephemeral_grace_ms: 60_000,
+            inbox_retention_seconds: 86_400,
         }
     }
 }
@@ -264,6 +277,16 @@ pub struct Config {
     pub default_agreement: AgreementSpec,
     pub send_window: u64,
     pub poll_interval: Duration,
+    pub delivery: DeliverySettings,
+}
+
+/// Settings of delivery to applications (DESIGN §5).
+#[derive(Debug, Clone)]
+pub struct DeliverySettings {
+    pub push_endpoints: Vec<String>,
+    pub session_ttl: chrono::Duration,
+    pub ephemeral_grace: chrono::Duration,
+    pub inbox_retention: chrono::Duration,
 }
 
 impl Default for Config {
@@ -321,13 +344,9 @@ impl FileConfig {
                 principal: "admin".into(),
                 scopes: vec![Scope::Admin],
             }),
-            "WSR_CALLBACK_ENDPOINTS" => self.callback_endpoints.extend(
-                value
-                    .split(',')
-                    .map(str::trim)
-                    .filter(|s| !s.is_empty())
-                    .map(str::to_owned),
-            ),
+            "WSR_CALLBACK_ENDPOINTS" => self.callback_endpoints.extend(url_list(value)),
+            "WSR_PUSH_ENDPOINTS" => self.push_endpoints.extend(url_list(value)),
+            "WSR_INBOX_RETENTION_SECONDS" => self.inbox_retention_seconds = value.parse()?,
             other if other.starts_with("WSR_") => {
                 bail!("unknown setting {other}; see README for the WSR_* variables")
             }
@@ -398,7 +417,12 @@ impl FileConfig {
                 bail!("token of {} is shorter than 16 characters", t.principal);
             }
         }
-        for url in self.callback_endpoints.iter().chain(self.partners.values()) {
+        for url in self
+            .callback_endpoints
+            .iter()
+            .chain(&self.push_endpoints)
+            .chain(self.partners.values())
+        {
             check_endpoint(url)?;
         }
         let named = self
@@ -435,8 +459,26 @@ impl FileConfig {
             default_agreement: self.default_agreement,
             send_window: self.send_window.max(1),
             poll_interval: Duration::from_millis(self.poll_interval_ms.max(10)),
+            delivery: DeliverySettings {
+                push_endpoints: self.push_endpoints,
+                session_ttl: millis(self.session_ttl_ms.max(1)),
+                ephemeral_grace: millis(self.ephemeral_grace_ms),
+                inbox_retention: millis(self.inbox_retention_seconds.saturating_mul(1000)),
+            },
         })
     }
+}
+
+fn url_list(value: &str) -> impl Iterator<Item = String> + '_ {
+    value
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+}
+
+fn millis(ms: u64) -> chrono::Duration {
+    chrono::Duration::milliseconds(ms.min(i64::MAX as u64 / 2) as i64)
 }
 
 /// A callback endpoint must be an absolute http(s) URL.

@@ -2,8 +2,8 @@
 //!
 //! Rooms (DESIGN.md §3): `wsr` the wire codec; `rmp` the pure protocol decisions; `store` the
 //! durable state with its group-commit writer and sweeper; `outbound` what we send to partners
-//! (our messages, callback acks); `delivery` subscriptions for applications (so far topic
-//! filters only); `http` the thin axum surface; `config` and `clock` the settings and time.
+//! (our messages, callback acks); `delivery` subscriptions for applications (pull, push,
+//! leases and receipts); `http` the thin axum surface; `config` and `clock` the settings and time.
 //! `App::build` opens the store and binds, for `main` and tests alike.
 
 pub mod bench;
@@ -26,10 +26,11 @@ use anyhow::Context as _;
 use tokio::net::TcpListener;
 
 use crate::clock::{Clock, SystemClock};
+use crate::delivery::receipt::ReceiptKey;
 use crate::http::AppState;
 use crate::outbound::callbacks::RetryPolicy;
 use crate::outbound::sender::SenderConfig;
-use crate::store::{Store, StoreConfig};
+use crate::store::{Endpoints, Store, StoreConfig};
 
 pub use config::Config;
 
@@ -58,12 +59,26 @@ impl App {
         })
         .await
         .with_context(|| format!("cannot open the store at {}", config.database.display()))?;
-        for url in &config.callback_endpoints {
-            store
-                .add_callback_endpoint(url, clock.now())
-                .await
-                .context("cannot register the configured callback endpoints")?;
+        let registered = [
+            (Endpoints::Callback, &config.callback_endpoints),
+            (Endpoints::Push, &config.delivery.push_endpoints),
+        ];
+        for (kind, urls) in registered {
+            for url in urls {
+                store
+                    .add_endpoint(kind, url, clock.now())
+                    .await
+                    .with_context(|| {
+                        format!("cannot register the configured {kind:?} endpoints")
+                    })?;
+            }
         }
+        let receipts = Arc::new(ReceiptKey::new(
+            &store
+                .receipt_secret()
+                .await
+                .context("cannot read the receipt key")?,
+        ));
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("cannot listen on {}", config.listen))?;
@@ -83,6 +98,7 @@ impl App {
                 config: Arc::new(config),
                 clock,
                 callback_url,
+                receipts,
             },
         })
     }
@@ -126,6 +142,15 @@ impl App {
                 concurrency: 32,
             },
         ));
+        let delivery_maintenance = tokio::spawn(delivery::maintain::run(
+            state.store.clone(),
+            state.clock.clone(),
+            state.config.delivery.clone(),
+        ));
+        let push = tokio::spawn(delivery::push::run(
+            state.store.clone(),
+            state.clock.clone(),
+        ));
         // Requests in flight are answered before we stop, but a connection that never ends
         // (an event stream, a stalled client) cannot hold the shutdown for more than a grace
         // period.
@@ -150,6 +175,8 @@ impl App {
         sweeper.abort();
         callbacks.abort();
         sender.abort();
+        delivery_maintenance.abort();
+        push.abort();
         served
     }
 }

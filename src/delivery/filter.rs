@@ -80,6 +80,16 @@ pub enum SubscriptionId {
     Shared { share: String, filter: Filter },
 }
 
+impl fmt::Display for SubscriptionId {
+    /// The stored identity: the name, or `$share/{share}/{filter}`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SubscriptionId::Named { name, .. } => f.write_str(name),
+            SubscriptionId::Shared { share, filter } => write!(f, "$share/{share}/{filter}"),
+        }
+    }
+}
+
 impl SubscriptionId {
     /// `$share/{share}/{filter}` for a shared subscription; otherwise a name, with the filter
     /// given separately.

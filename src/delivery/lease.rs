@@ -109,6 +109,14 @@ impl Lease {
         }
     }
 
+    /// The consumers this message should preferably not go to.
+    pub fn avoided(&self) -> Option<&BTreeSet<String>> {
+        match &self.state {
+            State::Available { avoid, .. } | State::Acquired { avoid, .. } => Some(avoid),
+            State::Done | State::DeadLettered { .. } => None,
+        }
+    }
+
     /// Hands the message to `consumer`: a new attempt with its own number and deadline.
     pub fn acquire(&mut self, consumer: &str, now: DateTime<Utc>, policy: &Policy) -> u32 {
         let avoid = match &mut self.state {
@@ -210,7 +218,8 @@ impl Lease {
         attempt
     }
 
-    /// The lease's deadline passed with no settle: the attempt failed; back to the others.
+    /// The lease's deadline passed with no settle: the attempt failed; back to the others at
+    /// once — the ack-wait already was the pause a backoff would give.
     pub fn expire(&mut self, now: DateTime<Utc>, policy: &Policy) {
         if let State::Acquired {
             deadline, consumer, ..
@@ -223,7 +232,7 @@ impl Lease {
                     Outcome::Modified {
                         delivery_failed: true,
                         undeliverable_here: false,
-                        delay: None,
+                        delay: Some(Duration::zero()),
                     },
                     now,
                     policy,

@@ -10,8 +10,9 @@ use serde_json::{Value, json};
 
 use super::AppState;
 use crate::config::{Scope, check_endpoint};
+use crate::delivery::message_json;
 use crate::rmp::group::GroupState;
-use crate::store::StoreError;
+use crate::store::{Endpoints, StoreError};
 use crate::wsr::datetime::date_time_string;
 
 /// A JSON problem answer: status, error kind, reason, and the offending field if any.
@@ -46,12 +47,19 @@ impl From<StoreError> for Problem {
     }
 }
 
+/// Who called: the principal of the bearer token, and whether it is an operator.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub principal: String,
+    pub admin: bool,
+}
+
 /// Checks the bearer token and that it carries one of `scopes`.
 pub(super) fn authorize(
     app: &AppState,
     headers: &HeaderMap,
     scopes: &[Scope],
-) -> Result<(), Problem> {
+) -> Result<Caller, Problem> {
     let presented = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
@@ -82,7 +90,10 @@ pub(super) fn authorize(
             format!("{} may not do this", token.principal),
         ));
     }
-    Ok(())
+    Ok(Caller {
+        principal: token.principal.clone(),
+        admin: token.scopes.contains(&Scope::Admin),
+    })
 }
 
 /// Compares secrets without revealing where they differ.
@@ -101,6 +112,7 @@ pub struct EndpointQuery {
 }
 
 pub async fn add_endpoint(
+    kind: Endpoints,
     State(app): State<AppState>,
     headers: HeaderMap,
     Json(body): Json<EndpointBody>,
@@ -110,7 +122,7 @@ pub async fn add_endpoint(
         .map_err(|e| Problem(StatusCode::BAD_REQUEST, "invalid-field", e.to_string()))?;
     let created = app
         .store
-        .add_callback_endpoint(&body.url, app.clock.now())
+        .add_endpoint(kind, &body.url, app.clock.now())
         .await?;
     let status = if created {
         StatusCode::CREATED
@@ -121,21 +133,23 @@ pub async fn add_endpoint(
 }
 
 pub async fn list_endpoints(
+    kind: Endpoints,
     State(app): State<AppState>,
     headers: HeaderMap,
 ) -> Result<Json<Value>, Problem> {
     authorize(&app, &headers, &[Scope::Admin])?;
-    let urls = app.store.callback_endpoints().await?;
+    let urls = app.store.endpoints(kind).await?;
     Ok(Json(json!({ "endpoints": urls })))
 }
 
 pub async fn remove_endpoint(
+    kind: Endpoints,
     State(app): State<AppState>,
     headers: HeaderMap,
     Query(q): Query<EndpointQuery>,
 ) -> Result<StatusCode, Problem> {
     authorize(&app, &headers, &[Scope::Admin])?;
-    if app.store.remove_callback_endpoint(&q.url).await? {
+    if app.store.remove_endpoint(kind, &q.url).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(Problem(
@@ -207,22 +221,7 @@ pub async fn read_inbox(
         )
         .await?;
     let next = entries.last().map(|e| e.offset);
-    let messages: Vec<Value> = entries
-        .iter()
-        .map(|e| {
-            json!({
-                "offset": e.offset,
-                "channel": e.channel,
-                "topic": e.topic,
-                "group_id": e.group_id,
-                "number": e.number,
-                "payload": e.payload,
-                "namespaces": serde_json::from_str::<Value>(&e.namespaces).unwrap_or(Value::Null),
-                "received_at": date_time_string(&e.received_at),
-                "expiry": date_time_string(&e.expiry),
-            })
-        })
-        .collect();
+    let messages: Vec<Value> = entries.iter().map(message_json).collect();
     Ok(Json(json!({ "messages": messages, "next_after": next })))
 }
 

@@ -5,17 +5,19 @@
 mod admin;
 pub mod messages;
 pub mod soap;
+mod subscriptions;
 mod wsr;
 
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
+use axum::routing::{MethodRouter, get, post};
 
 use crate::clock::Clock;
 use crate::config::Config;
-use crate::store::Store;
+use crate::delivery::receipt::ReceiptKey;
+use crate::store::{Endpoints, Store};
 
 /// What every handler may use; cheap to clone.
 #[derive(Clone)]
@@ -25,6 +27,8 @@ pub struct AppState {
     pub clock: Arc<dyn Clock>,
     /// The ReplyTo of our own Callback-pattern messages.
     pub callback_url: String,
+    /// Signs and checks delivery receipts.
+    pub receipts: Arc<ReceiptKey>,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -40,19 +44,64 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/messages/{id}", get(messages::get_message))
         .route("/api/v1/groups/{id}/close", post(messages::close_group))
         .route("/api/v1/events", get(messages::events))
-        .route(
-            "/api/v1/callback-endpoints",
-            get(admin::list_endpoints)
-                .post(admin::add_endpoint)
-                .delete(admin::remove_endpoint),
-        )
+        .route("/api/v1/callback-endpoints", endpoints(Endpoints::Callback))
+        .route("/api/v1/push-endpoints", endpoints(Endpoints::Push))
         .route("/api/v1/groups", get(admin::list_groups))
         .route("/api/v1/groups/{id}", get(admin::get_group))
         .route("/api/v1/inbox", get(admin::read_inbox))
+        .route(
+            "/api/v1/subscriptions",
+            get(subscriptions::list).post(subscriptions::create),
+        )
+        .route(
+            "/api/v1/subscriptions/{id}",
+            get(subscriptions::get).delete(subscriptions::delete),
+        )
+        .route(
+            "/api/v1/subscriptions/{id}/grants/{principal}",
+            axum::routing::put(subscriptions::grant).delete(subscriptions::revoke),
+        )
+        .route(
+            "/api/v1/subscriptions/{id}/sessions",
+            post(subscriptions::join),
+        )
+        .route(
+            "/api/v1/subscriptions/{id}/dead-letters",
+            get(subscriptions::dead_letters),
+        )
+        .route(
+            "/api/v1/subscriptions/{id}/dead-letters/replay",
+            post(subscriptions::replay_dead_letters),
+        )
+        .route(
+            "/api/v1/subscriptions/{id}/dead-letters/purge",
+            post(subscriptions::purge_dead_letters),
+        )
+        .route(
+            "/api/v1/sessions/{session}",
+            axum::routing::delete(subscriptions::leave),
+        )
+        .route(
+            "/api/v1/sessions/{session}/fetch",
+            post(subscriptions::fetch),
+        )
+        .route(
+            "/api/v1/sessions/{session}/heartbeat",
+            post(subscriptions::heartbeat),
+        )
+        .route("/api/v1/settle", post(subscriptions::settle))
+        .route("/api/v1/extend", post(subscriptions::extend))
         .route("/healthz", get(health))
         .route("/readyz", get(health))
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state)
+}
+
+/// List, register and remove one kind of registered endpoint.
+fn endpoints(kind: Endpoints) -> MethodRouter<AppState> {
+    get(move |s, h| admin::list_endpoints(kind, s, h))
+        .post(move |s, h, b| admin::add_endpoint(kind, s, h, b))
+        .delete(move |s, h, q| admin::remove_endpoint(kind, s, h, q))
 }
 
 async fn health() -> &'static str {

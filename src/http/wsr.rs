@@ -12,7 +12,7 @@ use super::soap::{self, content_type, version_hint};
 use crate::rmp::agreement::Agreement;
 use crate::rmp::receiver::{AnswerRoute, answer_route, may_hold};
 use crate::rmp::replies::{Replies, ReplyItem, items, reply_for};
-use crate::store::ReceivedMessage;
+use crate::store::{Endpoints, ReceivedMessage};
 use crate::wsr::{
     Defect, Envelope, FaultCode, FaultRoute, MessageKey, PollRequest, ReplyPattern, Request,
     SoapVersion, read_message, write_must_understand_fault,
@@ -124,7 +124,7 @@ async fn handle_request(
     let now = app.clock.now();
     let key = request.key();
     if let ReplyPattern::Callback(to) = &request.reply_pattern {
-        match app.store.is_callback_endpoint(&to.uri).await {
+        match app.store.is_endpoint(Endpoints::Callback, &to.uri).await {
             Ok(true) => {}
             Ok(false) => return RequestAnswer::Now(unregistered(env.version, &to.uri)),
             Err(e) => return store_failed(env.version, &key, &e),
@@ -239,7 +239,7 @@ async fn by_reply_pattern(
             };
             let soap12 = version == SoapVersion::Soap12;
             let now = app.clock.now();
-            let registered = app.store.is_callback_endpoint(&to.uri).await;
+            let registered = app.store.is_endpoint(Endpoints::Callback, &to.uri).await;
             match registered {
                 Ok(true) => match app
                     .store
@@ -318,15 +318,19 @@ async fn handle_poll(
         }
         return Ok(());
     };
-    let registered = app.store.is_callback_endpoint(&to.uri).await.map_err(|e| {
-        tracing::error!(error = %e, "cannot check a callback endpoint");
-        soap::fault(
-            version,
-            FaultCode::MessageProcessingFailure,
-            "poll again later",
-            None,
-        )
-    })?;
+    let registered = app
+        .store
+        .is_endpoint(Endpoints::Callback, &to.uri)
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "cannot check a callback endpoint");
+            soap::fault(
+                version,
+                FaultCode::MessageProcessingFailure,
+                "poll again later",
+                None,
+            )
+        })?;
     if !registered {
         return Err(unregistered(version, &to.uri));
     }

@@ -105,6 +105,7 @@ pub(super) async fn apply_receive(
             .bind(expiry)
             .execute(&mut *conn)
             .await?;
+            effects.appended = true;
         }
         Action::Buffer => {
             sqlx::query(
@@ -126,6 +127,7 @@ pub(super) async fn apply_receive(
     }
     for (n, buffered) in &outcome.released {
         release_buffered(conn, &key.group_id, *n).await?;
+        effects.appended = true;
         effects.delivered.push(MessageKey {
             group_id: key.group_id.clone(),
             number: Some(*n),

@@ -6,6 +6,7 @@
 //! that made it durable. Reads go to a separate pool.
 
 mod decide;
+pub mod delivery;
 pub mod group_json;
 pub mod outbound;
 mod sqlite;
@@ -22,6 +23,14 @@ use crate::rmp::replies::ReplyItem;
 use crate::wsr::Request;
 
 pub use sqlite::Store;
+
+/// Registered URLs the gateway may POST to: partners' Callback ReplyTo addresses (D10), and
+/// the webhooks of push subscriptions. Nothing else is ever a target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Endpoints {
+    Callback,
+    Push,
+}
 
 /// How hard a commit presses the data to disk before the ack goes out (DESIGN §7).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

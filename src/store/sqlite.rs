@@ -13,14 +13,14 @@ use sqlx::sqlite::{
     SqliteSynchronous,
 };
 use sqlx::{Connection, Row};
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use super::decide::insert_message_fault;
 use super::group_json::{decode, from_millis, millis};
 use super::writer::{Job, MAX_BATCH, run_writer};
 use super::{
-    Durability, InboxEntry, PendingCallback, Received, ReceivedMessage, StoreConfig, StoreError,
-    SweepReport,
+    Durability, Endpoints, InboxEntry, PendingCallback, Received, ReceivedMessage, StoreConfig,
+    StoreError, SweepReport,
 };
 use crate::rmp::group::{GroupState, Policy};
 use crate::rmp::replies::{ReplyItem, answer_poll};
@@ -51,6 +51,16 @@ pub(super) struct Shared {
     pub(super) sweeper_wakeup: AtomicI64,
     /// Test hook: the next N commits fail as if the disk refused them.
     pub(super) failing_commits: AtomicUsize,
+    /// Bumped whenever subscriptions may have something new to hand out (inbox appends,
+    /// releases, lapsed leases); long-polling fetches wait on it.
+    pub(super) deliveries_changed: watch::Sender<u64>,
+}
+
+impl Shared {
+    pub(super) fn announce_deliveries(&self) {
+        self.deliveries_changed
+            .send_modify(|n| *n = n.wrapping_add(1));
+    }
 }
 
 impl Store {
@@ -83,6 +93,7 @@ impl Store {
             deadlines_changed: Notify::new(),
             sweeper_wakeup: AtomicI64::new(i64::MIN),
             failing_commits: AtomicUsize::new(0),
+            deliveries_changed: watch::channel(0).0,
         });
         let (jobs, rx) = mpsc::channel(4 * MAX_BATCH);
         tokio::spawn(run_writer(writer, options, rx, shared.clone()));
@@ -202,20 +213,7 @@ impl Store {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .iter()
-            .map(|r| InboxEntry {
-                offset: r.get(0),
-                channel: r.get(1),
-                topic: r.get(2),
-                group_id: r.get(3),
-                number: r.get::<Option<i64>, _>(4).map(|n| n as u64),
-                payload: r.get(5),
-                namespaces: r.get(6),
-                received_at: from_millis(r.get(7)),
-                expiry: from_millis(r.get(8)),
-            })
-            .collect())
+        Ok(rows.iter().map(inbox_from_row).collect())
     }
 
     /// The earliest group deadline, for the sweeper.
@@ -226,44 +224,56 @@ impl Store {
         Ok(ms.map(from_millis))
     }
 
-    pub async fn callback_endpoints(&self) -> Result<Vec<String>, StoreError> {
-        Ok(
-            sqlx::query_scalar("SELECT url FROM callback_endpoints ORDER BY url")
-                .fetch_all(&self.pool)
-                .await?,
-        )
+    /// The registered endpoints of one kind.
+    pub async fn endpoints(&self, kind: Endpoints) -> Result<Vec<String>, StoreError> {
+        let sql = match kind {
+            Endpoints::Callback => "SELECT url FROM callback_endpoints ORDER BY url",
+            Endpoints::Push => "SELECT url FROM push_endpoints ORDER BY url",
+        };
+        Ok(sqlx::query_scalar(sql).fetch_all(&self.pool).await?)
     }
 
-    pub async fn is_callback_endpoint(&self, url: &str) -> Result<bool, StoreError> {
-        let found: Option<i64> =
-            sqlx::query_scalar("SELECT 1 FROM callback_endpoints WHERE url = ?")
-                .bind(url)
-                .fetch_optional(&self.pool)
-                .await?;
+    pub async fn is_endpoint(&self, kind: Endpoints, url: &str) -> Result<bool, StoreError> {
+        let sql = match kind {
+            Endpoints::Callback => "SELECT 1 FROM callback_endpoints WHERE url = ?",
+            Endpoints::Push => "SELECT 1 FROM push_endpoints WHERE url = ?",
+        };
+        let found: Option<i64> = sqlx::query_scalar(sql)
+            .bind(url)
+            .fetch_optional(&self.pool)
+            .await?;
         Ok(found.is_some())
     }
 
     /// Registers an endpoint; returns false if it was already registered.
-    pub async fn add_callback_endpoint(
+    pub async fn add_endpoint(
         &self,
+        kind: Endpoints,
         url: &str,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        let done = sqlx::query(
-            "INSERT INTO callback_endpoints (url, created_at) VALUES (?, ?) ON CONFLICT DO NOTHING",
-        )
-        .bind(url)
-        .bind(millis(now))
-        .execute(&self.pool)
-        .await?;
+        let sql = match kind {
+            Endpoints::Callback => {
+                "INSERT INTO callback_endpoints (url, created_at) VALUES (?, ?) ON CONFLICT DO NOTHING"
+            }
+            Endpoints::Push => {
+                "INSERT INTO push_endpoints (url, created_at) VALUES (?, ?) ON CONFLICT DO NOTHING"
+            }
+        };
+        let done = sqlx::query(sql)
+            .bind(url)
+            .bind(millis(now))
+            .execute(&self.pool)
+            .await?;
         Ok(done.rows_affected() == 1)
     }
 
-    pub async fn remove_callback_endpoint(&self, url: &str) -> Result<bool, StoreError> {
-        let done = sqlx::query("DELETE FROM callback_endpoints WHERE url = ?")
-            .bind(url)
-            .execute(&self.pool)
-            .await?;
+    pub async fn remove_endpoint(&self, kind: Endpoints, url: &str) -> Result<bool, StoreError> {
+        let sql = match kind {
+            Endpoints::Callback => "DELETE FROM callback_endpoints WHERE url = ?",
+            Endpoints::Push => "DELETE FROM push_endpoints WHERE url = ?",
+        };
+        let done = sqlx::query(sql).bind(url).execute(&self.pool).await?;
         Ok(done.rows_affected() == 1)
     }
 
@@ -448,5 +458,21 @@ impl Store {
             .await?;
         tx.commit().await?;
         Ok(())
+    }
+}
+
+/// An inbox row: offset, channel, topic, group_id, number, payload, namespaces, received_at,
+/// expiry.
+pub(super) fn inbox_from_row(r: &sqlx::sqlite::SqliteRow) -> InboxEntry {
+    InboxEntry {
+        offset: r.get(0),
+        channel: r.get(1),
+        topic: r.get(2),
+        group_id: r.get(3),
+        number: r.get::<Option<i64>, _>(4).map(|n| n as u64),
+        payload: r.get(5),
+        namespaces: r.get(6),
+        received_at: from_millis(r.get(7)),
+        expiry: from_millis(r.get(8)),
     }
 }

@@ -34,6 +34,8 @@ pub(super) enum Job {
 pub(super) struct Effects {
     pub(super) delivered: Vec<MessageKey>,
     pub(super) callbacks: bool,
+    /// Messages were appended to the inbox (subscriptions have news).
+    pub(super) appended: bool,
     /// The earliest group deadline written.
     pub(super) earliest_deadline: Option<i64>,
 }
@@ -151,6 +153,9 @@ async fn commit_batch(
     if effects.callbacks {
         shared.callbacks_due.notify_one();
     }
+    if effects.appended {
+        shared.announce_deliveries();
+    }
     if effects
         .earliest_deadline
         .is_some_and(|d| d <= shared.sweeper_wakeup.load(Ordering::SeqCst))
@@ -218,6 +223,7 @@ async fn run_in_savepoint(
             sqlx::query("RELEASE job").execute(&mut *conn).await?;
             effects.delivered.append(&mut job_effects.delivered);
             effects.callbacks |= job_effects.callbacks;
+            effects.appended |= job_effects.appended;
             effects.earliest_deadline =
                 match (effects.earliest_deadline, job_effects.earliest_deadline) {
                     (Some(a), Some(b)) => Some(a.min(b)),

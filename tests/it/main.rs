@@ -2,6 +2,7 @@
 //! and the recorded Holodeck exchanges; and the running gateway's health endpoint.
 
 mod crash;
+mod delivery;
 mod health;
 mod interop;
 mod malformed;

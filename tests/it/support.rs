@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use wsr_gateway::clock::ManualClock;
-use wsr_gateway::store::{InboxEntry, Store};
+use wsr_gateway::store::{Endpoints, InboxEntry, Store};
 use wsr_gateway::wsr::datetime::date_time_string;
 use wsr_gateway::wsr::{Envelope, Limits, SoapVersion, read_message};
 use wsr_gateway::{App, Config};
@@ -251,7 +251,7 @@ impl TestApp {
 
     pub async fn register_callback(&self, url: &str) {
         self.store
-            .add_callback_endpoint(url, Utc::now())
+            .add_endpoint(Endpoints::Callback, url, Utc::now())
             .await
             .expect("register endpoint");
     }

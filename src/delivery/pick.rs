@@ -1,0 +1,179 @@
+//! Which waiting messages a consumer gets when it fetches (DESIGN §5): the store hands in the
+//! candidates in offset order — for `ordering = group` only the head of each group, the one
+//! message of it that may be in flight — and this decides, purely, which of them this member
+//! may take now.
+
+use std::collections::BTreeSet;
+
+use chrono::{DateTime, Utc};
+
+use super::lease::Lease;
+
+/// A message waiting in one subscription.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Candidate {
+    pub offset: i64,
+    pub lease: Lease,
+    /// The member its group is bound to (`ordering = group`), if any.
+    pub affinity: Option<String>,
+}
+
+/// Who is asking, and who else could take messages.
+pub struct Members<'a> {
+    pub me: &'a str,
+    /// The live members of the subscription (sessions not lapsed), `me` included.
+    pub live: &'a BTreeSet<String>,
+    /// Settle mode `settled`: a message released by a member never goes back to it, even when
+    /// no other member is there to take it.
+    pub strict_avoid: bool,
+}
+
+/// The indexes of the candidates `members.me` takes now, at most `max`, in offset order.
+pub fn pick(
+    candidates: &[Candidate],
+    members: &Members,
+    max: usize,
+    now: DateTime<Utc>,
+) -> Vec<usize> {
+    let mut chosen = Vec::new();
+    for (i, candidate) in candidates.iter().enumerate() {
+        if chosen.len() >= max {
+            break;
+        }
+        // A group stays with its member while that member lives.
+        if let Some(holder) = &candidate.affinity {
+            if holder != members.me && members.live.contains(holder) {
+                continue;
+            }
+        }
+        // Preferably elsewhere — unless nobody else is there to take it.
+        let alone = !members.strict_avoid
+            && candidate.lease.avoided().is_some_and(|avoid| {
+                members
+                    .live
+                    .iter()
+                    .all(|m| m == members.me || avoid.contains(m))
+            });
+        if candidate.lease.available_to(members.me, alone, now) {
+            chosen.push(i);
+        }
+    }
+    chosen
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::delivery::lease::{Outcome, Policy};
+    use chrono::{Duration, TimeZone};
+
+    fn t0() -> DateTime<Utc> {
+        Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0)
+            .single()
+            .expect("date")
+    }
+
+    fn policy() -> Policy {
+        Policy {
+            ack_wait: Duration::seconds(30),
+            max_deliveries: 5,
+            backoff: vec![],
+        }
+    }
+
+    fn nacked_by(consumer: &str) -> Lease {
+        let mut lease = Lease::new(t0());
+        let attempt = lease.acquire(consumer, t0(), &policy());
+        let nack = Outcome::Modified {
+            delivery_failed: true,
+            undeliverable_here: false,
+            delay: None,
+        };
+        lease
+            .settle(attempt, consumer, nack, t0(), &policy())
+            .expect("live");
+        lease
+    }
+
+    fn live(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn a_group_bound_to_a_live_member_is_not_taken_by_another() {
+        let candidates = vec![Candidate {
+            offset: 1,
+            lease: Lease::new(t0()),
+            affinity: Some("a".into()),
+        }];
+        let members = live(&["a", "b"]);
+        let b = Members {
+            me: "b",
+            live: &members,
+            strict_avoid: false,
+        };
+        assert!(pick(&candidates, &b, 10, t0()).is_empty());
+        // Once "a" is gone, the group moves on.
+        let members = live(&["b"]);
+        let b = Members {
+            me: "b",
+            live: &members,
+            strict_avoid: false,
+        };
+        assert_eq!(pick(&candidates, &b, 10, t0()), vec![0]);
+    }
+
+    #[test]
+    fn a_nack_goes_elsewhere_but_comes_back_when_the_nacker_is_alone() {
+        let candidates = vec![Candidate {
+            offset: 1,
+            lease: nacked_by("a"),
+            affinity: None,
+        }];
+        let both = live(&["a", "b"]);
+        let a = Members {
+            me: "a",
+            live: &both,
+            strict_avoid: false,
+        };
+        assert!(pick(&candidates, &a, 10, t0()).is_empty());
+        let b = Members {
+            me: "b",
+            live: &both,
+            strict_avoid: false,
+        };
+        assert_eq!(pick(&candidates, &b, 10, t0()), vec![0]);
+        let only_a = live(&["a"]);
+        let a = Members {
+            me: "a",
+            live: &only_a,
+            strict_avoid: false,
+        };
+        assert_eq!(pick(&candidates, &a, 10, t0()), vec![0]);
+        // Settled mode never hands it back to the member that released it.
+        let a = Members {
+            me: "a",
+            live: &only_a,
+            strict_avoid: true,
+        };
+        assert!(pick(&candidates, &a, 10, t0()).is_empty());
+    }
+
+    #[test]
+    fn at_most_max_in_offset_order() {
+        let candidates: Vec<Candidate> = (1..=5)
+            .map(|offset| Candidate {
+                offset,
+                lease: Lease::new(t0()),
+                affinity: None,
+            })
+            .collect();
+        let members = live(&["a"]);
+        let a = Members {
+            me: "a",
+            live: &members,
+            strict_avoid: false,
+        };
+        assert_eq!(pick(&candidates, &a, 3, t0()), vec![0, 1, 2]);
+    }
+}

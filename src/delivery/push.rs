@@ -1,0 +1,216 @@
+//! Push subscriptions (DESIGN §5): the gateway is the member. One worker per push
+//! subscription leases messages like any consumer session and POSTs each, as JSON, to the
+//! subscription's registered webhook, at most `concurrency` at a time; the answer settles the
+//! lease: 2xx accepted, 4xx (except 408 and 429) rejected, anything else — other statuses,
+//! timeouts, refused connections — a failed attempt retried with the subscription's backoff
+//! until max deliveries sends it to the dead letters.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use reqwest::StatusCode;
+use serde_json::json;
+use tokio::task::{JoinHandle, JoinSet};
+
+use super::lease::Outcome;
+use super::message_json;
+use super::subscription::Mode;
+use crate::clock::Clock;
+use crate::store::delivery::{DeliveryError, Handed, Subscription};
+use crate::store::{Endpoints, Store};
+
+/// How often the supervisor looks for push subscriptions created or deleted.
+const RESCAN: Duration = Duration::from_secs(1);
+/// Longest a worker sleeps without renewing its session or looking for work.
+const IDLE: Duration = Duration::from_millis(500);
+
+/// What a webhook's answer means for the lease. `None`: no answer (timeout, connection).
+pub fn outcome_for(status: Option<StatusCode>) -> Outcome {
+    match status {
+        Some(s) if s.is_success() => Outcome::Accepted,
+        Some(s)
+            if s.is_client_error()
+                && s != StatusCode::REQUEST_TIMEOUT
+                && s != StatusCode::TOO_MANY_REQUESTS =>
+        {
+            Outcome::Rejected
+        }
+        _ => Outcome::Modified {
+            delivery_failed: true,
+            undeliverable_here: false,
+            delay: None,
+        },
+    }
+}
+
+/// Keeps one worker running per push subscription.
+pub async fn run(store: Store, clock: Arc<dyn Clock>) {
+    let mut workers: HashMap<i64, JoinHandle<()>> = HashMap::new();
+    loop {
+        match store.push_subscriptions().await {
+            Ok(subs) => {
+                workers.retain(|id, w| {
+                    let keep = !w.is_finished() && subs.iter().any(|s| s.id == *id);
+                    if !keep {
+                        w.abort();
+                    }
+                    keep
+                });
+                for sub in subs {
+                    workers
+                        .entry(sub.id)
+                        .or_insert_with(|| tokio::spawn(worker(store.clone(), clock.clone(), sub)));
+                }
+            }
+            Err(e) => tracing::error!(error = %e, "cannot list push subscriptions"),
+        }
+        tokio::time::sleep(RESCAN).await;
+    }
+}
+
+async fn worker(store: Store, clock: Arc<dyn Clock>, sub: Subscription) {
+    let Mode::Push { url, concurrency } = sub.rules.mode.clone() else {
+        return;
+    };
+    let ack_wait = sub.rules.policy().ack_wait.to_std().unwrap_or(IDLE);
+    // Answer (or give up) before the lease ends, so the settle still counts.
+    let timeout = ack_wait.mul_f64(0.9).max(Duration::from_millis(1));
+    let client = match reqwest::Client::builder().timeout(timeout).build() {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot build the push HTTP client");
+            return;
+        }
+    };
+    // A fixed member id: a restarted worker first takes back (releases) what its
+    // predecessor held.
+    let session = format!("push-{}", sub.id);
+    let ttl = chrono::Duration::from_std(ack_wait * 2)
+        .unwrap_or_default()
+        .max(chrono::Duration::seconds(30));
+    if let Err(e) = store
+        .join(sub.id, &session, &sub.owner, ttl, clock.now())
+        .await
+    {
+        tracing::error!(error = %e, subscription = sub.id, "push worker cannot join");
+        return;
+    }
+    let mut changes = store.delivery_changes();
+    let mut inflight: JoinSet<(Handed, Option<StatusCode>)> = JoinSet::new();
+    loop {
+        changes.borrow_and_update();
+        let free = (concurrency as usize).saturating_sub(inflight.len());
+        let mut fetched = 0;
+        if free > 0 {
+            match store.fetch(&session, free, clock.now()).await {
+                Ok(handed) => {
+                    fetched = handed.len();
+                    for h in handed {
+                        inflight.spawn(post(client.clone(), store.clone(), url.clone(), h));
+                    }
+                }
+                Err(DeliveryError::NotFound(why)) => {
+                    tracing::info!(subscription = sub.id, %why, "push worker stops");
+                    return;
+                }
+                Err(e) => tracing::error!(error = %e, subscription = sub.id, "push fetch failed"),
+            }
+        } else if let Err(e) = store.heartbeat(&session, clock.now()).await {
+            tracing::warn!(error = %e, subscription = sub.id, "push session renewal failed");
+        }
+        if free > 0 && fetched == free {
+            continue;
+        }
+        tokio::select! {
+            Some(done) = inflight.join_next(), if !inflight.is_empty() => {
+                if let Ok((handed, status)) = done {
+                    settle(&store, &clock, &handed, status).await;
+                }
+            }
+            _ = changes.changed() => {}
+            _ = tokio::time::sleep(IDLE) => {}
+        }
+    }
+}
+
+async fn post(
+    client: reqwest::Client,
+    store: Store,
+    url: String,
+    handed: Handed,
+) -> (Handed, Option<StatusCode>) {
+    // Only registered webhooks: a registration withdrawn since the subscription was created
+    // stops the pushing (the attempt fails and, in the end, dead-letters).
+    match store.is_endpoint(Endpoints::Push, &url).await {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::warn!(%url, "push endpoint is no longer registered; not sent");
+            return (handed, None);
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "cannot check the push endpoint");
+            return (handed, None);
+        }
+    }
+    let mut body = message_json(&handed.message);
+    body["attempt"] = json!(handed.receipt.attempt);
+    body["subscription"] = json!(handed.receipt.subscription);
+    let status = match client.post(&url).json(&body).send().await {
+        Ok(answer) => Some(answer.status()),
+        Err(e) => {
+            tracing::debug!(error = %e, %url, "push attempt got no answer");
+            None
+        }
+    };
+    (handed, status)
+}
+
+async fn settle(
+    store: &Store,
+    clock: &Arc<dyn Clock>,
+    handed: &Handed,
+    status: Option<StatusCode>,
+) {
+    let outcome = outcome_for(status);
+    if let Err(e) = store
+        .settle(&handed.receipt, Some(outcome), clock.now())
+        .await
+    {
+        tracing::warn!(error = %e, offset = handed.message.offset, "push settle not applied");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn webhook_answers_map_to_outcomes() {
+        assert_eq!(outcome_for(Some(StatusCode::OK)), Outcome::Accepted);
+        assert_eq!(outcome_for(Some(StatusCode::NO_CONTENT)), Outcome::Accepted);
+        assert_eq!(
+            outcome_for(Some(StatusCode::BAD_REQUEST)),
+            Outcome::Rejected
+        );
+        assert_eq!(outcome_for(Some(StatusCode::GONE)), Outcome::Rejected);
+        for retried in [
+            Some(StatusCode::REQUEST_TIMEOUT),
+            Some(StatusCode::TOO_MANY_REQUESTS),
+            Some(StatusCode::INTERNAL_SERVER_ERROR),
+            Some(StatusCode::MOVED_PERMANENTLY),
+            None,
+        ] {
+            assert!(
+                matches!(
+                    outcome_for(retried),
+                    Outcome::Modified {
+                        delivery_failed: true,
+                        ..
+                    }
+                ),
+                "{retried:?}"
+            );
+        }
+    }
+}

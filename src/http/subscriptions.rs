@@ -1,0 +1,599 @@
+//! `/api/v1/subscriptions`, `/api/v1/sessions`, `/api/v1/settle`, `/api/v1/extend`: how
+//! applications consume the inbox (DESIGN §5). Thin: the rules are `delivery::subscription`,
+//! the decisions `delivery::lease` and `delivery::pick`, the state `store::delivery`.
+//!
+//! Access: the creator of a subscription owns it; other principals need a grant to join, fetch
+//! or settle. Operators (admin scope) may inspect, delete and manage dead letters of any
+//! subscription, but take messages only where they are owner or grantee like anyone else.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use super::AppState;
+use super::admin::{Caller, Problem, authorize};
+use crate::config::Scope;
+use crate::delivery::lease::Outcome;
+use crate::delivery::message_json;
+use crate::delivery::pull::fetch_waiting;
+use crate::delivery::receipt::{Receipt, ReceiptError};
+use crate::delivery::subscription::{CreateRequest, Mode, SpecError};
+use crate::store::Endpoints;
+use crate::store::delivery::{DeliveryError, Subscription};
+use crate::wsr::datetime::date_time_string;
+
+const MAX_FETCH: usize = 1000;
+const MAX_WAIT: Duration = Duration::from_secs(60);
+const MAX_TTL_MS: u64 = 3_600_000;
+
+impl From<DeliveryError> for Problem {
+    fn from(e: DeliveryError) -> Problem {
+        match e {
+            DeliveryError::NotFound(why) => Problem(StatusCode::NOT_FOUND, "not-found", why),
+            DeliveryError::Conflict(why) => Problem(StatusCode::CONFLICT, "conflict", why),
+            DeliveryError::Stale(stale) => {
+                Problem(StatusCode::CONFLICT, "stale-receipt", stale.to_string())
+            }
+            DeliveryError::Store(e) => e.into(),
+        }
+    }
+}
+
+/// A settle or extend refused: 409 naming the current attempt, so the consumer knows its
+/// acknowledgement did not count.
+fn refused(e: DeliveryError) -> Response {
+    match e {
+        DeliveryError::Stale(stale) => (
+            StatusCode::CONFLICT,
+            Json(json!({
+                "error": "stale-receipt",
+                "reason": stale.reason,
+                "current_attempt": stale.current_attempt,
+            })),
+        )
+            .into_response(),
+        other => Problem::from(other).into_response(),
+    }
+}
+
+fn body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, Problem> {
+    let bytes: &[u8] = if bytes.is_empty() { b"{}" } else { bytes };
+    serde_json::from_slice(bytes).map_err(|e| Problem::field("body", e.to_string()))
+}
+
+fn consumer(app: &AppState, headers: &HeaderMap) -> Result<Caller, Problem> {
+    authorize(app, headers, &[Scope::Consume, Scope::Admin])
+}
+
+fn forbidden(caller: &Caller, sub: &Subscription) -> Problem {
+    Problem(
+        StatusCode::FORBIDDEN,
+        "forbidden",
+        format!(
+            "{} has no grant on subscription {} ({})",
+            caller.principal, sub.id, sub.name
+        ),
+    )
+}
+
+/// The subscription, if `caller` may see it (owner, grantee or operator).
+async fn visible(app: &AppState, caller: &Caller, id: i64) -> Result<Subscription, Problem> {
+    let sub = app.store.subscription(id).await?.ok_or_else(|| {
+        Problem(
+            StatusCode::NOT_FOUND,
+            "not-found",
+            format!("no subscription {id}"),
+        )
+    })?;
+    if caller.admin || sub.admits(&caller.principal) {
+        Ok(sub)
+    } else {
+        Err(forbidden(caller, &sub))
+    }
+}
+
+/// The subscription, if `caller` may manage it (owner or operator).
+async fn managed(app: &AppState, caller: &Caller, id: i64) -> Result<Subscription, Problem> {
+    let sub = visible(app, caller, id).await?;
+    if caller.admin || sub.owner == caller.principal {
+        Ok(sub)
+    } else {
+        Err(Problem(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!("only the owner of subscription {id} may change it"),
+        ))
+    }
+}
+
+fn subscription_json(sub: &Subscription) -> Value {
+    let mut rules = serde_json::to_value(&sub.rules).unwrap_or(Value::Null);
+    if let Value::Object(map) = &mut rules {
+        map.insert("id".into(), json!(sub.id));
+        map.insert("name".into(), json!(sub.name));
+        map.insert("filter".into(), json!(sub.filter));
+        map.insert("owner".into(), json!(sub.owner));
+        map.insert("grants".into(), json!(sub.grants));
+        map.insert(
+            "created_at".into(),
+            json!(date_time_string(&sub.created_at)),
+        );
+    }
+    rules
+}
+
+pub async fn create(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> Result<Response, Problem> {
+    let caller = consumer(&app, &headers)?;
+    let request: CreateRequest = body(&bytes)?;
+    let spec = request.check().map_err(|e| match e {
+        SpecError::Invalid { field, reason } => Problem::field(field, reason),
+        SpecError::NotImplemented { field, reason } => Problem(
+            StatusCode::NOT_IMPLEMENTED,
+            "not-implemented",
+            format!("{field}: {reason}"),
+        ),
+    })?;
+    if let Mode::Push { url, .. } = &spec.rules.mode {
+        if !app.store.is_endpoint(Endpoints::Push, url).await? {
+            return Err(Problem::field(
+                "push_url",
+                format!("{url} is not a registered push endpoint"),
+            ));
+        }
+    }
+    let (sub, created) = app
+        .store
+        .create_subscription(&spec, &caller.principal, app.clock.now())
+        .await?;
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, Json(subscription_json(&sub))).into_response())
+}
+
+pub async fn list(State(app): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, Problem> {
+    let caller = consumer(&app, &headers)?;
+    let subs: Vec<Value> = app
+        .store
+        .subscriptions()
+        .await?
+        .iter()
+        .filter(|s| caller.admin || s.admits(&caller.principal))
+        .map(subscription_json)
+        .collect();
+    Ok(Json(json!({ "subscriptions": subs })))
+}
+
+pub async fn get(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<i64>,
+) -> Result<Json<Value>, Problem> {
+    let caller = consumer(&app, &headers)?;
+    let mut answer = subscription_json(&visible(&app, &caller, id).await?);
+    let backlog = app.store.backlog(id).await?;
+    answer["backlog"] = json!({
+        "waiting": backlog.waiting,
+        "in_flight": backlog.in_flight,
+        "dead_letters": backlog.dead_letters,
+        "unmatched": backlog.unmatched,
+    });
+    Ok(Json(answer))
+}
+
+pub async fn delete(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<i64>,
+) -> Result<StatusCode, Problem> {
+    let caller = consumer(&app, &headers)?;
+    managed(&app, &caller, id).await?;
+    app.store.delete_subscription(id).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn grant(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Path((id, principal)): Path<(i64, String)>,
+) -> Result<StatusCode, Problem> {
+    let caller = consumer(&app, &headers)?;
+    managed(&app, &caller, id).await?;
+    app.store.grant(id, &principal).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+pub async fn revoke(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Path((id, principal)): Path<(i64, String)>,
+) -> Result<StatusCode, Problem> {
+    let caller = consumer(&app, &headers)?;
+    managed(&app, &caller, id).await?;
+    if app.store.revoke(id, &principal).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(Problem(
+            StatusCode::NOT_FOUND,
+            "not-found",
+            format!("{principal} has no grant on subscription {id}"),
+        ))
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct JoinBody {
+    ttl_ms: Option<u64>,
+}
+
+pub async fn join(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<i64>,
+    bytes: Bytes,
+) -> Result<Response, Problem> {
+    let caller = consumer(&app, &headers)?;
+    let request: JoinBody = body(&bytes)?;
+    let sub = app.store.subscription(id).await?.ok_or_else(|| {
+        Problem(
+            StatusCode::NOT_FOUND,
+            "not-found",
+            format!("no subscription {id}"),
+        )
+    })?;
+    // Operators inspect; only owners and grantees take messages.
+    if !sub.admits(&caller.principal) {
+        return Err(forbidden(&caller, &sub));
+    }
+    if matches!(sub.rules.mode, Mode::Push { .. }) {
+        return Err(Problem(
+            StatusCode::CONFLICT,
+            "conflict",
+            format!("subscription {id} pushes to a webhook; it has no pull members"),
+        ));
+    }
+    let ttl = match request.ttl_ms {
+        None => app.config.delivery.session_ttl,
+        Some(ms) if (100..=MAX_TTL_MS).contains(&ms) => chrono::Duration::milliseconds(ms as i64),
+        Some(_) => {
+            return Err(Problem::field(
+                "ttl_ms",
+                format!("must be 100 to {MAX_TTL_MS}"),
+            ));
+        }
+    };
+    let session = app
+        .store
+        .join(
+            id,
+            &new_session_id()?,
+            &caller.principal,
+            ttl,
+            app.clock.now(),
+        )
+        .await?;
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({
+            "session": session.id,
+            "subscription": id,
+            "ttl_ms": session.ttl.num_milliseconds(),
+            "expires_at": date_time_string(&session.expires_at),
+        })),
+    )
+        .into_response())
+}
+
+fn new_session_id() -> Result<String, Problem> {
+    let mut bytes = [0u8; 16];
+    aws_lc_rs::rand::fill(&mut bytes).map_err(|_| {
+        Problem(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "no randomness for a session id".into(),
+        )
+    })?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The live session `id` of `caller`, on a subscription `caller` still may use.
+async fn own_session(
+    app: &AppState,
+    caller: &Caller,
+    id: &str,
+) -> Result<crate::store::delivery::Session, Problem> {
+    let gone = || {
+        Problem(
+            StatusCode::NOT_FOUND,
+            "not-found",
+            format!("no live session {id:?} (unknown or lapsed); join again"),
+        )
+    };
+    let session = app
+        .store
+        .session(id, app.clock.now())
+        .await?
+        .ok_or_else(gone)?;
+    if session.principal != caller.principal {
+        return Err(Problem(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!("session {id:?} belongs to another principal"),
+        ));
+    }
+    let sub = app
+        .store
+        .subscription(session.subscription_id)
+        .await?
+        .ok_or_else(gone)?;
+    if !sub.admits(&caller.principal) {
+        return Err(forbidden(caller, &sub));
+    }
+    Ok(session)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FetchBody {
+    max: Option<usize>,
+    wait_ms: Option<u64>,
+}
+
+pub async fn fetch(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Path(session): Path<String>,
+    bytes: Bytes,
+) -> Result<Json<Value>, Problem> {
+    let caller = consumer(&app, &headers)?;
+    let request: FetchBody = body(&bytes)?;
+    let max = request.max.unwrap_or(10);
+    if !(1..=MAX_FETCH).contains(&max) {
+        return Err(Problem::field("max", format!("must be 1 to {MAX_FETCH}")));
+    }
+    let wait = Duration::from_millis(request.wait_ms.unwrap_or(0)).min(MAX_WAIT);
+    own_session(&app, &caller, &session).await?;
+    let handed = fetch_waiting(&app.store, &app.clock, &session, max, wait).await?;
+    let messages: Vec<Value> = handed
+        .iter()
+        .map(|h| {
+            let mut m = message_json(&h.message);
+            m["receipt"] = json!(h.receipt.sign(&app.receipts));
+            m["attempt"] = json!(h.receipt.attempt);
+            m["deadline"] = json!(h.deadline.as_ref().map(date_time_string));
+            m
+        })
+        .collect();
+    Ok(Json(json!({ "messages": messages })))
+}
+
+pub async fn heartbeat(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Path(session): Path<String>,
+) -> Result<Json<Value>, Problem> {
+    let caller = consumer(&app, &headers)?;
+    own_session(&app, &caller, &session).await?;
+    let expires_at = app.store.heartbeat(&session, app.clock.now()).await?;
+    Ok(Json(
+        json!({ "session": session, "expires_at": date_time_string(&expires_at) }),
+    ))
+}
+
+pub async fn leave(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Path(session): Path<String>,
+) -> Result<StatusCode, Problem> {
+    let caller = consumer(&app, &headers)?;
+    own_session(&app, &caller, &session).await?;
+    app.store.leave(&session, app.clock.now()).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SettleBody {
+    receipt: String,
+    /// accepted | rejected | released | modified; absent: the subscription's default outcome.
+    outcome: Option<String>,
+    #[serde(default)]
+    delivery_failed: bool,
+    #[serde(default)]
+    undeliverable_here: bool,
+    delay_ms: Option<u64>,
+}
+
+impl SettleBody {
+    fn outcome(&self) -> Result<Option<Outcome>, Problem> {
+        let modifiers = self.delivery_failed || self.undeliverable_here || self.delay_ms.is_some();
+        let outcome = match self.outcome.as_deref() {
+            None if !modifiers => None,
+            None | Some("modified") => Some(Outcome::Modified {
+                delivery_failed: self.delivery_failed,
+                undeliverable_here: self.undeliverable_here,
+                delay: self
+                    .delay_ms
+                    .map(|ms| chrono::Duration::milliseconds(ms.min(i64::MAX as u64) as i64)),
+            }),
+            Some(plain) if modifiers => {
+                return Err(Problem::field(
+                    "outcome",
+                    format!("{plain:?} takes no delivery_failed, undeliverable_here or delay_ms"),
+                ));
+            }
+            Some("accepted") => Some(Outcome::Accepted),
+            Some("rejected") => Some(Outcome::Rejected),
+            Some("released") => Some(Outcome::Released),
+            Some(other) => {
+                return Err(Problem::field(
+                    "outcome",
+                    format!("{other:?} is not accepted, rejected, released or modified"),
+                ));
+            }
+        };
+        Ok(outcome)
+    }
+}
+
+/// The receipt's delivery, if genuine and `caller` may settle on its subscription.
+async fn receipt_for(app: &AppState, caller: &Caller, token: &str) -> Result<Receipt, Problem> {
+    let receipt = Receipt::verify(token, &app.receipts).map_err(|e| match e {
+        ReceiptError::Malformed | ReceiptError::Forged => Problem::field("receipt", e.to_string()),
+    })?;
+    let id: i64 = receipt.subscription.parse().map_err(|_| {
+        Problem(
+            StatusCode::NOT_FOUND,
+            "not-found",
+            "no such delivery".into(),
+        )
+    })?;
+    let sub = app.store.subscription(id).await?.ok_or_else(|| {
+        Problem(
+            StatusCode::NOT_FOUND,
+            "not-found",
+            format!("subscription {id} was deleted"),
+        )
+    })?;
+    if !sub.admits(&caller.principal) {
+        return Err(forbidden(caller, &sub));
+    }
+    Ok(receipt)
+}
+
+pub async fn settle(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> Result<Response, Problem> {
+    let caller = consumer(&app, &headers)?;
+    let request: SettleBody = body(&bytes)?;
+    let outcome = request.outcome()?;
+    let receipt = receipt_for(&app, &caller, &request.receipt).await?;
+    Ok(
+        match app.store.settle(&receipt, outcome, app.clock.now()).await {
+            Ok(()) => Json(json!({
+                "offset": receipt.offset,
+                "attempt": receipt.attempt,
+                "settled": true,
+            }))
+            .into_response(),
+            Err(e) => refused(e),
+        },
+    )
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExtendBody {
+    receipt: String,
+}
+
+pub async fn extend(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    bytes: Bytes,
+) -> Result<Response, Problem> {
+    let caller = consumer(&app, &headers)?;
+    let request: ExtendBody = body(&bytes)?;
+    let receipt = receipt_for(&app, &caller, &request.receipt).await?;
+    Ok(match app.store.extend(&receipt, app.clock.now()).await {
+        Ok(deadline) => Json(json!({
+            "offset": receipt.offset,
+            "attempt": receipt.attempt,
+            "deadline": date_time_string(&deadline),
+        }))
+        .into_response(),
+        Err(e) => refused(e),
+    })
+}
+
+#[derive(Deserialize)]
+pub struct DeadLetterPage {
+    after: Option<i64>,
+    limit: Option<i64>,
+}
+
+pub async fn dead_letters(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<i64>,
+    Query(page): Query<DeadLetterPage>,
+) -> Result<Json<Value>, Problem> {
+    let caller = consumer(&app, &headers)?;
+    visible(&app, &caller, id).await?;
+    let letters = app
+        .store
+        .dead_letters(
+            id,
+            page.after.unwrap_or(0),
+            page.limit.unwrap_or(100).clamp(1, 1000),
+        )
+        .await?;
+    let next = letters.last().map(|l| l.offset);
+    let letters: Vec<Value> = letters
+        .iter()
+        .map(|l| {
+            json!({
+                "offset": l.offset,
+                "reason": l.reason,
+                "attempts": l.attempts,
+                "message": l.message.as_ref().map(message_json),
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "dead_letters": letters, "next_after": next })))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeadLetterSelection {
+    /// Offsets to act on; absent: all of the subscription's dead letters.
+    offsets: Option<Vec<i64>>,
+}
+
+pub async fn replay_dead_letters(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<i64>,
+    bytes: Bytes,
+) -> Result<Json<Value>, Problem> {
+    let caller = consumer(&app, &headers)?;
+    managed(&app, &caller, id).await?;
+    let selection: DeadLetterSelection = body(&bytes)?;
+    let replayed = app
+        .store
+        .replay_dead_letters(id, selection.offsets.as_deref(), app.clock.now())
+        .await?;
+    Ok(Json(json!({ "replayed": replayed })))
+}
+
+pub async fn purge_dead_letters(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<i64>,
+    bytes: Bytes,
+) -> Result<Json<Value>, Problem> {
+    let caller = consumer(&app, &headers)?;
+    managed(&app, &caller, id).await?;
+    let selection: DeadLetterSelection = body(&bytes)?;
+    let purged = app
+        .store
+        .purge_dead_letters(id, selection.offsets.as_deref(), app.clock.now())
+        .await?;
+    Ok(Json(json!({ "purged": purged })))
+}

@@ -1,0 +1,1044 @@
+//! Stored state of delivery to applications (DESIGN §5): subscriptions and their cursors,
+//! grants, consumer sessions, one lease per (subscription, message), group affinity, dead
+//! letters and inbox retention. The decisions are `delivery::lease` and `delivery::pick`;
+//! this file loads their inputs and saves their results, each operation in one transaction.
+//!
+//! A subscription's deliveries are created lazily: a fetch first matches the inbox beyond the
+//! subscription's cursor against its filter. Ingest never pays for subscriptions.
+
+use std::collections::hash_map::Entry;
+use std::collections::{BTreeSet, HashMap};
+
+use chrono::{DateTime, Duration, Utc};
+use sqlx::sqlite::{SqliteConnection, SqliteRow};
+use sqlx::{Row, Sqlite, Transaction};
+
+use super::group_json::{from_millis, millis};
+use super::{InboxEntry, Store, StoreError};
+use crate::delivery::filter::Filter;
+use crate::delivery::lease::{Lease, Outcome, Policy, Stale, State};
+use crate::delivery::pick::{Candidate, Members, pick};
+use crate::delivery::receipt::Receipt;
+use crate::delivery::subscription::{Ordering, Rules, SettleMode, Spec, Start};
+
+/// Inbox messages matched against one subscription's filter per pass.
+const MATCH_BATCH: i64 = 2_000;
+
+/// `SELECT` of a subscription row (as `with_grants` reads it) followed by `$rest`.
+macro_rules! select_subscription {
+    ($rest:literal) => {
+        concat!(
+            "SELECT id, name, filter, owner, rules, created_at FROM subscriptions ",
+            $rest
+        )
+    };
+}
+
+/// `SELECT` of lease rows followed by `$rest`: `lease_from_row` reads columns 0..=7; 8 is the
+/// group, 9 the group's affinity where a query joins it, 10 the subscription.
+macro_rules! select_lease {
+    ($rest:literal) => {
+        concat!(
+            "SELECT offset, state, attempt, failures, consumer, due, avoid, reason, group_id, \
+             NULL, subscription_id FROM deliveries ",
+            $rest
+        )
+    };
+}
+
+/// One subscription as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subscription {
+    pub id: i64,
+    /// A plain name, or `$share/{share}/{filter}`.
+    pub name: String,
+    pub filter: String,
+    pub owner: String,
+    pub rules: Rules,
+    pub grants: Vec<String>,
+    pub created_at: DateTime<Utc>,
+}
+
+impl Subscription {
+    /// Whether `principal` may join it, fetch from it and settle its deliveries.
+    pub fn admits(&self, principal: &str) -> bool {
+        self.owner == principal || self.grants.iter().any(|g| g == principal)
+    }
+}
+
+/// A consumer session (a member of a subscription).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Session {
+    pub id: String,
+    pub subscription_id: i64,
+    pub principal: String,
+    pub ttl: Duration,
+    pub expires_at: DateTime<Utc>,
+}
+
+/// One message handed to a consumer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handed {
+    pub receipt: Receipt,
+    /// When the lease ends; `None` in settle mode `settled` (nothing to settle).
+    pub deadline: Option<DateTime<Utc>>,
+    pub message: InboxEntry,
+}
+
+/// A dead-lettered message of a subscription.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeadLetter {
+    pub offset: i64,
+    pub reason: String,
+    pub attempts: u32,
+    pub message: Option<InboxEntry>,
+}
+
+/// How many of a subscription's matched messages are in each state.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Backlog {
+    /// Waiting for a member (including those in a backoff delay).
+    pub waiting: u64,
+    /// Leased to a member.
+    pub in_flight: u64,
+    pub dead_letters: u64,
+    /// Inbox messages not yet matched against the filter (the next fetch does).
+    pub unmatched: u64,
+}
+
+/// What a maintenance pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Maintenance {
+    pub sessions_lapsed: usize,
+    pub leases_lapsed: usize,
+    pub subscriptions_removed: usize,
+    pub inbox_purged: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DeliveryError {
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    /// A settle or extend that names an attempt which is not the live one.
+    #[error(transparent)]
+    Stale(#[from] Stale),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<sqlx::Error> for DeliveryError {
+    fn from(e: sqlx::Error) -> DeliveryError {
+        DeliveryError::Store(StoreError::Db(e))
+    }
+}
+
+type Tx<'a> = Transaction<'a, Sqlite>;
+
+#[derive(Clone, Copy)]
+enum DeadLetterChange {
+    Replay,
+    Purge,
+}
+
+impl Store {
+    /// Wakes when subscriptions may have something new to hand out.
+    pub fn delivery_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.shared.deliveries_changed.subscribe()
+    }
+
+    /// The secret receipts are signed with, created on first use and kept so that receipts
+    /// stay valid across restarts.
+    pub async fn receipt_secret(&self) -> Result<Vec<u8>, StoreError> {
+        let mut fresh = [0u8; 32];
+        aws_lc_rs::rand::fill(&mut fresh)
+            .map_err(|_| StoreError::Failed("no randomness for the receipt key".into()))?;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        sqlx::query(
+            "INSERT INTO settings (key, value) VALUES ('receipt_key', ?) ON CONFLICT DO NOTHING",
+        )
+        .bind(&fresh[..])
+        .execute(&mut *tx)
+        .await?;
+        let secret: Vec<u8> =
+            sqlx::query_scalar("SELECT value FROM settings WHERE key = 'receipt_key'")
+                .fetch_one(&mut *tx)
+                .await?;
+        tx.commit().await?;
+        Ok(secret)
+    }
+
+    /// Creates a subscription, or returns the existing one when its owner asks again with the
+    /// same rules (`false`: not newly created). The identity of a subscription belongs to its
+    /// owner: another principal naming it gets a conflict, never a way in.
+    pub async fn create_subscription(
+        &self,
+        spec: &Spec,
+        owner: &str,
+        now: DateTime<Utc>,
+    ) -> Result<(Subscription, bool), DeliveryError> {
+        let name = spec.id.to_string();
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        if let Some(existing) = subscription_by_name(&mut tx, &name).await? {
+            if existing.owner != owner {
+                return Err(DeliveryError::Conflict(format!(
+                    "subscription {name:?} belongs to another application"
+                )));
+            }
+            if existing.rules != spec.rules {
+                return Err(DeliveryError::Conflict(format!(
+                    "subscription {name:?} exists with other rules; delete it first"
+                )));
+            }
+            return Ok((existing, false));
+        }
+        let cursor: i64 = match spec.start {
+            Start::Oldest => 0,
+            Start::New => {
+                sqlx::query_scalar("SELECT COALESCE(MAX(offset), 0) FROM inbox")
+                    .fetch_one(&mut *tx)
+                    .await?
+            }
+        };
+        let rules = serde_json::to_string(&spec.rules)
+            .map_err(|e| StoreError::Failed(format!("cannot encode rules: {e}")))?;
+        sqlx::query(
+            "INSERT INTO subscriptions (name, filter, owner, rules, cursor, created_at, idle_since) \
+             VALUES (?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(&name)
+        .bind(spec.id.filter().as_str())
+        .bind(owner)
+        .bind(rules)
+        .bind(cursor)
+        .bind(millis(now))
+        .bind((!spec.rules.durable).then_some(millis(now)))
+        .execute(&mut *tx)
+        .await?;
+        let created = subscription_by_name(&mut tx, &name)
+            .await?
+            .ok_or_else(|| StoreError::Failed("the new subscription vanished".into()))?;
+        tx.commit().await?;
+        Ok((created, true))
+    }
+
+    pub async fn subscription(&self, id: i64) -> Result<Option<Subscription>, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        subscription_by_id(&mut conn, id).await
+    }
+
+    pub async fn subscriptions(&self) -> Result<Vec<Subscription>, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        let rows = sqlx::query(select_subscription!("ORDER BY id"))
+            .fetch_all(&mut *conn)
+            .await?;
+        let mut subs = Vec::with_capacity(rows.len());
+        for row in &rows {
+            subs.push(with_grants(&mut conn, row).await?);
+        }
+        Ok(subs)
+    }
+
+    /// Deletes a subscription with its sessions, leases and dead letters.
+    pub async fn delete_subscription(&self, id: i64) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let removed = remove_subscription(&mut tx, id).await?;
+        tx.commit().await?;
+        Ok(removed)
+    }
+
+    pub async fn grant(&self, id: i64, principal: &str) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO grants (subscription_id, principal) VALUES (?, ?) ON CONFLICT DO NOTHING",
+        )
+        .bind(id)
+        .bind(principal)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    pub async fn revoke(&self, id: i64, principal: &str) -> Result<bool, StoreError> {
+        let done = sqlx::query("DELETE FROM grants WHERE subscription_id = ? AND principal = ?")
+            .bind(id)
+            .bind(principal)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Starts a consumer session (a member) on a subscription.
+    pub async fn join(
+        &self,
+        subscription_id: i64,
+        session_id: &str,
+        principal: &str,
+        ttl: Duration,
+        now: DateTime<Utc>,
+    ) -> Result<Session, StoreError> {
+        let expires_at = now + ttl;
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        // A session id reused (a push worker restarting) first gives up what it held.
+        end_session(&mut tx, session_id, now).await?;
+        sqlx::query(
+            "INSERT INTO sessions (id, subscription_id, principal, ttl_ms, expires_at) \
+             VALUES (?, ?, ?, ?, ?)",
+        )
+        .bind(session_id)
+        .bind(subscription_id)
+        .bind(principal)
+        .bind(ttl.num_milliseconds())
+        .bind(millis(expires_at))
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query("UPDATE subscriptions SET idle_since = NULL WHERE id = ?")
+            .bind(subscription_id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        self.shared.announce_deliveries();
+        Ok(Session {
+            id: session_id.to_owned(),
+            subscription_id,
+            principal: principal.to_owned(),
+            ttl,
+            expires_at,
+        })
+    }
+
+    /// The live session `id`, if any.
+    pub async fn session(
+        &self,
+        id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<Option<Session>, StoreError> {
+        let row = sqlx::query(
+            "SELECT id, subscription_id, principal, ttl_ms, expires_at FROM sessions \
+             WHERE id = ? AND expires_at >= ?",
+        )
+        .bind(id)
+        .bind(millis(now))
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(row.as_ref().map(session_from_row))
+    }
+
+    /// Renews a live session by its TTL.
+    pub async fn heartbeat(
+        &self,
+        session_id: &str,
+        now: DateTime<Utc>,
+    ) -> Result<DateTime<Utc>, DeliveryError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let expires_at = renew(&mut tx, session_id, now).await?;
+        tx.commit().await?;
+        Ok(expires_at)
+    }
+
+    /// Ends a session: what it held goes back to the other members at once.
+    pub async fn leave(&self, session_id: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let ended = end_session(&mut tx, session_id, now).await?;
+        tx.commit().await?;
+        self.shared.announce_deliveries();
+        Ok(ended)
+    }
+
+    /// Hands up to `max` messages to the session's member: renews the session, lapses what is
+    /// overdue in its subscription, matches new inbox messages, picks and leases.
+    pub async fn fetch(
+        &self,
+        session_id: &str,
+        max: usize,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<Handed>, DeliveryError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        lapse_sessions(&mut tx, now).await?;
+        let expires = renew(&mut tx, session_id, now).await;
+        let session = match expires {
+            Ok(_) => session_row(&mut tx, session_id).await?,
+            Err(e) => {
+                // Keep what the lapse pass did even though this fetch fails.
+                tx.commit().await?;
+                return Err(e);
+            }
+        };
+        let sub = subscription_by_id(&mut tx, session.subscription_id)
+            .await?
+            .ok_or_else(|| DeliveryError::NotFound("the subscription was deleted".into()))?;
+        let policy = sub.rules.policy();
+        lapse_leases(&mut tx, Some(sub.id), now, &mut HashMap::new()).await?;
+        match_new_messages(&mut tx, &sub).await?;
+
+        let live: BTreeSet<String> =
+            sqlx::query_scalar("SELECT id FROM sessions WHERE subscription_id = ?")
+                .bind(sub.id)
+                .fetch_all(&mut *tx)
+                .await?
+                .into_iter()
+                .collect();
+        let rows = sqlx::query(
+            "SELECT d.offset, d.state, d.attempt, d.failures, d.consumer, d.due, d.avoid, \
+             d.reason, d.group_id, a.consumer FROM deliveries d LEFT JOIN group_affinity a \
+             ON a.subscription_id = d.subscription_id AND a.group_id = d.group_id \
+             WHERE d.subscription_id = ?1 AND d.state = 'available' AND d.due <= ?2 \
+             AND (d.group_id IS NULL OR NOT EXISTS (SELECT 1 FROM deliveries e \
+                  WHERE e.subscription_id = ?1 AND e.group_id = d.group_id \
+                  AND e.offset < d.offset AND e.state IN ('available', 'acquired'))) \
+             ORDER BY d.offset LIMIT ?3",
+        )
+        .bind(sub.id)
+        .bind(millis(now))
+        .bind((max as i64).saturating_mul(4).saturating_add(32))
+        .fetch_all(&mut *tx)
+        .await?;
+        let mut candidates = Vec::with_capacity(rows.len());
+        let mut groups = Vec::with_capacity(rows.len());
+        for row in &rows {
+            candidates.push(Candidate {
+                offset: row.get(0),
+                lease: lease_from_row(row)?,
+                affinity: row.get(9),
+            });
+            groups.push(row.get::<Option<String>, _>(8));
+        }
+        let settled = sub.rules.settle_mode == SettleMode::Settled;
+        let members = Members {
+            me: session_id,
+            live: &live,
+            strict_avoid: settled,
+        };
+        let mut handed = Vec::new();
+        for i in pick(&candidates, &members, max, now) {
+            let Candidate { offset, lease, .. } = &mut candidates[i];
+            let Some(message) = inbox_entry(&mut tx, *offset).await? else {
+                tracing::error!(
+                    offset,
+                    subscription = sub.id,
+                    "a leased message is missing from the inbox"
+                );
+                continue;
+            };
+            let (attempt, deadline) = if settled {
+                let outcome = Some(sub.rules.default_outcome.outcome());
+                (lease.send_settled(session_id, outcome, now, &policy), None)
+            } else {
+                let attempt = lease.acquire(session_id, now, &policy);
+                (attempt, Some(now + policy.ack_wait))
+            };
+            save_lease(&mut tx, sub.id, *offset, lease).await?;
+            if let Some(group) = &groups[i] {
+                sqlx::query(
+                    "INSERT INTO group_affinity (subscription_id, group_id, consumer) \
+                     VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET consumer = excluded.consumer",
+                )
+                .bind(sub.id)
+                .bind(group)
+                .bind(session_id)
+                .execute(&mut *tx)
+                .await?;
+            }
+            handed.push(Handed {
+                receipt: Receipt {
+                    subscription: sub.id.to_string(),
+                    offset: *offset,
+                    attempt,
+                    consumer: session_id.to_owned(),
+                },
+                deadline,
+                message,
+            });
+        }
+        tx.commit().await?;
+        if settled && !handed.is_empty() {
+            // Whatever the default outcome released is for the other members now.
+            self.shared.announce_deliveries();
+        }
+        Ok(handed)
+    }
+
+    /// Settles the attempt a receipt names; `None` settles with the default outcome.
+    pub async fn settle(
+        &self,
+        receipt: &Receipt,
+        outcome: Option<Outcome>,
+        now: DateTime<Utc>,
+    ) -> Result<(), DeliveryError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let (sub, mut lease) = leased(&mut tx, receipt).await?;
+        let outcome = outcome.unwrap_or_else(|| sub.rules.default_outcome.outcome());
+        lease.settle(
+            receipt.attempt,
+            &receipt.consumer,
+            outcome,
+            now,
+            &sub.rules.policy(),
+        )?;
+        save_lease(&mut tx, sub.id, receipt.offset, &lease).await?;
+        tx.commit().await?;
+        // Settling frees the group's next message or puts this one back.
+        self.shared.announce_deliveries();
+        Ok(())
+    }
+
+    /// Extends the live attempt a receipt names by one ack-wait; the confirmed new deadline.
+    pub async fn extend(
+        &self,
+        receipt: &Receipt,
+        now: DateTime<Utc>,
+    ) -> Result<DateTime<Utc>, DeliveryError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let (sub, mut lease) = leased(&mut tx, receipt).await?;
+        let deadline =
+            lease.extend(receipt.attempt, &receipt.consumer, now, &sub.rules.policy())?;
+        save_lease(&mut tx, sub.id, receipt.offset, &lease).await?;
+        tx.commit().await?;
+        Ok(deadline)
+    }
+
+    /// Dead letters of a subscription with offsets above `after`, oldest first.
+    pub async fn dead_letters(
+        &self,
+        subscription_id: i64,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        let rows = sqlx::query(
+            "SELECT offset, reason, attempt FROM deliveries WHERE subscription_id = ? \
+             AND state = 'dead' AND offset > ? ORDER BY offset LIMIT ?",
+        )
+        .bind(subscription_id)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&mut *conn)
+        .await?;
+        let mut letters = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let offset: i64 = row.get(0);
+            letters.push(DeadLetter {
+                offset,
+                reason: row.get::<Option<String>, _>(1).unwrap_or_default(),
+                attempts: row.get::<i64, _>(2) as u32,
+                message: inbox_entry(&mut conn, offset).await?,
+            });
+        }
+        Ok(letters)
+    }
+
+    /// Puts dead letters (all, or those at `offsets`) back in the subscription as new: their
+    /// failure count starts over.
+    pub async fn replay_dead_letters(
+        &self,
+        subscription_id: i64,
+        offsets: Option<&[i64]>,
+        now: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        let replayed = self
+            .change_dead_letters(subscription_id, offsets, DeadLetterChange::Replay, now)
+            .await?;
+        if replayed > 0 {
+            self.shared.announce_deliveries();
+        }
+        Ok(replayed)
+    }
+
+    /// Drops dead letters (all, or those at `offsets`) for good.
+    pub async fn purge_dead_letters(
+        &self,
+        subscription_id: i64,
+        offsets: Option<&[i64]>,
+        now: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        self.change_dead_letters(subscription_id, offsets, DeadLetterChange::Purge, now)
+            .await
+    }
+
+    async fn change_dead_letters(
+        &self,
+        subscription_id: i64,
+        offsets: Option<&[i64]>,
+        change: DeadLetterChange,
+        now: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        // ?2: one offset, or NULL for all of them.
+        let sql = match change {
+            DeadLetterChange::Replay => {
+                "UPDATE deliveries SET state = 'available', failures = 0, consumer = NULL, \
+                 due = ?3, avoid = '[]', reason = NULL \
+                 WHERE subscription_id = ?1 AND state = 'dead' AND (?2 IS NULL OR offset = ?2)"
+            }
+            DeadLetterChange::Purge => {
+                "UPDATE deliveries SET state = 'done', due = ?3 \
+                 WHERE subscription_id = ?1 AND state = 'dead' AND (?2 IS NULL OR offset = ?2)"
+            }
+        };
+        let targets: Vec<Option<i64>> = match offsets {
+            None => vec![None],
+            Some(offsets) => offsets.iter().copied().map(Some).collect(),
+        };
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut changed = 0;
+        for offset in targets {
+            changed += sqlx::query(sql)
+                .bind(subscription_id)
+                .bind(offset)
+                .bind(millis(now))
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+        }
+        tx.commit().await?;
+        Ok(changed)
+    }
+
+    /// What is overdue at `now`: lapsed sessions give back what they held, lapsed leases count
+    /// as failed attempts, ephemeral subscriptions without members for `grace` are removed,
+    /// and inbox messages no subscription needs any more are purged once older than
+    /// `retention`.
+    pub async fn maintain_deliveries(
+        &self,
+        now: DateTime<Utc>,
+        grace: Duration,
+        retention: Duration,
+    ) -> Result<Maintenance, StoreError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let mut report = Maintenance {
+            sessions_lapsed: lapse_sessions(&mut tx, now).await?,
+            leases_lapsed: lapse_leases(&mut tx, None, now, &mut HashMap::new()).await?,
+            ..Maintenance::default()
+        };
+        let abandoned: Vec<i64> = sqlx::query_scalar(
+            "SELECT id FROM subscriptions WHERE idle_since IS NOT NULL AND idle_since < ?",
+        )
+        .bind(millis(now - grace))
+        .fetch_all(&mut *tx)
+        .await?;
+        for id in abandoned {
+            remove_subscription(&mut tx, id).await?;
+            report.subscriptions_removed += 1;
+        }
+        // Needed: beyond some subscription's cursor (not yet matched), or leased, waiting or
+        // dead-lettered in one.
+        report.inbox_purged = sqlx::query(
+            "DELETE FROM inbox WHERE offset IN (SELECT offset FROM inbox WHERE received_at < ?1 \
+             AND offset <= (SELECT COALESCE(MIN(cursor), 9223372036854775807) FROM subscriptions) \
+             AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.offset = inbox.offset \
+                             AND d.state != 'done') \
+             ORDER BY offset LIMIT 10000)",
+        )
+        .bind(millis(now - retention))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if report.inbox_purged > 0 {
+            sqlx::query(
+                "DELETE FROM deliveries WHERE state = 'done' AND NOT EXISTS \
+                 (SELECT 1 FROM inbox WHERE inbox.offset = deliveries.offset)",
+            )
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        if report.sessions_lapsed + report.leases_lapsed > 0 {
+            self.shared.announce_deliveries();
+        }
+        Ok(report)
+    }
+
+    pub async fn backlog(&self, subscription_id: i64) -> Result<Backlog, StoreError> {
+        let row = sqlx::query(
+            "SELECT \
+             (SELECT COUNT(*) FROM deliveries WHERE subscription_id = ?1 AND state = 'available'), \
+             (SELECT COUNT(*) FROM deliveries WHERE subscription_id = ?1 AND state = 'acquired'), \
+             (SELECT COUNT(*) FROM deliveries WHERE subscription_id = ?1 AND state = 'dead'), \
+             (SELECT COUNT(*) FROM inbox WHERE offset > \
+                (SELECT cursor FROM subscriptions WHERE id = ?1))",
+        )
+        .bind(subscription_id)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(Backlog {
+            waiting: row.get::<i64, _>(0) as u64,
+            in_flight: row.get::<i64, _>(1) as u64,
+            dead_letters: row.get::<i64, _>(2) as u64,
+            unmatched: row.get::<i64, _>(3) as u64,
+        })
+    }
+
+    pub async fn push_subscriptions(&self) -> Result<Vec<Subscription>, StoreError> {
+        Ok(self
+            .subscriptions()
+            .await?
+            .into_iter()
+            .filter(|s| {
+                matches!(
+                    s.rules.mode,
+                    crate::delivery::subscription::Mode::Push { .. }
+                )
+            })
+            .collect())
+    }
+}
+
+async fn with_grants(
+    conn: &mut SqliteConnection,
+    row: &SqliteRow,
+) -> Result<Subscription, StoreError> {
+    let id: i64 = row.get(0);
+    let rules: &str = row.get(4);
+    let rules = serde_json::from_str(rules)
+        .map_err(|e| StoreError::Corrupt(format!("subscription {id} rules: {e}")))?;
+    let grants =
+        sqlx::query_scalar("SELECT principal FROM grants WHERE subscription_id = ? ORDER BY 1")
+            .bind(id)
+            .fetch_all(&mut *conn)
+            .await?;
+    Ok(Subscription {
+        id,
+        name: row.get(1),
+        filter: row.get(2),
+        owner: row.get(3),
+        rules,
+        grants,
+        created_at: from_millis(row.get(5)),
+    })
+}
+
+async fn subscription_by_id(
+    conn: &mut SqliteConnection,
+    id: i64,
+) -> Result<Option<Subscription>, StoreError> {
+    let row = sqlx::query(select_subscription!("WHERE id = ?"))
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await?;
+    match row {
+        Some(row) => Ok(Some(with_grants(conn, &row).await?)),
+        None => Ok(None),
+    }
+}
+
+async fn subscription_by_name(
+    conn: &mut SqliteConnection,
+    name: &str,
+) -> Result<Option<Subscription>, StoreError> {
+    let row = sqlx::query(select_subscription!("WHERE name = ?"))
+        .bind(name)
+        .fetch_optional(&mut *conn)
+        .await?;
+    match row {
+        Some(row) => Ok(Some(with_grants(conn, &row).await?)),
+        None => Ok(None),
+    }
+}
+
+async fn remove_subscription(tx: &mut Tx<'_>, id: i64) -> Result<bool, StoreError> {
+    for delete in [
+        "DELETE FROM deliveries WHERE subscription_id = ?",
+        "DELETE FROM sessions WHERE subscription_id = ?",
+        "DELETE FROM grants WHERE subscription_id = ?",
+        "DELETE FROM group_affinity WHERE subscription_id = ?",
+    ] {
+        sqlx::query(delete).bind(id).execute(&mut **tx).await?;
+    }
+    let done = sqlx::query("DELETE FROM subscriptions WHERE id = ?")
+        .bind(id)
+        .execute(&mut **tx)
+        .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+fn session_from_row(row: &SqliteRow) -> Session {
+    Session {
+        id: row.get(0),
+        subscription_id: row.get(1),
+        principal: row.get(2),
+        ttl: Duration::milliseconds(row.get(3)),
+        expires_at: from_millis(row.get(4)),
+    }
+}
+
+async fn session_row(tx: &mut Tx<'_>, id: &str) -> Result<Session, DeliveryError> {
+    let row = sqlx::query(
+        "SELECT id, subscription_id, principal, ttl_ms, expires_at FROM sessions WHERE id = ?",
+    )
+    .bind(id)
+    .fetch_optional(&mut **tx)
+    .await?;
+    row.as_ref()
+        .map(session_from_row)
+        .ok_or_else(|| DeliveryError::NotFound(format!("no live session {id:?}; join again")))
+}
+
+/// Renews a live session by its TTL; a lapsed or unknown one is not found.
+async fn renew(
+    tx: &mut Tx<'_>,
+    session_id: &str,
+    now: DateTime<Utc>,
+) -> Result<DateTime<Utc>, DeliveryError> {
+    let expires: Option<i64> = sqlx::query_scalar(
+        "UPDATE sessions SET expires_at = ?2 + ttl_ms WHERE id = ?1 AND expires_at >= ?2 \
+         RETURNING expires_at",
+    )
+    .bind(session_id)
+    .bind(millis(now))
+    .fetch_optional(&mut **tx)
+    .await?;
+    expires.map(from_millis).ok_or_else(|| {
+        DeliveryError::NotFound(format!(
+            "no live session {session_id:?} (unknown or lapsed); join again"
+        ))
+    })
+}
+
+/// Ends one session: its leases go back to the others at once (not counted as failures), its
+/// groups lose their affinity, and an ephemeral subscription left without members starts its
+/// grace period.
+async fn end_session(
+    tx: &mut Tx<'_>,
+    session_id: &str,
+    now: DateTime<Utc>,
+) -> Result<bool, StoreError> {
+    let sub: Option<i64> =
+        sqlx::query_scalar("DELETE FROM sessions WHERE id = ? RETURNING subscription_id")
+            .bind(session_id)
+            .fetch_optional(&mut **tx)
+            .await?;
+    let Some(sub_id) = sub else {
+        return Ok(false);
+    };
+    let Some(sub) = subscription_by_id(tx, sub_id).await? else {
+        return Ok(true);
+    };
+    let policy = sub.rules.policy();
+    let rows = sqlx::query(select_lease!(
+        "WHERE subscription_id = ? AND state = 'acquired' AND consumer = ?"
+    ))
+    .bind(sub_id)
+    .bind(session_id)
+    .fetch_all(&mut **tx)
+    .await?;
+    for row in &rows {
+        let mut lease = lease_from_row(row)?;
+        lease.holder_gone(session_id, now, &policy);
+        save_lease(tx, sub_id, row.get(0), &lease).await?;
+    }
+    sqlx::query("DELETE FROM group_affinity WHERE subscription_id = ? AND consumer = ?")
+        .bind(sub_id)
+        .bind(session_id)
+        .execute(&mut **tx)
+        .await?;
+    if !sub.rules.durable {
+        sqlx::query(
+            "UPDATE subscriptions SET idle_since = ?2 WHERE id = ?1 AND NOT EXISTS \
+             (SELECT 1 FROM sessions WHERE subscription_id = ?1)",
+        )
+        .bind(sub_id)
+        .bind(millis(now))
+        .execute(&mut **tx)
+        .await?;
+    }
+    Ok(true)
+}
+
+/// Ends every session whose TTL passed without a fetch or heartbeat.
+async fn lapse_sessions(tx: &mut Tx<'_>, now: DateTime<Utc>) -> Result<usize, StoreError> {
+    let lapsed: Vec<String> = sqlx::query_scalar("SELECT id FROM sessions WHERE expires_at < ?")
+        .bind(millis(now))
+        .fetch_all(&mut **tx)
+        .await?;
+    for id in &lapsed {
+        end_session(tx, id, now).await?;
+    }
+    Ok(lapsed.len())
+}
+
+/// Leases whose deadline passed without a settle: failed attempts (`expire`).
+async fn lapse_leases(
+    tx: &mut Tx<'_>,
+    subscription: Option<i64>,
+    now: DateTime<Utc>,
+    policies: &mut HashMap<i64, Policy>,
+) -> Result<usize, StoreError> {
+    let rows = sqlx::query(select_lease!(
+        "WHERE state = 'acquired' AND due < ?1 AND (?2 IS NULL OR subscription_id = ?2) \
+         LIMIT 10000"
+    ))
+    .bind(millis(now))
+    .bind(subscription)
+    .fetch_all(&mut **tx)
+    .await?;
+    for row in &rows {
+        let sub_id: i64 = row.get(10);
+        let policy = match policies.entry(sub_id) {
+            Entry::Occupied(known) => known.into_mut(),
+            Entry::Vacant(slot) => {
+                let Some(sub) = subscription_by_id(tx, sub_id).await? else {
+                    continue;
+                };
+                slot.insert(sub.rules.policy())
+            }
+        };
+        let mut lease = lease_from_row(row)?;
+        lease.expire(now, policy);
+        save_lease(tx, sub_id, row.get(0), &lease).await?;
+    }
+    Ok(rows.len())
+}
+
+/// Matches inbox messages beyond the subscription's cursor against its filter and gives each
+/// match a lease, then moves the cursor past them.
+async fn match_new_messages(tx: &mut Tx<'_>, sub: &Subscription) -> Result<(), StoreError> {
+    let filter = Filter::parse(&sub.filter)
+        .map_err(|e| StoreError::Corrupt(format!("subscription {} filter: {e}", sub.id)))?;
+    let grouped = sub.rules.ordering == Ordering::Group;
+    let mut cursor: i64 = sqlx::query_scalar("SELECT cursor FROM subscriptions WHERE id = ?")
+        .bind(sub.id)
+        .fetch_one(&mut **tx)
+        .await?;
+    let rows = sqlx::query(
+        "SELECT offset, topic, group_id, received_at FROM inbox WHERE offset > ? \
+         ORDER BY offset LIMIT ?",
+    )
+    .bind(cursor)
+    .bind(MATCH_BATCH)
+    .fetch_all(&mut **tx)
+    .await?;
+    for row in &rows {
+        let offset: i64 = row.get(0);
+        cursor = offset;
+        if !filter.matches(row.get::<&str, _>(1)) {
+            continue;
+        }
+        let group: Option<&str> = if grouped { Some(row.get(2)) } else { None };
+        sqlx::query(
+            "INSERT INTO deliveries (subscription_id, offset, group_id, state, attempt, failures, \
+             due, avoid) VALUES (?, ?, ?, 'available', 0, 0, ?, '[]') ON CONFLICT DO NOTHING",
+        )
+        .bind(sub.id)
+        .bind(offset)
+        .bind(group)
+        .bind(row.get::<i64, _>(3))
+        .execute(&mut **tx)
+        .await?;
+    }
+    if !rows.is_empty() {
+        sqlx::query("UPDATE subscriptions SET cursor = ? WHERE id = ?")
+            .bind(cursor)
+            .bind(sub.id)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
+}
+
+/// The subscription and the stored lease a receipt names.
+async fn leased(
+    tx: &mut Tx<'_>,
+    receipt: &Receipt,
+) -> Result<(Subscription, Lease), DeliveryError> {
+    let not_found = || DeliveryError::NotFound("no such delivery".into());
+    let sub_id: i64 = receipt.subscription.parse().map_err(|_| not_found())?;
+    let sub = subscription_by_id(tx, sub_id)
+        .await?
+        .ok_or_else(not_found)?;
+    let row = sqlx::query(select_lease!("WHERE subscription_id = ? AND offset = ?"))
+        .bind(sub_id)
+        .bind(receipt.offset)
+        .fetch_optional(&mut **tx)
+        .await?
+        .ok_or_else(not_found)?;
+    Ok((sub, lease_from_row(&row)?))
+}
+
+fn lease_from_row(row: &SqliteRow) -> Result<Lease, StoreError> {
+    let offset: i64 = row.get(0);
+    let corrupt = |why: String| StoreError::Corrupt(format!("lease at offset {offset}: {why}"));
+    let avoid: BTreeSet<String> =
+        serde_json::from_str(row.get::<&str, _>(6)).map_err(|e| corrupt(e.to_string()))?;
+    let due = from_millis(row.get(5));
+    let state = match row.get::<&str, _>(1) {
+        "available" => State::Available {
+            not_before: due,
+            avoid,
+        },
+        "acquired" => State::Acquired {
+            consumer: row
+                .get::<Option<String>, _>(4)
+                .ok_or_else(|| corrupt("acquired without a consumer".into()))?,
+            deadline: due,
+            avoid,
+        },
+        "done" => State::Done,
+        "dead" => State::DeadLettered {
+            reason: row.get::<Option<String>, _>(7).unwrap_or_default(),
+        },
+        other => return Err(corrupt(format!("unknown state {other:?}"))),
+    };
+    Ok(Lease {
+        state,
+        attempt: row.get::<i64, _>(2) as u32,
+        failures: row.get::<i64, _>(3) as u32,
+    })
+}
+
+async fn save_lease(
+    tx: &mut Tx<'_>,
+    subscription_id: i64,
+    offset: i64,
+    lease: &Lease,
+) -> Result<(), StoreError> {
+    let none = BTreeSet::new();
+    let (state, consumer, due, avoid, reason) = match &lease.state {
+        State::Available { not_before, avoid } => {
+            ("available", None, millis(*not_before), avoid, None)
+        }
+        State::Acquired {
+            consumer,
+            deadline,
+            avoid,
+        } => (
+            "acquired",
+            Some(consumer.as_str()),
+            millis(*deadline),
+            avoid,
+            None,
+        ),
+        State::Done => ("done", None, 0, &none, None),
+        State::DeadLettered { reason } => ("dead", None, 0, &none, Some(reason.as_str())),
+    };
+    let avoid = serde_json::to_string(avoid)
+        .map_err(|e| StoreError::Failed(format!("cannot encode a lease: {e}")))?;
+    sqlx::query(
+        "UPDATE deliveries SET state = ?, attempt = ?, failures = ?, consumer = ?, due = ?, \
+         avoid = ?, reason = ? WHERE subscription_id = ? AND offset = ?",
+    )
+    .bind(state)
+    .bind(lease.attempt as i64)
+    .bind(lease.failures as i64)
+    .bind(consumer)
+    .bind(due)
+    .bind(avoid)
+    .bind(reason)
+    .bind(subscription_id)
+    .bind(offset)
+    .execute(&mut **tx)
+    .await?;
+    Ok(())
+}
+
+async fn inbox_entry(
+    conn: &mut SqliteConnection,
+    offset: i64,
+) -> Result<Option<InboxEntry>, StoreError> {
+    let row = sqlx::query(
+        "SELECT offset, channel, topic, group_id, number, payload, namespaces, received_at, \
+         expiry FROM inbox WHERE offset = ?",
+    )
+    .bind(offset)
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(row.as_ref().map(super::sqlite::inbox_from_row))
+}
