@@ -6,6 +6,7 @@
 //! or settle. Operators (admin scope) may inspect, delete and manage dead letters of any
 //! subscription, but take messages only where they are owner or grantee like anyone else.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use axum::Json;
@@ -46,21 +47,26 @@ impl From<DeliveryError> for Problem {
     }
 }
 
-/// A settle or extend refused: 409 naming the current attempt, so the consumer knows its
-/// acknowledgement did not count.
-fn refused(e: DeliveryError) -> Response {
+/// A settle or extend refused, as status and JSON body: a stale attempt is 409 naming the
+/// current attempt, so the consumer knows its acknowledgement did not count.
+type Refusal = (StatusCode, Value);
+
+fn refusal(e: DeliveryError) -> Refusal {
     match e {
         DeliveryError::Stale(stale) => (
             StatusCode::CONFLICT,
-            Json(json!({
+            json!({
                 "error": "stale-receipt",
                 "reason": stale.reason,
                 "current_attempt": stale.current_attempt,
-            })),
-        )
-            .into_response(),
-        other => Problem::from(other).into_response(),
+            }),
+        ),
+        other => problem_refusal(other.into()),
     }
+}
+
+fn problem_refusal(Problem(status, error, reason): Problem) -> Refusal {
+    (status, json!({ "error": error, "reason": reason }))
 }
 
 fn body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, Problem> {
@@ -450,51 +456,139 @@ impl SettleBody {
     }
 }
 
-/// The receipt's delivery, if genuine and `caller` may settle on its subscription.
-async fn receipt_for(app: &AppState, caller: &Caller, token: &str) -> Result<Receipt, Problem> {
+/// The receipt's delivery, if genuine and `caller` may settle on its subscription; `admitted`
+/// remembers the subscriptions already checked for this request.
+async fn receipt_for(
+    app: &AppState,
+    caller: &Caller,
+    token: &str,
+    admitted: &mut HashMap<String, bool>,
+) -> Result<Receipt, Problem> {
     let receipt = Receipt::verify(token, &app.receipts).map_err(|e| match e {
         ReceiptError::Malformed | ReceiptError::Forged => Problem::field("receipt", e.to_string()),
     })?;
-    let id: i64 = receipt.subscription.parse().map_err(|_| {
-        Problem(
-            StatusCode::NOT_FOUND,
-            "not-found",
-            "no such delivery".into(),
-        )
-    })?;
-    let sub = app.store.subscription(id).await?.ok_or_else(|| {
-        Problem(
-            StatusCode::NOT_FOUND,
-            "not-found",
-            format!("subscription {id} was deleted"),
-        )
-    })?;
-    if !sub.admits(&caller.principal) {
-        return Err(forbidden(caller, &sub));
+    let may = match admitted.get(&receipt.subscription) {
+        Some(may) => *may,
+        None => {
+            let sub = match receipt.subscription.parse::<i64>() {
+                Ok(id) => app.store.subscription(id).await?,
+                Err(_) => None,
+            };
+            let sub = sub.ok_or_else(|| {
+                Problem(
+                    StatusCode::NOT_FOUND,
+                    "not-found",
+                    format!("subscription {} was deleted", receipt.subscription),
+                )
+            })?;
+            let may = sub.admits(&caller.principal);
+            admitted.insert(receipt.subscription.clone(), may);
+            may
+        }
+    };
+    if !may {
+        return Err(Problem(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!(
+                "{} has no grant on subscription {}",
+                caller.principal, receipt.subscription
+            ),
+        ));
     }
     Ok(receipt)
 }
 
+/// Several settlements in one request (and one transaction).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SettleBatch {
+    settlements: Vec<SettleBody>,
+}
+
+const MAX_SETTLEMENTS: usize = 1000;
+
+/// `POST /api/v1/settle`: one settlement (`{receipt, outcome, …}`: 200, or 409 naming the
+/// current attempt), or a batch (`{settlements: […]}`: 200 with one result per settlement,
+/// in order, each `settled: true` or the refusal with its status).
 pub async fn settle(
     State(app): State<AppState>,
     headers: HeaderMap,
     bytes: Bytes,
 ) -> Result<Response, Problem> {
     let caller = consumer(&app, &headers)?;
-    let request: SettleBody = body(&bytes)?;
-    let outcome = request.outcome()?;
-    let receipt = receipt_for(&app, &caller, &request.receipt).await?;
-    Ok(
-        match app.store.settle(&receipt, outcome, app.clock.now()).await {
-            Ok(()) => Json(json!({
-                "offset": receipt.offset,
-                "attempt": receipt.attempt,
-                "settled": true,
-            }))
-            .into_response(),
-            Err(e) => refused(e),
-        },
-    )
+    let value: Value = body(&bytes)?;
+    let batch = value.get("settlements").is_some();
+    let items = if batch {
+        let batch: SettleBatch =
+            serde_json::from_value(value).map_err(|e| Problem::field("body", e.to_string()))?;
+        if batch.settlements.len() > MAX_SETTLEMENTS {
+            return Err(Problem::field(
+                "settlements",
+                format!("at most {MAX_SETTLEMENTS} per request"),
+            ));
+        }
+        batch.settlements
+    } else {
+        vec![serde_json::from_value(value).map_err(|e| Problem::field("body", e.to_string()))?]
+    };
+    // Check every settlement first; the valid ones are settled together.
+    let mut admitted = HashMap::new();
+    let mut checked = Vec::with_capacity(items.len());
+    for item in &items {
+        let check = match item.outcome() {
+            Ok(outcome) => receipt_for(&app, &caller, &item.receipt, &mut admitted)
+                .await
+                .map(|r| (r, outcome)),
+            Err(p) => Err(p),
+        };
+        checked.push(check);
+    }
+    let valid: Vec<_> = checked
+        .iter()
+        .filter_map(|c| c.as_ref().ok())
+        .cloned()
+        .collect();
+    let mut settled = app
+        .store
+        .settle_many(&valid, app.clock.now())
+        .await?
+        .into_iter();
+    let mut results: Vec<Result<Receipt, Refusal>> = Vec::with_capacity(checked.len());
+    for check in checked {
+        results.push(match check {
+            Ok((receipt, _)) => match settled.next() {
+                Some(Ok(())) => Ok(receipt),
+                Some(Err(e)) => Err(refusal(e)),
+                None => Err(problem_refusal(
+                    crate::store::StoreError::Failed("a settlement went unanswered".into()).into(),
+                )),
+            },
+            Err(problem) => Err(problem_refusal(problem)),
+        });
+    }
+    if !batch {
+        return Ok(match results.pop() {
+            Some(Ok(receipt)) => Json(settled_json(&receipt)).into_response(),
+            Some(Err((status, body))) => (status, Json(body)).into_response(),
+            None => StatusCode::NO_CONTENT.into_response(),
+        });
+    }
+    let results: Vec<Value> = results
+        .into_iter()
+        .map(|r| match r {
+            Ok(receipt) => settled_json(&receipt),
+            Err((status, mut body)) => {
+                body["status"] = json!(status.as_u16());
+                body
+            }
+        })
+        .collect();
+    Ok(Json(json!({ "results": results })).into_response())
+}
+
+fn settled_json(receipt: &Receipt) -> Value {
+    json!({ "offset": receipt.offset, "attempt": receipt.attempt, "settled": true })
 }
 
 #[derive(Deserialize)]
@@ -510,7 +604,7 @@ pub async fn extend(
 ) -> Result<Response, Problem> {
     let caller = consumer(&app, &headers)?;
     let request: ExtendBody = body(&bytes)?;
-    let receipt = receipt_for(&app, &caller, &request.receipt).await?;
+    let receipt = receipt_for(&app, &caller, &request.receipt, &mut HashMap::new()).await?;
     Ok(match app.store.extend(&receipt, app.clock.now()).await {
         Ok(deadline) => Json(json!({
             "offset": receipt.offset,
@@ -518,7 +612,10 @@ pub async fn extend(
             "deadline": date_time_string(&deadline),
         }))
         .into_response(),
-        Err(e) => refused(e),
+        Err(e) => {
+            let (status, body) = refusal(e);
+            (status, Json(body)).into_response()
+        }
     })
 }
 

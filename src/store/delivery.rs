@@ -10,8 +10,8 @@ use std::collections::hash_map::Entry;
 use std::collections::{BTreeSet, HashMap};
 
 use chrono::{DateTime, Duration, Utc};
+use sqlx::Row;
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
-use sqlx::{Row, Sqlite, Transaction};
 
 use super::group_json::{from_millis, millis};
 use super::{InboxEntry, Store, StoreError};
@@ -134,8 +134,6 @@ impl From<sqlx::Error> for DeliveryError {
     }
 }
 
-type Tx<'a> = Transaction<'a, Sqlite>;
-
 #[derive(Clone, Copy)]
 enum DeadLetterChange {
     Replay,
@@ -155,15 +153,16 @@ impl Store {
         aws_lc_rs::rand::fill(&mut fresh)
             .map_err(|_| StoreError::Failed("no randomness for the receipt key".into()))?;
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        let conn = &mut *tx;
         sqlx::query(
             "INSERT INTO settings (key, value) VALUES ('receipt_key', ?) ON CONFLICT DO NOTHING",
         )
         .bind(&fresh[..])
-        .execute(&mut *tx)
+        .execute(&mut *conn)
         .await?;
         let secret: Vec<u8> =
             sqlx::query_scalar("SELECT value FROM settings WHERE key = 'receipt_key'")
-                .fetch_one(&mut *tx)
+                .fetch_one(&mut *conn)
                 .await?;
         tx.commit().await?;
         Ok(secret)
@@ -179,8 +178,10 @@ impl Store {
         now: DateTime<Utc>,
     ) -> Result<(Subscription, bool), DeliveryError> {
         let name = spec.id.to_string();
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        if let Some(existing) = subscription_by_name(&mut tx, &name).await? {
+        let (spec, owner) = (spec.clone(), owner.to_owned());
+        self.in_writer(move |conn| {
+            Box::pin(async move {
+        if let Some(existing) = subscription_by_name(&mut *conn, &name).await? {
             if existing.owner != owner {
                 return Err(DeliveryError::Conflict(format!(
                     "subscription {name:?} belongs to another application"
@@ -191,13 +192,13 @@ impl Store {
                     "subscription {name:?} exists with other rules; delete it first"
                 )));
             }
-            return Ok((existing, false));
+            return Ok(((existing, false), false));
         }
         let cursor: i64 = match spec.start {
             Start::Oldest => 0,
             Start::New => {
                 sqlx::query_scalar("SELECT COALESCE(MAX(offset), 0) FROM inbox")
-                    .fetch_one(&mut *tx)
+                    .fetch_one(&mut *conn)
                     .await?
             }
         };
@@ -209,18 +210,20 @@ impl Store {
         )
         .bind(&name)
         .bind(spec.id.filter().as_str())
-        .bind(owner)
+        .bind(&owner)
         .bind(rules)
         .bind(cursor)
         .bind(millis(now))
         .bind((!spec.rules.durable).then_some(millis(now)))
-        .execute(&mut *tx)
+        .execute(&mut *conn)
         .await?;
-        let created = subscription_by_name(&mut tx, &name)
+        let created = subscription_by_name(&mut *conn, &name)
             .await?
             .ok_or_else(|| StoreError::Failed("the new subscription vanished".into()))?;
-        tx.commit().await?;
-        Ok((created, true))
+        Ok(((created, true), false))
+            })
+        })
+        .await
     }
 
     pub async fn subscription(&self, id: i64) -> Result<Option<Subscription>, StoreError> {
@@ -241,11 +244,11 @@ impl Store {
     }
 
     /// Deletes a subscription with its sessions, leases and dead letters.
-    pub async fn delete_subscription(&self, id: i64) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let removed = remove_subscription(&mut tx, id).await?;
-        tx.commit().await?;
-        Ok(removed)
+    pub async fn delete_subscription(&self, id: i64) -> Result<bool, DeliveryError> {
+        self.in_writer(move |conn| {
+            Box::pin(async move { Ok((remove_subscription(conn, id).await?, false)) })
+        })
+        .await
     }
 
     pub async fn grant(&self, id: i64, principal: &str) -> Result<(), StoreError> {
@@ -276,35 +279,40 @@ impl Store {
         principal: &str,
         ttl: Duration,
         now: DateTime<Utc>,
-    ) -> Result<Session, StoreError> {
+    ) -> Result<Session, DeliveryError> {
         let expires_at = now + ttl;
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        // A session id reused (a push worker restarting) first gives up what it held.
-        end_session(&mut tx, session_id, now).await?;
-        sqlx::query(
-            "INSERT INTO sessions (id, subscription_id, principal, ttl_ms, expires_at) \
+        let (session_id, principal) = (session_id.to_owned(), principal.to_owned());
+        self.in_writer(move |conn| {
+            Box::pin(async move {
+                // A session id reused (a push worker restarting) first gives up what it held.
+                end_session(&mut *conn, &session_id, now).await?;
+                sqlx::query(
+                    "INSERT INTO sessions (id, subscription_id, principal, ttl_ms, expires_at) \
              VALUES (?, ?, ?, ?, ?)",
-        )
-        .bind(session_id)
-        .bind(subscription_id)
-        .bind(principal)
-        .bind(ttl.num_milliseconds())
-        .bind(millis(expires_at))
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query("UPDATE subscriptions SET idle_since = NULL WHERE id = ?")
-            .bind(subscription_id)
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        self.shared.announce_deliveries();
-        Ok(Session {
-            id: session_id.to_owned(),
-            subscription_id,
-            principal: principal.to_owned(),
-            ttl,
-            expires_at,
+                )
+                .bind(&session_id)
+                .bind(subscription_id)
+                .bind(&principal)
+                .bind(ttl.num_milliseconds())
+                .bind(millis(expires_at))
+                .execute(&mut *conn)
+                .await?;
+                sqlx::query("UPDATE subscriptions SET idle_since = NULL WHERE id = ?")
+                    .bind(subscription_id)
+                    .execute(&mut *conn)
+                    .await?;
+                let session = Session {
+                    id: session_id,
+                    subscription_id,
+                    principal,
+                    ttl,
+                    expires_at,
+                };
+                // A new member may take what others were kept from.
+                Ok((session, true))
+            })
         })
+        .await
     }
 
     /// The live session `id`, if any.
@@ -330,19 +338,20 @@ impl Store {
         session_id: &str,
         now: DateTime<Utc>,
     ) -> Result<DateTime<Utc>, DeliveryError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let expires_at = renew(&mut tx, session_id, now).await?;
-        tx.commit().await?;
-        Ok(expires_at)
+        let session_id = session_id.to_owned();
+        self.in_writer(move |conn| {
+            Box::pin(async move { Ok((renew(conn, &session_id, now).await?, false)) })
+        })
+        .await
     }
 
     /// Ends a session: what it held goes back to the other members at once.
-    pub async fn leave(&self, session_id: &str, now: DateTime<Utc>) -> Result<bool, StoreError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let ended = end_session(&mut tx, session_id, now).await?;
-        tx.commit().await?;
-        self.shared.announce_deliveries();
-        Ok(ended)
+    pub async fn leave(&self, session_id: &str, now: DateTime<Utc>) -> Result<bool, DeliveryError> {
+        let session_id = session_id.to_owned();
+        self.in_writer(move |conn| {
+            Box::pin(async move { Ok((end_session(conn, &session_id, now).await?, true)) })
+        })
+        .await
     }
 
     /// Hands up to `max` messages to the session's member: renews the session, lapses what is
@@ -353,109 +362,9 @@ impl Store {
         max: usize,
         now: DateTime<Utc>,
     ) -> Result<Vec<Handed>, DeliveryError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        lapse_sessions(&mut tx, now).await?;
-        let expires = renew(&mut tx, session_id, now).await;
-        let session = match expires {
-            Ok(_) => session_row(&mut tx, session_id).await?,
-            Err(e) => {
-                // Keep what the lapse pass did even though this fetch fails.
-                tx.commit().await?;
-                return Err(e);
-            }
-        };
-        let sub = subscription_by_id(&mut tx, session.subscription_id)
-            .await?
-            .ok_or_else(|| DeliveryError::NotFound("the subscription was deleted".into()))?;
-        let policy = sub.rules.policy();
-        lapse_leases(&mut tx, Some(sub.id), now, &mut HashMap::new()).await?;
-        match_new_messages(&mut tx, &sub).await?;
-
-        let live: BTreeSet<String> =
-            sqlx::query_scalar("SELECT id FROM sessions WHERE subscription_id = ?")
-                .bind(sub.id)
-                .fetch_all(&mut *tx)
-                .await?
-                .into_iter()
-                .collect();
-        let rows = sqlx::query(
-            "SELECT d.offset, d.state, d.attempt, d.failures, d.consumer, d.due, d.avoid, \
-             d.reason, d.group_id, a.consumer FROM deliveries d LEFT JOIN group_affinity a \
-             ON a.subscription_id = d.subscription_id AND a.group_id = d.group_id \
-             WHERE d.subscription_id = ?1 AND d.state = 'available' AND d.due <= ?2 \
-             AND (d.group_id IS NULL OR NOT EXISTS (SELECT 1 FROM deliveries e \
-                  WHERE e.subscription_id = ?1 AND e.group_id = d.group_id \
-                  AND e.offset < d.offset AND e.state IN ('available', 'acquired'))) \
-             ORDER BY d.offset LIMIT ?3",
-        )
-        .bind(sub.id)
-        .bind(millis(now))
-        .bind((max as i64).saturating_mul(4).saturating_add(32))
-        .fetch_all(&mut *tx)
-        .await?;
-        let mut candidates = Vec::with_capacity(rows.len());
-        let mut groups = Vec::with_capacity(rows.len());
-        for row in &rows {
-            candidates.push(Candidate {
-                offset: row.get(0),
-                lease: lease_from_row(row)?,
-                affinity: row.get(9),
-            });
-            groups.push(row.get::<Option<String>, _>(8));
-        }
-        let settled = sub.rules.settle_mode == SettleMode::Settled;
-        let members = Members {
-            me: session_id,
-            live: &live,
-            strict_avoid: settled,
-        };
-        let mut handed = Vec::new();
-        for i in pick(&candidates, &members, max, now) {
-            let Candidate { offset, lease, .. } = &mut candidates[i];
-            let Some(message) = inbox_entry(&mut tx, *offset).await? else {
-                tracing::error!(
-                    offset,
-                    subscription = sub.id,
-                    "a leased message is missing from the inbox"
-                );
-                continue;
-            };
-            let (attempt, deadline) = if settled {
-                let outcome = Some(sub.rules.default_outcome.outcome());
-                (lease.send_settled(session_id, outcome, now, &policy), None)
-            } else {
-                let attempt = lease.acquire(session_id, now, &policy);
-                (attempt, Some(now + policy.ack_wait))
-            };
-            save_lease(&mut tx, sub.id, *offset, lease).await?;
-            if let Some(group) = &groups[i] {
-                sqlx::query(
-                    "INSERT INTO group_affinity (subscription_id, group_id, consumer) \
-                     VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET consumer = excluded.consumer",
-                )
-                .bind(sub.id)
-                .bind(group)
-                .bind(session_id)
-                .execute(&mut *tx)
-                .await?;
-            }
-            handed.push(Handed {
-                receipt: Receipt {
-                    subscription: sub.id.to_string(),
-                    offset: *offset,
-                    attempt,
-                    consumer: session_id.to_owned(),
-                },
-                deadline,
-                message,
-            });
-        }
-        tx.commit().await?;
-        if settled && !handed.is_empty() {
-            // Whatever the default outcome released is for the other members now.
-            self.shared.announce_deliveries();
-        }
-        Ok(handed)
+        let session_id = session_id.to_owned();
+        self.in_writer(move |conn| Box::pin(fetch_in(conn, session_id, max, now)))
+            .await
     }
 
     /// Settles the attempt a receipt names; `None` settles with the default outcome.
@@ -465,21 +374,53 @@ impl Store {
         outcome: Option<Outcome>,
         now: DateTime<Utc>,
     ) -> Result<(), DeliveryError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let (sub, mut lease) = leased(&mut tx, receipt).await?;
-        let outcome = outcome.unwrap_or_else(|| sub.rules.default_outcome.outcome());
-        lease.settle(
-            receipt.attempt,
-            &receipt.consumer,
-            outcome,
-            now,
-            &sub.rules.policy(),
-        )?;
-        save_lease(&mut tx, sub.id, receipt.offset, &lease).await?;
-        tx.commit().await?;
-        // Settling frees the group's next message or puts this one back.
-        self.shared.announce_deliveries();
-        Ok(())
+        let mut results = self.settle_many(&[(receipt.clone(), outcome)], now).await?;
+        results.pop().unwrap_or(Ok(()))
+    }
+
+    /// Settles several attempts in one transaction; each gets its own answer (a stale or
+    /// unknown receipt refuses that settlement alone). The outer error: nothing was settled.
+    pub async fn settle_many(
+        &self,
+        settlements: &[(Receipt, Option<Outcome>)],
+        now: DateTime<Utc>,
+    ) -> Result<Vec<Result<(), DeliveryError>>, DeliveryError> {
+        let settlements = settlements.to_vec();
+        self.in_writer(move |conn| {
+            Box::pin(async move {
+                let mut results = Vec::with_capacity(settlements.len());
+                let mut known = HashMap::new();
+                for (receipt, outcome) in &settlements {
+                    let settled = match leased(&mut *conn, receipt, &mut known).await {
+                        Ok((sub, mut lease)) => {
+                            let outcome = outcome
+                                .clone()
+                                .unwrap_or_else(|| sub.rules.default_outcome.outcome());
+                            match lease.settle(
+                                receipt.attempt,
+                                &receipt.consumer,
+                                outcome,
+                                now,
+                                &sub.rules.policy(),
+                            ) {
+                                Ok(()) => {
+                                    save_lease(&mut *conn, sub.id, receipt.offset, &lease).await?;
+                                    Ok(())
+                                }
+                                Err(stale) => Err(DeliveryError::Stale(stale)),
+                            }
+                        }
+                        Err(DeliveryError::Store(e)) => return Err(e.into()),
+                        Err(refused) => Err(refused),
+                    };
+                    results.push(settled);
+                }
+                // Settling frees a group's next message or puts messages back.
+                let wakes = results.iter().any(Result::is_ok);
+                Ok((results, wakes))
+            })
+        })
+        .await
     }
 
     /// Extends the live attempt a receipt names by one ack-wait; the confirmed new deadline.
@@ -488,13 +429,17 @@ impl Store {
         receipt: &Receipt,
         now: DateTime<Utc>,
     ) -> Result<DateTime<Utc>, DeliveryError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let (sub, mut lease) = leased(&mut tx, receipt).await?;
-        let deadline =
-            lease.extend(receipt.attempt, &receipt.consumer, now, &sub.rules.policy())?;
-        save_lease(&mut tx, sub.id, receipt.offset, &lease).await?;
-        tx.commit().await?;
-        Ok(deadline)
+        let receipt = receipt.clone();
+        self.in_writer(move |conn| {
+            Box::pin(async move {
+                let (sub, mut lease) = leased(conn, &receipt, &mut HashMap::new()).await?;
+                let deadline =
+                    lease.extend(receipt.attempt, &receipt.consumer, now, &sub.rules.policy())?;
+                save_lease(conn, sub.id, receipt.offset, &lease).await?;
+                Ok((deadline, false))
+            })
+        })
+        .await
     }
 
     /// Dead letters of a subscription with offsets above `after`, oldest first.
@@ -534,14 +479,9 @@ impl Store {
         subscription_id: i64,
         offsets: Option<&[i64]>,
         now: DateTime<Utc>,
-    ) -> Result<u64, StoreError> {
-        let replayed = self
-            .change_dead_letters(subscription_id, offsets, DeadLetterChange::Replay, now)
-            .await?;
-        if replayed > 0 {
-            self.shared.announce_deliveries();
-        }
-        Ok(replayed)
+    ) -> Result<u64, DeliveryError> {
+        self.change_dead_letters(subscription_id, offsets, DeadLetterChange::Replay, now)
+            .await
     }
 
     /// Drops dead letters (all, or those at `offsets`) for good.
@@ -550,7 +490,7 @@ impl Store {
         subscription_id: i64,
         offsets: Option<&[i64]>,
         now: DateTime<Utc>,
-    ) -> Result<u64, StoreError> {
+    ) -> Result<u64, DeliveryError> {
         self.change_dead_letters(subscription_id, offsets, DeadLetterChange::Purge, now)
             .await
     }
@@ -561,7 +501,7 @@ impl Store {
         offsets: Option<&[i64]>,
         change: DeadLetterChange,
         now: DateTime<Utc>,
-    ) -> Result<u64, StoreError> {
+    ) -> Result<u64, DeliveryError> {
         // ?2: one offset, or NULL for all of them.
         let sql = match change {
             DeadLetterChange::Replay => {
@@ -578,19 +518,24 @@ impl Store {
             None => vec![None],
             Some(offsets) => offsets.iter().copied().map(Some).collect(),
         };
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let mut changed = 0;
-        for offset in targets {
-            changed += sqlx::query(sql)
-                .bind(subscription_id)
-                .bind(offset)
-                .bind(millis(now))
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-        }
-        tx.commit().await?;
-        Ok(changed)
+        self.in_writer(move |conn| {
+            Box::pin(async move {
+                let mut changed = 0;
+                for offset in targets {
+                    changed += sqlx::query(sql)
+                        .bind(subscription_id)
+                        .bind(offset)
+                        .bind(millis(now))
+                        .execute(&mut *conn)
+                        .await?
+                        .rows_affected();
+                }
+                // Replayed messages wait for members again.
+                let wakes = matches!(change, DeadLetterChange::Replay) && changed > 0;
+                Ok((changed, wakes))
+            })
+        })
+        .await
     }
 
     /// What is overdue at `now`: lapsed sessions give back what they held, lapsed leases count
@@ -602,49 +547,9 @@ impl Store {
         now: DateTime<Utc>,
         grace: Duration,
         retention: Duration,
-    ) -> Result<Maintenance, StoreError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        let mut report = Maintenance {
-            sessions_lapsed: lapse_sessions(&mut tx, now).await?,
-            leases_lapsed: lapse_leases(&mut tx, None, now, &mut HashMap::new()).await?,
-            ..Maintenance::default()
-        };
-        let abandoned: Vec<i64> = sqlx::query_scalar(
-            "SELECT id FROM subscriptions WHERE idle_since IS NOT NULL AND idle_since < ?",
-        )
-        .bind(millis(now - grace))
-        .fetch_all(&mut *tx)
-        .await?;
-        for id in abandoned {
-            remove_subscription(&mut tx, id).await?;
-            report.subscriptions_removed += 1;
-        }
-        // Needed: beyond some subscription's cursor (not yet matched), or leased, waiting or
-        // dead-lettered in one.
-        report.inbox_purged = sqlx::query(
-            "DELETE FROM inbox WHERE offset IN (SELECT offset FROM inbox WHERE received_at < ?1 \
-             AND offset <= (SELECT COALESCE(MIN(cursor), 9223372036854775807) FROM subscriptions) \
-             AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.offset = inbox.offset \
-                             AND d.state != 'done') \
-             ORDER BY offset LIMIT 10000)",
-        )
-        .bind(millis(now - retention))
-        .execute(&mut *tx)
-        .await?
-        .rows_affected();
-        if report.inbox_purged > 0 {
-            sqlx::query(
-                "DELETE FROM deliveries WHERE state = 'done' AND NOT EXISTS \
-                 (SELECT 1 FROM inbox WHERE inbox.offset = deliveries.offset)",
-            )
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
-        if report.sessions_lapsed + report.leases_lapsed > 0 {
-            self.shared.announce_deliveries();
-        }
-        Ok(report)
+    ) -> Result<Maintenance, DeliveryError> {
+        self.in_writer(move |conn| Box::pin(maintain_in(conn, now, grace, retention)))
+            .await
     }
 
     pub async fn backlog(&self, subscription_id: i64) -> Result<Backlog, StoreError> {
@@ -680,6 +585,156 @@ impl Store {
             })
             .collect())
     }
+}
+
+/// The body of `Store::maintain_deliveries`, in the writer's transaction.
+async fn maintain_in(
+    conn: &mut SqliteConnection,
+    now: DateTime<Utc>,
+    grace: Duration,
+    retention: Duration,
+) -> Result<(Maintenance, bool), DeliveryError> {
+    let mut report = Maintenance {
+        sessions_lapsed: lapse_sessions(&mut *conn, now).await?,
+        leases_lapsed: lapse_leases(&mut *conn, None, now, &mut HashMap::new()).await?,
+        ..Maintenance::default()
+    };
+    let abandoned: Vec<i64> = sqlx::query_scalar(
+        "SELECT id FROM subscriptions WHERE idle_since IS NOT NULL AND idle_since < ?",
+    )
+    .bind(millis(now - grace))
+    .fetch_all(&mut *conn)
+    .await?;
+    for id in abandoned {
+        remove_subscription(&mut *conn, id).await?;
+        report.subscriptions_removed += 1;
+    }
+    // Needed: beyond some subscription's cursor (not yet matched), or leased, waiting or
+    // dead-lettered in one.
+    report.inbox_purged = sqlx::query(
+        "DELETE FROM inbox WHERE offset IN (SELECT offset FROM inbox WHERE received_at < ?1 \
+             AND offset <= (SELECT COALESCE(MIN(cursor), 9223372036854775807) FROM subscriptions) \
+             AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.offset = inbox.offset \
+                             AND d.state != 'done') \
+             ORDER BY offset LIMIT 10000)",
+    )
+    .bind(millis(now - retention))
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    if report.inbox_purged > 0 {
+        sqlx::query(
+            "DELETE FROM deliveries WHERE state = 'done' AND NOT EXISTS \
+                 (SELECT 1 FROM inbox WHERE inbox.offset = deliveries.offset)",
+        )
+        .execute(&mut *conn)
+        .await?;
+    }
+    let wakes = report.sessions_lapsed + report.leases_lapsed > 0;
+    Ok((report, wakes))
+}
+
+/// The body of `Store::fetch`, in the writer's transaction.
+async fn fetch_in(
+    conn: &mut SqliteConnection,
+    session_id: String,
+    max: usize,
+    now: DateTime<Utc>,
+) -> Result<(Vec<Handed>, bool), DeliveryError> {
+    let session_id = session_id.as_str();
+    let mut lapsed = lapse_sessions(&mut *conn, now).await?;
+    renew(&mut *conn, session_id, now).await?;
+    let session = session_row(&mut *conn, session_id).await?;
+    let sub = subscription_by_id(&mut *conn, session.subscription_id)
+        .await?
+        .ok_or_else(|| DeliveryError::NotFound("the subscription was deleted".into()))?;
+    let policy = sub.rules.policy();
+    lapsed += lapse_leases(&mut *conn, Some(sub.id), now, &mut HashMap::new()).await?;
+    match_new_messages(&mut *conn, &sub).await?;
+
+    let live: BTreeSet<String> =
+        sqlx::query_scalar("SELECT id FROM sessions WHERE subscription_id = ?")
+            .bind(sub.id)
+            .fetch_all(&mut *conn)
+            .await?
+            .into_iter()
+            .collect();
+    let rows = sqlx::query(
+        "SELECT d.offset, d.state, d.attempt, d.failures, d.consumer, d.due, d.avoid, \
+             d.reason, d.group_id, a.consumer FROM deliveries d LEFT JOIN group_affinity a \
+             ON a.subscription_id = d.subscription_id AND a.group_id = d.group_id \
+             WHERE d.subscription_id = ?1 AND d.state = 'available' AND d.due <= ?2 \
+             AND (d.group_id IS NULL OR NOT EXISTS (SELECT 1 FROM deliveries e \
+                  WHERE e.subscription_id = ?1 AND e.group_id = d.group_id \
+                  AND e.offset < d.offset AND e.state IN ('available', 'acquired'))) \
+             ORDER BY d.offset LIMIT ?3",
+    )
+    .bind(sub.id)
+    .bind(millis(now))
+    .bind((max as i64).saturating_mul(4).saturating_add(32))
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut candidates = Vec::with_capacity(rows.len());
+    let mut groups = Vec::with_capacity(rows.len());
+    for row in &rows {
+        candidates.push(Candidate {
+            offset: row.get(0),
+            lease: lease_from_row(row)?,
+            affinity: row.get(9),
+        });
+        groups.push(row.get::<Option<String>, _>(8));
+    }
+    let settled = sub.rules.settle_mode == SettleMode::Settled;
+    let members = Members {
+        me: session_id,
+        live: &live,
+        strict_avoid: settled,
+    };
+    let mut handed = Vec::new();
+    for i in pick(&candidates, &members, max, now) {
+        let Candidate { offset, lease, .. } = &mut candidates[i];
+        let Some(message) = inbox_entry(&mut *conn, *offset).await? else {
+            tracing::error!(
+                offset,
+                subscription = sub.id,
+                "a leased message is missing from the inbox"
+            );
+            continue;
+        };
+        let (attempt, deadline) = if settled {
+            let outcome = Some(sub.rules.default_outcome.outcome());
+            (lease.send_settled(session_id, outcome, now, &policy), None)
+        } else {
+            let attempt = lease.acquire(session_id, now, &policy);
+            (attempt, Some(now + policy.ack_wait))
+        };
+        save_lease(&mut *conn, sub.id, *offset, lease).await?;
+        if let Some(group) = &groups[i] {
+            sqlx::query(
+                "INSERT INTO group_affinity (subscription_id, group_id, consumer) \
+                     VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET consumer = excluded.consumer",
+            )
+            .bind(sub.id)
+            .bind(group)
+            .bind(session_id)
+            .execute(&mut *conn)
+            .await?;
+        }
+        handed.push(Handed {
+            receipt: Receipt {
+                subscription: sub.id.to_string(),
+                offset: *offset,
+                attempt,
+                consumer: session_id.to_owned(),
+            },
+            deadline,
+            message,
+        });
+    }
+    // What lapsed, and what the default outcome of settle mode `settled` released, is
+    // for the other members now.
+    let wakes = lapsed > 0 || (settled && !handed.is_empty());
+    Ok((handed, wakes))
 }
 
 async fn with_grants(
@@ -734,18 +789,18 @@ async fn subscription_by_name(
     }
 }
 
-async fn remove_subscription(tx: &mut Tx<'_>, id: i64) -> Result<bool, StoreError> {
+async fn remove_subscription(conn: &mut SqliteConnection, id: i64) -> Result<bool, StoreError> {
     for delete in [
         "DELETE FROM deliveries WHERE subscription_id = ?",
         "DELETE FROM sessions WHERE subscription_id = ?",
         "DELETE FROM grants WHERE subscription_id = ?",
         "DELETE FROM group_affinity WHERE subscription_id = ?",
     ] {
-        sqlx::query(delete).bind(id).execute(&mut **tx).await?;
+        sqlx::query(delete).bind(id).execute(&mut *conn).await?;
     }
     let done = sqlx::query("DELETE FROM subscriptions WHERE id = ?")
         .bind(id)
-        .execute(&mut **tx)
+        .execute(&mut *conn)
         .await?;
     Ok(done.rows_affected() == 1)
 }
@@ -760,12 +815,12 @@ fn session_from_row(row: &SqliteRow) -> Session {
     }
 }
 
-async fn session_row(tx: &mut Tx<'_>, id: &str) -> Result<Session, DeliveryError> {
+async fn session_row(conn: &mut SqliteConnection, id: &str) -> Result<Session, DeliveryError> {
     let row = sqlx::query(
         "SELECT id, subscription_id, principal, ttl_ms, expires_at FROM sessions WHERE id = ?",
     )
     .bind(id)
-    .fetch_optional(&mut **tx)
+    .fetch_optional(&mut *conn)
     .await?;
     row.as_ref()
         .map(session_from_row)
@@ -774,7 +829,7 @@ async fn session_row(tx: &mut Tx<'_>, id: &str) -> Result<Session, DeliveryError
 
 /// Renews a live session by its TTL; a lapsed or unknown one is not found.
 async fn renew(
-    tx: &mut Tx<'_>,
+    conn: &mut SqliteConnection,
     session_id: &str,
     now: DateTime<Utc>,
 ) -> Result<DateTime<Utc>, DeliveryError> {
@@ -784,7 +839,7 @@ async fn renew(
     )
     .bind(session_id)
     .bind(millis(now))
-    .fetch_optional(&mut **tx)
+    .fetch_optional(&mut *conn)
     .await?;
     expires.map(from_millis).ok_or_else(|| {
         DeliveryError::NotFound(format!(
@@ -797,19 +852,19 @@ async fn renew(
 /// groups lose their affinity, and an ephemeral subscription left without members starts its
 /// grace period.
 async fn end_session(
-    tx: &mut Tx<'_>,
+    conn: &mut SqliteConnection,
     session_id: &str,
     now: DateTime<Utc>,
 ) -> Result<bool, StoreError> {
     let sub: Option<i64> =
         sqlx::query_scalar("DELETE FROM sessions WHERE id = ? RETURNING subscription_id")
             .bind(session_id)
-            .fetch_optional(&mut **tx)
+            .fetch_optional(&mut *conn)
             .await?;
     let Some(sub_id) = sub else {
         return Ok(false);
     };
-    let Some(sub) = subscription_by_id(tx, sub_id).await? else {
+    let Some(sub) = subscription_by_id(conn, sub_id).await? else {
         return Ok(true);
     };
     let policy = sub.rules.policy();
@@ -818,17 +873,17 @@ async fn end_session(
     ))
     .bind(sub_id)
     .bind(session_id)
-    .fetch_all(&mut **tx)
+    .fetch_all(&mut *conn)
     .await?;
     for row in &rows {
         let mut lease = lease_from_row(row)?;
         lease.holder_gone(session_id, now, &policy);
-        save_lease(tx, sub_id, row.get(0), &lease).await?;
+        save_lease(conn, sub_id, row.get(0), &lease).await?;
     }
     sqlx::query("DELETE FROM group_affinity WHERE subscription_id = ? AND consumer = ?")
         .bind(sub_id)
         .bind(session_id)
-        .execute(&mut **tx)
+        .execute(&mut *conn)
         .await?;
     if !sub.rules.durable {
         sqlx::query(
@@ -837,27 +892,30 @@ async fn end_session(
         )
         .bind(sub_id)
         .bind(millis(now))
-        .execute(&mut **tx)
+        .execute(&mut *conn)
         .await?;
     }
     Ok(true)
 }
 
 /// Ends every session whose TTL passed without a fetch or heartbeat.
-async fn lapse_sessions(tx: &mut Tx<'_>, now: DateTime<Utc>) -> Result<usize, StoreError> {
+async fn lapse_sessions(
+    conn: &mut SqliteConnection,
+    now: DateTime<Utc>,
+) -> Result<usize, StoreError> {
     let lapsed: Vec<String> = sqlx::query_scalar("SELECT id FROM sessions WHERE expires_at < ?")
         .bind(millis(now))
-        .fetch_all(&mut **tx)
+        .fetch_all(&mut *conn)
         .await?;
     for id in &lapsed {
-        end_session(tx, id, now).await?;
+        end_session(conn, id, now).await?;
     }
     Ok(lapsed.len())
 }
 
 /// Leases whose deadline passed without a settle: failed attempts (`expire`).
 async fn lapse_leases(
-    tx: &mut Tx<'_>,
+    conn: &mut SqliteConnection,
     subscription: Option<i64>,
     now: DateTime<Utc>,
     policies: &mut HashMap<i64, Policy>,
@@ -868,14 +926,14 @@ async fn lapse_leases(
     ))
     .bind(millis(now))
     .bind(subscription)
-    .fetch_all(&mut **tx)
+    .fetch_all(&mut *conn)
     .await?;
     for row in &rows {
         let sub_id: i64 = row.get(10);
         let policy = match policies.entry(sub_id) {
             Entry::Occupied(known) => known.into_mut(),
             Entry::Vacant(slot) => {
-                let Some(sub) = subscription_by_id(tx, sub_id).await? else {
+                let Some(sub) = subscription_by_id(conn, sub_id).await? else {
                     continue;
                 };
                 slot.insert(sub.rules.policy())
@@ -883,20 +941,23 @@ async fn lapse_leases(
         };
         let mut lease = lease_from_row(row)?;
         lease.expire(now, policy);
-        save_lease(tx, sub_id, row.get(0), &lease).await?;
+        save_lease(conn, sub_id, row.get(0), &lease).await?;
     }
     Ok(rows.len())
 }
 
 /// Matches inbox messages beyond the subscription's cursor against its filter and gives each
 /// match a lease, then moves the cursor past them.
-async fn match_new_messages(tx: &mut Tx<'_>, sub: &Subscription) -> Result<(), StoreError> {
+async fn match_new_messages(
+    conn: &mut SqliteConnection,
+    sub: &Subscription,
+) -> Result<(), StoreError> {
     let filter = Filter::parse(&sub.filter)
         .map_err(|e| StoreError::Corrupt(format!("subscription {} filter: {e}", sub.id)))?;
     let grouped = sub.rules.ordering == Ordering::Group;
     let mut cursor: i64 = sqlx::query_scalar("SELECT cursor FROM subscriptions WHERE id = ?")
         .bind(sub.id)
-        .fetch_one(&mut **tx)
+        .fetch_one(&mut *conn)
         .await?;
     let rows = sqlx::query(
         "SELECT offset, topic, group_id, received_at FROM inbox WHERE offset > ? \
@@ -904,7 +965,7 @@ async fn match_new_messages(tx: &mut Tx<'_>, sub: &Subscription) -> Result<(), S
     )
     .bind(cursor)
     .bind(MATCH_BATCH)
-    .fetch_all(&mut **tx)
+    .fetch_all(&mut *conn)
     .await?;
     for row in &rows {
         let offset: i64 = row.get(0);
@@ -921,36 +982,43 @@ async fn match_new_messages(tx: &mut Tx<'_>, sub: &Subscription) -> Result<(), S
         .bind(offset)
         .bind(group)
         .bind(row.get::<i64, _>(3))
-        .execute(&mut **tx)
+        .execute(&mut *conn)
         .await?;
     }
     if !rows.is_empty() {
         sqlx::query("UPDATE subscriptions SET cursor = ? WHERE id = ?")
             .bind(cursor)
             .bind(sub.id)
-            .execute(&mut **tx)
+            .execute(&mut *conn)
             .await?;
     }
     Ok(())
 }
 
-/// The subscription and the stored lease a receipt names.
+/// The subscription and the stored lease a receipt names; `known` keeps the subscriptions
+/// already read in this transaction.
 async fn leased(
-    tx: &mut Tx<'_>,
+    conn: &mut SqliteConnection,
     receipt: &Receipt,
+    known: &mut HashMap<i64, Subscription>,
 ) -> Result<(Subscription, Lease), DeliveryError> {
     let not_found = || DeliveryError::NotFound("no such delivery".into());
     let sub_id: i64 = receipt.subscription.parse().map_err(|_| not_found())?;
-    let sub = subscription_by_id(tx, sub_id)
-        .await?
-        .ok_or_else(not_found)?;
+    let sub = match known.entry(sub_id) {
+        Entry::Occupied(sub) => sub.into_mut(),
+        Entry::Vacant(slot) => slot.insert(
+            subscription_by_id(conn, sub_id)
+                .await?
+                .ok_or_else(not_found)?,
+        ),
+    };
     let row = sqlx::query(select_lease!("WHERE subscription_id = ? AND offset = ?"))
         .bind(sub_id)
         .bind(receipt.offset)
-        .fetch_optional(&mut **tx)
+        .fetch_optional(&mut *conn)
         .await?
         .ok_or_else(not_found)?;
-    Ok((sub, lease_from_row(&row)?))
+    Ok((sub.clone(), lease_from_row(&row)?))
 }
 
 fn lease_from_row(row: &SqliteRow) -> Result<Lease, StoreError> {
@@ -985,7 +1053,7 @@ fn lease_from_row(row: &SqliteRow) -> Result<Lease, StoreError> {
 }
 
 async fn save_lease(
-    tx: &mut Tx<'_>,
+    conn: &mut SqliteConnection,
     subscription_id: i64,
     offset: i64,
     lease: &Lease,
@@ -1024,7 +1092,7 @@ async fn save_lease(
     .bind(reason)
     .bind(subscription_id)
     .bind(offset)
-    .execute(&mut **tx)
+    .execute(&mut *conn)
     .await?;
     Ok(())
 }

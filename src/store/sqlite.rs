@@ -16,8 +16,9 @@ use sqlx::{Connection, Row};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 use super::decide::insert_message_fault;
+use super::delivery::DeliveryError;
 use super::group_json::{decode, from_millis, millis};
-use super::writer::{Job, MAX_BATCH, run_writer};
+use super::writer::{Completion, Job, MAX_BATCH, Ran, WriterFn, run_writer};
 use super::{
     Durability, Endpoints, InboxEntry, PendingCallback, Received, ReceivedMessage, StoreConfig,
     StoreError, SweepReport,
@@ -113,6 +114,50 @@ impl Store {
             .await
             .map_err(|_| StoreError::Closed)?;
         rx.await.map_err(|_| StoreError::Closed)?
+    }
+
+    /// Runs `change` inside the writer's next transaction (group commit) and answers after the
+    /// commit that made it durable. A refusal (`DeliveryError` other than a store failure) rolls
+    /// back what the change did and is answered as it is. The change says whether it may have
+    /// made messages available (`true` wakes waiting fetches).
+    pub(super) async fn in_writer<T, F>(&self, change: F) -> Result<T, DeliveryError>
+    where
+        T: Send + 'static,
+        F: for<'c> FnOnce(
+                &'c mut SqliteConnection,
+            )
+                -> futures_util::future::BoxFuture<'c, Result<(T, bool), DeliveryError>>
+            + Send
+            + 'static,
+    {
+        let (tx, rx) = oneshot::channel::<Result<T, DeliveryError>>();
+        let shared = self.shared.clone();
+        let job: WriterFn = Box::new(move |conn| {
+            Box::pin(async move {
+                match change(conn).await {
+                    Ok((value, wakes_fetches)) => Ok(Ran::Keep(Box::new(move || {
+                        if wakes_fetches {
+                            shared.announce_deliveries();
+                        }
+                        let _ = tx.send(Ok(value));
+                    })
+                        as Completion)),
+                    Err(DeliveryError::Store(e)) => Err(e),
+                    Err(refusal) => Ok(Ran::Undo(Box::new(move || {
+                        let _ = tx.send(Err(refusal));
+                    }) as Completion)),
+                }
+            })
+        });
+        self.jobs
+            .send(Job::Run(Some(job)))
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        rx.await.map_err(|_| {
+            DeliveryError::Store(StoreError::Failed(
+                "the change was not committed; nothing was applied".into(),
+            ))
+        })?
     }
 
     /// Applies every group deadline due at `now` (expiry, idle, abort, purge) and drops

@@ -27,7 +27,31 @@ pub(super) enum Job {
         DateTime<Utc>,
         oneshot::Sender<Result<SweepReport, StoreError>>,
     ),
+    /// Any other change (delivery to applications): runs in the batch's transaction like the
+    /// others; taken out when it runs.
+    Run(Option<WriterFn>),
 }
+
+/// What runs after the commit: answers the caller (and announces what the change made
+/// possible).
+pub(super) type Completion = Box<dyn FnOnce() + Send>;
+
+/// How a `Job::Run` ended.
+pub(super) enum Ran {
+    /// Keep its changes; answer after the commit.
+    Keep(Completion),
+    /// Refused (a stale receipt, say): roll its changes back, answer with the refusal.
+    Undo(Completion),
+}
+
+/// A change to run inside the writer's transaction. An error is a store failure: a corrupt
+/// state fails the job alone, anything else the whole batch.
+pub(super) type WriterFn = Box<
+    dyn for<'c> FnOnce(
+            &'c mut SqliteConnection,
+        ) -> futures_util::future::BoxFuture<'c, Result<Ran, StoreError>>
+        + Send,
+>;
 
 /// What one job did inside the transaction, announced only after the commit.
 #[derive(Default)]
@@ -90,7 +114,7 @@ enum WriterConnection {
 /// half-done is ever committed and nobody is acked.
 async fn commit_batch(
     conn: &mut SqliteConnection,
-    batch: Vec<Job>,
+    mut batch: Vec<Job>,
     shared: &Shared,
 ) -> WriterConnection {
     if let Err(e) = sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await {
@@ -101,7 +125,7 @@ async fn commit_batch(
     let mut results = Vec::with_capacity(batch.len());
     let mut effects = Effects::default();
     let mut poisoned = None;
-    for job in &batch {
+    for job in &mut batch {
         match run_in_savepoint(conn, job, shared, &mut effects).await {
             Ok(result) => results.push(result),
             Err(e) => {
@@ -170,6 +194,7 @@ async fn commit_batch(
             (Job::Sweep(_, tx), Ok(JobResult::Swept(r))) => {
                 let _ = tx.send(Ok(r));
             }
+            (Job::Run(_), Ok(JobResult::Ran(done))) => done(),
             (job, Err(e)) => reply_err(job, e),
             (job, Ok(_)) => reply_err(job, StoreError::Failed("mismatched job result".into())),
         }
@@ -180,6 +205,7 @@ async fn commit_batch(
 enum JobResult {
     Received(Received),
     Swept(SweepReport),
+    Ran(Completion),
 }
 
 fn fail_all(batch: Vec<Job>, why: &str) {
@@ -196,6 +222,8 @@ fn reply_err(job: Job, err: StoreError) {
         Job::Sweep(_, tx) => {
             let _ = tx.send(Err(err));
         }
+        // Its caller learns of the failure when its answer is dropped unsent.
+        Job::Run(_) => tracing::warn!(error = %err, "a store change was not committed"),
     }
 }
 
@@ -204,7 +232,7 @@ fn reply_err(job: Job, err: StoreError) {
 /// trustworthy.
 async fn run_in_savepoint(
     conn: &mut SqliteConnection,
-    job: &Job,
+    job: &mut Job,
     shared: &Shared,
     effects: &mut Effects,
 ) -> Result<Result<JobResult, StoreError>, StoreError> {
@@ -217,6 +245,18 @@ async fn run_in_savepoint(
         Job::Sweep(now, _) => apply_sweep(conn, *now, &shared.policy, &mut job_effects)
             .await
             .map(JobResult::Swept),
+        Job::Run(change) => match change.take() {
+            None => Err(StoreError::Failed("a store change ran twice".into())),
+            Some(change) => match change(&mut *conn).await {
+                Ok(Ran::Keep(done)) => Ok(JobResult::Ran(done)),
+                Ok(Ran::Undo(done)) => {
+                    sqlx::query("ROLLBACK TO job").execute(&mut *conn).await?;
+                    sqlx::query("RELEASE job").execute(&mut *conn).await?;
+                    return Ok(Ok(JobResult::Ran(done)));
+                }
+                Err(e) => Err(e),
+            },
+        },
     };
     match result {
         Ok(done) => {

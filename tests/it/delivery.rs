@@ -261,6 +261,45 @@ async fn a_stale_ack_is_refused_with_the_current_attempt_and_the_message_stays_w
     assert_eq!(api.accept(&got_b[0]).await.0, 404);
 }
 
+#[tokio::test]
+async fn a_batch_of_settlements_answers_each_one_in_order() {
+    let app = gateway().await;
+    let api = Api::of(&app, OWNER);
+    let sub = api
+        .create(json!({ "name": "batch", "filter": "default/#" }))
+        .await;
+    deliver_singletons(&app, "Order", 3).await;
+    let session = api.join(sub, 3_600_000).await;
+    let got = api.fetch(&session, 10).await;
+    assert_eq!(got.len(), 3);
+    let (status, answer) = api
+        .post(
+            "/api/v1/settle",
+            json!({ "settlements": [
+                { "receipt": got[0]["receipt"], "outcome": "accepted" },
+                { "receipt": got[0]["receipt"], "outcome": "accepted" },
+                { "receipt": "1.1.31.32.00", "outcome": "accepted" },
+                { "receipt": got[1]["receipt"], "outcome": "rejected" },
+                { "receipt": got[2]["receipt"], "outcome": "bogus" },
+            ] }),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let results = answer["results"].as_array().expect("results");
+    assert_eq!(results.len(), 5);
+    assert_eq!(results[0]["settled"], true);
+    assert_eq!(
+        results[1]["status"], 409,
+        "the same receipt twice counts once"
+    );
+    assert_eq!(results[2]["status"], 400, "not issued by us");
+    assert_eq!(results[3]["settled"], true);
+    assert_eq!(results[4]["status"], 400, "unknown outcome");
+    // The third is still leased and settles on its own.
+    assert_eq!(api.accept(&got[2]).await.0, 200);
+    assert_eq!(dead_letters(&api, sub).await.len(), 1);
+}
+
 // 2. Settle mode `settled`: never left acquired, never redelivered; released goes elsewhere.
 #[tokio::test]
 async fn settled_mode_is_at_most_once_across_a_restart() {
