@@ -618,6 +618,42 @@ async fn four_members_with_a_kill_process_fifty_groups_strictly_in_sequence() {
     }
 }
 
+#[tokio::test]
+async fn start_new_skips_what_came_before_and_start_oldest_takes_it() {
+    let app = gateway().await;
+    let api = Api::of(&app, OWNER);
+    deliver_singletons(&app, "Order", 2).await;
+    let new = api
+        .create(json!({ "name": "new", "filter": "default/#" }))
+        .await;
+    let oldest = api
+        .create(json!({ "name": "oldest", "filter": "default/#", "start": "oldest" }))
+        .await;
+    deliver_singletons(&app, "Order", 1).await;
+    let from_new = api.join(new, 60_000).await;
+    let from_oldest = api.join(oldest, 60_000).await;
+    assert_eq!(api.fetch(&from_new, 10).await.len(), 1);
+    assert_eq!(api.fetch(&from_oldest, 10).await.len(), 3);
+}
+
+#[tokio::test]
+async fn a_long_poll_returns_the_message_that_arrives_while_it_waits() {
+    let app = gateway().await;
+    let api = Api::of(&app, OWNER);
+    let sub = api
+        .create(json!({ "name": "waiting", "filter": "default/#" }))
+        .await;
+    let session = api.join(sub, 60_000).await;
+    let waiting = {
+        let (api, session) = (api.clone(), session.clone());
+        tokio::spawn(async move { api.fetch_raw(&session, 10, 30_000).await })
+    };
+    deliver_singletons(&app, "Order", 1).await;
+    let (status, answer) = waiting.await.expect("fetch");
+    assert_eq!(status, 200);
+    assert_eq!(answer["messages"].as_array().expect("messages").len(), 1);
+}
+
 // 5. Overlapping subscriptions each get their copy; a non-matching topic reaches none.
 #[tokio::test]
 async fn overlapping_subscriptions_each_get_every_matching_message() {
@@ -803,10 +839,10 @@ async fn push_accepts_on_2xx_rejects_on_4xx_retries_5xx_and_timeouts_with_backof
     });
     let (status, answer) = api.post("/api/v1/subscriptions", create.clone()).await;
     assert_eq!(status, 400, "only registered webhooks: {answer}");
-    app.store
-        .add_endpoint(Endpoints::Push, &hook.url, app.clock.now_utc())
-        .await
-        .expect("register");
+    let (status, _) = Api::of(&app, ADMIN)
+        .post("/api/v1/push-endpoints", json!({ "url": hook.url }))
+        .await;
+    assert_eq!(status, 201, "registered over the admin API");
     let sub = api.create(create).await;
 
     deliver_singletons(&app, "Order", 1).await;
