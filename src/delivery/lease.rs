@@ -297,17 +297,17 @@ impl Lease {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use chrono::TimeZone;
 
-    fn t0() -> DateTime<Utc> {
+    pub(crate) fn t0() -> DateTime<Utc> {
         Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0)
             .single()
             .expect("date")
     }
 
-    fn policy() -> Policy {
+    pub(crate) fn policy() -> Policy {
         Policy {
             ack_wait: Duration::seconds(30),
             max_deliveries: 3,
@@ -315,7 +315,7 @@ mod tests {
         }
     }
 
-    fn nack() -> Outcome {
+    pub(crate) fn nack() -> Outcome {
         Outcome::Modified {
             delivery_failed: true,
             undeliverable_here: false,

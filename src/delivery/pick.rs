@@ -64,33 +64,13 @@ pub fn pick(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::delivery::lease::{Outcome, Policy};
-    use chrono::{Duration, TimeZone};
-
-    fn t0() -> DateTime<Utc> {
-        Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0)
-            .single()
-            .expect("date")
-    }
-
-    fn policy() -> Policy {
-        Policy {
-            ack_wait: Duration::seconds(30),
-            max_deliveries: 5,
-            backoff: vec![],
-        }
-    }
+    use crate::delivery::lease::tests::{nack, policy, t0};
 
     fn nacked_by(consumer: &str) -> Lease {
         let mut lease = Lease::new(t0());
         let attempt = lease.acquire(consumer, t0(), &policy());
-        let nack = Outcome::Modified {
-            delivery_failed: true,
-            undeliverable_here: false,
-            delay: None,
-        };
         lease
-            .settle(attempt, consumer, nack, t0(), &policy())
+            .settle(attempt, consumer, nack(), t0(), &policy())
             .expect("live");
         lease
     }
@@ -125,6 +105,8 @@ mod tests {
 
     #[test]
     fn a_nack_goes_elsewhere_but_comes_back_when_the_nacker_is_alone() {
+        // Past its backoff.
+        let after_backoff = t0() + chrono::Duration::seconds(5);
         let candidates = vec![Candidate {
             offset: 1,
             lease: nacked_by("a"),
@@ -136,27 +118,27 @@ mod tests {
             live: &both,
             strict_avoid: false,
         };
-        assert!(pick(&candidates, &a, 10, t0()).is_empty());
+        assert!(pick(&candidates, &a, 10, after_backoff).is_empty());
         let b = Members {
             me: "b",
             live: &both,
             strict_avoid: false,
         };
-        assert_eq!(pick(&candidates, &b, 10, t0()), vec![0]);
+        assert_eq!(pick(&candidates, &b, 10, after_backoff), vec![0]);
         let only_a = live(&["a"]);
         let a = Members {
             me: "a",
             live: &only_a,
             strict_avoid: false,
         };
-        assert_eq!(pick(&candidates, &a, 10, t0()), vec![0]);
+        assert_eq!(pick(&candidates, &a, 10, after_backoff), vec![0]);
         // Settled mode never hands it back to the member that released it.
         let a = Members {
             me: "a",
             live: &only_a,
             strict_avoid: true,
         };
-        assert!(pick(&candidates, &a, 10, t0()).is_empty());
+        assert!(pick(&candidates, &a, 10, after_backoff).is_empty());
     }
 
     #[test]

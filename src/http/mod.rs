@@ -17,6 +17,7 @@ use axum::routing::{MethodRouter, get, post};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::delivery::receipt::ReceiptKey;
+use crate::store::delivery::DeadLetterChange;
 use crate::store::{Endpoints, Store};
 
 /// What every handler may use; cheap to clone.
@@ -71,11 +72,15 @@ pub fn router(state: AppState) -> Router {
         )
         .route(
             "/api/v1/subscriptions/{id}/dead-letters/replay",
-            post(subscriptions::replay_dead_letters),
+            post(|s, h, p, b| {
+                subscriptions::change_dead_letters(DeadLetterChange::Replay, s, h, p, b)
+            }),
         )
         .route(
             "/api/v1/subscriptions/{id}/dead-letters/purge",
-            post(subscriptions::purge_dead_letters),
+            post(|s, h, p, b| {
+                subscriptions::change_dead_letters(DeadLetterChange::Purge, s, h, p, b)
+            }),
         )
         .route(
             "/api/v1/sessions/{session}",

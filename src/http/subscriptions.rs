@@ -27,7 +27,7 @@ use crate::delivery::pull::fetch_waiting;
 use crate::delivery::receipt::{Receipt, ReceiptError};
 use crate::delivery::subscription::{CreateRequest, Mode, SpecError};
 use crate::store::Endpoints;
-use crate::store::delivery::{DeliveryError, Subscription};
+use crate::store::delivery::{DeadLetterChange, DeliveryError, Subscription};
 use crate::wsr::datetime::date_time_string;
 
 const MAX_FETCH: usize = 1000;
@@ -663,7 +663,9 @@ struct DeadLetterSelection {
     offsets: Option<Vec<i64>>,
 }
 
-pub async fn replay_dead_letters(
+/// `POST …/dead-letters/replay` and `…/purge`.
+pub async fn change_dead_letters(
+    change: DeadLetterChange,
     State(app): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<i64>,
@@ -672,25 +674,13 @@ pub async fn replay_dead_letters(
     let caller = consumer(&app, &headers)?;
     managed(&app, &caller, id).await?;
     let selection: DeadLetterSelection = body(&bytes)?;
-    let replayed = app
+    let changed = app
         .store
-        .replay_dead_letters(id, selection.offsets.as_deref(), app.clock.now())
+        .change_dead_letters(id, selection.offsets.as_deref(), change, app.clock.now())
         .await?;
-    Ok(Json(json!({ "replayed": replayed })))
-}
-
-pub async fn purge_dead_letters(
-    State(app): State<AppState>,
-    headers: HeaderMap,
-    Path(id): Path<i64>,
-    bytes: Bytes,
-) -> Result<Json<Value>, Problem> {
-    let caller = consumer(&app, &headers)?;
-    managed(&app, &caller, id).await?;
-    let selection: DeadLetterSelection = body(&bytes)?;
-    let purged = app
-        .store
-        .purge_dead_letters(id, selection.offsets.as_deref(), app.clock.now())
-        .await?;
-    Ok(Json(json!({ "purged": purged })))
+    let key = match change {
+        DeadLetterChange::Replay => "replayed",
+        DeadLetterChange::Purge => "purged",
+    };
+    Ok(Json(json!({ key: changed })))
 }

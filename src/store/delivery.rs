@@ -134,8 +134,9 @@ impl From<sqlx::Error> for DeliveryError {
     }
 }
 
-#[derive(Clone, Copy)]
-enum DeadLetterChange {
+/// What to do with dead letters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeadLetterChange {
     Replay,
     Purge,
 }
@@ -472,30 +473,9 @@ impl Store {
         Ok(letters)
     }
 
-    /// Puts dead letters (all, or those at `offsets`) back in the subscription as new: their
-    /// failure count starts over.
-    pub async fn replay_dead_letters(
-        &self,
-        subscription_id: i64,
-        offsets: Option<&[i64]>,
-        now: DateTime<Utc>,
-    ) -> Result<u64, DeliveryError> {
-        self.change_dead_letters(subscription_id, offsets, DeadLetterChange::Replay, now)
-            .await
-    }
-
-    /// Drops dead letters (all, or those at `offsets`) for good.
-    pub async fn purge_dead_letters(
-        &self,
-        subscription_id: i64,
-        offsets: Option<&[i64]>,
-        now: DateTime<Utc>,
-    ) -> Result<u64, DeliveryError> {
-        self.change_dead_letters(subscription_id, offsets, DeadLetterChange::Purge, now)
-            .await
-    }
-
-    async fn change_dead_letters(
+    /// Replays dead letters (back in the subscription as new: their failure count starts
+    /// over) or purges them for good: all of the subscription's, or those at `offsets`.
+    pub async fn change_dead_letters(
         &self,
         subscription_id: i64,
         offsets: Option<&[i64]>,
