@@ -15,7 +15,7 @@ use wsr_gateway::wsr::{
     GroupId, Headers, MessageId, ReplyPattern, Request, SequenceNum, SoapVersion, write_envelope,
 };
 
-use super::support::{ClockExt, TestApp, spawn_app_with, start, start_gateway};
+use super::support::{ClockExt, TestApp, serve_local, spawn_app_with, start, start_gateway};
 
 const OWNER: &str = "billing-token-0000000001";
 const OTHER: &str = "shipping-token-000000002";
@@ -766,13 +766,7 @@ async fn webhook(plan: Vec<u16>, hold_ms: u64) -> Webhook {
         }
     };
     let router = axum::Router::new().route("/hook", axum::routing::post(handler));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let url = format!("http://{}/hook", listener.local_addr().expect("addr"));
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, router).await;
-    });
+    let url = format!("{}/hook", serve_local(router).await);
     Webhook {
         url,
         received: rx,

@@ -436,13 +436,7 @@ impl LossyProxy {
             }
         };
         let router = axum::Router::new().route("/", axum::routing::post(handler));
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind proxy");
-        let url = format!("http://{}/", listener.local_addr().expect("addr"));
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, router).await;
-        });
+        let url = format!("{}/", super::support::serve_local(router).await);
         LossyProxy {
             url,
             lost_requests,

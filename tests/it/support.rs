@@ -292,7 +292,6 @@ pub fn xs(t: DateTime<Utc>) -> String {
 pub struct MockPartner {
     pub url: String,
     pub received: mpsc::UnboundedReceiver<(HeaderMap, String)>,
-    _server: JoinHandle<()>,
 }
 
 pub async fn mock_partner(statuses: Vec<u16>) -> MockPartner {
@@ -313,18 +312,8 @@ pub async fn mock_partner(statuses: Vec<u16>) -> MockPartner {
         }
     };
     let router = axum::Router::new().route("/callback", axum::routing::post(handler));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind mock");
-    let url = format!("http://{}/callback", listener.local_addr().expect("addr"));
-    let server = tokio::spawn(async move {
-        let _ = axum::serve(listener, router).await;
-    });
-    MockPartner {
-        url,
-        received: rx,
-        _server: server,
-    }
+    let url = format!("{}/callback", serve_local(router).await);
+    MockPartner { url, received: rx }
 }
 
 impl MockPartner {
@@ -348,6 +337,18 @@ impl MockPartner {
             .expect("a callback arrives within 10 s")
             .expect("mock partner alive")
     }
+}
+
+/// Serves `router` on 127.0.0.1, port 0, in the background; its base URL.
+pub async fn serve_local(router: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind a local server");
+    let base = format!("http://{}", listener.local_addr().expect("addr"));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    base
 }
 
 /// Starts `wsr-gateway serve --config FILE` as a child process and waits until it listens.
