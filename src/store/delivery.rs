@@ -24,6 +24,9 @@ use crate::delivery::subscription::{Ordering, Rules, SettleMode, Spec, Start};
 /// Inbox messages matched against one subscription's filter per pass.
 const MATCH_BATCH: i64 = 2_000;
 
+/// Pages of candidates one fetch looks through at most.
+const CANDIDATE_PAGES: usize = 8;
+
 /// `SELECT` of a subscription row (as `with_grants` reads it) followed by `$rest`.
 macro_rules! select_subscription {
     ($rest:literal) => {
@@ -609,6 +612,14 @@ async fn maintain_in(
         )
         .execute(&mut *conn)
         .await?;
+        // A group keeps its member while any of its messages is retained.
+        sqlx::query(
+            "DELETE FROM group_affinity WHERE NOT EXISTS (SELECT 1 FROM deliveries d \
+             WHERE d.subscription_id = group_affinity.subscription_id \
+             AND d.group_id = group_affinity.group_id)",
+        )
+        .execute(&mut *conn)
+        .await?;
     }
     let wakes = report.sessions_lapsed + report.leases_lapsed > 0;
     Ok((report, wakes))
@@ -628,7 +639,6 @@ async fn fetch_in(
     let sub = subscription_by_id(&mut *conn, session.subscription_id)
         .await?
         .ok_or_else(|| DeliveryError::NotFound("the subscription was deleted".into()))?;
-    let policy = sub.rules.policy();
     lapsed += lapse_leases(&mut *conn, Some(sub.id), now, &mut HashMap::new()).await?;
     match_new_messages(&mut *conn, &sub).await?;
 
@@ -639,82 +649,113 @@ async fn fetch_in(
             .await?
             .into_iter()
             .collect();
-    let rows = sqlx::query(
-        "SELECT d.offset, d.state, d.attempt, d.failures, d.consumer, d.due, d.avoid, \
-             d.reason, d.group_id, a.consumer FROM deliveries d LEFT JOIN group_affinity a \
-             ON a.subscription_id = d.subscription_id AND a.group_id = d.group_id \
-             WHERE d.subscription_id = ?1 AND d.state = 'available' AND d.due <= ?2 \
-             AND (d.group_id IS NULL OR NOT EXISTS (SELECT 1 FROM deliveries e \
-                  WHERE e.subscription_id = ?1 AND e.group_id = d.group_id \
-                  AND e.offset < d.offset AND e.state IN ('available', 'acquired'))) \
-             ORDER BY d.offset LIMIT ?3",
-    )
-    .bind(sub.id)
-    .bind(millis(now))
-    .bind((max as i64).saturating_mul(4).saturating_add(32))
-    .fetch_all(&mut *conn)
-    .await?;
-    let mut candidates = Vec::with_capacity(rows.len());
-    let mut groups = Vec::with_capacity(rows.len());
-    for row in &rows {
-        candidates.push(Candidate {
-            offset: row.get(0),
-            lease: lease_from_row(row)?,
-            affinity: row.get(9),
-        });
-        groups.push(row.get::<Option<String>, _>(8));
-    }
     let settled = sub.rules.settle_mode == SettleMode::Settled;
     let members = Members {
         me: session_id,
         live: &live,
         strict_avoid: settled,
     };
+    // Candidates page by page: those held back (by another member's group affinity, or kept
+    // from this member) must not hide the ones after them.
+    let page = (max as i64).saturating_mul(4).saturating_add(32);
+    let mut after = 0i64;
     let mut handed = Vec::new();
-    for i in pick(&candidates, &members, max, now) {
-        let Candidate { offset, lease, .. } = &mut candidates[i];
-        let Some(message) = inbox_entry(&mut *conn, *offset).await? else {
-            tracing::error!(
-                offset,
-                subscription = sub.id,
-                "a leased message is missing from the inbox"
-            );
-            continue;
-        };
-        let (attempt, deadline) = if settled {
-            let outcome = Some(sub.rules.default_outcome.outcome());
-            (lease.send_settled(session_id, outcome, now, &policy), None)
-        } else {
-            let attempt = lease.acquire(session_id, now, &policy);
-            (attempt, Some(now + policy.ack_wait))
-        };
-        save_lease(&mut *conn, sub.id, *offset, lease).await?;
-        if let Some(group) = &groups[i] {
-            sqlx::query(
-                "INSERT INTO group_affinity (subscription_id, group_id, consumer) \
-                     VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET consumer = excluded.consumer",
-            )
-            .bind(sub.id)
-            .bind(group)
-            .bind(session_id)
-            .execute(&mut *conn)
-            .await?;
+    for _ in 0..CANDIDATE_PAGES {
+        let rows = sqlx::query(
+            "SELECT d.offset, d.state, d.attempt, d.failures, d.consumer, d.due, d.avoid, \
+             d.reason, d.group_id, a.consumer FROM deliveries d LEFT JOIN group_affinity a \
+             ON a.subscription_id = d.subscription_id AND a.group_id = d.group_id \
+             WHERE d.subscription_id = ?1 AND d.state = 'available' AND d.due <= ?2 \
+             AND d.offset > ?4 \
+             AND (d.group_id IS NULL OR NOT EXISTS (SELECT 1 FROM deliveries e \
+                  WHERE e.subscription_id = ?1 AND e.group_id = d.group_id \
+                  AND e.offset < d.offset AND e.state IN ('available', 'acquired'))) \
+             ORDER BY d.offset LIMIT ?3",
+        )
+        .bind(sub.id)
+        .bind(millis(now))
+        .bind(page)
+        .bind(after)
+        .fetch_all(&mut *conn)
+        .await?;
+        let mut candidates = Vec::with_capacity(rows.len());
+        for row in &rows {
+            candidates.push(Candidate {
+                offset: row.get(0),
+                lease: lease_from_row(row)?,
+                affinity: row.get(9),
+            });
         }
-        handed.push(Handed {
-            receipt: Receipt {
-                subscription: sub.id.to_string(),
-                offset: *offset,
-                attempt,
-                consumer: session_id.to_owned(),
-            },
-            deadline,
-            message,
-        });
+        for i in pick(&candidates, &members, max - handed.len(), now) {
+            let group: Option<String> = rows[i].get(8);
+            let candidate = &mut candidates[i];
+            if let Some(h) =
+                hand_out(conn, &sub, session_id, candidate, group, settled, now).await?
+            {
+                handed.push(h);
+            }
+        }
+        match candidates.last() {
+            Some(last) if handed.len() < max && rows.len() as i64 == page => after = last.offset,
+            _ => break,
+        }
     }
     // What lapsed, and what the default outcome of settle mode `settled` released, is
     // for the other members now.
     let wakes = lapsed > 0 || (settled && !handed.is_empty());
     Ok((handed, wakes))
+}
+
+/// Leases one picked message to `session_id` (or, in settle mode `settled`, settles it as
+/// sent) and binds its group to the member.
+async fn hand_out(
+    conn: &mut SqliteConnection,
+    sub: &Subscription,
+    session_id: &str,
+    candidate: &mut Candidate,
+    group: Option<String>,
+    settled: bool,
+    now: DateTime<Utc>,
+) -> Result<Option<Handed>, StoreError> {
+    let Candidate { offset, lease, .. } = candidate;
+    let Some(message) = inbox_entry(&mut *conn, *offset).await? else {
+        tracing::error!(
+            offset,
+            subscription = sub.id,
+            "a leased message is missing from the inbox"
+        );
+        return Ok(None);
+    };
+    let policy = sub.rules.policy();
+    let (attempt, deadline) = if settled {
+        let outcome = Some(sub.rules.default_outcome.outcome());
+        (lease.send_settled(session_id, outcome, now, &policy), None)
+    } else {
+        let attempt = lease.acquire(session_id, now, &policy);
+        (attempt, Some(now + policy.ack_wait))
+    };
+    save_lease(&mut *conn, sub.id, *offset, lease).await?;
+    if let Some(group) = group {
+        sqlx::query(
+            "INSERT INTO group_affinity (subscription_id, group_id, consumer) VALUES (?, ?, ?) \
+             ON CONFLICT DO UPDATE SET consumer = excluded.consumer",
+        )
+        .bind(sub.id)
+        .bind(group)
+        .bind(session_id)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(Some(Handed {
+        receipt: Receipt {
+            subscription: sub.id.to_string(),
+            offset: *offset,
+            attempt,
+            consumer: session_id.to_owned(),
+        },
+        deadline,
+        message,
+    }))
 }
 
 async fn with_grants(

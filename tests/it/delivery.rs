@@ -654,6 +654,34 @@ async fn a_long_poll_returns_the_message_that_arrives_while_it_waits() {
     assert_eq!(answer["messages"].as_array().expect("messages").len(), 1);
 }
 
+#[tokio::test]
+async fn groups_bound_to_another_member_do_not_hide_a_free_group_behind_them() {
+    let app = gateway().await;
+    let api = Api::of(&app, OWNER);
+    let sub = api
+        .create(json!({ "name": "$share/bound/default/#", "ordering": "group" }))
+        .await;
+    let a = api.join(sub, 3_600_000).await;
+    let b = api.join(sub, 3_600_000).await;
+    let step =
+        |g: usize, n: u64| wsr_message("Step", &format!("mid:bound-{g}@test"), Some(n), true);
+    for g in 0..40 {
+        deliver(&app.url(""), &app.client, step(g, 0)).await;
+    }
+    for m in api.fetch(&a, 100).await {
+        assert_eq!(api.accept(&m).await.0, 200);
+    }
+    // Every group's next message stays with A while A lives; one fetch page (36 rows for
+    // max 1) is all A's.
+    for g in 0..40 {
+        deliver(&app.url(""), &app.client, step(g, 1)).await;
+    }
+    deliver(&app.url(""), &app.client, step(40, 0)).await;
+    let got = api.fetch(&b, 1).await;
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0]["group_id"], "mid:bound-40@test");
+}
+
 // 5. Overlapping subscriptions each get their copy; a non-matching topic reaches none.
 #[tokio::test]
 async fn overlapping_subscriptions_each_get_every_matching_message() {
