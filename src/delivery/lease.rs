@@ -205,14 +205,17 @@ impl Lease {
         policy: &Policy,
     ) -> u32 {
         let attempt = self.acquire(consumer, now, policy);
+        // DESIGN §5: accepted (or none) removes it; every other outcome releases it to the
+        // other members — a consumer that never saw a chance to answer cannot reject it.
         let outcome = match default_outcome {
             None | Some(Outcome::Accepted) => Outcome::Accepted,
-            Some(Outcome::Rejected) => Outcome::Rejected,
-            Some(Outcome::Released) | Some(Outcome::Modified { .. }) => Outcome::Modified {
-                delivery_failed: false,
-                undeliverable_here: true,
-                delay: None,
-            },
+            Some(Outcome::Rejected) | Some(Outcome::Released) | Some(Outcome::Modified { .. }) => {
+                Outcome::Modified {
+                    delivery_failed: false,
+                    undeliverable_here: true,
+                    delay: None,
+                }
+            }
         };
         self.apply(consumer, outcome, now, policy);
         attempt
@@ -287,7 +290,11 @@ impl Lease {
                         None => Duration::zero(),
                     };
                     State::Available {
-                        not_before: now + wait,
+                        // A delay past the end of time is no delay the API lets through;
+                        // saturate rather than panic inside the store's writer.
+                        not_before: now
+                            .checked_add_signed(wait)
+                            .unwrap_or(DateTime::<Utc>::MAX_UTC),
                         avoid,
                     }
                 }
@@ -419,8 +426,10 @@ pub(crate) mod tests {
         assert!(m.available_to("B", false, t0()));
         m.send_settled("B", None, t0(), &p);
         assert_eq!(m.state, State::Done);
+        // Rejected as a default outcome releases too (DESIGN §5).
         let mut r = Lease::new(t0());
         r.send_settled("A", Some(Outcome::Rejected), t0(), &p);
-        assert!(matches!(r.state, State::DeadLettered { .. }));
+        assert!(!r.available_to("A", false, t0()));
+        assert!(r.available_to("B", false, t0()));
     }
 }

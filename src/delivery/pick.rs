@@ -40,9 +40,15 @@ pub fn pick(
         if chosen.len() >= max {
             break;
         }
-        // A group stays with its member while that member lives.
+        // A group stays with its member while that member lives — unless the message is to
+        // be kept from that member (it nacked it, or let its lease lapse): then the group
+        // moves on rather than wait for the member to leave.
         if let Some(holder) = &candidate.affinity {
-            if holder != members.me && members.live.contains(holder) {
+            let kept_from_holder = candidate
+                .lease
+                .avoided()
+                .is_some_and(|avoid| avoid.contains(holder));
+            if holder != members.me && members.live.contains(holder) && !kept_from_holder {
                 continue;
             }
         }
@@ -101,6 +107,23 @@ mod tests {
             strict_avoid: false,
         };
         assert_eq!(pick(&candidates, &b, 10, t0()), vec![0]);
+    }
+
+    #[test]
+    fn a_group_whose_member_nacked_its_head_moves_to_another_member() {
+        let after_backoff = t0() + chrono::Duration::seconds(5);
+        let candidates = vec![Candidate {
+            offset: 1,
+            lease: nacked_by("a"),
+            affinity: Some("a".into()),
+        }];
+        let both = live(&["a", "b"]);
+        let b = Members {
+            me: "b",
+            live: &both,
+            strict_avoid: false,
+        };
+        assert_eq!(pick(&candidates, &b, 10, after_backoff), vec![0]);
     }
 
     #[test]

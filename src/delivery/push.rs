@@ -76,7 +76,12 @@ async fn worker(store: Store, clock: Arc<dyn Clock>, sub: Subscription) {
     let ack_wait = sub.rules.policy().ack_wait.to_std().unwrap_or(IDLE);
     // Answer (or give up) before the lease ends, so the settle still counts.
     let timeout = ack_wait.mul_f64(0.9).max(Duration::from_millis(1));
-    let client = match reqwest::Client::builder().timeout(timeout).build() {
+    // No redirects: only the registered URL is ever POSTed to (a 3xx is a failed attempt).
+    let client = match reqwest::Client::builder()
+        .timeout(timeout)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+    {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "cannot build the push HTTP client");

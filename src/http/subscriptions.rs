@@ -33,6 +33,8 @@ use crate::wsr::datetime::date_time_string;
 const MAX_FETCH: usize = 1000;
 const MAX_WAIT: Duration = Duration::from_secs(60);
 const MAX_TTL_MS: u64 = 3_600_000;
+const MAX_DELAY_MS: u64 = 7 * 24 * 3_600_000;
+const MAX_OFFSETS: usize = 1000;
 
 impl From<DeliveryError> for Problem {
     fn from(e: DeliveryError) -> Problem {
@@ -229,7 +231,7 @@ pub async fn revoke(
 ) -> Result<StatusCode, Problem> {
     let caller = consumer(&app, &headers)?;
     managed(&app, &caller, id).await?;
-    if app.store.revoke(id, &principal).await? {
+    if app.store.revoke(id, &principal, app.clock.now()).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(Problem(
@@ -349,6 +351,13 @@ async fn own_session(
     if !sub.admits(&caller.principal) {
         return Err(forbidden(caller, &sub));
     }
+    if matches!(sub.rules.mode, Mode::Push { .. }) {
+        return Err(Problem(
+            StatusCode::CONFLICT,
+            "conflict",
+            format!("session {id:?} is the gateway's own push worker"),
+        ));
+    }
     Ok(session)
 }
 
@@ -432,9 +441,18 @@ impl SettleBody {
             None | Some("modified") => Some(Outcome::Modified {
                 delivery_failed: self.delivery_failed,
                 undeliverable_here: self.undeliverable_here,
-                delay: self
-                    .delay_ms
-                    .map(|ms| chrono::Duration::milliseconds(ms.min(i64::MAX as u64) as i64)),
+                delay: match self.delay_ms {
+                    None => None,
+                    Some(ms) if ms <= MAX_DELAY_MS => {
+                        Some(chrono::Duration::milliseconds(ms as i64))
+                    }
+                    Some(_) => {
+                        return Err(Problem::field(
+                            "delay_ms",
+                            format!("at most {MAX_DELAY_MS} (one week)"),
+                        ));
+                    }
+                },
             }),
             Some(plain) if modifiers => {
                 return Err(Problem::field(
@@ -674,6 +692,16 @@ pub async fn change_dead_letters(
     let caller = consumer(&app, &headers)?;
     managed(&app, &caller, id).await?;
     let selection: DeadLetterSelection = body(&bytes)?;
+    if selection
+        .offsets
+        .as_ref()
+        .is_some_and(|o| o.len() > MAX_OFFSETS)
+    {
+        return Err(Problem::field(
+            "offsets",
+            format!("at most {MAX_OFFSETS} per request; leave it out for all"),
+        ));
+    }
     let changed = app
         .store
         .change_dead_letters(id, selection.offsets.as_deref(), change, app.clock.now())

@@ -191,7 +191,7 @@ impl Store {
                     "subscription {name:?} belongs to another application"
                 )));
             }
-            if existing.rules != spec.rules {
+            if existing.rules != spec.rules || existing.filter != spec.id.filter().as_str() {
                 return Err(DeliveryError::Conflict(format!(
                     "subscription {name:?} exists with other rules; delete it first"
                 )));
@@ -266,13 +266,37 @@ impl Store {
         Ok(())
     }
 
-    pub async fn revoke(&self, id: i64, principal: &str) -> Result<bool, StoreError> {
-        let done = sqlx::query("DELETE FROM grants WHERE subscription_id = ? AND principal = ?")
-            .bind(id)
-            .bind(principal)
-            .execute(&self.pool)
-            .await?;
-        Ok(done.rows_affected() == 1)
+    /// Withdraws a grant; the principal's sessions on the subscription end with it (what they
+    /// held goes back to the others at once).
+    pub async fn revoke(
+        &self,
+        id: i64,
+        principal: &str,
+        now: DateTime<Utc>,
+    ) -> Result<bool, DeliveryError> {
+        let principal = principal.to_owned();
+        self.in_writer(move |conn| {
+            Box::pin(async move {
+                let done =
+                    sqlx::query("DELETE FROM grants WHERE subscription_id = ? AND principal = ?")
+                        .bind(id)
+                        .bind(&principal)
+                        .execute(&mut *conn)
+                        .await?;
+                let sessions: Vec<String> = sqlx::query_scalar(
+                    "SELECT id FROM sessions WHERE subscription_id = ? AND principal = ?",
+                )
+                .bind(id)
+                .bind(&principal)
+                .fetch_all(&mut *conn)
+                .await?;
+                for session in &sessions {
+                    end_session(conn, session, now).await?;
+                }
+                Ok((done.rows_affected() == 1, !sessions.is_empty()))
+            })
+        })
+        .await
     }
 
     /// Starts a consumer session (a member) on a subscription.
@@ -288,6 +312,17 @@ impl Store {
         let (session_id, principal) = (session_id.to_owned(), principal.to_owned());
         self.in_writer(move |conn| {
             Box::pin(async move {
+                // Checked here, in the writer: a subscription deleted meanwhile gets no member.
+                let exists: Option<i64> =
+                    sqlx::query_scalar("SELECT 1 FROM subscriptions WHERE id = ?")
+                        .bind(subscription_id)
+                        .fetch_optional(&mut *conn)
+                        .await?;
+                if exists.is_none() {
+                    return Err(DeliveryError::NotFound(format!(
+                        "no subscription {subscription_id}"
+                    )));
+                }
                 // A session id reused (a push worker restarting) first gives up what it held.
                 end_session(&mut *conn, &session_id, now).await?;
                 sqlx::query(
@@ -394,6 +429,7 @@ impl Store {
             Box::pin(async move {
                 let mut results = Vec::with_capacity(settlements.len());
                 let mut known = HashMap::new();
+                let mut wakes = false;
                 for (receipt, outcome) in &settlements {
                     let settled = match leased(&mut *conn, receipt, &mut known).await {
                         Ok((sub, mut lease)) => {
@@ -408,7 +444,11 @@ impl Store {
                                 &sub.rules.policy(),
                             ) {
                                 Ok(()) => {
-                                    save_lease(&mut *conn, sub.id, receipt.offset, &lease).await?;
+                                    save_lease(&mut *conn, sub.id, receipt.offset, &lease, now)
+                                        .await?;
+                                    // Back in the subscription, or the group's next is free.
+                                    wakes |= matches!(lease.state, State::Available { .. })
+                                        || sub.rules.ordering == Ordering::Group;
                                     Ok(())
                                 }
                                 Err(stale) => Err(DeliveryError::Stale(stale)),
@@ -419,8 +459,6 @@ impl Store {
                     };
                     results.push(settled);
                 }
-                // Settling frees a group's next message or puts messages back.
-                let wakes = results.iter().any(Result::is_ok);
                 Ok((results, wakes))
             })
         })
@@ -439,7 +477,7 @@ impl Store {
                 let (sub, mut lease) = leased(conn, &receipt, &mut HashMap::new()).await?;
                 let deadline =
                     lease.extend(receipt.attempt, &receipt.consumer, now, &sub.rules.policy())?;
-                save_lease(conn, sub.id, receipt.offset, &lease).await?;
+                save_lease(conn, sub.id, receipt.offset, &lease, now).await?;
                 Ok((deadline, false))
             })
         })
@@ -593,12 +631,13 @@ async fn maintain_in(
         report.subscriptions_removed += 1;
     }
     // Needed: beyond some subscription's cursor (not yet matched), or leased, waiting or
-    // dead-lettered in one.
+    // dead-lettered in one. Purged once no longer needed and both its arrival and its last
+    // settling are older than the retention.
     report.inbox_purged = sqlx::query(
         "DELETE FROM inbox WHERE offset IN (SELECT offset FROM inbox WHERE received_at < ?1 \
              AND offset <= (SELECT COALESCE(MIN(cursor), 9223372036854775807) FROM subscriptions) \
              AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.offset = inbox.offset \
-                             AND d.state != 'done') \
+                             AND (d.state != 'done' OR d.due >= ?1)) \
              ORDER BY offset LIMIT 10000)",
     )
     .bind(millis(now - retention))
@@ -660,6 +699,7 @@ async fn fetch_in(
     let page = (max as i64).saturating_mul(4).saturating_add(32);
     let mut after = 0i64;
     let mut handed = Vec::new();
+    let mut released = false;
     for _ in 0..CANDIDATE_PAGES {
         let rows = sqlx::query(
             "SELECT d.offset, d.state, d.attempt, d.failures, d.consumer, d.due, d.avoid, \
@@ -669,7 +709,8 @@ async fn fetch_in(
              AND d.offset > ?4 \
              AND (d.group_id IS NULL OR NOT EXISTS (SELECT 1 FROM deliveries e \
                   WHERE e.subscription_id = ?1 AND e.group_id = d.group_id \
-                  AND e.offset < d.offset AND e.state IN ('available', 'acquired'))) \
+                  AND e.offset != d.offset AND (e.state = 'acquired' \
+                       OR (e.state = 'available' AND e.offset < d.offset)))) \
              ORDER BY d.offset LIMIT ?3",
         )
         .bind(sub.id)
@@ -693,6 +734,7 @@ async fn fetch_in(
                 hand_out(conn, &sub, session_id, candidate, group, settled, now).await?
             {
                 handed.push(h);
+                released |= matches!(candidate.lease.state, State::Available { .. });
             }
         }
         match candidates.last() {
@@ -702,7 +744,7 @@ async fn fetch_in(
     }
     // What lapsed, and what the default outcome of settle mode `settled` released, is
     // for the other members now.
-    let wakes = lapsed > 0 || (settled && !handed.is_empty());
+    let wakes = lapsed > 0 || released;
     Ok((handed, wakes))
 }
 
@@ -734,7 +776,7 @@ async fn hand_out(
         let attempt = lease.acquire(session_id, now, &policy);
         (attempt, Some(now + policy.ack_wait))
     };
-    save_lease(&mut *conn, sub.id, *offset, lease).await?;
+    save_lease(&mut *conn, sub.id, *offset, lease, now).await?;
     if let Some(group) = group {
         sqlx::query(
             "INSERT INTO group_affinity (subscription_id, group_id, consumer) VALUES (?, ?, ?) \
@@ -899,7 +941,7 @@ async fn end_session(
     for row in &rows {
         let mut lease = lease_from_row(row)?;
         lease.holder_gone(session_id, now, &policy);
-        save_lease(conn, sub_id, row.get(0), &lease).await?;
+        save_lease(conn, sub_id, row.get(0), &lease, now).await?;
     }
     sqlx::query("DELETE FROM group_affinity WHERE subscription_id = ? AND consumer = ?")
         .bind(sub_id)
@@ -962,7 +1004,7 @@ async fn lapse_leases(
         };
         let mut lease = lease_from_row(row)?;
         lease.expire(now, policy);
-        save_lease(conn, sub_id, row.get(0), &lease).await?;
+        save_lease(conn, sub_id, row.get(0), &lease, now).await?;
     }
     Ok(rows.len())
 }
@@ -1073,11 +1115,14 @@ fn lease_from_row(row: &SqliteRow) -> Result<Lease, StoreError> {
     })
 }
 
+/// Stores a lease. `due` holds the lease's time: not-before, deadline, or — for a settled or
+/// dead-lettered one — when that happened (`now`), from which inbox retention counts.
 async fn save_lease(
     conn: &mut SqliteConnection,
     subscription_id: i64,
     offset: i64,
     lease: &Lease,
+    now: DateTime<Utc>,
 ) -> Result<(), StoreError> {
     let none = BTreeSet::new();
     let (state, consumer, due, avoid, reason) = match &lease.state {
@@ -1095,8 +1140,8 @@ async fn save_lease(
             avoid,
             None,
         ),
-        State::Done => ("done", None, 0, &none, None),
-        State::DeadLettered { reason } => ("dead", None, 0, &none, Some(reason.as_str())),
+        State::Done => ("done", None, millis(now), &none, None),
+        State::DeadLettered { reason } => ("dead", None, millis(now), &none, Some(reason.as_str())),
     };
     let avoid = serde_json::to_string(avoid)
         .map_err(|e| StoreError::Failed(format!("cannot encode a lease: {e}")))?;

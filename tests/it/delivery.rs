@@ -471,6 +471,8 @@ async fn a_nack_goes_to_another_member_with_backoff_and_max_deliveries_dead_lett
     let a = api.join(sub, 3_600_000).await;
     let b = api.join(sub, 3_600_000).await;
     let first = api.fetch(&a, 1).await;
+    let too_long = json!({ "outcome": "modified", "delay_ms": 9_000_000_000_000_000u64 });
+    assert_eq!(api.settle(&first[0], too_long).await.0, 400);
     let nack = json!({ "outcome": "modified", "delivery_failed": true });
     assert_eq!(api.settle(&first[0], nack.clone()).await.0, 200);
     assert!(api.fetch(&b, 1).await.is_empty(), "backoff first");
@@ -762,7 +764,14 @@ async fn without_a_grant_join_fetch_and_settle_are_forbidden_and_a_share_name_ca
     let theirs = other.join(sub, 60_000).await;
     let got_other = other.fetch(&theirs, 10).await;
     assert_eq!(got_other.len(), 1, "the one not leased to the owner");
-    assert_eq!(other.accept(&got_other[0]).await.0, 200);
+
+    // Revoking ends their session: what they held goes back at once, their receipt is dead.
+    assert_eq!(owner.call(reqwest::Method::DELETE, &grant, None).await.0, 204);
+    assert_eq!(other.accept(&got_other[0]).await.0, 403);
+    assert_eq!(other.fetch_raw(&theirs, 10, 0).await.0, 404);
+    let back = owner.fetch(&session, 10).await;
+    assert_eq!(offsets(&back), offsets(&got_other));
+    assert_eq!(back[0]["attempt"], 2);
 }
 
 // 7. Push.
@@ -986,7 +995,8 @@ async fn an_ephemeral_subscription_goes_after_its_last_member_and_the_inbox_is_p
     let session = api.join(durable, 3_600_000).await;
     let got = api.fetch(&session, 10).await;
     assert_eq!(api.accept(&got[0]).await.0, 200);
-    app.clock.advance(Duration::hours(1));
+    // Retention counts from the later of arrival and settling.
+    app.clock.advance(Duration::hours(1) + Duration::seconds(1));
     app.store
         .maintain_deliveries(
             app.clock.now_utc(),
