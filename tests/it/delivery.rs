@@ -766,7 +766,10 @@ async fn without_a_grant_join_fetch_and_settle_are_forbidden_and_a_share_name_ca
     assert_eq!(got_other.len(), 1, "the one not leased to the owner");
 
     // Revoking ends their session: what they held goes back at once, their receipt is dead.
-    assert_eq!(owner.call(reqwest::Method::DELETE, &grant, None).await.0, 204);
+    assert_eq!(
+        owner.call(reqwest::Method::DELETE, &grant, None).await.0,
+        204
+    );
     assert_eq!(other.accept(&got_other[0]).await.0, 403);
     assert_eq!(other.fetch_raw(&theirs, 10, 0).await.0, 404);
     let back = owner.fetch(&session, 10).await;
