@@ -1,0 +1,3 @@
+fn main() {
+    println!("wsr-compare: work in progress");
+}
