@@ -1,26 +1,41 @@
-//! `wsr-gateway bench`: N keep-alive connections post singleton reliable messages (Response
-//! pattern, AckRequested + DuplicateElimination, a 1 KiB body) to a running gateway for D
-//! seconds, and report acked messages per second with latency percentiles. Only acked
-//! messages count; anything else is reported as an error.
+//! `wsr-gateway bench`: a closed-loop load generator for a running gateway. C workers, one
+//! operation outstanding each, for D seconds; only acknowledged messages count, everything
+//! else is an error by kind. Modes:
 //!
-//! Mode `e2e` adds consumers: a fresh ephemeral subscription on the channel's `Load` topic,
-//! K members fetching batches and accepting each message (batched settles), and reports the
-//! accepted messages per second with ingest→accept latency percentiles.
+//! - `response`: singletons, Response pattern (the ack is in the HTTP answer);
+//! - `ordered`: G sequenced groups with MessageOrder, each sent in order by one worker;
+//! - `callback`: singletons, Callback pattern; the ack arrives at our own listener;
+//! - `poll`: singletons, Poll pattern; the worker polls for its ack after each send;
+//! - `e2e`: `response` plus K consumers of a fresh shared subscription fetching and accepting
+//!   in batches: ingest → fetch → accept.
+//!
+//! Messages are AckRequested + DuplicateElimination with a `--body-bytes` body; the report
+//! gives acked msgs/s and p50/p99/p999 latency (`--json` for machines).
 
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use chrono::Utc;
+use serde_json::{Value, json};
+use tokio::sync::oneshot;
 
-use crate::wsr::{GroupId, Headers, MessageId, ReplyPattern, Request, SoapVersion, write_envelope};
+use crate::rmp::replies::items;
+use crate::wsr::read::{Limits, read_envelope};
+use crate::wsr::{
+    GroupId, Headers, MessageId, MessageKey, PollRequest, RefToMessageIds, ReplyPattern, ReplyTo,
+    Request, SeqRange, SequenceNum, SoapVersion, write_envelope,
+};
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
     /// The channel URL to load.
     #[arg(long, default_value = "http://127.0.0.1:8080/wsr/default")]
     pub url: String,
-    /// Concurrent keep-alive connections.
+    /// Concurrent workers (keep-alive connections), one message outstanding each.
     #[arg(long, short = 'c', default_value_t = 64)]
     pub connections: usize,
     /// Seconds to run.
@@ -29,10 +44,16 @@ pub struct BenchArgs {
     /// Payload size in bytes.
     #[arg(long, default_value_t = 1024)]
     pub body_bytes: usize,
-    /// `response`: ingest only; `e2e`: ingest → fetch → accept.
     #[arg(long, value_enum, default_value_t = Mode::Response)]
     pub mode: Mode,
-    /// e2e: a bearer token with the `consume` scope.
+    /// SOAP version of the messages: 1.1 or 1.2.
+    #[arg(long, default_value = "1.1", value_parser = ["1.1", "1.2"])]
+    pub soap: String,
+    /// ordered: how many sequenced groups (at most one per worker; default one per worker).
+    #[arg(long)]
+    pub groups: Option<usize>,
+    /// e2e: a bearer token with the `consume` scope; callback: one with `admin`, to register
+    /// our listener as a callback endpoint (omit if it is registered already).
     #[arg(long, env = "WSR_BENCH_TOKEN")]
     pub token: Option<String>,
     /// e2e: consumer sessions (members of one shared subscription).
@@ -41,21 +62,34 @@ pub struct BenchArgs {
     /// e2e: messages per fetch.
     #[arg(long, default_value_t = 64)]
     pub batch: usize,
+    /// callback: where our listener for the gateway's callback acks binds.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub callback_listen: SocketAddr,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum Mode {
     Response,
+    Ordered,
+    Callback,
+    Poll,
     E2e,
 }
 
 #[derive(Debug)]
 pub struct BenchReport {
+    pub mode: Mode,
+    pub connections: usize,
     pub acked: u64,
-    pub errors: u64,
+    pub errors: BTreeMap<String, u64>,
     pub elapsed: Duration,
     pub p50: Duration,
     pub p99: Duration,
+    pub p999: Duration,
     pub max: Duration,
     /// e2e: what the consumers accepted within the run.
     pub consumed: Option<Consumed>,
@@ -70,29 +104,66 @@ pub struct Consumed {
     pub p99: Duration,
 }
 
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+impl BenchReport {
+    fn rate(&self, n: u64) -> f64 {
+        n as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// The machine-readable form (`--json`); the comparison tool reads it.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "mode": self.mode,
+            "connections": self.connections,
+            "acked": self.acked,
+            "elapsed_s": self.elapsed.as_secs_f64(),
+            "msgs_per_s": self.rate(self.acked),
+            "p50_ms": ms(self.p50),
+            "p99_ms": ms(self.p99),
+            "p999_ms": ms(self.p999),
+            "max_ms": ms(self.max),
+            "errors": self.errors,
+            "e2e": self.consumed.as_ref().map(|c| json!({
+                "accepted": c.accepted,
+                "errors": c.errors,
+                "msgs_per_s": self.rate(c.accepted),
+                "p50_ms": ms(c.p50),
+                "p99_ms": ms(c.p99),
+            })),
+        })
+    }
+}
+
 impl fmt::Display for BenchReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let secs = self.elapsed.as_secs_f64().max(1e-9);
+        let errors: u64 = self.errors.values().sum();
         write!(
             f,
-            "acked {} messages in {:.1} s: {:.0} msgs/s; latency p50 {:.2} ms, p99 {:.2} ms, max {:.2} ms; {} errors",
+            "{:?}: acked {} messages in {:.1} s: {:.0} msgs/s; latency p50 {:.2} ms, p99 {:.2} ms, p999 {:.2} ms, max {:.2} ms; {} errors",
+            self.mode,
             self.acked,
-            secs,
-            self.acked as f64 / secs,
-            self.p50.as_secs_f64() * 1e3,
-            self.p99.as_secs_f64() * 1e3,
-            self.max.as_secs_f64() * 1e3,
-            self.errors
+            self.elapsed.as_secs_f64(),
+            self.rate(self.acked),
+            ms(self.p50),
+            ms(self.p99),
+            ms(self.p999),
+            ms(self.max),
+            errors
         )?;
+        for (kind, n) in &self.errors {
+            write!(f, "\n  {kind}: {n}")?;
+        }
         if let Some(c) = &self.consumed {
             write!(
                 f,
-                "\nend to end: accepted {} messages in {:.1} s: {:.0} msgs/s; ingest→accept p50 {:.2} ms, p99 {:.2} ms; {} errors",
+                "\nend to end: accepted {} messages: {:.0} msgs/s; ingest→accept p50 {:.2} ms, p99 {:.2} ms; {} errors",
                 c.accepted,
-                secs,
-                c.accepted as f64 / secs,
-                c.p50.as_secs_f64() * 1e3,
-                c.p99.as_secs_f64() * 1e3,
+                self.rate(c.accepted),
+                ms(c.p50),
+                ms(c.p99),
                 c.errors
             )?;
         }
@@ -100,64 +171,76 @@ impl fmt::Display for BenchReport {
     }
 }
 
+/// How one attempt ended.
+enum Outcome {
+    Acked(Duration),
+    Failed(String),
+}
+
+/// What every worker shares.
+struct Shared {
+    client: reqwest::Client,
+    args: BenchArgs,
+    version: SoapVersion,
+    run: i64,
+    started: Instant,
+    deadline: Instant,
+    payload: String,
+    /// callback: our ReplyTo, and the workers waiting for their ack by group id.
+    callback: Option<(String, Waiters)>,
+}
+
+type Waiters = Arc<Mutex<HashMap<String, oneshot::Sender<Result<(), String>>>>>;
+
 pub async fn run(args: &BenchArgs) -> anyhow::Result<BenchReport> {
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(args.connections)
         .timeout(Duration::from_secs(30))
         .build()
         .context("cannot build the HTTP client")?;
-    let run_id = Utc::now().timestamp_millis();
-    let payload = "x".repeat(args.body_bytes.saturating_sub(80));
-    let started = Instant::now();
-    let deadline = started + Duration::from_secs(args.duration);
-    let consumers = match args.mode {
-        Mode::Response => None,
-        Mode::E2e => Some(start_consumers(&client, args, run_id, started, deadline).await?),
+    let version = match args.soap.as_str() {
+        "1.2" => SoapVersion::Soap12,
+        _ => SoapVersion::Soap11,
     };
-    let mut workers = Vec::new();
-    for worker in 0..args.connections.max(1) {
-        let client = client.clone();
-        let url = args.url.clone();
-        let payload = payload.clone();
-        workers.push(tokio::spawn(async move {
-            let mut latencies = Vec::new();
-            let mut errors = 0u64;
-            let mut i = 0u64;
-            while Instant::now() < deadline {
-                i += 1;
-                let sent = Instant::now();
-                let body = format!(
-                    "<b:Load xmlns:b=\"urn:wsr-gateway:bench\" t=\"{}\">{payload}</b:Load>",
-                    sent.duration_since(started).as_micros()
-                );
-                let envelope = message(run_id, worker, i, &body);
-                let answer = client
-                    .post(&url)
-                    .header("Content-Type", SoapVersion::Soap11.content_type())
-                    .body(envelope)
-                    .send()
-                    .await;
-                let acked = match answer {
-                    Ok(r) if r.status().is_success() => r.text().await.is_ok_and(|body| {
-                        body.contains("NonSequenceReply") && !body.contains("fault=")
-                    }),
-                    _ => false,
-                };
-                if acked {
-                    latencies.push(sent.elapsed());
-                } else {
-                    errors += 1;
-                }
-            }
-            (latencies, errors)
-        }));
+    let workers = match args.mode {
+        Mode::Ordered => args
+            .groups
+            .unwrap_or(args.connections)
+            .clamp(1, args.connections.max(1)),
+        _ => args.connections.max(1),
+    };
+    let callback = match args.mode {
+        Mode::Callback => Some(start_callback_listener(&client, args).await?),
+        _ => None,
+    };
+    let started = Instant::now();
+    let shared = Arc::new(Shared {
+        client,
+        args: args.clone(),
+        version,
+        run: Utc::now().timestamp_millis(),
+        started,
+        deadline: started + Duration::from_secs(args.duration),
+        payload: "x".repeat(args.body_bytes.saturating_sub(80)),
+        callback,
+    });
+    let consumers = match args.mode {
+        Mode::E2e => Some(start_consumers(&shared).await?),
+        _ => None,
+    };
+    let mut tasks = Vec::new();
+    for worker in 0..workers {
+        let shared = shared.clone();
+        tasks.push(tokio::spawn(async move { load(&shared, worker).await }));
     }
     let mut latencies = Vec::new();
-    let mut errors = 0;
-    for w in workers {
-        let (l, e) = w.await.context("a load worker failed")?;
+    let mut errors: BTreeMap<String, u64> = BTreeMap::new();
+    for t in tasks {
+        let (l, e) = t.await.context("a load worker failed")?;
         latencies.extend(l);
-        errors += e;
+        for (kind, n) in e {
+            *errors.entry(kind).or_default() += n;
+        }
     }
     let elapsed = started.elapsed();
     let consumed = match consumers {
@@ -181,14 +264,288 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<BenchReport> {
     };
     latencies.sort_unstable();
     Ok(BenchReport {
+        mode: args.mode,
+        connections: workers,
         acked: latencies.len() as u64,
         errors,
         elapsed,
         p50: quantile(&latencies, 0.50),
         p99: quantile(&latencies, 0.99),
+        p999: quantile(&latencies, 0.999),
         max: latencies.last().copied().unwrap_or_default(),
         consumed,
     })
+}
+
+/// One worker's closed loop: its latencies and its errors by kind.
+async fn load(shared: &Shared, worker: usize) -> (Vec<Duration>, HashMap<String, u64>) {
+    let mut latencies = Vec::new();
+    let mut errors: HashMap<String, u64> = HashMap::new();
+    let mut i = 0u64;
+    while Instant::now() < shared.deadline {
+        let outcome = match shared.args.mode {
+            Mode::Ordered => send_ordered(shared, worker, i).await,
+            Mode::Callback => send_callback(shared, worker, i).await,
+            Mode::Poll => send_poll(shared, worker, i).await,
+            Mode::Response | Mode::E2e => send_response(shared, worker, i).await,
+        };
+        match outcome {
+            Outcome::Acked(l) => {
+                latencies.push(l);
+                i += 1;
+            }
+            Outcome::Failed(kind) => {
+                *errors.entry(kind).or_default() += 1;
+                // An ordered group must not skip a number: resend the same one.
+                if shared.args.mode != Mode::Ordered {
+                    i += 1;
+                }
+            }
+        }
+    }
+    (latencies, errors)
+}
+
+fn key(shared: &Shared, worker: usize, i: u64, sequenced: bool) -> MessageKey {
+    let group = if sequenced {
+        format!("mid:bench-{}-g{worker}@wsr-gateway", shared.run)
+    } else {
+        format!("mid:bench-{}-{worker}-{i}@wsr-gateway", shared.run)
+    };
+    MessageKey {
+        group_id: GroupId::parse(&group).unwrap_or_else(|_| unreachable!("a valid anyURI")),
+        number: sequenced.then_some(i),
+    }
+}
+
+fn envelope(shared: &Shared, key: &MessageKey, reply: ReplyPattern, ordered: bool) -> String {
+    let request = Request {
+        message_id: MessageId {
+            group_id: key.group_id.clone(),
+            sequence: key.number.map(|number| SequenceNum {
+                number,
+                last: false,
+                group_limit: None,
+            }),
+        },
+        expiry_time: Utc::now() + chrono::Duration::hours(1),
+        reply_pattern: reply,
+        ack_requested: true,
+        duplicate_elimination: true,
+        message_order: ordered,
+    };
+    // The send time rides in the body, for the e2e latency.
+    let body = format!(
+        "<b:Load xmlns:b=\"urn:wsr-gateway:bench\" t=\"{}\">{}</b:Load>",
+        shared.started.elapsed().as_micros(),
+        shared.payload
+    );
+    write_envelope(
+        shared.version,
+        Headers {
+            request: Some(&request),
+            ..Headers::default()
+        },
+        &body,
+    )
+}
+
+/// POSTs an envelope; the answer body, or the kind of failure.
+async fn post(shared: &Shared, xml: String) -> Result<(u16, axum::body::Bytes), String> {
+    let answer = shared
+        .client
+        .post(&shared.args.url)
+        .header("Content-Type", shared.version.content_type())
+        .body(xml)
+        .send()
+        .await
+        .map_err(|e| {
+            if e.is_timeout() {
+                "timeout".to_owned()
+            } else if e.is_connect() {
+                "connect".to_owned()
+            } else {
+                "transport".to_owned()
+            }
+        })?;
+    let status = answer.status().as_u16();
+    let body = answer.bytes().await.map_err(|_| "transport".to_owned())?;
+    Ok((status, body))
+}
+
+/// Whether a `wsrm:Response` in `body` acknowledges `key`: `Ok` if acked, else the error kind.
+fn ack_in(body: &[u8], key: &MessageKey) -> Result<(), String> {
+    let env = read_envelope(body, &Limits::default()).map_err(|_| "unreadable-answer")?;
+    let Some(response) = env.response else {
+        return Err(if env.body.fault.is_some() {
+            "soap-fault".into()
+        } else {
+            "no-ack".into()
+        });
+    };
+    for reply in &response.replies {
+        for item in items(reply) {
+            let covers = item.group_id == key.group_id
+                && match (item.range, key.number) {
+                    (None, None) => true,
+                    (Some(r), Some(n)) => r.contains(n),
+                    _ => false,
+                };
+            if covers {
+                return match item.fault {
+                    None => Ok(()),
+                    Some(code) => Err(format!("fault:{}", code.local_name())),
+                };
+            }
+        }
+    }
+    Err("no-ack".into())
+}
+
+async fn send_and_read_ack(shared: &Shared, key: &MessageKey, xml: String) -> Outcome {
+    let sent = Instant::now();
+    match post(shared, xml).await {
+        Ok((200, body)) => match ack_in(&body, key) {
+            Ok(()) => Outcome::Acked(sent.elapsed()),
+            Err(kind) => Outcome::Failed(kind),
+        },
+        Ok((status, _)) => Outcome::Failed(format!("http-{status}")),
+        Err(kind) => Outcome::Failed(kind),
+    }
+}
+
+async fn send_response(shared: &Shared, worker: usize, i: u64) -> Outcome {
+    let key = key(shared, worker, i, false);
+    let xml = envelope(shared, &key, ReplyPattern::Response, false);
+    send_and_read_ack(shared, &key, xml).await
+}
+
+async fn send_ordered(shared: &Shared, worker: usize, i: u64) -> Outcome {
+    let key = key(shared, worker, i, true);
+    let xml = envelope(shared, &key, ReplyPattern::Response, true);
+    send_and_read_ack(shared, &key, xml).await
+}
+
+async fn send_poll(shared: &Shared, worker: usize, i: u64) -> Outcome {
+    let key = key(shared, worker, i, false);
+    let sent = Instant::now();
+    match post(shared, envelope(shared, &key, ReplyPattern::Poll, false)).await {
+        Ok((200 | 202, _)) => {}
+        Ok((status, _)) => return Outcome::Failed(format!("http-{status}")),
+        Err(kind) => return Outcome::Failed(kind),
+    }
+    let poll = PollRequest {
+        refs: vec![RefToMessageIds {
+            group_id: key.group_id.clone(),
+            ranges: key
+                .number
+                .and_then(|n| SeqRange::new(n, n))
+                .into_iter()
+                .collect(),
+        }],
+        reply_to: None,
+    };
+    let xml = write_envelope(
+        shared.version,
+        Headers {
+            poll_request: Some(&poll),
+            ..Headers::default()
+        },
+        "",
+    );
+    match post(shared, xml).await {
+        Ok((200, body)) => match ack_in(&body, &key) {
+            Ok(()) => Outcome::Acked(sent.elapsed()),
+            Err(kind) => Outcome::Failed(format!("poll-{kind}")),
+        },
+        Ok((status, _)) => Outcome::Failed(format!("poll-http-{status}")),
+        Err(kind) => Outcome::Failed(format!("poll-{kind}")),
+    }
+}
+
+async fn send_callback(shared: &Shared, worker: usize, i: u64) -> Outcome {
+    let Some((reply_to, waiters)) = &shared.callback else {
+        return Outcome::Failed("no-listener".into());
+    };
+    let key = key(shared, worker, i, false);
+    let (tx, rx) = oneshot::channel();
+    lock(waiters).insert(key.group_id.to_string(), tx);
+    let xml = envelope(
+        shared,
+        &key,
+        ReplyPattern::Callback(ReplyTo::bare(reply_to.as_str())),
+        false,
+    );
+    let sent = Instant::now();
+    let outcome = match post(shared, xml).await {
+        Ok((200 | 202, _)) => match tokio::time::timeout(Duration::from_secs(30), rx).await {
+            Ok(Ok(Ok(()))) => Outcome::Acked(sent.elapsed()),
+            Ok(Ok(Err(kind))) => Outcome::Failed(kind),
+            _ => Outcome::Failed("callback-timeout".into()),
+        },
+        Ok((status, _)) => Outcome::Failed(format!("http-{status}")),
+        Err(kind) => Outcome::Failed(kind),
+    };
+    lock(waiters).remove(key.group_id.as_str());
+    outcome
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Starts our listener for callback acks and (with a token) registers it with the gateway.
+async fn start_callback_listener(
+    client: &reqwest::Client,
+    args: &BenchArgs,
+) -> anyhow::Result<(String, Waiters)> {
+    let waiters: Waiters = Arc::default();
+    let listener = tokio::net::TcpListener::bind(args.callback_listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.callback_listen))?;
+    let url = format!(
+        "http://{}/acks",
+        listener.local_addr().context("listener address")?
+    );
+    let for_handler = waiters.clone();
+    let handler = move |body: axum::body::Bytes| {
+        let waiters = for_handler.clone();
+        async move {
+            if let Ok(env) = read_envelope(&body, &Limits::default()) {
+                for reply in env.response.iter().flat_map(|r| &r.replies) {
+                    for item in items(reply) {
+                        let answer = match item.fault {
+                            None => Ok(()),
+                            Some(code) => Err(format!("fault:{}", code.local_name())),
+                        };
+                        if let Some(tx) = lock(&waiters).remove(item.group_id.as_str()) {
+                            let _ = tx.send(answer);
+                        }
+                    }
+                }
+            }
+            axum::http::StatusCode::OK
+        }
+    };
+    let router = axum::Router::new().route("/acks", axum::routing::post(handler));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, router).await;
+    });
+    if let Some(token) = &args.token {
+        let (origin, _) = args
+            .url
+            .rsplit_once("/wsr/")
+            .context("--url must end in /wsr/{channel}")?;
+        client
+            .post(format!("{origin}/api/v1/callback-endpoints"))
+            .bearer_auth(token)
+            .json(&json!({ "url": url }))
+            .send()
+            .await
+            .and_then(|r| r.error_for_status())
+            .context("cannot register our callback listener (needs an admin token)")?;
+    }
+    Ok((url, waiters))
 }
 
 fn quantile(sorted: &[Duration], q: f64) -> Duration {
@@ -202,14 +559,9 @@ fn quantile(sorted: &[Duration], q: f64) -> Duration {
 type Member = tokio::task::JoinHandle<(Vec<Duration>, u64)>;
 
 /// Creates the run's subscription and starts its members; each returns the ingest→accept
-/// latencies of what it accepted before `deadline`, and its error count.
-async fn start_consumers(
-    client: &reqwest::Client,
-    args: &BenchArgs,
-    run_id: i64,
-    started: Instant,
-    deadline: Instant,
-) -> anyhow::Result<Vec<Member>> {
+/// latencies of what it accepted before the deadline, and its error count.
+async fn start_consumers(shared: &Arc<Shared>) -> anyhow::Result<Vec<Member>> {
+    let args = &shared.args;
     let token = args
         .token
         .clone()
@@ -219,11 +571,12 @@ async fn start_consumers(
         .rsplit_once("/wsr/")
         .context("--url must end in /wsr/{channel}")?;
     let api = format!("{origin}/api/v1");
-    let created: serde_json::Value = client
+    let created: Value = shared
+        .client
         .post(format!("{api}/subscriptions"))
         .bearer_auth(&token)
-        .json(&serde_json::json!({
-            "name": format!("$share/bench-{run_id}/{channel}/Load"),
+        .json(&json!({
+            "name": format!("$share/bench-{}/{channel}/Load", shared.run),
             "durable": false,
             "ack_wait_ms": 60_000,
         }))
@@ -237,10 +590,11 @@ async fn start_consumers(
     let sub = created["id"].as_i64().context("no subscription id")?;
     let mut members = Vec::new();
     for _ in 0..args.consumers.max(1) {
-        let joined: serde_json::Value = client
+        let joined: Value = shared
+            .client
             .post(format!("{api}/subscriptions/{sub}/sessions"))
             .bearer_auth(&token)
-            .json(&serde_json::json!({ "ttl_ms": 30_000 }))
+            .json(&json!({ "ttl_ms": 30_000 }))
             .send()
             .await
             .and_then(|r| r.error_for_status())
@@ -252,34 +606,27 @@ async fn start_consumers(
             .as_str()
             .context("no session id")?
             .to_owned();
-        let (client, api, token, batch) = (client.clone(), api.clone(), token.clone(), args.batch);
+        let (shared, api, token) = (shared.clone(), api.clone(), token.clone());
         members.push(tokio::spawn(async move {
-            consume(&client, &api, &token, &session, batch, started, deadline).await
+            consume(&shared, &api, &token, &session).await
         }));
     }
     Ok(members)
 }
 
-async fn consume(
-    client: &reqwest::Client,
-    api: &str,
-    token: &str,
-    session: &str,
-    batch: usize,
-    started: Instant,
-    deadline: Instant,
-) -> (Vec<Duration>, u64) {
+async fn consume(shared: &Shared, api: &str, token: &str, session: &str) -> (Vec<Duration>, u64) {
     let mut latencies = Vec::new();
     let mut errors = 0u64;
-    while Instant::now() < deadline {
-        let fetched = client
+    while Instant::now() < shared.deadline {
+        let fetched = shared
+            .client
             .post(format!("{api}/sessions/{session}/fetch"))
             .bearer_auth(token)
-            .json(&serde_json::json!({ "max": batch, "wait_ms": 200 }))
+            .json(&json!({ "max": shared.args.batch, "wait_ms": 200 }))
             .send()
             .await
             .and_then(|r| r.error_for_status());
-        let answer: serde_json::Value = match fetched {
+        let answer: Value = match fetched {
             Ok(r) => r.json().await.unwrap_or_default(),
             Err(_) => {
                 errors += 1;
@@ -289,14 +636,15 @@ async fn consume(
         let Some(messages) = answer["messages"].as_array().filter(|m| !m.is_empty()) else {
             continue;
         };
-        let settlements: Vec<serde_json::Value> = messages
+        let settlements: Vec<Value> = messages
             .iter()
-            .map(|m| serde_json::json!({ "receipt": m["receipt"], "outcome": "accepted" }))
+            .map(|m| json!({ "receipt": m["receipt"], "outcome": "accepted" }))
             .collect();
-        let settled = client
+        let settled = shared
+            .client
             .post(format!("{api}/settle"))
             .bearer_auth(token)
-            .json(&serde_json::json!({ "settlements": settlements }))
+            .json(&json!({ "settlements": settlements }))
             .send()
             .await
             .and_then(|r| r.error_for_status());
@@ -305,7 +653,7 @@ async fn consume(
             errors += messages.len() as u64;
             continue;
         };
-        let results: serde_json::Value = settled.json().await.unwrap_or_default();
+        let results: Value = settled.json().await.unwrap_or_default();
         let results = results["results"].as_array().cloned().unwrap_or_default();
         for (m, result) in messages.iter().zip(&results) {
             if result["settled"] != true {
@@ -317,36 +665,13 @@ async fn consume(
                 .and_then(|p| p.split("t=\"").nth(1))
                 .and_then(|t| t.split('"').next())
                 .and_then(|t| t.parse::<u64>().ok())
-                .map(|us| started + Duration::from_micros(us));
+                .map(|us| shared.started + Duration::from_micros(us));
             if let Some(sent) = sent {
-                if now <= deadline {
+                if now <= shared.deadline {
                     latencies.push(now.saturating_duration_since(sent));
                 }
             }
         }
     }
     (latencies, errors)
-}
-
-fn message(run: i64, worker: usize, i: u64, payload: &str) -> String {
-    let group = format!("mid:bench-{run}-{worker}-{i}@wsr-gateway");
-    let request = Request {
-        message_id: MessageId {
-            group_id: GroupId::parse(&group).unwrap_or_else(|_| unreachable!("a valid anyURI")),
-            sequence: None,
-        },
-        expiry_time: Utc::now() + chrono::Duration::hours(1),
-        reply_pattern: ReplyPattern::Response,
-        ack_requested: true,
-        duplicate_elimination: true,
-        message_order: false,
-    };
-    write_envelope(
-        SoapVersion::Soap11,
-        Headers {
-            request: Some(&request),
-            ..Headers::default()
-        },
-        payload,
-    )
 }

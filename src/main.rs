@@ -31,8 +31,8 @@ enum Command {
         /// The message id `send` printed.
         id: String,
     },
-    /// Load a running gateway with singleton reliable messages and report acked msgs/s and
-    /// latency percentiles.
+    /// Load a running gateway (modes response, ordered, callback, poll, e2e) and report acked
+    /// msgs/s and latency percentiles.
     Bench(BenchArgs),
 }
 
@@ -69,7 +69,11 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Bench(args) => {
             let report = wsr_gateway::bench::run(&args).await?;
-            println!("{report}");
+            if args.json {
+                println!("{}", report.to_json());
+            } else {
+                println!("{report}");
+            }
             Ok(())
         }
     }
