@@ -64,6 +64,19 @@ pub(super) struct Effects {
     pub(super) earliest_deadline: Option<i64>,
 }
 
+impl Effects {
+    /// Takes in what one more job of the transaction did.
+    fn absorb(&mut self, mut job: Effects) {
+        self.delivered.append(&mut job.delivered);
+        self.callbacks |= job.callbacks;
+        self.appended |= job.appended;
+        self.earliest_deadline = match (self.earliest_deadline, job.earliest_deadline) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+}
+
 pub(super) async fn run_writer(
     mut conn: SqliteConnection,
     options: SqliteConnectOptions,
@@ -108,32 +121,54 @@ enum WriterConnection {
 
 /// Runs every job of the batch in one transaction, commits once, then answers every job.
 ///
-/// A job whose stored state cannot be decoded fails alone (rolled back to its savepoint). Any
-/// database error, or a savepoint that cannot be released or rolled back, makes the whole
-/// transaction untrustworthy: it is rolled back and every job of the batch fails, so nothing
-/// half-done is ever committed and nobody is acked.
+/// A job whose stored state cannot be decoded fails alone. To keep that possible without
+/// paying two extra statements per message, the batch first runs without savepoints; only if a
+/// message job then fails on corrupt state is the transaction rolled back and the batch run
+/// again with a savepoint per job (a change job already consumed by the first pass is then
+/// answered "not committed"; its caller retries). Any database error, or a savepoint that
+/// cannot be released or rolled back, makes the whole transaction untrustworthy: it is rolled
+/// back and every job of the batch fails, so nothing half-done is ever committed and nobody is
+/// acked.
 async fn commit_batch(
     conn: &mut SqliteConnection,
     mut batch: Vec<Job>,
     shared: &Shared,
 ) -> WriterConnection {
-    if let Err(e) = sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await {
-        tracing::error!(error = %e, "cannot begin a transaction");
-        fail_all(batch, &format!("cannot begin: {e}"));
-        return WriterConnection::Usable;
-    }
-    let mut results = Vec::with_capacity(batch.len());
-    let mut effects = Effects::default();
-    let mut poisoned = None;
-    for job in &mut batch {
-        match run_in_savepoint(conn, job, shared, &mut effects).await {
-            Ok(result) => results.push(result),
-            Err(e) => {
-                poisoned = Some(e);
-                break;
+    let mut savepoints = Savepoints::ForChangesOnly;
+    let (results, effects, poisoned) = loop {
+        if let Err(e) = sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await {
+            tracing::error!(error = %e, "cannot begin a transaction");
+            fail_all(batch, &format!("cannot begin: {e}"));
+            return WriterConnection::Usable;
+        }
+        let mut results = Vec::with_capacity(batch.len());
+        let mut effects = Effects::default();
+        let mut poisoned = None;
+        let mut retry = false;
+        for job in &mut batch {
+            match run_job(conn, job, shared, &mut effects, savepoints).await {
+                Ok(JobRun::Done(result)) => results.push(result),
+                Ok(JobRun::NeedsSavepoint) => {
+                    retry = true;
+                    break;
+                }
+                Err(e) => {
+                    poisoned = Some(e);
+                    break;
+                }
             }
         }
-    }
+        if !retry {
+            break (results, effects, poisoned);
+        }
+        tracing::warn!("a job failed on corrupt state; running its batch again job by job");
+        if let Err(e) = sqlx::query("ROLLBACK").execute(&mut *conn).await {
+            tracing::error!(error = %e, "rollback failed; reopening the writer connection");
+            fail_all(batch, &format!("rollback failed: {e}"));
+            return WriterConnection::Broken;
+        }
+        savepoints = Savepoints::EveryJob;
+    };
     // The test hook fails commits that decide messages, not background sweeps.
     let carries_message = batch.iter().any(|j| matches!(j, Job::Receive(..)));
     let injected = poisoned.is_none()
@@ -227,16 +262,35 @@ fn reply_err(job: Job, err: StoreError) {
     }
 }
 
-/// Runs one job inside a savepoint. The inner result is the job's own outcome (a corrupt
-/// stored state fails that job alone); the outer error means the transaction is no longer
-/// trustworthy.
-async fn run_in_savepoint(
+/// Whether jobs run in savepoints of their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Savepoints {
+    /// Only change jobs (`Job::Run`), which may be refused and undone.
+    ForChangesOnly,
+    EveryJob,
+}
+
+/// How one job went, when the transaction is still trustworthy.
+enum JobRun {
+    /// Its own outcome (an error here fails that job alone).
+    Done(Result<JobResult, StoreError>),
+    /// It failed on corrupt state outside a savepoint: the batch must run again, carefully.
+    NeedsSavepoint,
+}
+
+/// Runs one job, in a savepoint where `savepoints` says so. The outer error means the
+/// transaction is no longer trustworthy.
+async fn run_job(
     conn: &mut SqliteConnection,
     job: &mut Job,
     shared: &Shared,
     effects: &mut Effects,
-) -> Result<Result<JobResult, StoreError>, StoreError> {
-    sqlx::query("SAVEPOINT job").execute(&mut *conn).await?;
+    savepoints: Savepoints,
+) -> Result<JobRun, StoreError> {
+    let in_savepoint = savepoints == Savepoints::EveryJob || matches!(job, Job::Run(_));
+    if in_savepoint {
+        sqlx::query("SAVEPOINT job").execute(&mut *conn).await?;
+    }
     let mut job_effects = Effects::default();
     let result = match job {
         Job::Receive(message, _) => apply_receive(conn, message, &shared.policy, &mut job_effects)
@@ -246,36 +300,45 @@ async fn run_in_savepoint(
             .await
             .map(JobResult::Swept),
         Job::Run(change) => match change.take() {
-            None => Err(StoreError::Failed("a store change ran twice".into())),
+            // Consumed by a first pass that was rolled back.
+            None => {
+                sqlx::query("RELEASE job").execute(&mut *conn).await?;
+                return Ok(JobRun::Done(Err(StoreError::Failed(
+                    "rolled back with its batch; try again".into(),
+                ))));
+            }
             Some(change) => match change(&mut *conn).await {
                 Ok(Ran::Keep(done)) => Ok(JobResult::Ran(done)),
                 Ok(Ran::Undo(done)) => {
                     sqlx::query("ROLLBACK TO job").execute(&mut *conn).await?;
                     sqlx::query("RELEASE job").execute(&mut *conn).await?;
-                    return Ok(Ok(JobResult::Ran(done)));
+                    return Ok(JobRun::Done(Ok(JobResult::Ran(done))));
                 }
                 Err(e) => Err(e),
             },
         },
     };
+    if !in_savepoint {
+        return match result {
+            Ok(done) => {
+                effects.absorb(job_effects);
+                Ok(JobRun::Done(Ok(done)))
+            }
+            Err(StoreError::Corrupt(_)) => Ok(JobRun::NeedsSavepoint),
+            Err(e) => Err(e),
+        };
+    }
     match result {
         Ok(done) => {
             sqlx::query("RELEASE job").execute(&mut *conn).await?;
-            effects.delivered.append(&mut job_effects.delivered);
-            effects.callbacks |= job_effects.callbacks;
-            effects.appended |= job_effects.appended;
-            effects.earliest_deadline =
-                match (effects.earliest_deadline, job_effects.earliest_deadline) {
-                    (Some(a), Some(b)) => Some(a.min(b)),
-                    (a, b) => a.or(b),
-                };
-            Ok(Ok(done))
+            effects.absorb(job_effects);
+            Ok(JobRun::Done(Ok(done)))
         }
         Err(StoreError::Corrupt(why)) => {
             tracing::error!(reason = %why, "store job failed on corrupt state; rolled back to its savepoint");
             sqlx::query("ROLLBACK TO job").execute(&mut *conn).await?;
             sqlx::query("RELEASE job").execute(&mut *conn).await?;
-            Ok(Err(StoreError::Corrupt(why)))
+            Ok(JobRun::Done(Err(StoreError::Corrupt(why))))
         }
         Err(e) => Err(e),
     }

@@ -300,6 +300,78 @@ async fn a_batch_of_settlements_answers_each_one_in_order() {
     assert_eq!(dead_letters(&api, sub).await.len(), 1);
 }
 
+/// A group whose stored state is unreadable fails its own messages, never the others that
+/// commit with it (the writer's batch falls back to a savepoint per job).
+#[tokio::test]
+async fn a_corrupt_group_fails_alone_in_its_batch() {
+    use sqlx::Connection as _;
+    let app = gateway().await;
+    let base = app.url("");
+    let broken = "mid:broken@test";
+    deliver(
+        &base,
+        &app.client,
+        wsr_message("Order", broken, Some(0), true),
+    )
+    .await;
+    let mut db =
+        sqlx::SqliteConnection::connect(&format!("sqlite://{}", app.config.database.display()))
+            .await
+            .expect("open the store");
+    sqlx::query("UPDATE groups SET state = '{not json' WHERE group_id = ?")
+        .bind(broken)
+        .execute(&mut db)
+        .await
+        .expect("corrupt it");
+    let post = |xml: String| {
+        let (client, url) = (app.client.clone(), format!("{base}/wsr/default"));
+        async move {
+            let r = client
+                .post(url)
+                .header("content-type", "text/xml; charset=utf-8")
+                .body(xml)
+                .send()
+                .await
+                .expect("answer");
+            let status = r.status().as_u16();
+            (status, r.text().await.unwrap_or_default())
+        }
+    };
+    let mut sends = vec![tokio::spawn(post(wsr_message(
+        "Order",
+        broken,
+        Some(1),
+        true,
+    )))];
+    for i in 0..20 {
+        let group = format!("mid:healthy-{i}@test");
+        sends.push(tokio::spawn(post(wsr_message(
+            "Order", &group, None, false,
+        ))));
+    }
+    let mut answers = Vec::new();
+    for s in sends {
+        answers.push(s.await.expect("send"));
+    }
+    let (status, body) = &answers[0];
+    assert!(
+        *status != 200 || body.contains("Fault") || body.contains("fault="),
+        "the corrupt group's message is not acked: {status} {body}"
+    );
+    for (status, body) in &answers[1..] {
+        assert_eq!(*status, 200, "{body}");
+        assert!(
+            body.contains("NonSequenceReply") && !body.contains("fault="),
+            "{body}"
+        );
+    }
+    assert_eq!(
+        app.inbox().await.len(),
+        21,
+        "the first of the broken group and the 20 others"
+    );
+}
+
 // 2. Settle mode `settled`: never left acquired, never redelivered; released goes elsewhere.
 #[tokio::test]
 async fn settled_mode_is_at_most_once_across_a_restart() {
