@@ -1,3 +1,401 @@
-fn main() {
-    println!("wsr-compare: work in progress");
+//! `wsr-compare`: one run, one table. The same closed-loop load (C workers, one operation
+//! outstanding each, D seconds, a fixed payload) against:
+//!
+//! - an HTTP ceiling: a trivial axum server in this process, loaded by the gateway's own load
+//!   generator (`wsr-gateway bench`), so that the client is the same as for the gateway;
+//! - wsr-gateway itself, as a child process on a fresh store: Response pattern with
+//!   `durability = "full"` and `"os"`, ordered groups, and end-to-end (ingest → fetch → accept);
+//! - NATS JetStream (file storage, deduplication): publish, and publish + consume;
+//! - RabbitMQ: a quorum queue with publisher confirms.
+//!
+//! Build the gateway first (`cargo build --release`); this tool only runs it.
+
+mod ceiling;
+mod gateway;
+mod jetstream;
+mod load;
+mod rabbit;
+mod table;
+
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use clap::{Parser, ValueEnum};
+
+use crate::gateway::{Gateway, Mode};
+use crate::jetstream::{AckStyle, JetStream};
+use crate::load::Params;
+use crate::rabbit::Rabbit;
+use crate::table::{Outcome, Report, RowKey};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "wsr-compare",
+    about = "Compare wsr-gateway with an HTTP ceiling, NATS JetStream and RabbitMQ under the same closed-loop load"
+)]
+struct Cli {
+    /// C: concurrent workers (connections, channels), one operation outstanding each.
+    #[arg(long, short = 'c', default_value_t = 64)]
+    connections: usize,
+    /// D: seconds of load per phase.
+    #[arg(long, short = 'd', default_value_t = 10)]
+    duration: u64,
+    /// Message payload in bytes.
+    #[arg(long, default_value_t = 1024)]
+    payload: usize,
+    /// The gateway binary [default: target/release/wsr-gateway in the workspace].
+    #[arg(long)]
+    gateway_bin: Option<PathBuf>,
+    /// Skip JetStream and RabbitMQ.
+    #[arg(long)]
+    skip_brokers: bool,
+    /// Run only these phases (comma-separated).
+    #[arg(long, value_enum, value_delimiter = ',')]
+    only: Vec<Phase>,
+    /// K: consumers in the end-to-end phases (gateway and JetStream).
+    #[arg(long, default_value_t = 4)]
+    consumers: usize,
+    /// Messages per fetch in the end-to-end phases.
+    #[arg(long, default_value_t = 64)]
+    batch: usize,
+    /// How JetStream consumers acknowledge.
+    #[arg(long, value_enum, default_value_t = AckStyle::Double)]
+    js_ack: AckStyle,
+    /// NATS server (with JetStream).
+    #[arg(long, default_value = "nats://127.0.0.1:4222")]
+    nats_url: String,
+    /// RabbitMQ server.
+    #[arg(long, default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
+    amqp_url: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Phase {
+    /// The HTTP ceiling.
+    Ceiling,
+    /// All wsr-gateway rows.
+    Gateway,
+    /// Both JetStream rows.
+    Jetstream,
+    /// The RabbitMQ row.
+    Rabbit,
+}
+
+impl Cli {
+    fn wants(&self, phase: Phase) -> bool {
+        if self.skip_brokers && matches!(phase, Phase::Jetstream | Phase::Rabbit) {
+            return false;
+        }
+        self.only.is_empty() || self.only.contains(&phase)
+    }
+
+    fn params(&self) -> anyhow::Result<Params> {
+        if self.connections == 0 || self.duration == 0 || self.consumers == 0 || self.batch == 0 {
+            bail!("--connections, --duration, --consumers and --batch must be at least 1");
+        }
+        Ok(Params {
+            connections: self.connections,
+            duration: Duration::from_secs(self.duration),
+            payload: self.payload,
+            consumers: self.consumers,
+            batch: self.batch,
+        })
+    }
+
+    fn gateway_bin(&self) -> PathBuf {
+        self.gateway_bin.clone().unwrap_or_else(|| {
+            let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+            manifest
+                .parent()
+                .unwrap_or(manifest)
+                .join("target/release/wsr-gateway")
+        })
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tokio::select! {
+        result = run(&cli) => match result {
+            Ok(report) => {
+                print!("{}", report.render());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("wsr-compare: {e:#}");
+                ExitCode::FAILURE
+            }
+        },
+        // Dropping `run` kills any child process (kill_on_drop).
+        _ = tokio::signal::ctrl_c() => {
+            eprintln!("wsr-compare: interrupted");
+            ExitCode::from(130)
+        }
+    }
+}
+
+fn progress(msg: impl AsRef<str>) {
+    eprintln!("[compare] {}", msg.as_ref());
+}
+
+async fn run(cli: &Cli) -> anyhow::Result<Report> {
+    let params = cli.params()?;
+    let bin = cli.gateway_bin();
+    let mut report = Report {
+        heading: format!(
+            "Closed loop: C={} workers, one operation outstanding each; D={} s per phase; {}-byte payload; {} cores",
+            params.connections,
+            params.duration.as_secs(),
+            params.payload,
+            std::thread::available_parallelism().map_or(0, |n| n.get()),
+        ),
+        ..Report::default()
+    };
+    for key in RowKey::ALL {
+        report.set(key, Outcome::Skipped);
+    }
+    let bin_ok = gateway::check_binary(&bin).map_err(|e| format!("{e:#}"));
+
+    if cli.wants(Phase::Ceiling) {
+        let outcome = match &bin_ok {
+            Ok(()) => measured(ceiling_phase(&bin, &params).await),
+            Err(why) => Outcome::Unavailable(format!("needs the gateway's load generator: {why}")),
+        };
+        report.set(RowKey::Ceiling, outcome);
+    }
+    if cli.wants(Phase::Ceiling) || cli.wants(Phase::Gateway) {
+        report.notes.push(
+            "HTTP ceiling and wsr-gateway rows are loaded by `wsr-gateway bench` (the same client, C keep-alive HTTP/1.1 connections); the broker rows by this tool's own closed loop.".into(),
+        );
+    }
+
+    if cli.wants(Phase::Gateway) {
+        match &bin_ok {
+            Ok(()) => gateway_phases(&bin, &params, &mut report).await,
+            Err(why) => {
+                for key in [
+                    RowKey::GatewayFull,
+                    RowKey::GatewayOrdered,
+                    RowKey::GatewayE2e,
+                    RowKey::GatewayOs,
+                ] {
+                    report.set(key, Outcome::Unavailable(why.clone()));
+                }
+            }
+        }
+    }
+
+    if cli.wants(Phase::Jetstream) {
+        jetstream_phases(cli, &params, &mut report).await;
+    }
+
+    if cli.wants(Phase::Rabbit) {
+        rabbit_phase(cli, &params, &mut report).await;
+    }
+
+    Ok(report)
+}
+
+fn measured(result: anyhow::Result<load::Figures>) -> Outcome {
+    match result {
+        Ok(figures) if figures.count == 0 => {
+            let why = match figures.top_error() {
+                Some((kind, n)) => format!("nothing completed; {n}× {kind}"),
+                None => "nothing completed".to_owned(),
+            };
+            progress(format!("  failed: {why}"));
+            Outcome::Failed(why)
+        }
+        Ok(figures) => {
+            progress(format!("  {}", figures.summary()));
+            Outcome::Measured(figures)
+        }
+        Err(e) => {
+            progress(format!("  failed: {e:#}"));
+            Outcome::Failed(format!("{e:#}"))
+        }
+    }
+}
+
+async fn ceiling_phase(bin: &Path, params: &Params) -> anyhow::Result<load::Figures> {
+    let server = ceiling::CeilingServer::start().await?;
+    progress(format!(
+        "HTTP ceiling: trivial server at {}, loaded for {} s",
+        server.url(),
+        params.duration.as_secs()
+    ));
+    let result = gateway::bench(bin, &server.url(), None, params).await;
+    server.stop().await?;
+    Ok(result?.figures())
+}
+
+async fn gateway_phases(bin: &Path, params: &Params, report: &mut Report) {
+    // durability = "full": response, ordered, e2e on one gateway (a fresh store).
+    progress("wsr-gateway durability=full: starting");
+    match Gateway::start(bin, "full").await {
+        Ok(gw) => {
+            for (key, mode) in [
+                (RowKey::GatewayFull, Mode::Response),
+                (RowKey::GatewayOrdered, Mode::Ordered),
+                (RowKey::GatewayE2e, Mode::E2e),
+            ] {
+                progress(format!(
+                    "wsr-gateway durability=full: --mode {} for {} s",
+                    mode.arg(),
+                    params.duration.as_secs()
+                ));
+                let result = gateway::bench(bin, &gw.url(), Some(mode), params).await;
+                let result = match mode {
+                    Mode::E2e => result.and_then(|r| {
+                        r.e2e_figures()
+                            .context("the e2e report has no \"e2e\" figures")
+                    }),
+                    _ => result.map(|r| r.figures()),
+                };
+                report.set(key, measured(result));
+            }
+            report.notes.push(format!(
+                "wsr-gateway e2e: {} consumer sessions of one shared subscription fetching batches of {} and accepting each message (batched settles); figure = accepted msgs/s; latency = POST sent → accept answered.",
+                params.consumers, params.batch
+            ));
+            report.rss_full_kib = peak_rss(&gw);
+            if let Err(e) = gw.stop().await {
+                report
+                    .notes
+                    .push(format!("gateway (durability=full): {e:#}"));
+            }
+        }
+        Err(e) => {
+            let why = format!("{e:#}");
+            progress(format!("  failed to start: {why}"));
+            for key in [
+                RowKey::GatewayFull,
+                RowKey::GatewayOrdered,
+                RowKey::GatewayE2e,
+            ] {
+                report.set(
+                    key,
+                    Outcome::Failed(format!("gateway did not start: {why}")),
+                );
+            }
+        }
+    }
+
+    // durability = "os": response only, on another fresh store.
+    progress("wsr-gateway durability=os: starting");
+    match Gateway::start(bin, "os").await {
+        Ok(gw) => {
+            progress(format!(
+                "wsr-gateway durability=os: --mode response for {} s",
+                params.duration.as_secs()
+            ));
+            let result = gateway::bench(bin, &gw.url(), Some(Mode::Response), params)
+                .await
+                .map(|r| r.figures());
+            report.set(RowKey::GatewayOs, measured(result));
+            report.rss_os_kib = peak_rss(&gw);
+            if let Err(e) = gw.stop().await {
+                report.notes.push(format!("gateway (durability=os): {e:#}"));
+            }
+        }
+        Err(e) => {
+            let why = format!("{e:#}");
+            progress(format!("  failed to start: {why}"));
+            report.set(
+                RowKey::GatewayOs,
+                Outcome::Failed(format!("gateway did not start: {why}")),
+            );
+        }
+    }
+}
+
+fn peak_rss(gw: &Gateway) -> Option<u64> {
+    match gw.peak_rss_kib() {
+        Ok(kib) => {
+            progress(format!(
+                "  gateway peak RSS (VmHWM): {:.1} MB",
+                kib as f64 / 1024.0
+            ));
+            Some(kib)
+        }
+        Err(e) => {
+            progress(format!("  gateway peak RSS unknown: {e:#}"));
+            None
+        }
+    }
+}
+
+async fn jetstream_phases(cli: &Cli, params: &Params, report: &mut Report) {
+    progress(format!("JetStream: connecting to {}", cli.nats_url));
+    let js = match JetStream::connect(&cli.nats_url).await {
+        Ok(js) => js,
+        Err(e) => {
+            let why = format!("{e:#}");
+            progress(format!("  unavailable: {why}"));
+            report.set(RowKey::JetStreamPublish, Outcome::Unavailable(why.clone()));
+            report.set(RowKey::JetStreamE2e, Outcome::Unavailable(why));
+            return;
+        }
+    };
+    progress(format!(
+        "JetStream (nats-server {}): publish for {} s",
+        js.server_version(),
+        params.duration.as_secs()
+    ));
+    report.set(
+        RowKey::JetStreamPublish,
+        measured(js.publish_phase(params).await),
+    );
+    progress(format!(
+        "JetStream: publish + {} consumers for {} s",
+        params.consumers,
+        params.duration.as_secs()
+    ));
+    report.set(
+        RowKey::JetStreamE2e,
+        measured(js.e2e_phase(params, cli.js_ack).await),
+    );
+    js.cleanup().await;
+    report.notes.push(format!(
+        "JetStream (nats-server {}): stream {} on file storage, R1, duplicate window 2 min, a unique Nats-Msg-Id on every publish; it acks before fsync by default (sync every 2 min). Publishers share one NATS connection.",
+        js.server_version(),
+        "COMPARE"
+    ));
+    report.notes.push(format!(
+        "JetStream e2e: {} consumers on one durable pull consumer (AckPolicy::Explicit), fetching batches of {}; {}. Figure = messages acked by consumers per second; latency = publish → ack.",
+        params.consumers,
+        params.batch,
+        cli.js_ack.describe()
+    ));
+}
+
+async fn rabbit_phase(cli: &Cli, params: &Params, report: &mut Report) {
+    progress(format!(
+        "RabbitMQ: connecting to {}",
+        rabbit::redact(&cli.amqp_url)
+    ));
+    let rabbit = match Rabbit::connect(&cli.amqp_url).await {
+        Ok(rabbit) => rabbit,
+        Err(e) => {
+            let why = format!("{e:#}");
+            progress(format!("  unavailable: {why}"));
+            report.set(RowKey::RabbitQuorum, Outcome::Unavailable(why));
+            return;
+        }
+    };
+    progress(format!(
+        "RabbitMQ: quorum queue publish with confirms for {} s",
+        params.duration.as_secs()
+    ));
+    report.set(
+        RowKey::RabbitQuorum,
+        measured(rabbit.publish_phase(params).await),
+    );
+    rabbit.cleanup().await;
+    report.notes.push(
+        "RabbitMQ: durable quorum queue, persistent messages (delivery_mode 2) to the default exchange, one channel per worker on one connection, each publish's confirm awaited; quorum queues fdatasync before confirming.".into(),
+    );
 }

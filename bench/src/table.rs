@@ -1,0 +1,270 @@
+//! The one table the tool prints, and the ratio lines under it.
+
+use std::fmt::Write as _;
+
+use crate::load::Figures;
+
+/// What a phase came to.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    Measured(Figures),
+    /// The system under test could not be reached or started (a broker that is not running,
+    /// a gateway binary that is not built).
+    Unavailable(String),
+    /// It was reached but the phase failed.
+    Failed(String),
+    /// Not selected (`--only`, `--skip-brokers`).
+    Skipped,
+}
+
+impl Outcome {
+    pub fn figures(&self) -> Option<&Figures> {
+        match self {
+            Outcome::Measured(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    /// The phase's throughput when it measured something useful.
+    fn rate(&self) -> Option<f64> {
+        self.figures()
+            .map(|f| f.msgs_per_s)
+            .filter(|r| r.is_finite() && *r > 0.0)
+    }
+}
+
+/// The table's rows, in print order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowKey {
+    Ceiling,
+    GatewayFull,
+    GatewayOs,
+    GatewayOrdered,
+    GatewayE2e,
+    JetStreamPublish,
+    JetStreamE2e,
+    RabbitQuorum,
+}
+
+impl RowKey {
+    pub const ALL: [RowKey; 8] = [
+        RowKey::Ceiling,
+        RowKey::GatewayFull,
+        RowKey::GatewayOs,
+        RowKey::GatewayOrdered,
+        RowKey::GatewayE2e,
+        RowKey::JetStreamPublish,
+        RowKey::JetStreamE2e,
+        RowKey::RabbitQuorum,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            RowKey::Ceiling => "HTTP ceiling (trivial axum \"ok\" server)",
+            RowKey::GatewayFull => "wsr-gateway response (fsync before ack)",
+            RowKey::GatewayOs => "wsr-gateway response durability=os",
+            RowKey::GatewayOrdered => "wsr-gateway ordered",
+            RowKey::GatewayE2e => "wsr-gateway e2e (ingest→fetch→accept)",
+            RowKey::JetStreamPublish => "JetStream publish (file, dedup)",
+            RowKey::JetStreamE2e => "JetStream publish+consume e2e",
+            RowKey::RabbitQuorum => "RabbitMQ quorum publish (confirms)",
+        }
+    }
+
+    /// Whether the acknowledgement waits for the data to reach the disk.
+    pub fn fsync(self) -> &'static str {
+        match self {
+            RowKey::Ceiling => "n/a (stores nothing)",
+            RowKey::GatewayFull | RowKey::GatewayOrdered | RowKey::GatewayE2e => {
+                "yes (group commit)"
+            }
+            RowKey::GatewayOs => "no (WAL, OS cache)",
+            RowKey::JetStreamPublish | RowKey::JetStreamE2e => "no (sync every 2 min)",
+            RowKey::RabbitQuorum => "yes (fdatasync)",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub key: RowKey,
+    pub outcome: Outcome,
+}
+
+/// Everything the report needs.
+#[derive(Debug, Default)]
+pub struct Report {
+    pub rows: Vec<Row>,
+    /// Peak RSS (VmHWM, KiB) of the `durability = "full"` gateway, which ran response,
+    /// ordered and e2e, and of the `durability = "os"` one.
+    pub rss_full_kib: Option<u64>,
+    pub rss_os_kib: Option<u64>,
+    /// Free-form notes printed under the table.
+    pub notes: Vec<String>,
+    /// The run's parameters, for the heading.
+    pub heading: String,
+}
+
+impl Report {
+    pub fn set(&mut self, key: RowKey, outcome: Outcome) {
+        if let Some(row) = self.rows.iter_mut().find(|r| r.key == key) {
+            row.outcome = outcome;
+        } else {
+            self.rows.push(Row { key, outcome });
+        }
+    }
+
+    fn outcome(&self, key: RowKey) -> &Outcome {
+        self.rows
+            .iter()
+            .find(|r| r.key == key)
+            .map_or(&Outcome::Skipped, |r| &r.outcome)
+    }
+
+    pub fn render(&self) -> String {
+        let header = ["system", "msgs/s", "p50 ms", "p99 ms", "fsyncs before ack"];
+        let mut lines: Vec<[String; 5]> = Vec::new();
+        let mut footnotes: Vec<String> = Vec::new();
+        // Rows that failed for the same reason share one note.
+        let mut reasons: Vec<(String, Vec<&str>)> = Vec::new();
+        for key in RowKey::ALL {
+            let outcome = self.outcome(key);
+            let mut label = key.label().to_owned();
+            let (rate, p50, p99) = match outcome {
+                Outcome::Measured(f) => {
+                    let errors = f.error_count();
+                    if errors > 0 {
+                        footnotes.push(format!(
+                            "{}: {} errors{}",
+                            key.label(),
+                            errors,
+                            f.top_error()
+                                .map(|(k, n)| format!(", most frequent ({n}×): {k}"))
+                                .unwrap_or_default()
+                        ));
+                        label.push_str(" [errors]");
+                    }
+                    (format!("{:.0}", f.msgs_per_s), ms(f.p50_ms), ms(f.p99_ms))
+                }
+                Outcome::Unavailable(why) => {
+                    add_reason(&mut reasons, format!("unavailable: {why}"), key.label());
+                    ("unavailable".into(), "-".into(), "-".into())
+                }
+                Outcome::Failed(why) => {
+                    add_reason(&mut reasons, format!("failed: {why}"), key.label());
+                    ("failed".into(), "-".into(), "-".into())
+                }
+                Outcome::Skipped => ("skipped".into(), "-".into(), "-".into()),
+            };
+            lines.push([label, rate, p50, p99, key.fsync().to_owned()]);
+        }
+        footnotes.extend(
+            reasons
+                .into_iter()
+                .map(|(why, labels)| format!("{}: {why}", labels.join("; "))),
+        );
+
+        let mut widths = header.map(|h| h.chars().count());
+        for line in &lines {
+            for (w, cell) in widths.iter_mut().zip(line) {
+                *w = (*w).max(cell.chars().count());
+            }
+        }
+        let mut out = String::new();
+        if !self.heading.is_empty() {
+            let _ = writeln!(out, "{}\n", self.heading);
+        }
+        let row = |out: &mut String, cells: [&str; 5]| {
+            let mut s = String::from("|");
+            for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
+                // Text left-aligned, numbers right-aligned.
+                if (1..=3).contains(&i) {
+                    let _ = write!(s, " {cell:>w$} |");
+                } else {
+                    let _ = write!(s, " {cell:<w$} |");
+                }
+            }
+            let _ = writeln!(out, "{s}");
+        };
+        row(&mut out, header);
+        let rule: Vec<String> = widths
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                if (1..=3).contains(&i) {
+                    format!("{}:", "-".repeat(w + 1))
+                } else {
+                    "-".repeat(w + 2)
+                }
+            })
+            .collect();
+        let _ = writeln!(out, "|{}|", rule.join("|"));
+        for line in &lines {
+            row(&mut out, [&line[0], &line[1], &line[2], &line[3], &line[4]]);
+        }
+
+        out.push('\n');
+        for (name, num, den) in [
+            (
+                "ours/RabbitMQ-quorum",
+                RowKey::GatewayFull,
+                RowKey::RabbitQuorum,
+            ),
+            (
+                "ours-os/JetStream",
+                RowKey::GatewayOs,
+                RowKey::JetStreamPublish,
+            ),
+            ("ours/HTTP-ceiling", RowKey::GatewayFull, RowKey::Ceiling),
+            (
+                "ordered/response",
+                RowKey::GatewayOrdered,
+                RowKey::GatewayFull,
+            ),
+            (
+                "e2e ours/JetStream e2e",
+                RowKey::GatewayE2e,
+                RowKey::JetStreamE2e,
+            ),
+        ] {
+            let value = match (self.outcome(num).rate(), self.outcome(den).rate()) {
+                (Some(a), Some(b)) => format!("{:.2}", a / b),
+                _ => "n/a".to_owned(),
+            };
+            let _ = writeln!(out, "{name:<24} {value}");
+        }
+        let mb = |kib: Option<u64>| {
+            kib.map_or("n/a".to_owned(), |k| format!("{:.1} MB", k as f64 / 1024.0))
+        };
+        let _ = writeln!(
+            out,
+            "{:<24} {} (durability=full: response+ordered+e2e); {} (durability=os)",
+            "gateway peak RSS",
+            mb(self.rss_full_kib),
+            mb(self.rss_os_kib)
+        );
+
+        if !self.notes.is_empty() || !footnotes.is_empty() {
+            out.push_str("\nNotes:\n");
+            for note in self.notes.iter().chain(&footnotes) {
+                let _ = writeln!(out, "- {note}");
+            }
+        }
+        out
+    }
+}
+
+fn add_reason<'a>(reasons: &mut Vec<(String, Vec<&'a str>)>, why: String, label: &'a str) {
+    match reasons.iter_mut().find(|(w, _)| *w == why) {
+        Some((_, labels)) => labels.push(label),
+        None => reasons.push((why, vec![label])),
+    }
+}
+
+fn ms(v: f64) -> String {
+    if v.is_finite() {
+        format!("{v:.2}")
+    } else {
+        "-".into()
+    }
+}
