@@ -7,6 +7,7 @@ use sqlx::Row;
 use sqlx::sqlite::SqliteConnection;
 
 use super::group_json::{decode, encode, millis};
+use super::staged::{InboxRow, Staged};
 use super::writer::Effects;
 use super::{Received, ReceivedMessage, StoreError, SweepReport};
 use crate::rmp::group::{Buffered, GroupState, Policy, Swept, slot, sweep};
@@ -19,18 +20,19 @@ const SWEEP_BATCH: i64 = 500;
 /// (that is often why it was refused), so its sender can still learn of it.
 const FAULT_NOTICE_RETENTION: chrono::Duration = chrono::Duration::hours(1);
 
-async fn load_group(
-    conn: &mut SqliteConnection,
-    group_id: &GroupId,
-) -> Result<Option<GroupState>, StoreError> {
-    let row = sqlx::query("SELECT state FROM groups WHERE group_id = ?")
-        .bind(group_id.as_str())
-        .fetch_optional(&mut *conn)
-        .await?;
-    row.map(|r| decode(r.get::<&str, _>(0)).map_err(StoreError::Corrupt))
-        .transpose()
+/// When the sweeper must look at the group next. A deadline the sweep would not act on must
+/// not stay due, or the sweeper would spin.
+fn group_deadline(
+    state: &GroupState,
+    policy: &Policy,
+    now: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
+    state
+        .next_deadline(policy)
+        .filter(|d| *d > now || state_due(state, now, policy))
 }
 
+/// Writes a group state at once (the sweep; messages stage theirs).
 async fn save_group(
     conn: &mut SqliteConnection,
     state: &GroupState,
@@ -38,10 +40,7 @@ async fn save_group(
     now: DateTime<Utc>,
     effects: &mut Effects,
 ) -> Result<(), StoreError> {
-    // A deadline the sweep would not act on must not stay due, or the sweeper would spin.
-    let deadline = state
-        .next_deadline(policy)
-        .filter(|d| *d > now || state_due(state, now, policy));
+    let deadline = group_deadline(state, policy, now);
     sqlx::query(
         "INSERT INTO groups (group_id, channel, status, next_deadline, updated_at, state) \
          VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (group_id) DO UPDATE SET \
@@ -70,13 +69,14 @@ fn state_due(state: &GroupState, now: DateTime<Utc>, policy: &Policy) -> bool {
 
 pub(super) async fn apply_receive(
     conn: &mut SqliteConnection,
+    staged: &mut Staged,
     m: &ReceivedMessage,
     policy: &Policy,
     effects: &mut Effects,
 ) -> Result<Received, StoreError> {
     let request = &m.request;
     let key = request.key();
-    let stored = load_group(conn, &key.group_id).await?;
+    let stored = staged.load_group(conn, key.group_id.as_str()).await?;
     let outcome = receive(
         stored.as_ref(),
         Incoming {
@@ -91,20 +91,16 @@ pub(super) async fn apply_receive(
     let number = key.number.map(|n| n as i64);
     match outcome.action {
         Action::Deliver => {
-            sqlx::query(
-                "INSERT INTO inbox (channel, topic, group_id, number, payload, namespaces, \
-                 received_at, expiry) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(&m.channel)
-            .bind(&m.topic)
-            .bind(key.group_id.as_str())
-            .bind(number)
-            .bind(&m.payload)
-            .bind(&m.namespaces)
-            .bind(millis(m.now))
-            .bind(expiry)
-            .execute(&mut *conn)
-            .await?;
+            staged.append_inbox(InboxRow {
+                channel: m.channel.clone(),
+                topic: m.topic.clone(),
+                group_id: key.group_id.as_str().to_owned(),
+                number,
+                payload: m.payload.clone(),
+                namespaces: m.namespaces.clone(),
+                received_at: millis(m.now),
+                expiry,
+            });
             effects.appended = true;
         }
         Action::Buffer => {
@@ -126,7 +122,7 @@ pub(super) async fn apply_receive(
         Action::Drop => {}
     }
     for (n, buffered) in &outcome.released {
-        release_buffered(conn, &key.group_id, *n).await?;
+        release_buffered(conn, staged, &key.group_id, *n).await?;
         effects.appended = true;
         effects.delivered.push(MessageKey {
             group_id: key.group_id.clone(),
@@ -156,7 +152,8 @@ pub(super) async fn apply_receive(
     )
     .await?;
     if let Some(state) = &outcome.state {
-        save_group(conn, state, policy, m.now, effects).await?;
+        let deadline = group_deadline(state, policy, m.now);
+        staged.save_group(state, deadline, m.now, effects);
     }
     // A Poll-pattern sender learns of a fault when it polls: keep it in this same
     // transaction when the group state does not (D4, D11).
@@ -224,31 +221,33 @@ pub(super) async fn insert_message_fault(
     Ok(())
 }
 
-/// Moves a buffered message into the inbox, keeping its original arrival data.
+/// Moves a buffered message into the inbox (staged, so that it lands after what this batch
+/// delivered before it), keeping its original arrival data.
 async fn release_buffered(
     conn: &mut SqliteConnection,
+    staged: &mut Staged,
     group_id: &GroupId,
     n: u64,
 ) -> Result<(), StoreError> {
-    let moved = sqlx::query(
-        "INSERT INTO inbox (channel, topic, group_id, number, payload, namespaces, received_at, \
-         expiry) SELECT channel, topic, group_id, number, payload, namespaces, received_at, expiry \
-         FROM buffered WHERE group_id = ? AND number = ?",
+    let row = sqlx::query(
+        "DELETE FROM buffered WHERE group_id = ? AND number = ? RETURNING channel, topic, \
+         payload, namespaces, received_at, expiry",
     )
     .bind(group_id.as_str())
     .bind(n as i64)
-    .execute(&mut *conn)
-    .await?;
-    if moved.rows_affected() != 1 {
-        return Err(StoreError::Corrupt(format!(
-            "buffered message {group_id}#{n} is missing"
-        )));
-    }
-    sqlx::query("DELETE FROM buffered WHERE group_id = ? AND number = ?")
-        .bind(group_id.as_str())
-        .bind(n as i64)
-        .execute(&mut *conn)
-        .await?;
+    .fetch_optional(&mut *conn)
+    .await?
+    .ok_or_else(|| StoreError::Corrupt(format!("buffered message {group_id}#{n} is missing")))?;
+    staged.append_inbox(InboxRow {
+        channel: row.get(0),
+        topic: row.get(1),
+        group_id: group_id.as_str().to_owned(),
+        number: Some(n as i64),
+        payload: row.get(2),
+        namespaces: row.get(3),
+        received_at: row.get(4),
+        expiry: row.get(5),
+    });
     Ok(())
 }
 

@@ -10,6 +10,7 @@ pub mod delivery;
 pub mod group_json;
 pub mod outbound;
 mod sqlite;
+mod staged;
 pub mod sweeper;
 mod writer;
 

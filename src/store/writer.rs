@@ -12,6 +12,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::decide::{apply_receive, apply_sweep};
 use super::sqlite::Shared;
+use super::staged::Staged;
 use super::{Received, ReceivedMessage, StoreError, SweepReport};
 use crate::wsr::MessageKey;
 
@@ -145,8 +146,22 @@ async fn commit_batch(
         let mut effects = Effects::default();
         let mut poisoned = None;
         let mut retry = false;
-        for job in &mut batch {
-            match run_job(conn, job, shared, &mut effects, savepoints).await {
+        // One read of every group the batch's messages touch; their writes wait for the end.
+        let mut staged = Staged::default();
+        if savepoints == Savepoints::ForChangesOnly {
+            let ids: Vec<&str> = batch
+                .iter()
+                .filter_map(|j| match j {
+                    Job::Receive(m, _) => Some(m.request.message_id.group_id.as_str()),
+                    _ => None,
+                })
+                .collect();
+            if let Err(e) = staged.read_ahead(conn, &ids).await {
+                poisoned = Some(e);
+            }
+        }
+        for job in batch.iter_mut().take_while(|_| poisoned.is_none()) {
+            match run_job(conn, job, shared, &mut staged, &mut effects, savepoints).await {
                 Ok(JobRun::Done(result)) => results.push(result),
                 Ok(JobRun::NeedsSavepoint) => {
                     retry = true;
@@ -159,6 +174,9 @@ async fn commit_batch(
             }
         }
         if !retry {
+            if poisoned.is_none() {
+                poisoned = staged.flush(conn).await.err();
+            }
             break (results, effects, poisoned);
         }
         tracing::warn!("a job failed on corrupt state; running its batch again job by job");
@@ -284,18 +302,31 @@ async fn run_job(
     conn: &mut SqliteConnection,
     job: &mut Job,
     shared: &Shared,
+    staged: &mut Staged,
     effects: &mut Effects,
     savepoints: Savepoints,
 ) -> Result<JobRun, StoreError> {
     let in_savepoint = savepoints == Savepoints::EveryJob || matches!(job, Job::Run(_));
+    if !matches!(job, Job::Receive(..)) {
+        // It reads and writes the tables itself: let it see what the batch staged.
+        staged.flush(conn).await?;
+        staged.forget();
+    }
     if in_savepoint {
         sqlx::query("SAVEPOINT job").execute(&mut *conn).await?;
     }
     let mut job_effects = Effects::default();
     let result = match job {
-        Job::Receive(message, _) => apply_receive(conn, message, &shared.policy, &mut job_effects)
-            .await
-            .map(JobResult::Received),
+        Job::Receive(message, _) => {
+            let applied =
+                apply_receive(conn, staged, message, &shared.policy, &mut job_effects).await;
+            match applied {
+                // In a savepoint, its writes must land before the savepoint ends.
+                Ok(r) if in_savepoint => staged.flush(conn).await.map(|()| r),
+                other => other,
+            }
+        }
+        .map(JobResult::Received),
         Job::Sweep(now, _) => apply_sweep(conn, *now, &shared.policy, &mut job_effects)
             .await
             .map(JobResult::Swept),
@@ -336,6 +367,8 @@ async fn run_job(
         }
         Err(StoreError::Corrupt(why)) => {
             tracing::error!(reason = %why, "store job failed on corrupt state; rolled back to its savepoint");
+            // Nothing it staged may outlive it.
+            *staged = Staged::default();
             sqlx::query("ROLLBACK TO job").execute(&mut *conn).await?;
             sqlx::query("RELEASE job").execute(&mut *conn).await?;
             Ok(JobRun::Done(Err(StoreError::Corrupt(why))))

@@ -1,0 +1,177 @@
+//! Group state and inbox rows of one writer batch, read and written in bulk: the group states
+//! of all the batch's messages are read with one statement, and the inbox rows and group
+//! states the batch produces are written with one statement each when the batch ends (or
+//! before a job that reads those tables itself). Each statement costs a round trip to
+//! SQLite's worker thread, so this is what lets one commit carry many messages cheaply.
+//!
+//! Rows go to SQLite as one JSON array bound to one parameter and unpacked with `json_each`:
+//! one prepared statement whatever the batch size.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use serde_json::{Value, json};
+use sqlx::Row;
+use sqlx::sqlite::SqliteConnection;
+
+use super::StoreError;
+use super::group_json::{decode, encode, millis};
+use super::writer::Effects;
+use crate::rmp::group::GroupState;
+
+/// One inbox row to append.
+pub(super) struct InboxRow {
+    pub channel: String,
+    pub topic: String,
+    pub group_id: String,
+    pub number: Option<i64>,
+    pub payload: String,
+    pub namespaces: String,
+    pub received_at: i64,
+    pub expiry: i64,
+}
+
+#[derive(Default)]
+pub(super) struct Staged {
+    /// Group states as this batch sees them: read ahead, or written by an earlier job. An
+    /// unreadable stored state is kept as its reason, to fail only the jobs that touch it.
+    groups: HashMap<String, Result<Option<GroupState>, String>>,
+    /// Group rows to write, latest state per group, in first-written order.
+    group_rows: Vec<String>,
+    group_values: HashMap<String, Value>,
+    inbox: Vec<InboxRow>,
+}
+
+impl Staged {
+    /// Reads the stored state of every group in `ids` with one statement.
+    pub(super) async fn read_ahead(
+        &mut self,
+        conn: &mut SqliteConnection,
+        ids: &[&str],
+    ) -> Result<(), StoreError> {
+        let wanted: Vec<&str> = ids
+            .iter()
+            .copied()
+            .filter(|id| !self.groups.contains_key(*id))
+            .collect();
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let rows = sqlx::query(
+            "SELECT group_id, state FROM groups WHERE group_id IN (SELECT value FROM json_each(?))",
+        )
+        .bind(json!(wanted).to_string())
+        .fetch_all(&mut *conn)
+        .await?;
+        for id in wanted {
+            self.groups.insert(id.to_owned(), Ok(None));
+        }
+        for row in rows {
+            let id: String = row.get(0);
+            let state = decode(row.get::<&str, _>(1)).map(Some);
+            self.groups.insert(id, state);
+        }
+        Ok(())
+    }
+
+    /// The group's state as of this point of the batch.
+    pub(super) async fn load_group(
+        &mut self,
+        conn: &mut SqliteConnection,
+        group_id: &str,
+    ) -> Result<Option<GroupState>, StoreError> {
+        if !self.groups.contains_key(group_id) {
+            self.read_ahead(conn, &[group_id]).await?;
+        }
+        match self.groups.get(group_id) {
+            Some(Ok(state)) => Ok(state.clone()),
+            Some(Err(why)) => Err(StoreError::Corrupt(format!("group state: {why}"))),
+            None => Ok(None),
+        }
+    }
+
+    /// Stages the group's new state; `deadline` is when the sweeper must look at it next.
+    pub(super) fn save_group(
+        &mut self,
+        state: &GroupState,
+        deadline: Option<DateTime<Utc>>,
+        now: DateTime<Utc>,
+        effects: &mut Effects,
+    ) {
+        let id = state.group_id.as_str().to_owned();
+        let row = json!([
+            id,
+            state.params.channel,
+            state.status.as_str(),
+            deadline.map(millis),
+            millis(now),
+            encode(state),
+        ]);
+        if self.group_values.insert(id.clone(), row).is_none() {
+            self.group_rows.push(id.clone());
+        }
+        self.groups.insert(id, Ok(Some(state.clone())));
+        if let Some(d) = deadline.map(millis) {
+            effects.earliest_deadline = Some(effects.earliest_deadline.map_or(d, |e| e.min(d)));
+        }
+    }
+
+    pub(super) fn append_inbox(&mut self, row: InboxRow) {
+        self.inbox.push(row);
+    }
+
+    /// Writes what is staged: inbox rows in the order they were staged (offsets follow it),
+    /// then group states. The read-ahead stays valid (it now matches the tables).
+    pub(super) async fn flush(&mut self, conn: &mut SqliteConnection) -> Result<(), StoreError> {
+        if !self.inbox.is_empty() {
+            let rows: Vec<Value> = self
+                .inbox
+                .drain(..)
+                .map(|r| {
+                    json!([
+                        r.channel,
+                        r.topic,
+                        r.group_id,
+                        r.number,
+                        r.payload,
+                        r.namespaces,
+                        r.received_at,
+                        r.expiry
+                    ])
+                })
+                .collect();
+            sqlx::query(
+                "INSERT INTO inbox (channel, topic, group_id, number, payload, namespaces, \
+                 received_at, expiry) SELECT value->>0, value->>1, value->>2, value->>3, \
+                 value->>4, value->>5, value->>6, value->>7 FROM json_each(?) ORDER BY key",
+            )
+            .bind(Value::Array(rows).to_string())
+            .execute(&mut *conn)
+            .await?;
+        }
+        if !self.group_rows.is_empty() {
+            let rows: Vec<Value> = self
+                .group_rows
+                .drain(..)
+                .filter_map(|id| self.group_values.remove(&id))
+                .collect();
+            // `WHERE true`: SQLite needs it to tell the upsert's ON from a join's.
+            sqlx::query(
+                "INSERT INTO groups (group_id, channel, status, next_deadline, updated_at, state) \
+                 SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5 \
+                 FROM json_each(?) WHERE true ON CONFLICT (group_id) DO UPDATE SET \
+                 status = excluded.status, next_deadline = excluded.next_deadline, \
+                 updated_at = excluded.updated_at, state = excluded.state",
+            )
+            .bind(Value::Array(rows).to_string())
+            .execute(&mut *conn)
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Forgets the read-ahead: the next job may change groups behind our back.
+    pub(super) fn forget(&mut self) {
+        self.groups.clear();
+    }
+}
