@@ -34,6 +34,18 @@ enum Command {
     /// Load a running gateway (modes response, ordered, callback, poll, e2e) and report acked
     /// msgs/s and latency percentiles.
     Bench(BenchArgs),
+    /// Benchmark fixture: fill the configured store (gateway stopped) with delivered messages
+    /// in ordered groups, for the growth benchmark and the restart time.
+    Prefill {
+        #[arg(long, env = "WSR_CONFIG")]
+        config: Option<PathBuf>,
+        #[arg(long, default_value_t = 100_000)]
+        groups: u64,
+        #[arg(long, default_value_t = 10)]
+        per_group: u64,
+        #[arg(long, default_value_t = 256)]
+        body_bytes: usize,
+    },
 }
 
 #[tokio::main]
@@ -65,6 +77,31 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Status { api, id } => {
             println!("{}", wsr_gateway::client::status(&api, &id).await?);
+            Ok(())
+        }
+        Command::Prefill {
+            config,
+            groups,
+            per_group,
+            body_bytes,
+        } => {
+            let env = std::env::vars().filter(|(k, _)| k != "WSR_CONFIG");
+            let config = Config::load(config.as_deref(), env)?;
+            let store = wsr_gateway::store::Store::open(&wsr_gateway::store::StoreConfig {
+                path: config.database.clone(),
+                durability: config.durability,
+                policy: config.policy.clone(),
+            })
+            .await
+            .context("cannot open the store")?;
+            let started = std::time::Instant::now();
+            let added = store
+                .prefill_delivered("default", groups, per_group, body_bytes, chrono::Utc::now())
+                .await?;
+            println!(
+                "added {added} delivered messages in {groups} groups in {:.1} s",
+                started.elapsed().as_secs_f64()
+            );
             Ok(())
         }
         Command::Bench(args) => {

@@ -9,6 +9,7 @@ mod decide;
 pub mod delivery;
 pub mod group_json;
 pub mod outbound;
+mod prefill;
 mod sqlite;
 mod staged;
 pub mod sweeper;

@@ -67,3 +67,60 @@ async fn every_bench_mode_gets_acks_and_no_errors() {
         assert_eq!(json["acked"], report.acked, "{json}");
     }
 }
+
+/// The growth fixture writes what the receiver would have: a resent prefilled message is a
+/// duplicate (acked, not delivered again), and the next number is delivered in order.
+#[tokio::test]
+async fn prefilled_groups_behave_like_delivered_ones() {
+    use wsr_gateway::wsr::{
+        GroupId, Headers, MessageId, ReplyPattern, Request, SequenceNum, SoapVersion,
+        write_envelope,
+    };
+    let app = spawn_app_with(|_| {}).await;
+    let now = chrono::Utc::now();
+    let added = app
+        .store
+        .prefill_delivered("default", 3, 4, 100, now)
+        .await
+        .expect("prefill");
+    assert_eq!(added, 12);
+    let inbox = app.inbox().await;
+    assert_eq!(inbox.len(), 12);
+    let group = inbox[0].group_id.clone();
+    let send = |n: u64| {
+        let request = Request {
+            message_id: MessageId {
+                group_id: GroupId::parse(&group).expect("group"),
+                sequence: Some(SequenceNum {
+                    number: n,
+                    last: false,
+                    group_limit: None,
+                }),
+            },
+            expiry_time: now + chrono::Duration::hours(1),
+            reply_pattern: ReplyPattern::Response,
+            ack_requested: true,
+            duplicate_elimination: true,
+            message_order: true,
+        };
+        write_envelope(
+            SoapVersion::Soap11,
+            Headers {
+                request: Some(&request),
+                ..Headers::default()
+            },
+            "<b:Load xmlns:b=\"urn:b\">again</b:Load>",
+        )
+    };
+    let dup = app.send(SoapVersion::Soap11, send(2)).await;
+    assert_eq!(dup.status, 200, "{}", dup.body);
+    assert!(!dup.body.contains("fault="), "{}", dup.body);
+    assert_eq!(
+        app.inbox().await.len(),
+        12,
+        "a duplicate is not delivered again"
+    );
+    let next = app.send(SoapVersion::Soap11, send(4)).await;
+    assert_eq!(next.status, 200, "{}", next.body);
+    assert_eq!(app.inbox().await.len(), 13);
+}
