@@ -425,44 +425,8 @@ impl Store {
         now: DateTime<Utc>,
     ) -> Result<Vec<Result<(), DeliveryError>>, DeliveryError> {
         let settlements = settlements.to_vec();
-        self.in_writer(move |conn| {
-            Box::pin(async move {
-                let mut results = Vec::with_capacity(settlements.len());
-                let mut known = HashMap::new();
-                let mut wakes = false;
-                for (receipt, outcome) in &settlements {
-                    let settled = match leased(&mut *conn, receipt, &mut known).await {
-                        Ok((sub, mut lease)) => {
-                            let outcome = outcome
-                                .clone()
-                                .unwrap_or_else(|| sub.rules.default_outcome.outcome());
-                            match lease.settle(
-                                receipt.attempt,
-                                &receipt.consumer,
-                                outcome,
-                                now,
-                                &sub.rules.policy(),
-                            ) {
-                                Ok(()) => {
-                                    save_lease(&mut *conn, sub.id, receipt.offset, &lease, now)
-                                        .await?;
-                                    // Back in the subscription, or the group's next is free.
-                                    wakes |= matches!(lease.state, State::Available { .. })
-                                        || sub.rules.ordering == Ordering::Group;
-                                    Ok(())
-                                }
-                                Err(stale) => Err(DeliveryError::Stale(stale)),
-                            }
-                        }
-                        Err(DeliveryError::Store(e)) => return Err(e.into()),
-                        Err(refused) => Err(refused),
-                    };
-                    results.push(settled);
-                }
-                Ok((results, wakes))
-            })
-        })
-        .await
+        self.in_writer(move |conn| Box::pin(settle_in(conn, settlements, now)))
+            .await
     }
 
     /// Extends the live attempt a receipt names by one ack-wait; the confirmed new deadline.
@@ -664,6 +628,80 @@ async fn maintain_in(
     Ok((report, wakes))
 }
 
+/// The body of `Store::settle_many`, in the writer's transaction: the leases are read with
+/// one statement and written with one per subscription; settlements apply in order (the same
+/// receipt twice counts once).
+async fn settle_in(
+    conn: &mut SqliteConnection,
+    settlements: Vec<(Receipt, Option<Outcome>)>,
+    now: DateTime<Utc>,
+) -> Result<(Vec<Result<(), DeliveryError>>, bool), DeliveryError> {
+    let not_found = || DeliveryError::NotFound("no such delivery".into());
+    let keys: Vec<serde_json::Value> = settlements
+        .iter()
+        .filter_map(|(r, _)| {
+            let sub: i64 = r.subscription.parse().ok()?;
+            Some(serde_json::json!([sub, r.offset]))
+        })
+        .collect();
+    // CROSS JOIN keeps the receipts as the outer loop: one primary-key probe each.
+    let rows = sqlx::query(
+        "SELECT d.offset, d.state, d.attempt, d.failures, d.consumer, d.due, d.avoid, d.reason, \
+         d.group_id, NULL, d.subscription_id FROM json_each(?) AS j CROSS JOIN deliveries AS d \
+         ON d.subscription_id = j.value->>0 AND d.offset = j.value->>1",
+    )
+    .bind(serde_json::Value::Array(keys).to_string())
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut leases: HashMap<(i64, i64), Lease> = HashMap::new();
+    for row in &rows {
+        leases.insert((row.get(10), row.get(0)), lease_from_row(row)?);
+    }
+    let mut subs: HashMap<i64, Option<Subscription>> = HashMap::new();
+    let mut changed: Vec<(i64, i64)> = Vec::new();
+    let mut results = Vec::with_capacity(settlements.len());
+    let mut wakes = false;
+    for (receipt, outcome) in &settlements {
+        let Ok(sub_id) = receipt.subscription.parse::<i64>() else {
+            results.push(Err(not_found()));
+            continue;
+        };
+        let sub = match subs.entry(sub_id) {
+            Entry::Occupied(known) => known.into_mut(),
+            Entry::Vacant(slot) => slot.insert(subscription_by_id(conn, sub_id).await?),
+        };
+        let (Some(sub), Some(lease)) = (sub.as_ref(), leases.get_mut(&(sub_id, receipt.offset)))
+        else {
+            results.push(Err(not_found()));
+            continue;
+        };
+        let outcome = outcome
+            .clone()
+            .unwrap_or_else(|| sub.rules.default_outcome.outcome());
+        let policy = sub.rules.policy();
+        match lease.settle(receipt.attempt, &receipt.consumer, outcome, now, &policy) {
+            Ok(()) => {
+                // Back in the subscription, or the group's next is free.
+                wakes |= matches!(lease.state, State::Available { .. })
+                    || sub.rules.ordering == Ordering::Group;
+                changed.push((sub_id, receipt.offset));
+                results.push(Ok(()));
+            }
+            Err(stale) => results.push(Err(DeliveryError::Stale(stale))),
+        }
+    }
+    let mut by_sub: HashMap<i64, Vec<(i64, &Lease)>> = HashMap::new();
+    for (sub_id, offset) in &changed {
+        if let Some(lease) = leases.get(&(*sub_id, *offset)) {
+            by_sub.entry(*sub_id).or_default().push((*offset, lease));
+        }
+    }
+    for (sub_id, leases) in by_sub {
+        save_leases(conn, sub_id, &leases, now).await?;
+    }
+    Ok((results, wakes))
+}
+
 /// The body of `Store::fetch`, in the writer's transaction.
 async fn fetch_in(
     conn: &mut SqliteConnection,
@@ -727,18 +765,18 @@ async fn fetch_in(
                 affinity: row.get(9),
             });
         }
-        for i in pick(&candidates, &members, max - handed.len(), now) {
-            let group: Option<String> = rows[i].get(8);
-            let candidate = &mut candidates[i];
-            if let Some(h) =
-                hand_out(conn, &sub, session_id, candidate, group, settled, now).await?
-            {
-                handed.push(h);
-                released |= matches!(candidate.lease.state, State::Available { .. });
-            }
+        let last_offset = candidates.last().map(|c| c.offset);
+        let picked: Vec<(Candidate, Option<String>)> =
+            pick(&candidates, &members, max - handed.len(), now)
+                .into_iter()
+                .map(|i| (candidates[i].clone(), rows[i].get(8)))
+                .collect();
+        for h in hand_out(conn, &sub, session_id, picked, settled, now).await? {
+            released |= h.released;
+            handed.push(h.handed);
         }
-        match candidates.last() {
-            Some(last) if handed.len() < max && rows.len() as i64 == page => after = last.offset,
+        match last_offset {
+            Some(last) if handed.len() < max && rows.len() as i64 == page => after = last,
             _ => break,
         }
     }
@@ -748,56 +786,87 @@ async fn fetch_in(
     Ok((handed, wakes))
 }
 
-/// Leases one picked message to `session_id` (or, in settle mode `settled`, settles it as
-/// sent) and binds its group to the member.
+/// One message handed out, and whether that put it straight back in the subscription (the
+/// default outcome of settle mode `settled` releasing it).
+struct HandedOut {
+    handed: Handed,
+    released: bool,
+}
+
+/// Leases the picked messages to `session_id` (or, in settle mode `settled`, settles them as
+/// sent) and binds their groups to the member: one read and one write per table for them all.
 async fn hand_out(
     conn: &mut SqliteConnection,
     sub: &Subscription,
     session_id: &str,
-    candidate: &mut Candidate,
-    group: Option<String>,
+    picked: Vec<(Candidate, Option<String>)>,
     settled: bool,
     now: DateTime<Utc>,
-) -> Result<Option<Handed>, StoreError> {
-    let Candidate { offset, lease, .. } = candidate;
-    let Some(message) = inbox_entry(&mut *conn, *offset).await? else {
-        tracing::error!(
-            offset,
-            subscription = sub.id,
-            "a leased message is missing from the inbox"
-        );
-        return Ok(None);
-    };
+) -> Result<Vec<HandedOut>, StoreError> {
+    if picked.is_empty() {
+        return Ok(Vec::new());
+    }
+    let offsets: Vec<i64> = picked.iter().map(|(c, _)| c.offset).collect();
+    let mut messages = inbox_entries(conn, &offsets).await?;
     let policy = sub.rules.policy();
-    let (attempt, deadline) = if settled {
-        let outcome = Some(sub.rules.default_outcome.outcome());
-        (lease.send_settled(session_id, outcome, now, &policy), None)
-    } else {
-        let attempt = lease.acquire(session_id, now, &policy);
-        (attempt, Some(now + policy.ack_wait))
-    };
-    save_lease(&mut *conn, sub.id, *offset, lease, now).await?;
-    if let Some(group) = group {
+    let mut out = Vec::with_capacity(picked.len());
+    let mut leases = Vec::with_capacity(picked.len());
+    let mut affinity = Vec::new();
+    for (
+        Candidate {
+            offset, mut lease, ..
+        },
+        group,
+    ) in picked
+    {
+        let Some(message) = messages.remove(&offset) else {
+            tracing::error!(
+                offset,
+                subscription = sub.id,
+                "a leased message is missing from the inbox"
+            );
+            continue;
+        };
+        let (attempt, deadline) = if settled {
+            let outcome = Some(sub.rules.default_outcome.outcome());
+            (lease.send_settled(session_id, outcome, now, &policy), None)
+        } else {
+            let attempt = lease.acquire(session_id, now, &policy);
+            (attempt, Some(now + policy.ack_wait))
+        };
+        if let Some(group) = group {
+            affinity.push(group);
+        }
+        out.push(HandedOut {
+            released: matches!(lease.state, State::Available { .. }),
+            handed: Handed {
+                receipt: Receipt {
+                    subscription: sub.id.to_string(),
+                    offset,
+                    attempt,
+                    consumer: session_id.to_owned(),
+                },
+                deadline,
+                message,
+            },
+        });
+        leases.push((offset, lease));
+    }
+    let refs: Vec<(i64, &Lease)> = leases.iter().map(|(o, l)| (*o, l)).collect();
+    save_leases(conn, sub.id, &refs, now).await?;
+    if !affinity.is_empty() {
         sqlx::query(
-            "INSERT INTO group_affinity (subscription_id, group_id, consumer) VALUES (?, ?, ?) \
+            "INSERT INTO group_affinity (subscription_id, group_id, consumer) \
+             SELECT ?1, value, ?2 FROM json_each(?3) WHERE true \
              ON CONFLICT DO UPDATE SET consumer = excluded.consumer",
         )
         .bind(sub.id)
-        .bind(group)
         .bind(session_id)
+        .bind(serde_json::json!(affinity).to_string())
         .execute(&mut *conn)
         .await?;
     }
-    Ok(Some(Handed {
-        receipt: Receipt {
-            subscription: sub.id.to_string(),
-            offset: *offset,
-            attempt,
-            consumer: session_id.to_owned(),
-        },
-        deadline,
-        message,
-    }))
+    Ok(out)
 }
 
 async fn with_grants(
@@ -1030,21 +1099,23 @@ async fn match_new_messages(
     .bind(MATCH_BATCH)
     .fetch_all(&mut *conn)
     .await?;
+    let mut matched = Vec::new();
     for row in &rows {
         let offset: i64 = row.get(0);
         cursor = offset;
-        if !filter.matches(row.get::<&str, _>(1)) {
-            continue;
+        if filter.matches(row.get::<&str, _>(1)) {
+            let group: Option<&str> = if grouped { Some(row.get(2)) } else { None };
+            matched.push(serde_json::json!([offset, group, row.get::<i64, _>(3)]));
         }
-        let group: Option<&str> = if grouped { Some(row.get(2)) } else { None };
+    }
+    if !matched.is_empty() {
         sqlx::query(
             "INSERT INTO deliveries (subscription_id, offset, group_id, state, attempt, failures, \
-             due, avoid) VALUES (?, ?, ?, 'available', 0, 0, ?, '[]') ON CONFLICT DO NOTHING",
+             due, avoid) SELECT ?1, value->>0, value->>1, 'available', 0, 0, value->>2, '[]' \
+             FROM json_each(?2) WHERE true ON CONFLICT DO NOTHING",
         )
         .bind(sub.id)
-        .bind(offset)
-        .bind(group)
-        .bind(row.get::<i64, _>(3))
+        .bind(serde_json::Value::Array(matched).to_string())
         .execute(&mut *conn)
         .await?;
     }
@@ -1124,43 +1195,90 @@ async fn save_lease(
     lease: &Lease,
     now: DateTime<Utc>,
 ) -> Result<(), StoreError> {
+    save_leases(conn, subscription_id, &[(offset, lease)], now).await
+}
+
+/// Stores leases of one subscription with one statement.
+async fn save_leases(
+    conn: &mut SqliteConnection,
+    subscription_id: i64,
+    leases: &[(i64, &Lease)],
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    if leases.is_empty() {
+        return Ok(());
+    }
     let none = BTreeSet::new();
-    let (state, consumer, due, avoid, reason) = match &lease.state {
-        State::Available { not_before, avoid } => {
-            ("available", None, millis(*not_before), avoid, None)
-        }
-        State::Acquired {
+    let mut rows = Vec::with_capacity(leases.len());
+    for (offset, lease) in leases {
+        let (state, consumer, due, avoid, reason) = match &lease.state {
+            State::Available { not_before, avoid } => {
+                ("available", None, millis(*not_before), avoid, None)
+            }
+            State::Acquired {
+                consumer,
+                deadline,
+                avoid,
+            } => (
+                "acquired",
+                Some(consumer.as_str()),
+                millis(*deadline),
+                avoid,
+                None,
+            ),
+            State::Done => ("done", None, millis(now), &none, None),
+            State::DeadLettered { reason } => {
+                ("dead", None, millis(now), &none, Some(reason.as_str()))
+            }
+        };
+        let avoid = serde_json::to_string(avoid)
+            .map_err(|e| StoreError::Failed(format!("cannot encode a lease: {e}")))?;
+        rows.push(serde_json::json!([
+            offset,
+            state,
+            lease.attempt,
+            lease.failures,
             consumer,
-            deadline,
+            due,
             avoid,
-        } => (
-            "acquired",
-            Some(consumer.as_str()),
-            millis(*deadline),
-            avoid,
-            None,
-        ),
-        State::Done => ("done", None, millis(now), &none, None),
-        State::DeadLettered { reason } => ("dead", None, millis(now), &none, Some(reason.as_str())),
-    };
-    let avoid = serde_json::to_string(avoid)
-        .map_err(|e| StoreError::Failed(format!("cannot encode a lease: {e}")))?;
+            reason
+        ]));
+    }
+    // An upsert of rows that all exist: the JSON rows drive the loop, each a primary-key
+    // probe (an UPDATE … FROM would scan the subscription's deliveries instead).
     sqlx::query(
-        "UPDATE deliveries SET state = ?, attempt = ?, failures = ?, consumer = ?, due = ?, \
-         avoid = ?, reason = ? WHERE subscription_id = ? AND offset = ?",
+        "INSERT INTO deliveries (subscription_id, offset, state, attempt, failures, consumer, \
+         due, avoid, reason) SELECT ?1, value->>0, value->>1, value->>2, value->>3, value->>4, \
+         value->>5, value->>6, value->>7 FROM json_each(?2) WHERE true \
+         ON CONFLICT (subscription_id, offset) DO UPDATE SET state = excluded.state, \
+         attempt = excluded.attempt, failures = excluded.failures, \
+         consumer = excluded.consumer, due = excluded.due, avoid = excluded.avoid, \
+         reason = excluded.reason",
     )
-    .bind(state)
-    .bind(lease.attempt as i64)
-    .bind(lease.failures as i64)
-    .bind(consumer)
-    .bind(due)
-    .bind(avoid)
-    .bind(reason)
     .bind(subscription_id)
-    .bind(offset)
+    .bind(serde_json::Value::Array(rows).to_string())
     .execute(&mut *conn)
     .await?;
     Ok(())
+}
+
+/// The inbox messages at `offsets`, by offset.
+async fn inbox_entries(
+    conn: &mut SqliteConnection,
+    offsets: &[i64],
+) -> Result<HashMap<i64, InboxEntry>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT offset, channel, topic, group_id, number, payload, namespaces, received_at, \
+         expiry FROM inbox WHERE offset IN (SELECT value FROM json_each(?))",
+    )
+    .bind(serde_json::json!(offsets).to_string())
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows
+        .iter()
+        .map(super::sqlite::inbox_from_row)
+        .map(|e| (e.offset, e))
+        .collect())
 }
 
 async fn inbox_entry(
