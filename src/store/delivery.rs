@@ -596,13 +596,14 @@ async fn maintain_in(
     }
     // Needed: beyond some subscription's cursor (not yet matched), or leased, waiting or
     // dead-lettered in one. Purged once no longer needed and both its arrival and its last
-    // settling are older than the retention.
+    // settling are older than the retention. Walked by arrival (the received_at index): by
+    // offset it would scan the whole inbox on every pass.
     report.inbox_purged = sqlx::query(
         "DELETE FROM inbox WHERE offset IN (SELECT offset FROM inbox WHERE received_at < ?1 \
              AND offset <= (SELECT COALESCE(MIN(cursor), 9223372036854775807) FROM subscriptions) \
              AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.offset = inbox.offset \
                              AND (d.state != 'done' OR d.due >= ?1)) \
-             ORDER BY offset LIMIT 10000)",
+             ORDER BY received_at LIMIT 10000)",
     )
     .bind(millis(now - retention))
     .execute(&mut *conn)

@@ -419,9 +419,12 @@ impl Store {
 
     /// The earliest next attempt of any outbound message.
     pub async fn next_outbound_due(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
-        let ms: Option<i64> = sqlx::query_scalar("SELECT MIN(next_attempt) FROM out_messages")
-            .fetch_one(&self.pool)
-            .await?;
+        // The condition lets SQLite answer from the partial index, not a table scan.
+        let ms: Option<i64> = sqlx::query_scalar(
+            "SELECT MIN(next_attempt) FROM out_messages WHERE next_attempt IS NOT NULL",
+        )
+        .fetch_one(&self.pool)
+        .await?;
         Ok(ms.map(from_millis))
     }
 
