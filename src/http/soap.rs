@@ -88,3 +88,46 @@ pub fn fault(
         write_soap_fault(version, &fault, header.as_ref()),
     )
 }
+
+/// Reads a request body into one buffer sized by its Content-Length, so that a big message is
+/// held once, not as chunks plus their copy. More than `limit` + 1 bytes is refused with 413
+/// (the codec gives the exact limit its own fault).
+pub async fn read_body(
+    headers: &HeaderMap,
+    body: axum::body::Body,
+    limit: usize,
+) -> Result<axum::body::Bytes, axum::response::Response> {
+    use futures_util::StreamExt as _;
+    let cap = limit.saturating_add(1);
+    let announced = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(0);
+    let too_large = || {
+        (
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("a message may have at most {limit} bytes\n"),
+        )
+            .into_response()
+    };
+    if announced > cap {
+        return Err(too_large());
+    }
+    let mut buffer = Vec::with_capacity(announced);
+    let mut frames = body.into_data_stream();
+    while let Some(frame) = frames.next().await {
+        let chunk = frame.map_err(|e| {
+            (
+                StatusCode::BAD_REQUEST,
+                format!("cannot read the request body: {e}\n"),
+            )
+                .into_response()
+        })?;
+        if buffer.len() + chunk.len() > cap {
+            return Err(too_large());
+        }
+        buffer.extend_from_slice(&chunk);
+    }
+    Ok(buffer.into())
+}

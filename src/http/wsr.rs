@@ -12,7 +12,7 @@ use super::soap::{self, content_type, version_hint};
 use crate::rmp::agreement::Agreement;
 use crate::rmp::receiver::{AnswerRoute, answer_route, may_hold};
 use crate::rmp::replies::{Replies, ReplyItem, items, reply_for};
-use crate::store::{Endpoints, ReceivedMessage};
+use crate::store::{Endpoints, Payload, ReceivedMessage};
 use crate::wsr::{
     Defect, Envelope, FaultCode, FaultRoute, MessageKey, PollRequest, ReplyPattern, Request,
     SoapVersion, read_message, write_must_understand_fault,
@@ -26,8 +26,12 @@ pub async fn receive(
     State(app): State<AppState>,
     Path(channel): Path<String>,
     headers: HeaderMap,
-    body: Bytes,
+    body: axum::body::Body,
 ) -> Response {
+    let body = match soap::read_body(&headers, body, app.config.limits.max_bytes).await {
+        Ok(body) => body,
+        Err(refusal) => return refusal,
+    };
     let Some(agreement) = app.config.channels.get(&channel) else {
         return (
             StatusCode::NOT_FOUND,
@@ -72,7 +76,7 @@ pub async fn receive(
     let mut replies = Replies::new();
     let mut own_fault: Option<(FaultCode, String)> = None;
     if let Some(request) = &env.request {
-        match handle_request(&app, &channel, agreement, &env, request).await {
+        match handle_request(&app, &channel, agreement, &body, &env, request).await {
             RequestAnswer::InResponse(None) => {
                 replies.add(&request.message_id.group_id, request.key().number, None);
             }
@@ -118,6 +122,7 @@ async fn handle_request(
     app: &AppState,
     channel: &str,
     agreement: &Agreement,
+    body: &Bytes,
     env: &Envelope<'_>,
     request: &Request,
 ) -> RequestAnswer {
@@ -155,7 +160,7 @@ async fn handle_request(
     let message = ReceivedMessage {
         channel: channel.to_owned(),
         request: request.clone(),
-        payload: env.body.content.to_owned(),
+        payload: Payload::within(body, env.body.content),
         namespaces: serde_json::to_string(&namespaces).unwrap_or_else(|_| "[]".into()),
         topic: format!("{channel}/{root}"),
         soap12: env.version == SoapVersion::Soap12,

@@ -112,7 +112,7 @@ pub(super) async fn apply_receive(
             .bind(number)
             .bind(&m.channel)
             .bind(&m.topic)
-            .bind(&m.payload)
+            .bind(m.payload.as_str())
             .bind(&m.namespaces)
             .bind(millis(m.now))
             .bind(expiry)
@@ -243,7 +243,7 @@ async fn release_buffered(
         topic: row.get(1),
         group_id: group_id.as_str().to_owned(),
         number: Some(n as i64),
-        payload: row.get(2),
+        payload: row.get::<String, _>(2).into(),
         namespaces: row.get(3),
         received_at: row.get(4),
         expiry: row.get(5),

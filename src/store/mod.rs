@@ -51,13 +51,51 @@ pub struct StoreConfig {
     pub policy: Policy,
 }
 
+/// A message payload: text that shares the request's buffer where it can, so that a big
+/// message is not copied on its way to the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Payload(axum::body::Bytes);
+
+impl Payload {
+    /// `text` taken from `buffer` (zero-copy when it lies inside it).
+    pub fn within(buffer: &axum::body::Bytes, text: &str) -> Payload {
+        let range = buffer.as_ptr_range();
+        let inside =
+            range.start <= text.as_ptr() && text.as_bytes().as_ptr_range().end <= range.end;
+        if inside {
+            Payload(buffer.slice_ref(text.as_bytes()))
+        } else {
+            Payload(axum::body::Bytes::copy_from_slice(text.as_bytes()))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        // Built from `str`s only, so always UTF-8.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl From<String> for Payload {
+    fn from(text: String) -> Payload {
+        Payload(axum::body::Bytes::from(text))
+    }
+}
+
 /// A reliable message ready for the receiver's decision and, if accepted, the inbox.
 #[derive(Debug, Clone)]
 pub struct ReceivedMessage {
     pub channel: String,
     pub request: Request,
     /// The Body's children as received.
-    pub payload: String,
+    pub payload: Payload,
     /// JSON list of the namespace declarations the payload may rely on.
     pub namespaces: String,
     /// `{channel}/{local name of the first Body child}`.

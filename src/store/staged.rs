@@ -25,10 +25,32 @@ pub(super) struct InboxRow {
     pub topic: String,
     pub group_id: String,
     pub number: Option<i64>,
-    pub payload: String,
+    pub payload: super::Payload,
     pub namespaces: String,
     pub received_at: i64,
     pub expiry: i64,
+}
+
+/// Payloads above this go into the inbox one by one, bound as they are.
+const BIG_PAYLOAD: usize = 64 * 1024;
+
+/// Appends staged small inbox rows (JSON rows) with one statement.
+async fn insert_small(
+    conn: &mut SqliteConnection,
+    rows: &mut Vec<Value>,
+) -> Result<(), StoreError> {
+    if rows.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "INSERT INTO inbox (channel, topic, group_id, number, payload, namespaces, received_at, \
+         expiry) SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, \
+         value->>6, value->>7 FROM json_each(?) ORDER BY key",
+    )
+    .bind(Value::Array(std::mem::take(rows)).to_string())
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }
 
 #[derive(Default)]
@@ -123,32 +145,40 @@ impl Staged {
     /// Writes what is staged: inbox rows in the order they were staged (offsets follow it),
     /// then group states. The read-ahead stays valid (it now matches the tables).
     pub(super) async fn flush(&mut self, conn: &mut SqliteConnection) -> Result<(), StoreError> {
-        if !self.inbox.is_empty() {
-            let rows: Vec<Value> = self
-                .inbox
-                .drain(..)
-                .map(|r| {
-                    json!([
-                        r.channel,
-                        r.topic,
-                        r.group_id,
-                        r.number,
-                        r.payload,
-                        r.namespaces,
-                        r.received_at,
-                        r.expiry
-                    ])
-                })
-                .collect();
+        // Offsets follow the staging order: a run of small rows goes as one statement, a big
+        // row alone (bound as it is, not copied into JSON and out again).
+        let mut small: Vec<Value> = Vec::new();
+        for r in std::mem::take(&mut self.inbox) {
+            if r.payload.len() <= BIG_PAYLOAD {
+                small.push(json!([
+                    r.channel,
+                    r.topic,
+                    r.group_id,
+                    r.number,
+                    r.payload.as_str(),
+                    r.namespaces,
+                    r.received_at,
+                    r.expiry
+                ]));
+                continue;
+            }
+            insert_small(conn, &mut small).await?;
             sqlx::query(
                 "INSERT INTO inbox (channel, topic, group_id, number, payload, namespaces, \
-                 received_at, expiry) SELECT value->>0, value->>1, value->>2, value->>3, \
-                 value->>4, value->>5, value->>6, value->>7 FROM json_each(?) ORDER BY key",
+                 received_at, expiry) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             )
-            .bind(Value::Array(rows).to_string())
+            .bind(r.channel)
+            .bind(r.topic)
+            .bind(r.group_id)
+            .bind(r.number)
+            .bind(r.payload.as_str())
+            .bind(r.namespaces)
+            .bind(r.received_at)
+            .bind(r.expiry)
             .execute(&mut *conn)
             .await?;
         }
+        insert_small(conn, &mut small).await?;
         if !self.group_rows.is_empty() {
             let rows: Vec<Value> = self
                 .group_rows
