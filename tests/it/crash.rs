@@ -178,10 +178,7 @@ async fn sigkill_at_random_moments_loses_and_doubles_nothing() {
     let started = Instant::now();
     let mut partner = mock_partner(vec![]).await;
     let dir = tempfile::tempdir().expect("temp dir");
-    let port = {
-        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
-        probe.local_addr().expect("addr").port()
-    };
+    let port = super::support::free_port();
     let config = dir.path().join("gw.toml");
     let database = dir.path().join("gw.db");
     std::fs::write(

@@ -137,12 +137,25 @@ impl Api {
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
+    async fn get(&self, path: &str) -> (u16, Value) {
+        self.call(reqwest::Method::GET, path, None).await
+    }
+
+    async fn delete(&self, path: &str) -> u16 {
+        self.call(reqwest::Method::DELETE, path, None).await.0
+    }
+
     async fn post(&self, path: &str, body: Value) -> (u16, Value) {
         self.call(reqwest::Method::POST, path, Some(body)).await
     }
 
+    /// Asks to create a subscription; the status and answer, whatever they are.
+    async fn try_create(&self, body: Value) -> (u16, Value) {
+        self.post("/api/v1/subscriptions", body).await
+    }
+
     async fn create(&self, body: Value) -> i64 {
-        let (status, answer) = self.post("/api/v1/subscriptions", body).await;
+        let (status, answer) = self.try_create(body).await;
         assert_eq!(status, 201, "{answer}");
         answer["id"].as_i64().expect("id")
     }
@@ -249,13 +262,7 @@ async fn a_stale_ack_is_refused_with_the_current_attempt_and_the_message_stays_w
     forged["receipt"] = json!(format!("{}0", got_b[0]["receipt"].as_str().expect("r")));
     assert_eq!(api.accept(&forged).await.0, 400);
     assert_eq!(
-        api.call(
-            reqwest::Method::DELETE,
-            &format!("/api/v1/subscriptions/{sub}"),
-            None
-        )
-        .await
-        .0,
+        api.delete(&format!("/api/v1/subscriptions/{sub}")).await,
         204
     );
     assert_eq!(api.accept(&got_b[0]).await.0, 404);
@@ -425,26 +432,17 @@ async fn received_as_default_outcome_is_400_and_an_unknown_one_501() {
     let app = gateway().await;
     let api = Api::of(&app, OWNER);
     let (status, answer) = api
-        .post(
-            "/api/v1/subscriptions",
-            json!({ "name": "x", "filter": "#", "default_outcome": "received" }),
-        )
+        .try_create(json!({ "name": "x", "filter": "#", "default_outcome": "received" }))
         .await;
     assert_eq!(status, 400, "{answer}");
     assert_eq!(answer["error"], "invalid-field");
     let (status, answer) = api
-        .post(
-            "/api/v1/subscriptions",
-            json!({ "name": "x", "filter": "#", "default_outcome": "transferred" }),
-        )
+        .try_create(json!({ "name": "x", "filter": "#", "default_outcome": "transferred" }))
         .await;
     assert_eq!(status, 501, "{answer}");
     assert_eq!(answer["error"], "not-implemented");
     let (status, _) = api
-        .post(
-            "/api/v1/subscriptions",
-            json!({ "name": "x", "filter": "a/#/b" }),
-        )
+        .try_create(json!({ "name": "x", "filter": "a/#/b" }))
         .await;
     assert_eq!(status, 400, "a bad filter");
 }
@@ -558,11 +556,7 @@ async fn a_nack_goes_to_another_member_with_backoff_and_max_deliveries_dead_lett
     assert!(api.fetch(&a, 1).await.is_empty());
     assert!(api.fetch(&b, 1).await.is_empty());
     let (status, dead) = api
-        .call(
-            reqwest::Method::GET,
-            &format!("/api/v1/subscriptions/{sub}/dead-letters"),
-            None,
-        )
+        .get(&format!("/api/v1/subscriptions/{sub}/dead-letters"))
         .await;
     assert_eq!(status, 200);
     let letters = dead["dead_letters"].as_array().expect("list");
@@ -595,7 +589,7 @@ async fn a_nack_goes_to_another_member_with_backoff_and_max_deliveries_dead_lett
         )
         .await;
     assert_eq!(purged["purged"], 1);
-    let (_, dead) = api.call(reqwest::Method::GET, &path, None).await;
+    let (_, dead) = api.get(&path).await;
     assert_eq!(dead["dead_letters"], json!([]));
 }
 
@@ -805,24 +799,14 @@ async fn without_a_grant_join_fetch_and_settle_are_forbidden_and_a_share_name_ca
     assert_eq!(other.fetch_raw(&session, 10, 0).await.0, 403, "fetch");
     assert_eq!(other.accept(&got[0]).await.0, 403, "settle");
     let (status, answer) = other
-        .post(
-            "/api/v1/subscriptions",
-            json!({ "name": "$share/team/default/#" }),
-        )
+        .try_create(json!({ "name": "$share/team/default/#" }))
         .await;
     assert_eq!(status, 409, "same share name, other application: {answer}");
     // The operator may look but not take.
     let admin = Api::of(&app, ADMIN);
     assert_eq!(admin.post(&path, json!({})).await.0, 403);
     assert_eq!(
-        admin
-            .call(
-                reqwest::Method::GET,
-                &format!("/api/v1/subscriptions/{sub}"),
-                None
-            )
-            .await
-            .0,
+        admin.get(&format!("/api/v1/subscriptions/{sub}")).await.0,
         200
     );
 
@@ -838,10 +822,7 @@ async fn without_a_grant_join_fetch_and_settle_are_forbidden_and_a_share_name_ca
     assert_eq!(got_other.len(), 1, "the one not leased to the owner");
 
     // Revoking ends their session: what they held goes back at once, their receipt is dead.
-    assert_eq!(
-        owner.call(reqwest::Method::DELETE, &grant, None).await.0,
-        204
-    );
+    assert_eq!(owner.delete(&grant).await, 204);
     assert_eq!(other.accept(&got_other[0]).await.0, 403);
     assert_eq!(other.fetch_raw(&theirs, 10, 0).await.0, 404);
     let back = owner.fetch(&session, 10).await;
@@ -906,13 +887,7 @@ impl Webhook {
 /// clock cannot overtake a settle.
 async fn settled(api: &Api, sub: i64) {
     for _ in 0..500 {
-        let (_, s) = api
-            .call(
-                reqwest::Method::GET,
-                &format!("/api/v1/subscriptions/{sub}"),
-                None,
-            )
-            .await;
+        let (_, s) = api.get(&format!("/api/v1/subscriptions/{sub}")).await;
         if s["backlog"]["in_flight"] == 0 {
             return;
         }
@@ -923,11 +898,7 @@ async fn settled(api: &Api, sub: i64) {
 
 async fn dead_letters(api: &Api, sub: i64) -> Vec<Value> {
     let (_, dead) = api
-        .call(
-            reqwest::Method::GET,
-            &format!("/api/v1/subscriptions/{sub}/dead-letters"),
-            None,
-        )
+        .get(&format!("/api/v1/subscriptions/{sub}/dead-letters"))
         .await;
     dead["dead_letters"].as_array().cloned().unwrap_or_default()
 }
@@ -1041,13 +1012,7 @@ async fn an_ephemeral_subscription_goes_after_its_last_member_and_the_inbox_is_p
     let session = api.join(passing, 60_000).await;
     assert_eq!(api.fetch(&session, 10).await.len(), 2);
     assert_eq!(
-        api.call(
-            reqwest::Method::DELETE,
-            &format!("/api/v1/sessions/{session}"),
-            None
-        )
-        .await
-        .0,
+        api.delete(&format!("/api/v1/sessions/{session}")).await,
         204
     );
     let grace = Duration::seconds(31);
@@ -1063,7 +1028,7 @@ async fn an_ephemeral_subscription_goes_after_its_last_member_and_the_inbox_is_p
         .await
         .expect("maintenance");
     let path = format!("/api/v1/subscriptions/{passing}");
-    assert_eq!(api.call(reqwest::Method::GET, &path, None).await.0, 404);
+    assert_eq!(api.get(&path).await.0, 404);
 
     // The durable one still needs both; once one is accepted and the retention passed, that
     // one goes and the other stays.
@@ -1088,11 +1053,7 @@ async fn an_ephemeral_subscription_goes_after_its_last_member_and_the_inbox_is_p
 #[tokio::test]
 async fn leases_cursors_and_dead_letters_survive_sigkill() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("port")
-        .local_addr()
-        .expect("addr")
-        .port();
+    let port = super::support::free_port();
     let config = dir.path().join("gw.toml");
     std::fs::write(
         &config,

@@ -464,11 +464,7 @@ async fn sigkilled_sender_resumes_every_pending_message_with_the_same_identity()
     let receiver = spawn_app_with(|_| {}).await;
     let mut dead_end = mock_partner(vec![500; 1000]).await;
     let dir = tempfile::tempdir().expect("temp dir");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("port")
-        .local_addr()
-        .expect("addr")
-        .port();
+    let port = super::support::free_port();
     let config = dir.path().join("sender.toml");
     std::fs::write(
         &config,

@@ -339,6 +339,14 @@ impl MockPartner {
     }
 }
 
+/// A port on 127.0.0.1 that was free a moment ago, for a gateway child process's config.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
 /// Serves `router` on 127.0.0.1, port 0, in the background; its base URL.
 pub async fn serve_local(router: axum::Router) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
