@@ -363,7 +363,13 @@ pub async fn serve_local(router: axum::Router) -> String {
 pub fn start_gateway(config: &std::path::Path) -> std::process::Child {
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
-    let mut child = Command::new(env!("CARGO_BIN_EXE_wsr-gateway"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_wsr-gateway"));
+    // The gateway refuses unknown WSR_* settings; the test run's own (WSR_SHARED_DIR) are not
+    // for it, and the config file says everything.
+    for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("WSR_")) {
+        command.env_remove(key);
+    }
+    let mut child = command
         .args(["serve", "--config"])
         .arg(config)
         .env("RUST_LOG", "info")
