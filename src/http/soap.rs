@@ -114,7 +114,16 @@ pub async fn read_body(
     if announced > cap {
         return Err(too_large());
     }
-    let mut buffer = Vec::with_capacity(announced);
+    // The announced size is reserved once (no regrowth copies), but only if the memory is
+    // there: a refusal is a 503, never an abort.
+    let mut buffer: Vec<u8> = Vec::new();
+    if buffer.try_reserve_exact(announced).is_err() {
+        return Err((
+            StatusCode::SERVICE_UNAVAILABLE,
+            "not enough memory for this message now; try again later\n",
+        )
+            .into_response());
+    }
     let mut frames = body.into_data_stream();
     while let Some(frame) = frames.next().await {
         let chunk = frame.map_err(|e| {

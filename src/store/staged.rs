@@ -107,7 +107,7 @@ impl Staged {
         }
         match self.groups.get(group_id) {
             Some(Ok(state)) => Ok(state.clone()),
-            Some(Err(why)) => Err(StoreError::Corrupt(format!("group state: {why}"))),
+            Some(Err(why)) => Err(StoreError::Corrupt(why.clone())),
             None => Ok(None),
         }
     }
@@ -198,6 +198,11 @@ impl Staged {
             .await?;
         }
         Ok(())
+    }
+
+    /// Whether nothing is waiting to be written.
+    pub(super) fn is_clear(&self) -> bool {
+        self.inbox.is_empty() && self.group_rows.is_empty()
     }
 
     /// Forgets the read-ahead: the next job may change groups behind our back.

@@ -312,7 +312,21 @@ async fn run_job(
         staged.flush(conn).await?;
         staged.forget();
     }
+    if let (Job::Receive(message, _), Savepoints::ForChangesOnly) = (&*job, savepoints) {
+        // An unreadable group state is found before the job writes anything: it fails alone,
+        // and the rest of the batch (delivery changes already applied included) stands.
+        let group = message.request.message_id.group_id.as_str();
+        if let Err(StoreError::Corrupt(why)) = staged.load_group(conn, group).await {
+            tracing::error!(reason = %why, "message refused: its group's stored state is unreadable");
+            return Ok(JobRun::Done(Err(StoreError::Corrupt(why))));
+        }
+    }
     if in_savepoint {
+        // Whatever a savepoint might undo must not include earlier jobs' staged writes.
+        debug_assert!(
+            staged.is_clear(),
+            "staged writes would fall inside a job's savepoint"
+        );
         sqlx::query("SAVEPOINT job").execute(&mut *conn).await?;
     }
     let mut job_effects = Effects::default();

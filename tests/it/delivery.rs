@@ -377,6 +377,46 @@ async fn a_corrupt_group_fails_alone_in_its_batch() {
         21,
         "the first of the broken group and the 20 others"
     );
+
+    // A corruption found only after the job has written (a buffered message gone missing when
+    // its gap is filled) sends the batch round again job by job: still it fails alone.
+    let gapped = "mid:gapped@test";
+    post(wsr_message("Order", gapped, Some(1), true)).await;
+    sqlx::query("DELETE FROM buffered WHERE group_id = ?")
+        .bind(gapped)
+        .execute(&mut db)
+        .await
+        .expect("lose the buffered message");
+    let mut sends = vec![tokio::spawn(post(wsr_message(
+        "Order",
+        gapped,
+        Some(0),
+        true,
+    )))];
+    for i in 20..40 {
+        let group = format!("mid:healthy-{i}@test");
+        sends.push(tokio::spawn(post(wsr_message(
+            "Order", &group, None, false,
+        ))));
+    }
+    let mut answers = Vec::new();
+    for s in sends {
+        answers.push(s.await.expect("send"));
+    }
+    for (status, body) in &answers[1..] {
+        assert_eq!(*status, 200, "{body}");
+        assert!(
+            body.contains("NonSequenceReply") && !body.contains("fault="),
+            "{body}"
+        );
+    }
+    let inbox = app.inbox().await;
+    assert_eq!(
+        inbox.len(),
+        41,
+        "the 20 others; nothing of the gapped group"
+    );
+    assert!(inbox.iter().all(|e| e.group_id != gapped));
 }
 
 // 2. Settle mode `settled`: never left acquired, never redelivered; released goes elsewhere.
