@@ -307,6 +307,32 @@ async fn a_batch_of_settlements_answers_each_one_in_order() {
     assert_eq!(dead_letters(&api, sub).await.len(), 1);
 }
 
+/// POSTs all the messages at once; their statuses and bodies, in order.
+async fn post_all(app: &TestApp, xmls: Vec<String>) -> Vec<(u16, String)> {
+    let sends: Vec<_> = xmls
+        .into_iter()
+        .map(|xml| {
+            let (client, url) = (app.client.clone(), app.url("/wsr/default"));
+            tokio::spawn(async move {
+                let r = client
+                    .post(url)
+                    .header("content-type", "text/xml; charset=utf-8")
+                    .body(xml)
+                    .send()
+                    .await
+                    .expect("answer");
+                let status = r.status().as_u16();
+                (status, r.text().await.unwrap_or_default())
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for s in sends {
+        answers.push(s.await.expect("send"));
+    }
+    answers
+}
+
 /// A group whose stored state is unreadable fails its own messages, never the others that
 /// commit with it (the writer's batch falls back to a savepoint per job).
 #[tokio::test]
@@ -330,36 +356,15 @@ async fn a_corrupt_group_fails_alone_in_its_batch() {
         .execute(&mut db)
         .await
         .expect("corrupt it");
-    let post = |xml: String| {
-        let (client, url) = (app.client.clone(), format!("{base}/wsr/default"));
-        async move {
-            let r = client
-                .post(url)
-                .header("content-type", "text/xml; charset=utf-8")
-                .body(xml)
-                .send()
-                .await
-                .expect("answer");
-            let status = r.status().as_u16();
-            (status, r.text().await.unwrap_or_default())
-        }
+    // One message for `group` and 20 healthy singletons, all at once (so they share batches).
+    let together = |group: &str, number: u64, healthy: std::ops::Range<usize>| {
+        let mut xmls = vec![wsr_message("Order", group, Some(number), true)];
+        xmls.extend(
+            healthy.map(|i| wsr_message("Order", &format!("mid:healthy-{i}@test"), None, false)),
+        );
+        post_all(&app, xmls)
     };
-    let mut sends = vec![tokio::spawn(post(wsr_message(
-        "Order",
-        broken,
-        Some(1),
-        true,
-    )))];
-    for i in 0..20 {
-        let group = format!("mid:healthy-{i}@test");
-        sends.push(tokio::spawn(post(wsr_message(
-            "Order", &group, None, false,
-        ))));
-    }
-    let mut answers = Vec::new();
-    for s in sends {
-        answers.push(s.await.expect("send"));
-    }
+    let answers = together(broken, 1, 0..20).await;
     let (status, body) = &answers[0];
     assert!(
         *status != 200 || body.contains("Fault") || body.contains("fault="),
@@ -381,28 +386,13 @@ async fn a_corrupt_group_fails_alone_in_its_batch() {
     // A corruption found only after the job has written (a buffered message gone missing when
     // its gap is filled) sends the batch round again job by job: still it fails alone.
     let gapped = "mid:gapped@test";
-    post(wsr_message("Order", gapped, Some(1), true)).await;
+    post_all(&app, vec![wsr_message("Order", gapped, Some(1), true)]).await;
     sqlx::query("DELETE FROM buffered WHERE group_id = ?")
         .bind(gapped)
         .execute(&mut db)
         .await
         .expect("lose the buffered message");
-    let mut sends = vec![tokio::spawn(post(wsr_message(
-        "Order",
-        gapped,
-        Some(0),
-        true,
-    )))];
-    for i in 20..40 {
-        let group = format!("mid:healthy-{i}@test");
-        sends.push(tokio::spawn(post(wsr_message(
-            "Order", &group, None, false,
-        ))));
-    }
-    let mut answers = Vec::new();
-    for s in sends {
-        answers.push(s.await.expect("send"));
-    }
+    let answers = together(gapped, 0, 20..40).await;
     for (status, body) in &answers[1..] {
         assert_eq!(*status, 200, "{body}");
         assert!(
