@@ -113,17 +113,20 @@ impl App {
     }
 
     /// Serves until `shutdown` completes; requests in flight are answered before it returns.
-    /// The sweeper and the callback sender run alongside.
+    /// The background workers (sweeper, callbacks, sender, delivery housekeeping, push) run
+    /// alongside and stop with it.
     pub async fn run_until(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> anyhow::Result<()> {
         let state = self.state;
-        let sweeper = tokio::spawn(store::sweeper::run(
+        // Background workers: they stop with the server.
+        let mut background = tokio::task::JoinSet::new();
+        background.spawn(store::sweeper::run(
             state.store.clone(),
             state.clock.clone(),
         ));
-        let callbacks = tokio::spawn(outbound::callbacks::run(
+        background.spawn(outbound::callbacks::run(
             state.store.clone(),
             state.clock.clone(),
             RetryPolicy {
@@ -132,7 +135,7 @@ impl App {
                 request_timeout: Duration::from_secs(30),
             },
         ));
-        let sender = tokio::spawn(outbound::sender::run(
+        background.spawn(outbound::sender::run(
             state.store.clone(),
             state.clock.clone(),
             SenderConfig {
@@ -142,12 +145,12 @@ impl App {
                 concurrency: 32,
             },
         ));
-        let delivery_maintenance = tokio::spawn(delivery::maintain::run(
+        background.spawn(delivery::maintain::run(
             state.store.clone(),
             state.clock.clone(),
             state.config.delivery.clone(),
         ));
-        let push = tokio::spawn(delivery::push::run(
+        background.spawn(delivery::push::run(
             state.store.clone(),
             state.clock.clone(),
         ));
@@ -172,11 +175,7 @@ impl App {
                 Ok(())
             }
         };
-        sweeper.abort();
-        callbacks.abort();
-        sender.abort();
-        delivery_maintenance.abort();
-        push.abort();
+        background.abort_all();
         served
     }
 }
