@@ -162,3 +162,22 @@ pub enum StoreError {
     #[error("the store is shut down")]
     Closed,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Payload;
+    use axum::body::Bytes;
+
+    #[test]
+    fn a_payload_shares_its_request_buffer_and_copies_text_from_elsewhere() {
+        let buffer = Bytes::from_static(b"<e><b>body text</b></e>");
+        let text = std::str::from_utf8(&buffer[6..15]).expect("utf-8");
+        let shared = Payload::within(&buffer, text);
+        assert_eq!(shared.as_str(), "body text");
+        assert_eq!(shared.0.as_ptr(), text.as_ptr(), "no copy");
+        let elsewhere = String::from("body text");
+        let copied = Payload::within(&buffer, &elsewhere);
+        assert_eq!(copied.as_str(), "body text");
+        assert_ne!(copied.0.as_ptr(), elsewhere.as_ptr());
+    }
+}

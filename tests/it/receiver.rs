@@ -964,3 +964,21 @@ async fn admin_api_requires_a_token_and_serves_groups_and_inbox() {
     assert_eq!(removed.status(), 204);
     app.stop().await;
 }
+
+/// The body limit over HTTP: a message of exactly the limit is read and answered by the codec's
+/// own rules; one announcing more than the limit is refused with 413 before it is read.
+#[tokio::test]
+async fn a_body_over_the_limit_is_refused_with_413_and_one_at_the_limit_is_read() {
+    let app = spawn_app_with(|c| c.limits.max_bytes = 4096).await;
+    let big = "x".repeat(5000);
+    let answer = app
+        .post("/wsr/default", "text/xml; charset=utf-8", big)
+        .await;
+    assert_eq!(answer.status, 413, "{}", answer.body);
+    let m = msg(&app, "mid:limit@test");
+    let xml = m.xml(SoapVersion::Soap11);
+    assert!(xml.len() < 4096);
+    let answer = app.send(SoapVersion::Soap11, xml).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(app.inbox().await.len(), 1);
+}
