@@ -514,6 +514,22 @@ impl Store {
                         .execute(&mut *conn)
                         .await?
                         .rows_affected();
+                    if change == DeadLetterChange::Replay {
+                        // A replayed message of a group may come before the group's head.
+                        sqlx::query(
+                            "INSERT INTO group_heads (subscription_id, group_id, head) \
+                             SELECT subscription_id, group_id, offset FROM deliveries \
+                             WHERE subscription_id = ?1 AND group_id IS NOT NULL \
+                             AND state = 'available' AND due = ?3 AND failures = 0 \
+                             AND (?2 IS NULL OR offset = ?2) \
+                             ON CONFLICT DO UPDATE SET head = MIN(head, excluded.head)",
+                        )
+                        .bind(subscription_id)
+                        .bind(offset)
+                        .bind(millis(now))
+                        .execute(&mut *conn)
+                        .await?;
+                    }
                 }
                 // Replayed messages wait for members again.
                 let wakes = matches!(change, DeadLetterChange::Replay) && changed > 0;
@@ -740,24 +756,33 @@ async fn fetch_in(
     let mut handed = Vec::new();
     let mut released = false;
     for _ in 0..CANDIDATE_PAGES {
-        let rows = sqlx::query(
+        // ordering = group: only each group's head, and only while nothing of the group is
+        // leased (a replayed dead letter can be a head behind a leased message).
+        let sql = if sub.rules.ordering == Ordering::Group {
+            "SELECT d.offset, d.state, d.attempt, d.failures, d.consumer, d.due, d.avoid, \
+             d.reason, d.group_id, a.consumer FROM group_heads h \
+             JOIN deliveries d ON d.subscription_id = h.subscription_id AND d.offset = h.head \
+             LEFT JOIN group_affinity a \
+             ON a.subscription_id = h.subscription_id AND a.group_id = h.group_id \
+             WHERE h.subscription_id = ?1 AND h.head > ?4 \
+             AND d.state = 'available' AND d.due <= ?2 \
+             AND NOT EXISTS (SELECT 1 FROM deliveries e WHERE e.subscription_id = ?1 \
+                  AND e.group_id = h.group_id AND e.state = 'acquired') \
+             ORDER BY h.head LIMIT ?3"
+        } else {
             "SELECT d.offset, d.state, d.attempt, d.failures, d.consumer, d.due, d.avoid, \
              d.reason, d.group_id, a.consumer FROM deliveries d LEFT JOIN group_affinity a \
              ON a.subscription_id = d.subscription_id AND a.group_id = d.group_id \
              WHERE d.subscription_id = ?1 AND d.state = 'available' AND d.due <= ?2 \
-             AND d.offset > ?4 \
-             AND (d.group_id IS NULL OR NOT EXISTS (SELECT 1 FROM deliveries e \
-                  WHERE e.subscription_id = ?1 AND e.group_id = d.group_id \
-                  AND e.offset != d.offset AND (e.state = 'acquired' \
-                       OR (e.state = 'available' AND e.offset < d.offset)))) \
-             ORDER BY d.offset LIMIT ?3",
-        )
-        .bind(sub.id)
-        .bind(millis(now))
-        .bind(page)
-        .bind(after)
-        .fetch_all(&mut *conn)
-        .await?;
+             AND d.offset > ?4 ORDER BY d.offset LIMIT ?3"
+        };
+        let rows = sqlx::query(sql)
+            .bind(sub.id)
+            .bind(millis(now))
+            .bind(page)
+            .bind(after)
+            .fetch_all(&mut *conn)
+            .await?;
         let mut candidates = Vec::with_capacity(rows.len());
         for row in &rows {
             candidates.push(Candidate {
@@ -928,6 +953,7 @@ async fn remove_subscription(conn: &mut SqliteConnection, id: i64) -> Result<boo
         "DELETE FROM sessions WHERE subscription_id = ?",
         "DELETE FROM grants WHERE subscription_id = ?",
         "DELETE FROM group_affinity WHERE subscription_id = ?",
+        "DELETE FROM group_heads WHERE subscription_id = ?",
     ] {
         sqlx::query(delete).bind(id).execute(&mut *conn).await?;
     }
@@ -1110,15 +1136,28 @@ async fn match_new_messages(
         }
     }
     if !matched.is_empty() {
+        let matched = serde_json::Value::Array(matched).to_string();
         sqlx::query(
             "INSERT INTO deliveries (subscription_id, offset, group_id, state, attempt, failures, \
              due, avoid) SELECT ?1, value->>0, value->>1, 'available', 0, 0, value->>2, '[]' \
              FROM json_each(?2) WHERE true ON CONFLICT DO NOTHING",
         )
         .bind(sub.id)
-        .bind(serde_json::Value::Array(matched).to_string())
+        .bind(&matched)
         .execute(&mut *conn)
         .await?;
+        if grouped {
+            // A group with nothing pending gets its first new message as head.
+            sqlx::query(
+                "INSERT INTO group_heads (subscription_id, group_id, head) \
+                 SELECT ?1, value->>1, value->>0 FROM json_each(?2) WHERE true \
+                 ON CONFLICT DO UPDATE SET head = MIN(head, excluded.head)",
+            )
+            .bind(sub.id)
+            .bind(&matched)
+            .execute(&mut *conn)
+            .await?;
+        }
     }
     if !rows.is_empty() {
         sqlx::query("UPDATE subscriptions SET cursor = ? WHERE id = ?")
@@ -1260,6 +1299,40 @@ async fn save_leases(
     .bind(serde_json::Value::Array(rows).to_string())
     .execute(&mut *conn)
     .await?;
+    let settled: Vec<i64> = leases
+        .iter()
+        .filter(|(_, l)| matches!(l.state, State::Done | State::DeadLettered { .. }))
+        .map(|(offset, _)| *offset)
+        .collect();
+    advance_heads(conn, subscription_id, &settled).await
+}
+
+/// Groups whose head was settled or dead-lettered move on to their next pending message (or,
+/// with none, lose their head row until one arrives).
+async fn advance_heads(
+    conn: &mut SqliteConnection,
+    subscription_id: i64,
+    settled: &[i64],
+) -> Result<(), StoreError> {
+    if settled.is_empty() {
+        return Ok(());
+    }
+    let settled = serde_json::json!(settled).to_string();
+    sqlx::query(
+        "UPDATE group_heads SET head = COALESCE((SELECT d.offset FROM deliveries d \
+           WHERE d.subscription_id = group_heads.subscription_id \
+           AND d.group_id = group_heads.group_id AND d.offset > group_heads.head \
+           AND d.state IN ('available', 'acquired') ORDER BY d.offset LIMIT 1), -1) \
+         WHERE subscription_id = ?1 AND head IN (SELECT value FROM json_each(?2))",
+    )
+    .bind(subscription_id)
+    .bind(&settled)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query("DELETE FROM group_heads WHERE subscription_id = ? AND head = -1")
+        .bind(subscription_id)
+        .execute(&mut *conn)
+        .await?;
     Ok(())
 }
 

@@ -753,6 +753,65 @@ async fn a_long_poll_returns_the_message_that_arrives_while_it_waits() {
 }
 
 #[tokio::test]
+async fn in_group_mode_a_dead_letter_lets_the_group_go_on_and_a_replay_waits_for_the_leased_one() {
+    let app = gateway().await;
+    let api = Api::of(&app, OWNER);
+    let sub = api
+        .create(json!({ "name": "$share/steps/default/#", "ordering": "group" }))
+        .await;
+    for n in 0..3 {
+        deliver(
+            &app.url(""),
+            &app.client,
+            wsr_message("Step", "mid:steps@test", Some(n), true),
+        )
+        .await;
+    }
+    let a = api.join(sub, 3_600_000).await;
+    let b = api.join(sub, 3_600_000).await;
+    let first = api.fetch(&a, 10).await;
+    assert_eq!(first.len(), 1, "one of the group at a time");
+    assert_eq!(first[0]["number"], 0);
+    assert_eq!(
+        api.settle(&first[0], json!({ "outcome": "rejected" }))
+            .await
+            .0,
+        200
+    );
+    let second = api.fetch(&a, 10).await;
+    assert_eq!(second.len(), 1);
+    assert_eq!(
+        second[0]["number"], 1,
+        "the dead letter does not block its group"
+    );
+    let (_, replayed) = api
+        .post(
+            &format!("/api/v1/subscriptions/{sub}/dead-letters/replay"),
+            json!({}),
+        )
+        .await;
+    assert_eq!(replayed["replayed"], 1);
+    assert!(
+        api.fetch(&b, 10).await.is_empty(),
+        "the replayed #0 waits while #1 is leased"
+    );
+    assert_eq!(api.accept(&second[0]).await.0, 200);
+    assert!(api.fetch(&b, 10).await.is_empty(), "the group stays with A");
+    let third = api.fetch(&a, 10).await;
+    assert_eq!(third.len(), 1);
+    assert_eq!(
+        third[0]["number"], 0,
+        "the replayed one comes first, being earlier"
+    );
+    assert_eq!(api.accept(&third[0]).await.0, 200);
+    let last = api.fetch(&a, 10).await;
+    assert_eq!(last.len(), 1);
+    assert_eq!(last[0]["number"], 2);
+    assert_eq!(api.accept(&last[0]).await.0, 200);
+    assert!(api.fetch(&a, 10).await.is_empty());
+}
+
+#[tokio::test]
 async fn groups_bound_to_another_member_do_not_hide_a_free_group_behind_them() {
     let app = gateway().await;
     let api = Api::of(&app, OWNER);
