@@ -22,7 +22,7 @@ const FAULT_NOTICE_RETENTION: chrono::Duration = chrono::Duration::hours(1);
 
 /// When the sweeper must look at the group next. A deadline the sweep would not act on must
 /// not stay due, or the sweeper would spin.
-fn group_deadline(
+pub(super) fn group_deadline(
     state: &GroupState,
     policy: &Policy,
     now: DateTime<Utc>,

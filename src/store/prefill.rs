@@ -4,10 +4,12 @@
 //! on a big store without sending a million messages first.
 
 use chrono::{DateTime, Duration, Utc};
-use serde_json::{Value, json};
 
-use super::group_json::{encode, millis};
-use super::{Store, StoreError};
+use super::decide::group_deadline;
+use super::group_json::millis;
+use super::staged::{InboxRow, Staged};
+use super::writer::Effects;
+use super::{Payload, Store, StoreError};
 use crate::rmp::receiver::{Incoming, receive};
 use crate::wsr::{GroupId, MessageId, ReplyPattern, Request, SequenceNum};
 
@@ -33,8 +35,10 @@ impl Store {
         let expiry = now + Duration::days(1);
         let run = now.timestamp_millis();
         let mut added = 0;
-        let mut group_rows = Vec::new();
-        let mut inbox_rows = Vec::new();
+        let payload = Payload::from(payload);
+        // The writer's own staging: the same rows and statements as real deliveries.
+        let mut staged = Staged::default();
+        let mut pending = 0;
         for g in 0..groups {
             let group_id = GroupId::parse(&format!("mid:prefill-{run}-{g}@wsr-gateway"))
                 .map_err(|e| StoreError::Failed(format!("prefill group id: {e}")))?;
@@ -62,59 +66,38 @@ impl Store {
                 };
                 let outcome = receive(state.as_ref(), incoming, now, &policy);
                 state = outcome.state;
-                inbox_rows.push(json!([
-                    channel,
-                    format!("{channel}/Load"),
-                    group_id.as_str(),
-                    n,
-                    payload,
-                    "[]",
-                    millis(now),
-                    millis(expiry)
-                ]));
+                staged.append_inbox(InboxRow {
+                    channel: channel.to_owned(),
+                    topic: format!("{channel}/Load"),
+                    group_id: group_id.as_str().to_owned(),
+                    number: Some(n as i64),
+                    payload: payload.clone(),
+                    namespaces: "[]".into(),
+                    received_at: millis(now),
+                    expiry: millis(expiry),
+                });
                 added += 1;
+                pending += 1;
             }
             if let Some(state) = state {
-                group_rows.push(json!([
-                    state.group_id.as_str(),
-                    channel,
-                    state.status.as_str(),
-                    state.next_deadline(&policy).map(millis),
-                    millis(now),
-                    encode(&state)
-                ]));
+                let deadline = group_deadline(&state, &policy, now);
+                staged.save_group(&state, deadline, now, &mut Effects::default());
             }
-            if inbox_rows.len() >= CHUNK {
-                self.write_prefill(&mut group_rows, &mut inbox_rows).await?;
+            if pending >= CHUNK {
+                self.write_prefill(&mut staged).await?;
+                pending = 0;
             }
         }
-        self.write_prefill(&mut group_rows, &mut inbox_rows).await?;
+        self.write_prefill(&mut staged).await?;
         Ok(added)
     }
 
-    async fn write_prefill(
-        &self,
-        groups: &mut Vec<Value>,
-        inbox: &mut Vec<Value>,
-    ) -> Result<(), StoreError> {
+    async fn write_prefill(&self, staged: &mut Staged) -> Result<(), StoreError> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        sqlx::query(
-            "INSERT INTO inbox (channel, topic, group_id, number, payload, namespaces, \
-             received_at, expiry) SELECT value->>0, value->>1, value->>2, value->>3, \
-             value->>4, value->>5, value->>6, value->>7 FROM json_each(?) ORDER BY key",
-        )
-        .bind(Value::Array(std::mem::take(inbox)).to_string())
-        .execute(&mut *tx)
-        .await?;
-        sqlx::query(
-            "INSERT INTO groups (group_id, channel, status, next_deadline, updated_at, state) \
-             SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5 \
-             FROM json_each(?) WHERE true",
-        )
-        .bind(Value::Array(std::mem::take(groups)).to_string())
-        .execute(&mut *tx)
-        .await?;
+        staged.flush(&mut tx).await?;
         tx.commit().await?;
+        // Nothing reads these states again; do not keep a million of them.
+        staged.forget();
         Ok(())
     }
 }
