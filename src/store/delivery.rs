@@ -465,17 +465,20 @@ impl Store {
         .bind(limit)
         .fetch_all(&mut *conn)
         .await?;
-        let mut letters = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let offset: i64 = row.get(0);
-            letters.push(DeadLetter {
-                offset,
-                reason: row.get::<Option<String>, _>(1).unwrap_or_default(),
-                attempts: row.get::<i64, _>(2) as u32,
-                message: inbox_entry(&mut conn, offset).await?,
-            });
-        }
-        Ok(letters)
+        let offsets: Vec<i64> = rows.iter().map(|r| r.get(0)).collect();
+        let mut messages = inbox_entries(&mut conn, &offsets).await?;
+        Ok(rows
+            .iter()
+            .map(|row| {
+                let offset: i64 = row.get(0);
+                DeadLetter {
+                    offset,
+                    reason: row.get::<Option<String>, _>(1).unwrap_or_default(),
+                    attempts: row.get::<i64, _>(2) as u32,
+                    message: messages.remove(&offset),
+                }
+            })
+            .collect())
     }
 
     /// Replays dead letters (back in the subscription as new: their failure count starts
@@ -1353,18 +1356,4 @@ async fn inbox_entries(
         .map(super::sqlite::inbox_from_row)
         .map(|e| (e.offset, e))
         .collect())
-}
-
-async fn inbox_entry(
-    conn: &mut SqliteConnection,
-    offset: i64,
-) -> Result<Option<InboxEntry>, StoreError> {
-    let row = sqlx::query(
-        "SELECT offset, channel, topic, group_id, number, payload, namespaces, received_at, \
-         expiry FROM inbox WHERE offset = ?",
-    )
-    .bind(offset)
-    .fetch_optional(&mut *conn)
-    .await?;
-    Ok(row.as_ref().map(super::sqlite::inbox_from_row))
 }
