@@ -91,15 +91,20 @@ fn forbidden(caller: &Caller, sub: &Subscription) -> Problem {
     )
 }
 
-/// The subscription, if `caller` may see it (owner, grantee or operator).
-async fn visible(app: &AppState, caller: &Caller, id: i64) -> Result<Subscription, Problem> {
-    let sub = app.store.subscription(id).await?.ok_or_else(|| {
+/// The subscription `id`, or 404.
+async fn existing(app: &AppState, id: i64) -> Result<Subscription, Problem> {
+    app.store.subscription(id).await?.ok_or_else(|| {
         Problem(
             StatusCode::NOT_FOUND,
             "not-found",
             format!("no subscription {id}"),
         )
-    })?;
+    })
+}
+
+/// The subscription, if `caller` may see it (owner, grantee or operator).
+async fn visible(app: &AppState, caller: &Caller, id: i64) -> Result<Subscription, Problem> {
+    let sub = existing(app, id).await?;
     if caller.admin || sub.admits(&caller.principal) {
         Ok(sub)
     } else {
@@ -256,13 +261,7 @@ pub async fn join(
 ) -> Result<Response, Problem> {
     let caller = consumer(&app, &headers)?;
     let request: JoinBody = body(&bytes)?;
-    let sub = app.store.subscription(id).await?.ok_or_else(|| {
-        Problem(
-            StatusCode::NOT_FOUND,
-            "not-found",
-            format!("no subscription {id}"),
-        )
-    })?;
+    let sub = existing(&app, id).await?;
     // Operators inspect; only owners and grantees take messages.
     if !sub.admits(&caller.principal) {
         return Err(forbidden(&caller, &sub));
@@ -474,45 +473,30 @@ impl SettleBody {
     }
 }
 
-/// The receipt's delivery, if genuine and `caller` may settle on its subscription; `admitted`
-/// remembers the subscriptions already checked for this request.
+/// The receipt's delivery, if genuine and `caller` may settle on its subscription; `known`
+/// keeps the subscriptions already read for this request.
 async fn receipt_for(
     app: &AppState,
     caller: &Caller,
     token: &str,
-    admitted: &mut HashMap<String, bool>,
+    known: &mut HashMap<i64, Subscription>,
 ) -> Result<Receipt, Problem> {
     let receipt = Receipt::verify(token, &app.receipts).map_err(|e| match e {
         ReceiptError::Malformed | ReceiptError::Forged => Problem::field("receipt", e.to_string()),
     })?;
-    let may = match admitted.get(&receipt.subscription) {
-        Some(may) => *may,
-        None => {
-            let sub = match receipt.subscription.parse::<i64>() {
-                Ok(id) => app.store.subscription(id).await?,
-                Err(_) => None,
-            };
-            let sub = sub.ok_or_else(|| {
-                Problem(
-                    StatusCode::NOT_FOUND,
-                    "not-found",
-                    format!("subscription {} was deleted", receipt.subscription),
-                )
-            })?;
-            let may = sub.admits(&caller.principal);
-            admitted.insert(receipt.subscription.clone(), may);
-            may
-        }
+    let id: i64 = receipt.subscription.parse().map_err(|_| {
+        Problem(
+            StatusCode::NOT_FOUND,
+            "not-found",
+            "no such delivery".into(),
+        )
+    })?;
+    let sub = match known.get(&id) {
+        Some(sub) => sub,
+        None => known.entry(id).or_insert(existing(app, id).await?),
     };
-    if !may {
-        return Err(Problem(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            format!(
-                "{} has no grant on subscription {}",
-                caller.principal, receipt.subscription
-            ),
-        ));
+    if !sub.admits(&caller.principal) {
+        return Err(forbidden(caller, sub));
     }
     Ok(receipt)
 }
@@ -551,11 +535,11 @@ pub async fn settle(
         vec![serde_json::from_value(value).map_err(|e| Problem::field("body", e.to_string()))?]
     };
     // Check every settlement first; the valid ones are settled together.
-    let mut admitted = HashMap::new();
+    let mut known = HashMap::new();
     let mut checked = Vec::with_capacity(items.len());
     for item in &items {
         let check = match item.outcome() {
-            Ok(outcome) => receipt_for(&app, &caller, &item.receipt, &mut admitted)
+            Ok(outcome) => receipt_for(&app, &caller, &item.receipt, &mut known)
                 .await
                 .map(|r| (r, outcome)),
             Err(p) => Err(p),
