@@ -89,15 +89,14 @@ async fn deliver(base: &str, client: &reqwest::Client, xml: String) {
     assert!(!body.contains("Fault"), "{body}");
 }
 
+async fn deliver_to(app: &TestApp, xml: String) {
+    deliver(&app.url(""), &app.client, xml).await;
+}
+
 async fn deliver_singletons(app: &TestApp, root: &str, count: usize) {
     for i in 0..count {
         let group = format!("mid:{root}-{i}-{}@test", uniq());
-        deliver(
-            &app.url(""),
-            &app.client,
-            wsr_message(root, &group, None, false),
-        )
-        .await;
+        deliver_to(app, wsr_message(root, &group, None, false)).await;
     }
 }
 
@@ -646,9 +645,8 @@ async fn four_members_with_a_kill_process_fifty_groups_strictly_in_sequence() {
     // Groups arrive interleaved; within a group in order (WS-R numbers start at 0).
     for n in 0..PER_GROUP {
         for g in 0..GROUPS {
-            deliver(
-                &app.url(""),
-                &app.client,
+            deliver_to(
+                &app,
                 wsr_message("Step", &format!("mid:ordered-{g}@test"), Some(n), true),
             )
             .await;
@@ -760,12 +758,7 @@ async fn in_group_mode_a_dead_letter_lets_the_group_go_on_and_a_replay_waits_for
         .create(json!({ "name": "$share/steps/default/#", "ordering": "group" }))
         .await;
     for n in 0..3 {
-        deliver(
-            &app.url(""),
-            &app.client,
-            wsr_message("Step", "mid:steps@test", Some(n), true),
-        )
-        .await;
+        deliver_to(&app, wsr_message("Step", "mid:steps@test", Some(n), true)).await;
     }
     let a = api.join(sub, 3_600_000).await;
     let b = api.join(sub, 3_600_000).await;
@@ -823,7 +816,7 @@ async fn groups_bound_to_another_member_do_not_hide_a_free_group_behind_them() {
     let step =
         |g: usize, n: u64| wsr_message("Step", &format!("mid:bound-{g}@test"), Some(n), true);
     for g in 0..40 {
-        deliver(&app.url(""), &app.client, step(g, 0)).await;
+        deliver_to(&app, step(g, 0)).await;
     }
     for m in api.fetch(&a, 100).await {
         assert_eq!(api.accept(&m).await.0, 200);
@@ -831,9 +824,9 @@ async fn groups_bound_to_another_member_do_not_hide_a_free_group_behind_them() {
     // Every group's next message stays with A while A lives; one fetch page (36 rows for
     // max 1) is all A's.
     for g in 0..40 {
-        deliver(&app.url(""), &app.client, step(g, 1)).await;
+        deliver_to(&app, step(g, 1)).await;
     }
-    deliver(&app.url(""), &app.client, step(40, 0)).await;
+    deliver_to(&app, step(40, 0)).await;
     let got = api.fetch(&b, 1).await;
     assert_eq!(got.len(), 1);
     assert_eq!(got[0]["group_id"], "mid:bound-40@test");
