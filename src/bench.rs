@@ -385,13 +385,7 @@ fn ack_in(body: &[u8], key: &MessageKey) -> Result<(), String> {
     };
     for reply in &response.replies {
         for item in items(reply) {
-            let covers = item.group_id == key.group_id
-                && match (item.range, key.number) {
-                    (None, None) => true,
-                    (Some(r), Some(n)) => r.contains(n),
-                    _ => false,
-                };
-            if covers {
+            if item.covers(key) {
                 return match item.fault {
                     None => Ok(()),
                     Some(code) => Err(format!("fault:{}", code.local_name())),

@@ -36,6 +36,18 @@ pub struct ReplyItem {
     pub fault: Option<FaultCode>,
 }
 
+impl ReplyItem {
+    /// Whether this statement is about the message `key`.
+    pub fn covers(&self, key: &MessageKey) -> bool {
+        self.group_id == key.group_id
+            && match (self.range, key.number) {
+                (None, None) => true,
+                (Some(r), Some(n)) => r.contains(n),
+                _ => false,
+            }
+    }
+}
+
 /// The statements a reply element makes, one per singleton or range.
 pub fn items(reply: &Reply) -> Vec<ReplyItem> {
     match reply {
@@ -180,4 +192,36 @@ pub fn answer_poll<'s>(
         }
     }
     replies
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(group: &str, number: Option<u64>) -> MessageKey {
+        MessageKey {
+            group_id: GroupId::parse(group).expect("group"),
+            number,
+        }
+    }
+
+    #[test]
+    fn a_statement_covers_its_singleton_or_the_numbers_of_its_range() {
+        let single = ReplyItem {
+            group_id: GroupId::parse("mid:a").expect("group"),
+            range: None,
+            fault: None,
+        };
+        assert!(single.covers(&key("mid:a", None)));
+        assert!(!single.covers(&key("mid:a", Some(0))));
+        assert!(!single.covers(&key("mid:b", None)));
+        let range = ReplyItem {
+            range: SeqRange::new(2, 5),
+            ..single
+        };
+        assert!(range.covers(&key("mid:a", Some(2))));
+        assert!(range.covers(&key("mid:a", Some(5))));
+        assert!(!range.covers(&key("mid:a", Some(6))));
+        assert!(!range.covers(&key("mid:a", None)));
+    }
 }
