@@ -1,0 +1,400 @@
+//! The checker: pure, over what the run left behind — the plan, A's final message states, B's
+//! inbox, and the consumers' processing log. No I/O here; `run` collects the facts.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt::Write as _;
+
+/// One message the driver meant to send.
+#[derive(Debug, Clone)]
+pub struct Planned {
+    pub hid: String,
+    /// The harness group it belongs to (singletons: each its own group).
+    pub group: String,
+    /// Position within its group, from 0.
+    pub seq: usize,
+    pub ordered: bool,
+}
+
+/// What A says became of a message (or that the driver could not submit it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fate {
+    Acked,
+    Failed(String),
+    Faulted(String),
+    /// A refused the submit: an earlier message of its ordered group had failed.
+    Refused(String),
+    /// Still queued or sent at the end of the quiet period.
+    Pending(String),
+    /// A does not know the message at all.
+    Unknown,
+}
+
+#[derive(Debug, Clone)]
+pub struct Processed {
+    pub serial: i64,
+    pub hid: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct Handed {
+    pub hid: String,
+    pub offset: i64,
+    pub attempt: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct Settled {
+    pub hid: String,
+    pub attempt: i64,
+    pub status: i64,
+}
+
+#[derive(Debug, Default)]
+pub struct Facts {
+    pub planned: Vec<Planned>,
+    pub fates: HashMap<String, Fate>,
+    /// The harness id of every row in B's inbox.
+    pub inbox: Vec<String>,
+    pub processed: Vec<Processed>,
+    pub handed: Vec<Handed>,
+    pub settled: Vec<Settled>,
+    pub kills: usize,
+}
+
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Summary {
+    pub messages: usize,
+    pub acked: usize,
+    pub failed: usize,
+    /// Acked but never processed (or not in B's inbox).
+    pub lost: usize,
+    /// In B's inbox more than once, or handed out again after its accept was confirmed.
+    pub duplicated: usize,
+    /// Processed out of sequence within an ordered group.
+    pub out_of_order: usize,
+    /// Neither acked nor failed at the end.
+    pub unresolved: usize,
+    /// Reported failed, yet delivered by B (or processed).
+    pub failed_processed: usize,
+    /// Failed for a reason the rules do not give.
+    pub bad_reason: usize,
+    /// Legitimate redeliveries (a consumer died or lapsed before its accept counted).
+    pub redelivered: usize,
+    pub kills: usize,
+    /// The first few violations, spelled out.
+    pub examples: Vec<String>,
+}
+
+impl Summary {
+    pub fn violations(&self) -> usize {
+        self.lost
+            + self.duplicated
+            + self.out_of_order
+            + self.unresolved
+            + self.failed_processed
+            + self.bad_reason
+    }
+
+    pub fn line(&self) -> String {
+        format!(
+            "messages={} acked={} failed={} lost={} duplicated={} out_of_order={} kills={} \
+             unresolved={} failed_processed={} bad_reason={} redelivered={}",
+            self.messages,
+            self.acked,
+            self.failed,
+            self.lost,
+            self.duplicated,
+            self.out_of_order,
+            self.kills,
+            self.unresolved,
+            self.failed_processed,
+            self.bad_reason,
+            self.redelivered
+        )
+    }
+
+    fn example(&mut self, what: String) {
+        if self.examples.len() < 20 {
+            self.examples.push(what);
+        }
+    }
+}
+
+/// Failure reasons the rules give (DESIGN §6 stop rules, D7/D8 faults).
+fn reason_is_lawful(fate: &Fate) -> bool {
+    match fate {
+        Fate::Failed(reason) => {
+            reason.contains("expired")
+                || reason.contains("attempts")
+                || reason.contains("ordered group")
+        }
+        Fate::Faulted(code) => code == "InvalidExpiryTime" || code == "GroupAborted",
+        Fate::Refused(_) => true,
+        Fate::Acked | Fate::Pending(_) | Fate::Unknown => false,
+    }
+}
+
+pub fn check(facts: &Facts) -> Summary {
+    let mut s = Summary {
+        messages: facts.planned.len(),
+        kills: facts.kills,
+        ..Summary::default()
+    };
+    let mut in_inbox: HashMap<&str, usize> = HashMap::new();
+    for hid in &facts.inbox {
+        *in_inbox.entry(hid.as_str()).or_default() += 1;
+    }
+    let processed: HashSet<&str> = facts.processed.iter().map(|p| p.hid.as_str()).collect();
+
+    for p in &facts.planned {
+        let fate = facts.fates.get(&p.hid).unwrap_or(&Fate::Unknown);
+        let was_processed = processed.contains(p.hid.as_str());
+        match fate {
+            Fate::Acked => {
+                s.acked += 1;
+                if !was_processed || !in_inbox.contains_key(p.hid.as_str()) {
+                    s.lost += 1;
+                    s.example(format!(
+                        "lost: {} acked by A; in B's inbox {} time(s), processed: {was_processed}",
+                        p.hid,
+                        in_inbox.get(p.hid.as_str()).copied().unwrap_or(0)
+                    ));
+                }
+            }
+            Fate::Failed(_) | Fate::Faulted(_) | Fate::Refused(_) => {
+                s.failed += 1;
+                if !reason_is_lawful(fate) {
+                    s.bad_reason += 1;
+                    s.example(format!("bad reason: {} {fate:?}", p.hid));
+                }
+                // B delivering it is enough: consumers drain the inbox in the quiet period.
+                let delivered = in_inbox.contains_key(p.hid.as_str());
+                if was_processed || delivered {
+                    s.failed_processed += 1;
+                    s.example(format!(
+                        "failed but delivered: {} {fate:?}, processed: {was_processed}",
+                        p.hid
+                    ));
+                }
+            }
+            Fate::Pending(_) | Fate::Unknown => {
+                s.unresolved += 1;
+                s.example(format!(
+                    "unresolved: {} {fate:?}, processed: {was_processed}",
+                    p.hid
+                ));
+            }
+        }
+    }
+    let planned: HashSet<&str> = facts.planned.iter().map(|p| p.hid.as_str()).collect();
+    for (hid, n) in &in_inbox {
+        if *n > 1 {
+            s.duplicated += n - 1;
+            s.example(format!("duplicated: {hid} is in B's inbox {n} times"));
+        }
+        if !planned.contains(hid) {
+            s.duplicated += 1;
+            s.example(format!("in B's inbox but never planned: {hid}"));
+        }
+    }
+
+    // Handed out again after an accept was confirmed: a duplicate the gateway caused.
+    let mut accepted_at: HashMap<&str, i64> = HashMap::new();
+    for st in facts.settled.iter().filter(|st| st.status == 200) {
+        let a = accepted_at.entry(st.hid.as_str()).or_insert(st.attempt);
+        *a = (*a).min(st.attempt);
+    }
+    let mut seen_attempts: HashSet<(i64, i64)> = HashSet::new();
+    for h in &facts.handed {
+        if !seen_attempts.insert((h.offset, h.attempt)) {
+            s.duplicated += 1;
+            s.example(format!(
+                "duplicated: {} attempt {} handed out twice",
+                h.hid, h.attempt
+            ));
+        } else if h.attempt > 1 {
+            s.redelivered += 1;
+        }
+        if accepted_at
+            .get(h.hid.as_str())
+            .is_some_and(|&a| h.attempt > a)
+        {
+            s.duplicated += 1;
+            s.example(format!(
+                "duplicated: {} handed out as attempt {} after attempt {} was accepted",
+                h.hid,
+                h.attempt,
+                accepted_at.get(h.hid.as_str()).copied().unwrap_or_default()
+            ));
+        }
+    }
+
+    // Ordered groups: processed strictly in sequence, from 0, without gaps.
+    let by_hid: HashMap<&str, &Planned> =
+        facts.planned.iter().map(|p| (p.hid.as_str(), p)).collect();
+    let mut processed_in_order = facts.processed.clone();
+    processed_in_order.sort_by_key(|p| p.serial);
+    let mut next: BTreeMap<&str, usize> = BTreeMap::new();
+    for p in &processed_in_order {
+        let Some(plan) = by_hid.get(p.hid.as_str()) else {
+            continue;
+        };
+        if !plan.ordered {
+            continue;
+        }
+        let expected = next.entry(plan.group.as_str()).or_insert(0);
+        if plan.seq != *expected {
+            s.out_of_order += 1;
+            s.example(format!(
+                "out of order: {} (position {}) processed when {} was due",
+                p.hid, plan.seq, expected
+            ));
+        }
+        *expected = plan.seq + 1;
+    }
+    s
+}
+
+/// The examples, one per line, for the run's report.
+pub fn report(summary: &Summary) -> String {
+    let mut out = String::new();
+    for e in &summary.examples {
+        let _ = writeln!(out, "  {e}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan(group: &str, n: usize, ordered: bool) -> Vec<Planned> {
+        (0..n)
+            .map(|seq| Planned {
+                hid: format!("{group}-{seq}"),
+                group: group.into(),
+                seq,
+                ordered,
+            })
+            .collect()
+    }
+
+    /// Two groups, all acked, processed once each in order: no violation.
+    fn clean() -> Facts {
+        let mut planned = plan("g0", 3, true);
+        planned.extend(plan("g1", 2, false));
+        let mut facts = Facts {
+            fates: planned
+                .iter()
+                .map(|p| (p.hid.clone(), Fate::Acked))
+                .collect(),
+            inbox: planned.iter().map(|p| p.hid.clone()).collect(),
+            kills: 3,
+            ..Facts::default()
+        };
+        for (i, p) in planned.iter().enumerate() {
+            facts.processed.push(Processed {
+                serial: i as i64,
+                hid: p.hid.clone(),
+            });
+            facts.handed.push(Handed {
+                hid: p.hid.clone(),
+                offset: i as i64,
+                attempt: 1,
+            });
+            facts.settled.push(Settled {
+                hid: p.hid.clone(),
+                attempt: 1,
+                status: 200,
+            });
+        }
+        facts.planned = planned;
+        facts
+    }
+
+    #[test]
+    fn a_clean_run_has_no_violation() {
+        let s = check(&clean());
+        assert_eq!(s.violations(), 0, "{}", report(&s));
+        assert_eq!(
+            s.line(),
+            "messages=5 acked=5 failed=0 lost=0 duplicated=0 out_of_order=0 kills=3 \
+             unresolved=0 failed_processed=0 bad_reason=0 redelivered=0"
+        );
+    }
+
+    #[test]
+    fn an_acked_message_never_processed_is_lost() {
+        let mut f = clean();
+        f.processed.retain(|p| p.hid != "g1-1");
+        assert_eq!(check(&f).lost, 1);
+    }
+
+    #[test]
+    fn a_second_inbox_row_or_a_handout_after_accept_is_a_duplicate() {
+        let mut f = clean();
+        f.inbox.push("g0-1".into());
+        assert_eq!(check(&f).duplicated, 1);
+        let mut f = clean();
+        f.handed.push(Handed {
+            hid: "g0-2".into(),
+            offset: 2,
+            attempt: 2,
+        });
+        assert_eq!(check(&f).duplicated, 1);
+    }
+
+    #[test]
+    fn a_redelivery_before_any_accept_is_not_a_duplicate() {
+        let mut f = clean();
+        f.settled.retain(|s| s.hid != "g0-2");
+        f.handed.push(Handed {
+            hid: "g0-2".into(),
+            offset: 2,
+            attempt: 2,
+        });
+        f.settled.push(Settled {
+            hid: "g0-2".into(),
+            attempt: 2,
+            status: 200,
+        });
+        let s = check(&f);
+        assert_eq!((s.duplicated, s.redelivered), (0, 1));
+    }
+
+    #[test]
+    fn ordered_groups_must_be_processed_in_sequence_unordered_need_not() {
+        let mut f = clean();
+        f.processed.swap(0, 1);
+        for (i, p) in f.processed.iter_mut().enumerate() {
+            p.serial = i as i64;
+        }
+        assert_eq!(check(&f).out_of_order, 2);
+        let mut f = clean();
+        f.processed.swap(3, 4);
+        for (i, p) in f.processed.iter_mut().enumerate() {
+            p.serial = i as i64;
+        }
+        assert_eq!(check(&f).out_of_order, 0);
+    }
+
+    #[test]
+    fn failures_must_be_lawful_and_unprocessed() {
+        let mut f = clean();
+        f.fates.insert(
+            "g1-1".into(),
+            Fate::Failed("expired before it was acknowledged".into()),
+        );
+        let s = check(&f);
+        assert_eq!((s.failed, s.failed_processed), (1, 1));
+        f.processed.retain(|p| p.hid != "g1-1");
+        assert_eq!(check(&f).failed_processed, 1, "still in B's inbox");
+        f.inbox.retain(|hid| hid != "g1-1");
+        assert_eq!(check(&f).violations(), 0);
+        f.fates
+            .insert("g1-1".into(), Fate::Faulted("InvalidRequest".into()));
+        assert_eq!(check(&f).bad_reason, 1);
+        f.fates.insert("g1-1".into(), Fate::Pending("sent".into()));
+        assert_eq!(check(&f).unresolved, 1);
+    }
+}

@@ -1,0 +1,774 @@
+//! The run: starts gateway A (sending), gateway B (receiving), a fault proxy each way between
+//! them (A→B for messages and polls, B→A for callbacks) and consumer processes pulling from B
+//! through one shared subscription with group ordering. The driver submits the planned
+//! messages to A while random processes are SIGKILLed and restarted; a quiet period lets
+//! retries drain; then the checker reads A's final states, B's inbox and the processing log.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+use sqlx::Row;
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, Command};
+
+use crate::check::{self, Facts, Fate, Handed, Planned, Processed, Settled};
+use crate::consumer::{harness_id, open_app_db};
+use crate::proxy::FaultRates;
+
+const PRODUCER_TOKEN: &str = "chaos-producer-token-0001";
+const CONSUMER_TOKEN: &str = "chaos-consumer-token-0001";
+
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The CI preset: 2 000 messages, 100 groups, 6 kills, about two minutes.
+    #[arg(long)]
+    short: bool,
+    #[arg(long)]
+    messages: Option<usize>,
+    #[arg(long)]
+    groups: Option<usize>,
+    #[arg(long)]
+    kills: Option<usize>,
+    #[arg(long, default_value_t = 3)]
+    consumers: usize,
+    /// How long submissions and kills are spread over.
+    #[arg(long)]
+    active_secs: Option<u64>,
+    /// The longest wait, after the last kill, for every message to settle.
+    #[arg(long)]
+    quiet_secs: Option<u64>,
+    /// Seeds the plan, the kills and the proxies; printed so a run can be repeated.
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Where the stores and logs go (default: a new directory under the temp dir, removed
+    /// after a passing run).
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// The gateway binary (default: `wsr-gateway` beside this one).
+    #[arg(long)]
+    gateway_bin: Option<PathBuf>,
+    #[arg(long, default_value_t = 0.03)]
+    drop_request: f64,
+    #[arg(long, default_value_t = 0.03)]
+    drop_response: f64,
+    #[arg(long, default_value_t = 0.03)]
+    duplicate: f64,
+    #[arg(long, default_value_t = 0.10)]
+    delay: f64,
+    #[arg(long, default_value_t = 300)]
+    max_delay_ms: u64,
+    #[arg(long, default_value_t = 0.02)]
+    error_5xx: f64,
+    #[arg(long, default_value_t = 0.02)]
+    reset: f64,
+}
+
+struct Settings {
+    messages: usize,
+    groups: usize,
+    kills: usize,
+    active: Duration,
+    quiet: Duration,
+    seed: u64,
+}
+
+impl RunArgs {
+    fn settings(&self) -> Settings {
+        let (messages, groups, kills, active, quiet) = if self.short {
+            (2_000, 100, 6, 50, 90)
+        } else {
+            (20_000, 120, 24, 480, 240)
+        };
+        Settings {
+            messages: self.messages.unwrap_or(messages),
+            groups: self.groups.unwrap_or(groups),
+            kills: self.kills.unwrap_or(kills),
+            active: Duration::from_secs(self.active_secs.unwrap_or(active)),
+            quiet: Duration::from_secs(self.quiet_secs.unwrap_or(quiet)),
+            seed: self.seed.unwrap_or_else(|| fastrand::u64(..)),
+        }
+    }
+
+    fn rates(&self) -> FaultRates {
+        FaultRates {
+            drop_request: self.drop_request,
+            drop_response: self.drop_response,
+            duplicate: self.duplicate,
+            delay: self.delay,
+            max_delay_ms: self.max_delay_ms,
+            error_5xx: self.error_5xx,
+            reset: self.reset,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Ordered,
+    Unordered,
+    /// Messages without a group: each a WS-R singleton.
+    Singles,
+}
+
+#[derive(Debug, Clone)]
+struct GroupPlan {
+    name: String,
+    kind: Kind,
+    reply: &'static str,
+    soap: &'static str,
+    expiry_secs: u64,
+    waits_ms: Vec<u64>,
+    count: usize,
+}
+
+/// The plan: every group's kind, reply pattern, SOAP version, expiry and retry schedule.
+fn make_plan(rng: &mut fastrand::Rng, messages: usize, groups: usize) -> Vec<GroupPlan> {
+    let mut counts = vec![1usize; groups];
+    for _ in 0..messages.saturating_sub(groups) {
+        counts[rng.usize(0..groups)] += 1;
+    }
+    counts
+        .into_iter()
+        .enumerate()
+        .map(|(i, count)| {
+            let kind = match i % 20 {
+                0..=8 => Kind::Ordered,
+                9..=16 => Kind::Unordered,
+                _ => Kind::Singles,
+            };
+            // Some groups live only seconds: they expire under the faults and must fail
+            // cleanly. A few get just two attempts: "retries exhausted".
+            let expiry_secs = if rng.f64() < 0.12 {
+                rng.u64(3..=10)
+            } else {
+                3600
+            };
+            let waits_ms = if rng.f64() < 0.08 {
+                vec![300]
+            } else {
+                let mut w = vec![200, 400, 800];
+                w.extend(std::iter::repeat_n(1500, 60));
+                w
+            };
+            GroupPlan {
+                name: format!("g{i:03}"),
+                kind,
+                reply: ["Response", "Callback", "Poll"][rng.usize(0..3)],
+                soap: if rng.bool() { "1.1" } else { "1.2" },
+                expiry_secs,
+                waits_ms,
+                count,
+            }
+        })
+        .collect()
+}
+
+fn planned(groups: &[GroupPlan]) -> Vec<Planned> {
+    let mut out = Vec::new();
+    for g in groups {
+        for seq in 0..g.count {
+            out.push(Planned {
+                hid: hid(g, seq),
+                group: if g.kind == Kind::Singles {
+                    hid(g, seq)
+                } else {
+                    g.name.clone()
+                },
+                seq: if g.kind == Kind::Singles { 0 } else { seq },
+                ordered: g.kind == Kind::Ordered,
+            });
+        }
+    }
+    out
+}
+
+fn hid(g: &GroupPlan, seq: usize) -> String {
+    format!("{}-{seq:05}", g.name)
+}
+
+/// A child process the run can kill and start again with the same command.
+struct Proc {
+    name: String,
+    program: PathBuf,
+    args: Vec<String>,
+    ready: &'static str,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Proc {
+    fn new(name: &str, program: &Path, args: Vec<String>, ready: &'static str, dir: &Path) -> Proc {
+        Proc {
+            name: name.to_owned(),
+            program: program.to_owned(),
+            args,
+            ready,
+            log: dir.join(format!("{name}.log")),
+            child: None,
+        }
+    }
+
+    /// Starts it and waits until it says it is ready; its output goes on to its log file.
+    async fn start(&mut self) -> Result<()> {
+        let mut command = Command::new(&self.program);
+        for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("WSR_")) {
+            command.env_remove(key);
+        }
+        let mut child = command
+            .args(&self.args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("start {} ({})", self.name, self.program.display()))?;
+        let stdout = child.stdout.take().context("stdout")?;
+        let stderr = child.stderr.take().context("stderr")?;
+        let mut log = tokio::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .await?;
+        log.write_all(format!("---- start {}\n", self.name).as_bytes())
+            .await?;
+        let mut lines = BufReader::new(stdout).lines();
+        let ready = self.ready;
+        let waited = tokio::time::timeout(Duration::from_secs(60), async {
+            while let Some(line) = lines.next_line().await? {
+                log.write_all(line.as_bytes()).await?;
+                log.write_all(b"\n").await?;
+                if line.contains(ready) {
+                    return Ok(true);
+                }
+            }
+            Ok::<bool, std::io::Error>(false)
+        })
+        .await;
+        match waited {
+            Ok(Ok(true)) => {}
+            Ok(Ok(false)) => bail!(
+                "{} exited before it was ready; see {}",
+                self.name,
+                self.log.display()
+            ),
+            Ok(Err(e)) => return Err(e).context(format!("read {}'s output", self.name)),
+            Err(_) => bail!("{} was not ready within 60 s", self.name),
+        }
+        tokio::spawn(drain(lines, log.try_clone().await?));
+        tokio::spawn(drain(BufReader::new(stderr).lines(), log));
+        self.child = Some(child);
+        Ok(())
+    }
+
+    async fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SIGKILL on Unix: no shutdown code runs.
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+        }
+    }
+}
+
+async fn drain<R: tokio::io::AsyncBufRead + Unpin>(
+    mut lines: tokio::io::Lines<R>,
+    mut log: tokio::fs::File,
+) {
+    while let Ok(Some(line)) = lines.next_line().await {
+        if log.write_all(line.as_bytes()).await.is_err() || log.write_all(b"\n").await.is_err() {
+            return;
+        }
+    }
+}
+
+fn free_port() -> Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+struct Topology {
+    a_url: String,
+    b_url: String,
+    /// Where A sends: the proxy in front of B.
+    to_b: String,
+}
+
+pub async fn run(args: RunArgs) -> Result<bool> {
+    let settings = args.settings();
+    let me = std::env::current_exe()?;
+    let gateway = match &args.gateway_bin {
+        Some(p) => p.clone(),
+        None => me.with_file_name("wsr-gateway"),
+    };
+    let (dir, temporary) = match &args.dir {
+        Some(d) => (d.clone(), false),
+        None => (
+            std::env::temp_dir().join(format!(
+                "wsr-chaos-{}-{}",
+                settings.seed,
+                std::process::id()
+            )),
+            true,
+        ),
+    };
+    std::fs::create_dir_all(&dir)?;
+    println!(
+        "chaos: seed={} messages={} groups={} kills={} consumers={} active={}s quiet≤{}s dir={}",
+        settings.seed,
+        settings.messages,
+        settings.groups,
+        settings.kills,
+        args.consumers,
+        settings.active.as_secs(),
+        settings.quiet.as_secs(),
+        dir.display()
+    );
+    if settings.messages < settings.groups || settings.groups == 0 {
+        bail!("need at least one message per group");
+    }
+
+    let (a_port, b_port, to_b_port, to_a_port) =
+        (free_port()?, free_port()?, free_port()?, free_port()?);
+    let top = Topology {
+        a_url: format!("http://127.0.0.1:{a_port}"),
+        b_url: format!("http://127.0.0.1:{b_port}"),
+        to_b: format!("http://127.0.0.1:{to_b_port}"),
+    };
+    let to_a = format!("http://127.0.0.1:{to_a_port}");
+    std::fs::write(
+        dir.join("a.toml"),
+        format!(
+            "listen = \"127.0.0.1:{a_port}\"\ndatabase = {:?}\npublic_url = {to_a:?}\n\
+             poll_interval_ms = 500\n\n[[tokens]]\ntoken = {PRODUCER_TOKEN:?}\n\
+             principal = \"chaos-app\"\nscopes = [\"produce\"]\n",
+            dir.join("a.db").display().to_string()
+        ),
+    )?;
+    std::fs::write(
+        dir.join("b.toml"),
+        format!(
+            "listen = \"127.0.0.1:{b_port}\"\ndatabase = {:?}\n\
+             callback_endpoints = [\"{to_a}/wsr/_callback\"]\n\
+             callback_retry_initial_ms = 200\ncallback_retry_max_ms = 2000\n\n\
+             [[tokens]]\ntoken = {CONSUMER_TOKEN:?}\nprincipal = \"chaos-consumer\"\n\
+             scopes = [\"consume\"]\n",
+            dir.join("b.db").display().to_string()
+        ),
+    )?;
+
+    let rates = serde_json::to_string(&args.rates())?;
+    let proxy_args = |listen: u16, upstream: u16, seed: u64| {
+        vec![
+            "proxy".to_owned(),
+            "--listen".into(),
+            format!("127.0.0.1:{listen}"),
+            "--upstream".into(),
+            format!("127.0.0.1:{upstream}"),
+            "--seed".into(),
+            seed.to_string(),
+            "--rates".into(),
+            rates.clone(),
+        ]
+    };
+    let mut proxies = vec![
+        Proc::new(
+            "proxy-to-b",
+            &me,
+            proxy_args(to_b_port, b_port, settings.seed ^ 1),
+            "listening",
+            &dir,
+        ),
+        Proc::new(
+            "proxy-to-a",
+            &me,
+            proxy_args(to_a_port, a_port, settings.seed ^ 2),
+            "listening",
+            &dir,
+        ),
+    ];
+    for p in &mut proxies {
+        p.start().await?;
+    }
+    let serve = |name: &str| {
+        vec![
+            "serve".to_owned(),
+            "--config".into(),
+            dir.join(format!("{name}.toml")).display().to_string(),
+        ]
+    };
+    let mut gateways = vec![
+        Proc::new("a", &gateway, serve("a"), "listening", &dir),
+        Proc::new("b", &gateway, serve("b"), "listening", &dir),
+    ];
+    for g in &mut gateways {
+        g.start().await?;
+    }
+
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()?;
+    let subscription = create_subscription(&http, &top.b_url).await?;
+    let app_db = dir.join("app.db");
+    drop(open_app_db(&app_db).await?);
+    let mut consumers: Vec<Proc> = (0..args.consumers)
+        .map(|i| {
+            let args = vec![
+                "consume".to_owned(),
+                "--url".into(),
+                top.b_url.clone(),
+                "--token".into(),
+                CONSUMER_TOKEN.into(),
+                "--subscription".into(),
+                subscription.to_string(),
+                "--app-db".into(),
+                app_db.display().to_string(),
+                "--name".into(),
+                format!("c{i}"),
+            ];
+            Proc::new(&format!("c{i}"), &me, args, "running", &dir)
+        })
+        .collect();
+    for c in &mut consumers {
+        c.start().await?;
+    }
+
+    let mut rng = fastrand::Rng::with_seed(settings.seed);
+    let plan = make_plan(&mut rng, settings.messages, settings.groups);
+    let refused: Arc<Mutex<HashMap<String, String>>> = Arc::default();
+    let started = Instant::now();
+    let mut drivers = tokio::task::JoinSet::new();
+    for g in plan.clone() {
+        let (http, top_a, to_b, refused) = (
+            http.clone(),
+            top.a_url.clone(),
+            top.to_b.clone(),
+            refused.clone(),
+        );
+        let spread = settings.active.mul_f64(0.7);
+        let seed = rng.u64(..);
+        drivers.spawn(async move { drive(&http, &top_a, &to_b, &g, spread, seed, &refused).await });
+    }
+
+    // Kills, spread over the active period, round-robin over A, B and a random consumer so
+    // that every kind of process dies.
+    let mut kills = 0;
+    let per_kill = settings.active.div_f64(settings.kills.max(1) as f64);
+    while kills < settings.kills {
+        tokio::time::sleep(per_kill.mul_f64(0.5 + rng.f64())).await;
+        let victim = match kills % 3 {
+            0 => &mut gateways[0],
+            1 => &mut gateways[1],
+            _ => {
+                let i = rng.usize(0..consumers.len().max(1));
+                match consumers.get_mut(i) {
+                    Some(c) => c,
+                    None => &mut gateways[1],
+                }
+            }
+        };
+        victim.kill().await;
+        kills += 1;
+        println!(
+            "chaos: t={:>4}s kill -9 {} (#{kills})",
+            started.elapsed().as_secs(),
+            victim.name
+        );
+        tokio::time::sleep(Duration::from_millis(rng.u64(100..=1500))).await;
+        victim.start().await?;
+    }
+    while let Some(done) = drivers.join_next().await {
+        done.context("a driver task")??;
+    }
+    println!(
+        "chaos: t={:>4}s all submitted, {kills} kills; quiet period",
+        started.elapsed().as_secs()
+    );
+
+    let quiet_until = Instant::now() + settings.quiet;
+    while Instant::now() < quiet_until {
+        if settled(&http, &top, subscription).await.unwrap_or(false) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    println!("chaos: t={:>4}s collecting", started.elapsed().as_secs());
+
+    let mut fates = a_fates(&http, &top.a_url).await?;
+    for (hid, reason) in refused
+        .lock()
+        .map_err(|_| anyhow::anyhow!("poisoned"))?
+        .iter()
+    {
+        fates.insert(hid.clone(), Fate::Refused(reason.clone()));
+    }
+    for c in &mut consumers {
+        c.kill().await;
+    }
+    for g in &mut gateways {
+        g.kill().await;
+    }
+    for p in &mut proxies {
+        p.kill().await;
+    }
+    let mut facts = Facts {
+        planned: planned(&plan),
+        fates,
+        kills,
+        ..Facts::default()
+    };
+    read_inbox(&dir.join("b.db"), &mut facts).await?;
+    read_app_db(&app_db, &mut facts).await?;
+    let summary = check::check(&facts);
+    for p in &proxies {
+        if let Some(stats) = last_line_with(&p.log, "requests=") {
+            println!("chaos: {} {stats}", p.name);
+        }
+    }
+    print!("{}", check::report(&summary));
+    println!("{}", summary.line());
+    let passed = summary.violations() == 0;
+    if passed && temporary {
+        let _ = std::fs::remove_dir_all(&dir);
+    } else if !passed {
+        println!("chaos: FAILED; stores and logs kept in {}", dir.display());
+    }
+    Ok(passed)
+}
+
+async fn create_subscription(http: &reqwest::Client, b: &str) -> Result<i64> {
+    let answer = http
+        .post(format!("{b}/api/v1/subscriptions"))
+        .bearer_auth(CONSUMER_TOKEN)
+        .json(&json!({
+            "name": "$share/chaos/default/#",
+            "ordering": "group",
+            "ack_wait_ms": 10_000,
+            "max_deliveries": 1_000_000,
+            "backoff_ms": [100, 500],
+            "start": "oldest",
+        }))
+        .send()
+        .await?;
+    let status = answer.status();
+    let body: Value = answer.json().await?;
+    if !status.is_success() {
+        bail!("creating the subscription: {status} {body}");
+    }
+    body["id"].as_i64().context("subscription id")
+}
+
+/// Submits one group's messages in order, spread over `spread`, each with its harness id as
+/// the Idempotency-Key so that a submit lost to a kill is retried safely.
+async fn drive(
+    http: &reqwest::Client,
+    a: &str,
+    to_b: &str,
+    g: &GroupPlan,
+    spread: Duration,
+    seed: u64,
+    refused: &Mutex<HashMap<String, String>>,
+) -> Result<()> {
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let step = spread.div_f64(g.count as f64);
+    let mut group_id: Option<String> = None;
+    for seq in 0..g.count {
+        tokio::time::sleep(step.mul_f64(rng.f64() * 2.0)).await;
+        let id = hid(g, seq);
+        let mut request = json!({
+            "destination": format!("{to_b}/wsr/default"),
+            "agreement": {
+                "ack_requested": true,
+                "duplicate_elimination": true,
+                "message_order": g.kind == Kind::Ordered,
+                "reply_pattern": g.reply,
+                "expiry_seconds": g.expiry_secs,
+                "waits_ms": g.waits_ms,
+            },
+            "soap_version": g.soap,
+            "body": format!("<c:Item xmlns:c=\"urn:chaos\" id=\"{id}\">{}</c:Item>", "x".repeat(64)),
+        });
+        if g.kind != Kind::Singles {
+            request["group"] = json!({ "id": group_id, "last": seq + 1 == g.count });
+        }
+        loop {
+            let answer = http
+                .post(format!("{a}/api/v1/messages"))
+                .bearer_auth(PRODUCER_TOKEN)
+                .header("Idempotency-Key", &id)
+                .json(&request)
+                .send()
+                .await;
+            let Ok(answer) = answer else {
+                // A is down (being killed or restarting): the key makes the retry safe.
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            };
+            let status = answer.status();
+            let body: Value = answer.json().await.unwrap_or(Value::Null);
+            if status.as_u16() == 202 {
+                group_id = body["group_id"].as_str().map(str::to_owned);
+                break;
+            }
+            if status.as_u16() == 409 && g.kind == Kind::Ordered {
+                // An earlier message of the ordered group failed: nothing after it can be
+                // delivered, and A says so instead of taking it.
+                let reason = body["reason"].as_str().unwrap_or("refused").to_owned();
+                let mut refused = refused.lock().map_err(|_| anyhow::anyhow!("poisoned"))?;
+                for rest in seq..g.count {
+                    refused.insert(hid(g, rest), reason.clone());
+                }
+                return Ok(());
+            }
+            if status.is_server_error() {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+            bail!("A refused {id}: {status} {body}");
+        }
+    }
+    Ok(())
+}
+
+/// Whether everything has come to rest: nothing queued or sent at A, nothing waiting or in
+/// flight at B.
+async fn settled(http: &reqwest::Client, top: &Topology, subscription: i64) -> Result<bool> {
+    for state in ["queued", "sent"] {
+        let page: Value = http
+            .get(format!(
+                "{}/api/v1/messages?state={state}&limit=1",
+                top.a_url
+            ))
+            .bearer_auth(PRODUCER_TOKEN)
+            .send()
+            .await?
+            .json()
+            .await?;
+        if page["messages"].as_array().is_none_or(|m| !m.is_empty()) {
+            return Ok(false);
+        }
+    }
+    let sub: Value = http
+        .get(format!("{}/api/v1/subscriptions/{subscription}", top.b_url))
+        .bearer_auth(CONSUMER_TOKEN)
+        .send()
+        .await?
+        .json()
+        .await?;
+    let b = &sub["backlog"];
+    Ok(["waiting", "in_flight", "unmatched"]
+        .iter()
+        .all(|k| b[k].as_u64() == Some(0)))
+}
+
+/// A's final states, by Idempotency-Key (the harness id).
+async fn a_fates(http: &reqwest::Client, a: &str) -> Result<HashMap<String, Fate>> {
+    let mut fates = HashMap::new();
+    let mut after: Option<String> = None;
+    loop {
+        let mut url = format!("{a}/api/v1/messages?limit=1000");
+        if let Some(after) = &after {
+            url.push_str(&format!("&after={after}"));
+        }
+        let page: Value = http
+            .get(url)
+            .bearer_auth(PRODUCER_TOKEN)
+            .send()
+            .await?
+            .json()
+            .await?;
+        let messages = page["messages"].as_array().cloned().unwrap_or_default();
+        if messages.is_empty() {
+            return Ok(fates);
+        }
+        for m in &messages {
+            let Some(key) = m["idempotency_key"].as_str() else {
+                continue;
+            };
+            let text = |k: &str| m[k].as_str().unwrap_or_default().to_owned();
+            let fate = match m["state"].as_str() {
+                Some("acked") => Fate::Acked,
+                Some("failed") => Fate::Failed(text("reason")),
+                Some("faulted") => Fate::Faulted(text("fault")),
+                other => Fate::Pending(other.unwrap_or_default().to_owned()),
+            };
+            if fates.insert(key.to_owned(), fate).is_some() {
+                bail!("A holds two messages for Idempotency-Key {key}");
+            }
+        }
+        after = page["next_after"].as_str().map(str::to_owned);
+        if after.is_none() {
+            return Ok(fates);
+        }
+    }
+}
+
+async fn read_inbox(b_db: &Path, facts: &mut Facts) -> Result<()> {
+    let pool = open_read_only(b_db).await?;
+    let rows = sqlx::query("SELECT payload FROM inbox ORDER BY offset")
+        .fetch_all(&pool)
+        .await?;
+    for row in rows {
+        let payload: String = row.get(0);
+        facts
+            .inbox
+            .push(harness_id(&payload).unwrap_or("?").to_owned());
+    }
+    Ok(())
+}
+
+async fn read_app_db(app_db: &Path, facts: &mut Facts) -> Result<()> {
+    let pool = open_read_only(app_db).await?;
+    for row in sqlx::query("SELECT serial, hid FROM processed")
+        .fetch_all(&pool)
+        .await?
+    {
+        facts.processed.push(Processed {
+            serial: row.get(0),
+            hid: row.get(1),
+        });
+    }
+    for row in sqlx::query("SELECT hid, offset, attempt FROM deliveries")
+        .fetch_all(&pool)
+        .await?
+    {
+        facts.handed.push(Handed {
+            hid: row.get(0),
+            offset: row.get(1),
+            attempt: row.get(2),
+        });
+    }
+    for row in sqlx::query("SELECT hid, attempt, status FROM settles")
+        .fetch_all(&pool)
+        .await?
+    {
+        facts.settled.push(Settled {
+            hid: row.get(0),
+            attempt: row.get(1),
+            status: row.get(2),
+        });
+    }
+    Ok(())
+}
+
+async fn open_read_only(path: &Path) -> Result<sqlx::SqlitePool> {
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(path)
+        .read_only(true);
+    sqlx::SqlitePool::connect_with(options)
+        .await
+        .with_context(|| format!("open {}", path.display()))
+}
+
+fn last_line_with(log: &Path, needle: &str) -> Option<String> {
+    let text = std::fs::read_to_string(log).ok()?;
+    text.lines()
+        .rev()
+        .find(|l| l.contains(needle))
+        .map(str::to_owned)
+}
