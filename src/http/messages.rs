@@ -7,7 +7,7 @@ use std::time::Duration;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -17,8 +17,8 @@ use super::AppState;
 use super::admin::{Problem, authorize};
 use super::soap::{self, content_type, version_hint};
 use crate::config::{AgreementSpec, Scope};
-use crate::rmp::sender::OutState;
-use crate::store::outbound::{OutMessage, ReplySource, Submission, SubmitError};
+use crate::rmp::sender::{OutState, RetrySchedule};
+use crate::store::outbound::{IdempotencyKey, OutMessage, ReplySource, Submission, SubmitError};
 use crate::wsr::datetime::date_time_string;
 use crate::wsr::{
     GroupId, Headers, Limits, ReplyPattern, ReplyTo, SoapVersion, read_envelope, read_message,
@@ -65,12 +65,103 @@ fn invalid(field: &str, reason: impl Into<String>) -> Problem {
     Problem::field(field, reason.into())
 }
 
+/// The request header that makes a submit safe to retry (IETF httpapi
+/// draft-ietf-httpapi-idempotency-key-header).
+const IDEMPOTENCY_KEY: &str = "Idempotency-Key";
+/// Set (to `true`) on the answer to a retried submit: the message is the one stored before.
+const IDEMPOTENT_REPLAYED: &str = "Idempotent-Replayed";
+
+/// The `Idempotency-Key` of a request, if any: one header of 1–255 visible ASCII characters,
+/// taken as it is (opaque).
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Problem> {
+    let mut values = headers.get_all(IDEMPOTENCY_KEY).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(invalid(IDEMPOTENCY_KEY, "give the header once"));
+    }
+    let key = value.as_bytes();
+    if key.is_empty() || key.len() > 255 || !key.iter().all(|b| (0x21..=0x7E).contains(b)) {
+        return Err(invalid(
+            IDEMPOTENCY_KEY,
+            "must be 1 to 255 visible ASCII characters (no spaces)",
+        ));
+    }
+    Ok(Some(String::from_utf8_lossy(key).into_owned()))
+}
+
+/// The fingerprint of a submit as the gateway resolved it (destination URL, agreement fields,
+/// group, SOAP version, body, notify URL), independent of when it was made and of the id it
+/// got: SHA-256 of a canonical JSON array, hex. Two requests with the same fingerprint would
+/// store the same message. The Callback ReplyTo counts by pattern only (it is our own
+/// address, which a restart on another port changes).
+fn fingerprint(s: &Submission, lifetime: chrono::Duration) -> String {
+    let schedule = match &s.schedule {
+        RetrySchedule::Interval {
+            max_attempts,
+            interval,
+            backoff,
+        } => json!([
+            "interval",
+            max_attempts,
+            interval.as_millis() as u64,
+            backoff
+        ]),
+        RetrySchedule::Waits(waits) => json!([
+            "waits",
+            waits
+                .iter()
+                .map(|w| w.as_millis() as u64)
+                .collect::<Vec<_>>()
+        ]),
+    };
+    let canonical = json!([
+        "wsr-gateway submit v1",
+        s.destination,
+        s.ack_requested,
+        s.duplicate_elimination,
+        s.message_order,
+        s.reply.value(),
+        lifetime.num_milliseconds(),
+        schedule,
+        s.group_id.as_ref().map(GroupId::as_str),
+        s.sequenced,
+        s.last,
+        if s.version == SoapVersion::Soap12 {
+            "1.2"
+        } else {
+            "1.1"
+        },
+        s.body,
+        s.notify_url,
+    ]);
+    let digest =
+        aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, canonical.to_string().as_bytes());
+    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The API answer to a refused submission or group close.
+fn submit_problem(e: SubmitError) -> Problem {
+    match e {
+        SubmitError::Conflict(why) => Problem(StatusCode::CONFLICT, "conflict", why),
+        // 422 as the IETF draft asks for a key reused with a different request payload.
+        SubmitError::KeyReused(why) => Problem(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "idempotency-key-reused",
+            why,
+        ),
+        SubmitError::Store(e) => e.into(),
+    }
+}
+
 pub async fn submit(
     State(app): State<AppState>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, Problem> {
-    authorize(&app, &headers, &[Scope::Produce, Scope::Admin])?;
+    let caller = authorize(&app, &headers, &[Scope::Produce, Scope::Admin])?;
+    let key = idempotency_key(&headers)?;
     let req: SubmitBody =
         serde_json::from_slice(&body).map_err(|e| invalid("body", e.to_string()))?;
     let destination = match app.config.partners.get(&req.destination) {
@@ -128,7 +219,7 @@ pub async fn submit(
         ReplyPattern::Callback(_) => ReplyPattern::Callback(ReplyTo::bare(&app.callback_url)),
         other => other,
     };
-    let submission = Submission {
+    let mut submission = Submission {
         id: new_id(now),
         destination,
         group_id,
@@ -143,17 +234,22 @@ pub async fn submit(
         expiry: now + checked.lifetime,
         schedule: checked.schedule,
         notify_url: req.notify_url,
+        idempotency: None,
     };
+    // Scoped by principal: applications cannot collide on (or probe) each other's keys.
+    submission.idempotency = key.map(|key| IdempotencyKey {
+        principal: caller.principal,
+        key,
+        fingerprint: fingerprint(&submission, checked.lifetime),
+    });
     let submitted = app
         .store
         .submit(submission, now)
         .await
-        .map_err(|e| match e {
-            SubmitError::Conflict(why) => Problem(StatusCode::CONFLICT, "conflict", why),
-            SubmitError::Store(e) => e.into(),
-        })?;
+        .map_err(submit_problem)?;
     let status_url = format!("/api/v1/messages/{}", submitted.id);
-    Ok((
+    // A replay answers as the original did: the same status and body.
+    let mut response = (
         StatusCode::ACCEPTED,
         Json(json!({
             "id": submitted.id,
@@ -162,7 +258,13 @@ pub async fn submit(
             "status_url": status_url,
         })),
     )
-        .into_response())
+        .into_response();
+    if submitted.replayed {
+        response
+            .headers_mut()
+            .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
+    }
+    Ok(response)
 }
 
 /// The body must be well-formed XML our codec accepts, so that the envelope we store and
@@ -260,10 +362,7 @@ pub async fn close_group(
         .store
         .close_group(&group_id)
         .await
-        .map_err(|e| match e {
-            SubmitError::Conflict(why) => Problem(StatusCode::CONFLICT, "conflict", why),
-            SubmitError::Store(e) => e.into(),
-        })?;
+        .map_err(submit_problem)?;
     Ok(Json(json!({ "group_id": id, "last": last })))
 }
 
@@ -366,5 +465,6 @@ pub fn message_json(m: &OutMessage) -> Value {
         "attempts": m.outbound.attempts,
         "expiry": date_time_string(&m.outbound.expiry),
         "next_attempt": m.outbound.next_attempt.as_ref().map(date_time_string),
+        "idempotency_key": m.idempotency_key,
     })
 }

@@ -57,6 +57,18 @@ pub struct Submission {
     pub expiry: DateTime<Utc>,
     pub schedule: RetrySchedule,
     pub notify_url: Option<String>,
+    /// The application's `Idempotency-Key`, if it sent one.
+    pub idempotency: Option<IdempotencyKey>,
+}
+
+/// An application's `Idempotency-Key`: unique per principal, stored with the fingerprint of
+/// the request it came with, so that a retry of the same request is told apart from a reuse
+/// of the key for a different one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IdempotencyKey {
+    pub principal: String,
+    pub key: String,
+    pub fingerprint: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,6 +76,9 @@ pub struct Submitted {
     pub id: String,
     pub group_id: GroupId,
     pub number: Option<u64>,
+    /// The key was seen before with the same request: this is the message stored then, and
+    /// nothing new was stored.
+    pub replayed: bool,
 }
 
 /// Why a submission was refused; nothing of it was stored.
@@ -71,6 +86,9 @@ pub struct Submitted {
 pub enum SubmitError {
     #[error("{0}")]
     Conflict(String),
+    /// The principal used the `Idempotency-Key` before for a different request.
+    #[error("{0}")]
+    KeyReused(String),
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -88,6 +106,8 @@ pub struct OutMessage {
     pub outbound: Outbound,
     pub notify_url: Option<String>,
     pub ordered: bool,
+    /// The `Idempotency-Key` it was submitted with.
+    pub idempotency_key: Option<String>,
 }
 
 /// One state change.
@@ -156,7 +176,7 @@ macro_rules! select_messages {
         concat!(
             "SELECT m.id, m.group_id, m.number, m.destination, m.soap12, m.reply_pattern, ",
             "m.envelope, m.expiry, m.schedule, m.state, m.fault, m.reason, m.attempts, ",
-            "m.next_attempt, m.notify_url, g.ordered ",
+            "m.next_attempt, m.notify_url, g.ordered, m.idem_key ",
             "FROM out_messages m JOIN out_groups g USING (group_id) ",
             $tail
         )
@@ -202,12 +222,18 @@ fn row_to_message(r: &sqlx::sqlite::SqliteRow) -> Result<OutMessage, StoreError>
         },
         notify_url: r.get(14),
         ordered: r.get::<i64, _>(15) != 0,
+        idempotency_key: r.get(16),
     })
 }
 
 impl Store {
     /// Stores a submission: numbers are assigned in submit order per group, the envelope is
     /// written once. Everything or nothing is stored.
+    ///
+    /// A submission with an idempotency key its principal used before stores nothing: the same
+    /// request answers the message stored the first time (`replayed`), whatever became of it
+    /// or its group since; a different request is refused (`KeyReused`). Looked up first, in
+    /// the same write transaction, so that a replay neither creates a group nor takes a number.
     pub async fn submit(
         &self,
         s: Submission,
@@ -218,6 +244,34 @@ impl Store {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(StoreError::from)?;
+        if let Some(idem) = &s.idempotency {
+            let earlier = sqlx::query(
+                "SELECT id, group_id, number, idem_fingerprint FROM out_messages \
+                 WHERE idem_principal = ? AND idem_key = ?",
+            )
+            .bind(&idem.principal)
+            .bind(&idem.key)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(StoreError::from)?;
+            if let Some(row) = earlier {
+                let id: String = row.get(0);
+                if row.get::<Option<&str>, _>(3) != Some(idem.fingerprint.as_str()) {
+                    return Err(SubmitError::KeyReused(format!(
+                        "Idempotency-Key {:?} was used for a different request (message {id}); \
+                         use a new key for a new message",
+                        idem.key
+                    )));
+                }
+                let group: String = row.get(1);
+                return Ok(Submitted {
+                    id,
+                    group_id: GroupId::parse(&group).map_err(StoreError::Corrupt)?,
+                    number: row.get::<Option<i64>, _>(2).map(|n| n as u64),
+                    replayed: true,
+                });
+            }
+        }
         let (group_id, number) = match &s.group_id {
             None => {
                 let group_id = GroupId::parse(&format!("mid:{}@wsr-gateway", s.id))
@@ -324,7 +378,8 @@ impl Store {
         sqlx::query(
             "INSERT INTO out_messages (id, group_id, number, destination, soap12, reply_pattern, \
              envelope, expiry, schedule, state, attempts, next_attempt, notify_url, created_at, \
-             updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', 0, ?, ?, ?, ?)",
+             updated_at, idem_principal, idem_key, idem_fingerprint) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', 0, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&s.id)
         .bind(group_id.as_str())
@@ -339,6 +394,9 @@ impl Store {
         .bind(&s.notify_url)
         .bind(millis(now))
         .bind(millis(now))
+        .bind(s.idempotency.as_ref().map(|i| &i.principal))
+        .bind(s.idempotency.as_ref().map(|i| &i.key))
+        .bind(s.idempotency.as_ref().map(|i| &i.fingerprint))
         .execute(&mut *tx)
         .await
         .map_err(StoreError::from)?;
@@ -349,6 +407,7 @@ impl Store {
             id: s.id,
             group_id,
             number,
+            replayed: false,
         })
     }
 

@@ -872,3 +872,271 @@ async fn acks_from_the_wrong_source_are_ignored_and_failed_groups_refuse_more() 
     assert_eq!(status, 409);
     sender.stop().await;
 }
+
+/// A second application's token, for keys scoped by principal.
+const OTHER_TOKEN: &str = "other-producer-token-0123456789";
+
+/// A sender with two applications: `app` (TOKEN) and `other` (OTHER_TOKEN).
+async fn two_app_sender() -> TestApp {
+    spawn_app_with(|c| {
+        c.tokens = vec![
+            TokenConfig {
+                token: TOKEN.into(),
+                principal: "app".into(),
+                scopes: vec![Scope::Produce],
+            },
+            TokenConfig {
+                token: OTHER_TOKEN.into(),
+                principal: "other".into(),
+                scopes: vec![Scope::Produce],
+            },
+        ];
+        c.send_window = 1;
+    })
+    .await
+}
+
+/// A submit with an `Idempotency-Key`: status, whether it was answered as a replay, answer.
+async fn submit_keyed(app: &TestApp, token: &str, key: &str, body: &Value) -> (u16, bool, Value) {
+    let r = app
+        .client
+        .post(app.url("/api/v1/messages"))
+        .bearer_auth(token)
+        .header("Idempotency-Key", key)
+        .json(body)
+        .send()
+        .await
+        .expect("API answers");
+    let status = r.status().as_u16();
+    let replayed = r
+        .headers()
+        .get("idempotent-replayed")
+        .is_some_and(|v| v == "true");
+    (status, replayed, r.json().await.unwrap_or(Value::Null))
+}
+
+/// The messages `GET /api/v1/messages` lists.
+async fn listed(app: &TestApp) -> Vec<Value> {
+    let list: Value = app
+        .client
+        .get(app.url("/api/v1/messages?limit=1000"))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("list")
+        .json()
+        .await
+        .expect("json");
+    list["messages"].as_array().cloned().unwrap_or_default()
+}
+
+/// A retried submit (same key, same request) answers the message stored the first time, as
+/// the first answer did and marked `Idempotent-Replayed`; one message exists, and the partner
+/// receives one WS-R identity once.
+#[tokio::test]
+async fn a_retried_submit_with_the_same_key_stores_and_sends_one_message() {
+    let receiver = spawn_app_with(|_| {}).await;
+    let sender = two_app_sender().await;
+    let body = json!({ "destination": receiver.url("/wsr/default"), "group": {},
+        "body": "<o:Order xmlns:o=\"urn:o\">1</o:Order>" });
+    let (status, replayed, first) = submit_keyed(&sender, TOKEN, "order-1", &body).await;
+    assert_eq!((status, replayed), (202, false), "{first}");
+    for _ in 0..2 {
+        let (status, replayed, again) = submit_keyed(&sender, TOKEN, "order-1", &body).await;
+        assert_eq!((status, replayed), (202, true), "{again}");
+        assert_eq!(again, first, "the same id, group, number and status URL");
+    }
+    let messages = all_final(&sender, 1).await;
+    assert_eq!(messages[0].id, first["id"].as_str().expect("id"));
+    assert_eq!(messages[0].outbound.state.name(), "acked");
+    let shown = listed(&sender).await;
+    assert_eq!(shown.len(), 1, "{shown:?}");
+    assert_eq!(shown[0]["idempotency_key"], "order-1");
+    let inbox = receiver.inbox().await;
+    let identities: Vec<(String, Option<u64>)> = inbox
+        .iter()
+        .map(|e| (e.group_id.clone(), e.number))
+        .collect();
+    assert_eq!(
+        identities,
+        vec![(
+            first["group_id"].as_str().expect("group").to_owned(),
+            Some(0)
+        )],
+        "the partner got one message identity"
+    );
+    sender.stop().await;
+    receiver.stop().await;
+}
+
+/// A key used again for a different request is refused (422, `idempotency-key-reused`) and
+/// nothing new is stored.
+#[tokio::test]
+async fn a_key_reused_for_a_different_request_is_refused() {
+    let sender = two_app_sender().await;
+    let far = "http://127.0.0.1:9/wsr/default";
+    let agreement = json!({ "waits_ms": [600000] });
+    let first = json!({ "destination": far, "agreement": agreement, "body": "<a/>" });
+    let (status, _, stored) = submit_keyed(&sender, TOKEN, "k-1", &first).await;
+    assert_eq!(status, 202, "{stored}");
+    for other in [
+        json!({ "destination": far, "agreement": agreement, "body": "<b/>" }),
+        json!({ "destination": far, "agreement": agreement, "body": "<a/>", "soap_version": "1.2" }),
+        json!({ "destination": far, "agreement": { "waits_ms": [1000] }, "body": "<a/>" }),
+        json!({ "destination": far, "agreement": agreement, "body": "<a/>", "group": {} }),
+    ] {
+        let (status, replayed, answer) = submit_keyed(&sender, TOKEN, "k-1", &other).await;
+        assert_eq!((status, replayed), (422, false), "{other}: {answer}");
+        assert_eq!(answer["error"], "idempotency-key-reused", "{answer}");
+        assert!(
+            answer["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("Idempotency-Key") && r.contains("k-1")),
+            "{answer}"
+        );
+    }
+    let shown = listed(&sender).await;
+    assert_eq!(shown.len(), 1, "{shown:?}");
+    assert_eq!(shown[0]["id"], stored["id"]);
+    sender.stop().await;
+}
+
+/// The retry of a submit that started a new group answers that group (the application does
+/// not know it yet) and takes no number: the next message of the group is number 1. And once
+/// the ordered group failed, a retry of a message it had accepted still answers that message.
+#[tokio::test]
+async fn a_retried_first_message_of_a_new_group_answers_its_group_and_takes_no_number() {
+    let sender = two_app_sender().await;
+    let far = "http://127.0.0.1:9/wsr/default";
+    let ordered = json!({ "message_order": true, "expiry_seconds": 2, "waits_ms": [100000] });
+    let first = json!({ "destination": far, "group": {}, "agreement": ordered, "body": "<a/>" });
+    let (status, _, original) = submit_keyed(&sender, TOKEN, "g-first", &first).await;
+    assert_eq!(status, 202, "{original}");
+    assert_eq!(original["number"], 0);
+    let (status, replayed, again) = submit_keyed(&sender, TOKEN, "g-first", &first).await;
+    assert_eq!((status, replayed), (202, true), "{again}");
+    assert_eq!(
+        again["group_id"], original["group_id"],
+        "the group it started"
+    );
+    assert_eq!(again["id"], original["id"]);
+    assert_eq!(again["number"], 0);
+    let group = original["group_id"].as_str().expect("group").to_owned();
+    let second = json!({ "destination": far, "group": { "id": group }, "agreement": ordered,
+        "body": "<b/>" });
+    let (status, _, next) = submit_keyed(&sender, TOKEN, "g-second", &second).await;
+    assert_eq!(status, 202, "{next}");
+    assert_eq!(next["number"], 1, "the replay took no number");
+    assert_eq!(next["group_id"], original["group_id"]);
+    // The first expires unacknowledged: the ordered group fails, and takes no new message…
+    let messages = all_final(&sender, 2).await;
+    assert!(messages.iter().all(|m| m.outbound.state.name() == "failed"));
+    let third = json!({ "destination": far, "group": { "id": group }, "agreement": ordered,
+        "body": "<c/>" });
+    let (status, _, refused) = submit_keyed(&sender, TOKEN, "g-third", &third).await;
+    assert_eq!(status, 409, "{refused}");
+    // …but a retry of one it accepted is still answered with that message.
+    let (status, replayed, again) = submit_keyed(&sender, TOKEN, "g-second", &second).await;
+    assert_eq!((status, replayed), (202, true), "{again}");
+    assert_eq!(again, next);
+    assert_eq!(listed(&sender).await.len(), 2);
+    sender.stop().await;
+}
+
+/// Keys are scoped by principal: two applications using the same key get two messages.
+#[tokio::test]
+async fn the_same_key_from_two_applications_is_two_messages() {
+    let sender = two_app_sender().await;
+    let body = json!({ "destination": "http://127.0.0.1:9/wsr/default",
+        "agreement": { "waits_ms": [600000] }, "body": "<a/>" });
+    let (status, replayed, mine) = submit_keyed(&sender, TOKEN, "shared-key", &body).await;
+    assert_eq!((status, replayed), (202, false), "{mine}");
+    let (status, replayed, theirs) = submit_keyed(&sender, OTHER_TOKEN, "shared-key", &body).await;
+    assert_eq!((status, replayed), (202, false), "{theirs}");
+    assert_ne!(mine["id"], theirs["id"]);
+    assert_ne!(mine["group_id"], theirs["group_id"]);
+    // Each application's retry answers its own message.
+    let (_, replayed, again) = submit_keyed(&sender, OTHER_TOKEN, "shared-key", &body).await;
+    assert!(replayed);
+    assert_eq!(again, theirs);
+    assert_eq!(listed(&sender).await.len(), 2);
+    sender.stop().await;
+}
+
+/// A key must be 1–255 visible ASCII characters; otherwise a 400 names the header and
+/// nothing is stored.
+#[tokio::test]
+async fn a_malformed_idempotency_key_is_a_400_naming_the_header() {
+    use axum::http::HeaderValue;
+    let sender = two_app_sender().await;
+    let body = json!({ "destination": "http://127.0.0.1:9/wsr/default",
+        "agreement": { "waits_ms": [600000] }, "body": "<a/>" });
+    let long = "k".repeat(256);
+    let bad: Vec<HeaderValue> = vec![
+        HeaderValue::from_static(""),
+        HeaderValue::from_static("two words"),
+        HeaderValue::from_static("tab\there"),
+        HeaderValue::from_str(&long).expect("header"),
+        HeaderValue::from_bytes("caf\u{e9}".as_bytes()).expect("obs-text header"),
+    ];
+    for key in bad {
+        let r = sender
+            .client
+            .post(sender.url("/api/v1/messages"))
+            .bearer_auth(TOKEN)
+            .header("Idempotency-Key", key.clone())
+            .json(&body)
+            .send()
+            .await
+            .expect("API answers");
+        assert_eq!(r.status().as_u16(), 400, "{key:?}");
+        let answer: Value = r.json().await.expect("json");
+        assert_eq!(answer["error"], "invalid-field", "{key:?}: {answer}");
+        assert!(
+            answer["reason"]
+                .as_str()
+                .is_some_and(|r| r.starts_with("Idempotency-Key:")),
+            "{key:?}: {answer}"
+        );
+    }
+    // Twice is ambiguous too.
+    let r = sender
+        .client
+        .post(sender.url("/api/v1/messages"))
+        .bearer_auth(TOKEN)
+        .header("Idempotency-Key", "one")
+        .header("Idempotency-Key", "two")
+        .json(&body)
+        .send()
+        .await
+        .expect("API answers");
+    assert_eq!(r.status().as_u16(), 400);
+    assert!(listed(&sender).await.is_empty(), "nothing stored");
+    // The longest key, and every visible character, are fine.
+    let visible: String = (0x21u8..=0x7E).map(char::from).collect();
+    for key in ["k".repeat(255), visible] {
+        let (status, _, answer) = submit_keyed(&sender, TOKEN, &key, &body).await;
+        assert_eq!(status, 202, "{key}: {answer}");
+    }
+    sender.stop().await;
+}
+
+/// The key is stored with the message: a retry after the gateway restarted on the same
+/// database is still a replay.
+#[tokio::test]
+async fn a_retry_after_a_restart_is_still_a_replay() {
+    use super::support::start;
+    let sender = two_app_sender().await;
+    let body = json!({ "destination": "http://127.0.0.1:9/wsr/default", "group": {},
+        "agreement": { "waits_ms": [600000] }, "body": "<a/>" });
+    let (status, _, original) = submit_keyed(&sender, TOKEN, "durable", &body).await;
+    assert_eq!(status, 202, "{original}");
+    let (config, clock, dir) = sender.stop().await;
+    let sender = start(config, clock).await;
+    let (status, replayed, again) = submit_keyed(&sender, TOKEN, "durable", &body).await;
+    assert_eq!((status, replayed), (202, true), "{again}");
+    assert_eq!(again, original);
+    assert_eq!(listed(&sender).await.len(), 1);
+    sender.stop().await;
+    drop(dir);
+}
