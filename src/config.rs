@@ -28,6 +28,9 @@ pub struct FileConfig {
     pub durability: String,
     /// How far an ExpiryTime may lie in the past before the message counts as expired (D3).
     pub clock_skew_seconds: u64,
+    /// How long delivered IDs are kept after their messages expire, so that senders whose
+    /// acks were lost can still learn by PollRequest that they were delivered.
+    pub delivered_id_retention_seconds: u64,
     /// Idle limit for groups that name neither limit, as xs:duration (D8).
     pub default_group_idle: String,
     /// Per-group buffer for ordered messages ahead of a gap (D6).
@@ -233,6 +236,7 @@ impl Default for FileConfig {
             database: PathBuf::from("data/wsr-gateway.db"),
             durability: "full".into(),
             clock_skew_seconds: 0,
+            delivered_id_retention_seconds: 3600,
             default_group_idle: "P1D".into(),
             buffer_max_messages: 1000,
             buffer_max_bytes: 64 * 1024 * 1024,
@@ -337,6 +341,9 @@ impl FileConfig {
             "WSR_DURABILITY" => self.durability = value.to_owned(),
             "WSR_HOLD_MS" => self.hold_ms = value.parse()?,
             "WSR_CLOCK_SKEW_SECONDS" => self.clock_skew_seconds = value.parse()?,
+            "WSR_DELIVERED_ID_RETENTION_SECONDS" => {
+                self.delivered_id_retention_seconds = value.parse()?
+            }
             "WSR_DEFAULT_GROUP_IDLE" => self.default_group_idle = value.to_owned(),
             "WSR_MAX_MESSAGE_BYTES" => self.max_message_bytes = value.parse()?,
             "WSR_ADMIN_TOKEN" => self.tokens.push(TokenConfig {
@@ -442,6 +449,9 @@ impl FileConfig {
                 default_idle,
                 buffer_max_messages: self.buffer_max_messages,
                 buffer_max_bytes: self.buffer_max_bytes,
+                answer_polls_for: chrono::Duration::seconds(
+                    self.delivered_id_retention_seconds.min(30 * 86_400) as i64,
+                ),
             },
             hold: Duration::from_millis(self.hold_ms),
             limits: Limits {

@@ -20,6 +20,11 @@ pub struct Policy {
     /// Per-group buffer for ordered messages ahead of a gap (D6).
     pub buffer_max_messages: usize,
     pub buffer_max_bytes: u64,
+    /// How long a group's delivered IDs are kept after its last message can no longer be
+    /// accepted, so that a sender whose acks were lost can still learn by PollRequest that
+    /// its message was delivered (an unknown ID is answered with nothing, which the sender
+    /// takes as "not delivered" once the message has expired).
+    pub answer_polls_for: chrono::Duration,
 }
 
 impl Default for Policy {
@@ -32,6 +37,7 @@ impl Default for Policy {
             },
             buffer_max_messages: 1000,
             buffer_max_bytes: 64 * 1024 * 1024,
+            answer_polls_for: chrono::Duration::hours(1),
         }
     }
 }
@@ -171,8 +177,13 @@ impl GroupState {
     /// message of the group can be accepted any more — its latest ExpiryTime plus the allowed
     /// clock skew (D3, D8) — so that a late duplicate is always still recognised.
     pub fn purge_at(&self, policy: &Policy) -> Option<DateTime<Utc>> {
-        self.terminated_at
-            .map(|t| t.max(self.no_longer_acceptable(policy)))
+        self.terminated_at.map(|t| t.max(self.forget_at(policy)))
+    }
+
+    /// When nobody can need the group's IDs any more: no message of it can be accepted, and
+    /// senders have had `answer_polls_for` to ask what became of theirs.
+    fn forget_at(&self, policy: &Policy) -> DateTime<Utc> {
+        self.no_longer_acceptable(policy) + policy.answer_polls_for
     }
 
     /// The first instant at which every message of the group counts as expired on arrival

@@ -219,12 +219,9 @@ fn decide_existing(
     }
     if state.params.duplicate_elimination {
         if state.delivered.contains(n) {
-            if expired {
-                return Outcome::fault(
-                    FaultCode::InvalidExpiryTime,
-                    "a resend of a delivered message that has since expired",
-                );
-            }
+            // Acked even after its ExpiryTime: the ack says "delivered", which is true, and a
+            // sender whose earlier acks were lost must not be told otherwise — a fault here
+            // would make it report a delivered message as failed.
             return Outcome::answer(ack_or_nothing(request));
         }
         if state.buffered.contains_key(&n) {
@@ -484,7 +481,7 @@ mod tests {
         ));
         let out = feed(&mut g, &request(Some(2), true, idle("PT1H"), exp), t0());
         assert_eq!(out.verdict, Verdict::Ack);
-        // Purged only after the latest ExpiryTime.
+        // Purged only after the latest ExpiryTime, plus the time senders have to poll.
         let mut s = g.clone().expect("state");
         assert_eq!(
             sweep(&mut s, exp, &Policy::default()),
@@ -492,7 +489,13 @@ mod tests {
             "still acceptable at its ExpiryTime"
         );
         let after = exp + Duration::milliseconds(1);
-        assert_eq!(sweep(&mut s, after, &Policy::default()), Swept::Purge);
+        assert_eq!(
+            sweep(&mut s, after, &Policy::default()),
+            Swept::Unchanged,
+            "a sender may still ask about it"
+        );
+        let answered = after + Policy::default().answer_polls_for;
+        assert_eq!(sweep(&mut s, answered, &Policy::default()), Swept::Purge);
     }
 
     #[test]
@@ -512,10 +515,11 @@ mod tests {
             Swept::Changed { .. }
         ));
         assert_eq!(s.status, GroupStatus::Expired);
-        // Kept until the latest ExpiryTime, so a late duplicate is still recognised.
+        // Kept past the latest ExpiryTime, so a late duplicate is still recognised and a
+        // poll is still answered.
         assert_eq!(
             s.purge_at(&Policy::default()),
-            Some(exp + Duration::milliseconds(1))
+            Some(exp + Duration::milliseconds(1) + Duration::hours(1))
         );
         let mut g2 = Some(s);
         let out = feed(&mut g2, &request(Some(1), false, limit.clone(), exp), later);
@@ -633,6 +637,33 @@ mod tests {
         }
     }
 
+    /// Chaos-harness finding: a resend delayed past its ExpiryTime, of a message delivered
+    /// earlier whose ack was lost, was faulted InvalidExpiryTime — and the sender reported a
+    /// delivered message as faulted. It is acked: the ack says "delivered", which is true.
+    #[test]
+    fn a_resend_of_a_delivered_message_is_acked_even_after_its_expiry() {
+        let exp = t0() + Duration::seconds(10);
+        for n in [None, Some(0)] {
+            let mut g = None;
+            let r = request(n, false, None, exp);
+            assert_eq!(feed(&mut g, &r, t0()).action, Action::Deliver);
+            let late = feed(&mut g, &r, exp + Duration::seconds(5));
+            assert_eq!((late.action, late.verdict), (Action::Drop, Verdict::Ack));
+        }
+        // Never delivered and expired on arrival: still InvalidExpiryTime.
+        let mut g = None;
+        feed(&mut g, &request(Some(0), false, None, exp), t0());
+        let out = feed(
+            &mut g,
+            &request(Some(1), false, None, exp),
+            exp + Duration::seconds(5),
+        );
+        assert!(matches!(
+            out.verdict,
+            Verdict::Fault(FaultCode::InvalidExpiryTime, _)
+        ));
+    }
+
     #[test]
     fn singleton_duplicates_and_expiry() {
         let exp = t0() + Duration::minutes(5);
@@ -649,15 +680,20 @@ mod tests {
             Verdict::Fault(FaultCode::InvalidExpiryTime, _)
         ));
         assert!(fresh.is_none());
-        // The singleton's ID is purged only once a resend could no longer be accepted.
+        // The singleton's ID is purged only once a resend could no longer be accepted and
+        // senders had `answer_polls_for` to ask about it.
+        let no_poll_window = Policy {
+            answer_polls_for: Duration::zero(),
+            ..Policy::default()
+        };
         let mut s = g.expect("state");
-        assert_eq!(sweep(&mut s, exp, &Policy::default()), Swept::Unchanged);
+        assert_eq!(sweep(&mut s, exp, &no_poll_window), Swept::Unchanged);
         let after = exp + Duration::milliseconds(1);
-        assert_eq!(sweep(&mut s, after, &Policy::default()), Swept::Purge);
+        assert_eq!(sweep(&mut s, after, &no_poll_window), Swept::Purge);
         // With a clock skew allowance the ID is kept that much longer.
         let skewed = Policy {
             clock_skew: Duration::seconds(60),
-            ..Policy::default()
+            ..no_poll_window
         };
         let mut s = g2_state(&r, t0());
         assert_eq!(
