@@ -58,6 +58,9 @@ pub struct FileConfig {
     pub send_window: u64,
     /// Sending: how often Poll-pattern messages are polled for.
     pub poll_interval_ms: u64,
+    /// How long after its ExpiryTime a message that may have been delivered (sent, never
+    /// acknowledged) is polled for before it fails as "delivery unknown".
+    pub resolve_in_doubt_seconds: u64,
     /// Delivery: webhooks push subscriptions may use, registered at start (more over the API).
     pub push_endpoints: Vec<String>,
     /// Delivery: a consumer session's TTL when it does not ask for one.
@@ -253,6 +256,7 @@ impl Default for FileConfig {
             default_agreement: AgreementSpec::default(),
             send_window: 8,
             poll_interval_ms: 5000,
+            resolve_in_doubt_seconds: crate::rmp::sender::RESOLVE_FOR.as_secs(),
             push_endpoints: Vec::new(),
             session_ttl_ms: 30_000,
             ephemeral_grace_ms: 60_000,
@@ -281,6 +285,7 @@ pub struct Config {
     pub default_agreement: AgreementSpec,
     pub send_window: u64,
     pub poll_interval: Duration,
+    pub resolve_in_doubt: Duration,
     pub delivery: DeliverySettings,
 }
 
@@ -469,6 +474,7 @@ impl FileConfig {
             default_agreement: self.default_agreement,
             send_window: self.send_window.max(1),
             poll_interval: Duration::from_millis(self.poll_interval_ms.max(10)),
+            resolve_in_doubt: Duration::from_secs(self.resolve_in_doubt_seconds),
             delivery: DeliverySettings {
                 push_endpoints: self.push_endpoints,
                 session_ttl: millis(self.session_ttl_ms.max(1)),

@@ -143,6 +143,7 @@ impl App {
                 poll_interval: state.config.poll_interval,
                 request_timeout: Duration::from_secs(30),
                 concurrency: 32,
+                resolve_in_doubt: state.config.resolve_in_doubt,
             },
         ));
         background.spawn(delivery::maintain::run(

@@ -27,6 +27,8 @@ pub struct SenderConfig {
     pub request_timeout: Duration,
     /// Concurrent sends.
     pub concurrency: usize,
+    /// How long after ExpiryTime a message in doubt is polled for (`Outbound::due`).
+    pub resolve_in_doubt: Duration,
 }
 
 /// Longest sleep without anything due.
@@ -100,7 +102,10 @@ async fn send_due(
             log_failure(tasks.join_next().await);
         }
         let (store, client, clock) = (store.clone(), client.clone(), clock.clone());
-        tasks.spawn(async move { attempt(&store, &client, clock.as_ref(), message).await });
+        let resolve_in_doubt = config.resolve_in_doubt;
+        tasks.spawn(async move {
+            attempt(&store, &client, clock.as_ref(), message, resolve_in_doubt).await
+        });
     }
     while !tasks.is_empty() {
         log_failure(tasks.join_next().await);
@@ -123,11 +128,12 @@ async fn attempt(
     client: &reqwest::Client,
     clock: &dyn Clock,
     m: OutMessage,
+    resolve_in_doubt: Duration,
 ) -> Result<(), StoreError> {
     let now = clock.now();
     let before = m.outbound.state.clone();
     let mut out = m.outbound.clone();
-    if !out.due(now) {
+    if !out.due(now, resolve_in_doubt) {
         // Expired or out of attempts: the stop rules failed it.
         if out != m.outbound {
             let finished = store.save_outbound(&m.id, &before, &out, now).await?;
@@ -156,6 +162,11 @@ async fn attempt(
         }
         Err(e) => {
             tracing::debug!(id = %m.id, error = %e, "send failed; will resend");
+            if e.is_connect() {
+                // Refused before a byte went out: this attempt cannot have been delivered
+                // (`Event::Unreached`), so it leaves no doubt to resolve by poll.
+                store.attempt_unreached(&m.id, out.attempts).await?;
+            }
             PartnerAnswer::default()
         }
     };
@@ -214,7 +225,30 @@ pub fn read_answer(content_type: Option<&str>, body: &[u8]) -> PartnerAnswer {
     }
 }
 
-/// Asks each destination about its Poll-pattern messages still waiting for an ack.
+/// A poll's answer as the destination's own word: its acks and faults, or `None` when the
+/// answer is not one (an error status, a SOAP Fault, an unreadable body, an intermediary's
+/// error page) and nothing may be concluded from it — least of all "not delivered".
+pub fn read_poll_answer(
+    status: u16,
+    content_type: Option<&str>,
+    body: &[u8],
+) -> Option<Vec<Reply>> {
+    match status {
+        // D11: nothing to say is an answer without a wsrm:Response.
+        202 if body.is_empty() => Some(Vec::new()),
+        200 => {
+            let env = read_message(content_type, body, &Limits::default()).ok()?;
+            if env.body.fault.is_some() {
+                return None;
+            }
+            Some(env.response.map(|r| r.replies).unwrap_or_default())
+        }
+        _ => None,
+    }
+}
+
+/// Asks each destination about the messages only a poll can settle: Poll-pattern messages
+/// waiting for an ack, and messages in doubt (`Outbound::in_doubt`).
 async fn poll(
     store: &Store,
     client: &reqwest::Client,
@@ -248,18 +282,31 @@ async fn poll(
             },
             "",
         );
+        let asked_at = clock.now();
         let answer = client
             .post(&destination)
             .header(CONTENT_TYPE, version.content_type())
             .body(xml)
             .send()
             .await;
-        if let Ok(r) = answer {
-            let replies = answer_of(r).await.replies;
-            let source = ReplySource::Destination(&destination);
-            let finished = store.apply_replies(&replies, source, clock.now()).await?;
-            notify(store, client, &finished).await;
-        }
+        let Ok(r) = answer else { continue };
+        let status = r.status().as_u16();
+        let ct = r
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        let Ok(body) = r.bytes().await else { continue };
+        let Some(replies) = read_poll_answer(status, ct.as_deref(), &body) else {
+            tracing::debug!(%destination, status, "no usable poll answer; asking again later");
+            continue;
+        };
+        let source = ReplySource::Destination(&destination);
+        let mut finished = store.apply_replies(&replies, source, clock.now()).await?;
+        // What the answer did not name, the destination does not hold.
+        let asked: Vec<String> = messages.iter().map(|m| m.id.clone()).collect();
+        finished.extend(store.not_held(&asked, asked_at, clock.now()).await?);
+        notify(store, client, &finished).await;
     }
     Ok(())
 }
@@ -284,5 +331,57 @@ pub async fn notify(store: &Store, client: &reqwest::Client, finished: &[String]
         if let Err(e) = sent {
             tracing::warn!(%id, %url, error = %e, "notify webhook failed");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wsr::{GroupId, ReplyRange, Response, SoapFault, write_soap_fault};
+
+    fn ack_envelope() -> String {
+        let response = Response {
+            replies: vec![Reply::Sequence {
+                group_id: GroupId::parse("mid:g").expect("group"),
+                ranges: vec![ReplyRange {
+                    range: SeqRange::single(3),
+                    fault: None,
+                }],
+            }],
+        };
+        write_envelope(
+            SoapVersion::Soap11,
+            Headers {
+                response: Some(&response),
+                ..Headers::default()
+            },
+            "",
+        )
+    }
+
+    /// Silence means "not held" only when it is the destination's answer: a proxy's 503, a
+    /// SOAP Fault or an unreadable page must never fail a message that may be delivered.
+    #[test]
+    fn only_the_destinations_own_answer_counts() {
+        let ct = Some("text/xml; charset=utf-8");
+        assert_eq!(read_poll_answer(202, None, b""), Some(Vec::new()));
+        let acks = read_poll_answer(200, ct, ack_envelope().as_bytes()).expect("an answer");
+        assert_eq!(acks.len(), 1);
+        assert_eq!(read_poll_answer(503, Some("text/plain"), b"busy"), None);
+        assert_eq!(
+            read_poll_answer(200, Some("text/html"), b"<html>oops"),
+            None
+        );
+        assert_eq!(read_poll_answer(202, None, b"accepted, maybe"), None);
+        let fault = write_soap_fault(
+            SoapVersion::Soap11,
+            &SoapFault {
+                code: FaultCode::MessageProcessingFailure,
+                reason: "poll again later".into(),
+            },
+            None,
+        );
+        assert_eq!(read_poll_answer(200, ct, fault.as_bytes()), None);
+        assert_eq!(read_poll_answer(500, ct, fault.as_bytes()), None);
     }
 }

@@ -4,12 +4,32 @@
 //! States: queued → sent → acked | faulted(code) | failed(reason). The three final states are
 //! absorbing. Resending stops on an ack, on a fault (except `MessageProcessingFailure`, which is
 //! retried), when the attempts are used up, or at ExpiryTime — nothing is sent after it.
+//!
+//! A message that went out but got no verdict may have been delivered (the ack may be what
+//! was lost), so it is not reported failed at ExpiryTime: it is *in doubt*, and the sender asks
+//! the destination by PollRequest. An ack makes it acked; an answer that names it neither
+//! way, asked once the destination can no longer accept it, proves it was not delivered, and
+//! only then is it failed. Without any answer for `RESOLVE_FOR` it fails as "delivery unknown".
 
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
 use crate::wsr::FaultCode;
+
+/// How long after a message's ExpiryTime its destination might still accept it: the clock
+/// skew a receiver may allow (ours: `clock_skew_seconds`, default 0) plus time in flight. A
+/// poll sent later gets a final answer.
+pub const EXPIRY_GRACE: Duration = Duration::from_secs(5);
+
+/// The default of how long after ExpiryTime an in-doubt message is polled for before it fails
+/// as "delivery unknown" (config `resolve_in_doubt_seconds`). Below the receivers' retention of
+/// delivered IDs (ours: 1 h by default).
+pub const RESOLVE_FOR: Duration = Duration::from_secs(30 * 60);
+
+fn after(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
+    t + chrono::Duration::from_std(d).unwrap_or_default()
+}
 
 /// When to try again after each attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,6 +108,9 @@ impl OutState {
 pub struct Outbound {
     pub state: OutState,
     pub attempts: u32,
+    /// Attempts known never to have arrived (connection refused); when all were, the
+    /// message cannot have been delivered.
+    pub unreached: u32,
     pub expiry: DateTime<Utc>,
     pub schedule: RetrySchedule,
     /// When the next attempt is due (while not final).
@@ -98,8 +121,15 @@ pub struct Outbound {
 pub enum Event {
     /// The envelope went out (whatever became of the HTTP exchange).
     Sent,
+    /// The last attempt's connection was refused: it cannot have arrived.
+    Unreached,
     Acked,
     Faulted(FaultCode),
+    /// A poll answer, for a poll sent at `asked_at`, named the message neither acked nor
+    /// faulted: the destination does not hold it.
+    NotHeld {
+        asked_at: DateTime<Utc>,
+    },
 }
 
 impl Outbound {
@@ -107,25 +137,36 @@ impl Outbound {
         Outbound {
             state: OutState::Queued,
             attempts: 0,
+            unreached: 0,
             expiry,
             schedule,
             next_attempt: Some(now),
         }
     }
 
-    /// Whether an attempt may go out at `now`: not final, due, and not expired. An expired or
-    /// exhausted message fails here instead (the stop rules).
-    pub fn due(&mut self, now: DateTime<Utc>) -> bool {
+    /// Whether an attempt may go out at `now`: not final, due, and not expired. An expired
+    /// message that cannot have been delivered fails here (the stop rules); one that may have
+    /// been is in doubt until a poll answer settles it or `resolve_for` has passed.
+    pub fn due(&mut self, now: DateTime<Utc>, resolve_for: Duration) -> bool {
         if self.state.is_final() || self.next_attempt.is_none_or(|t| t > now) {
             return false;
         }
         if now >= self.expiry {
-            let reason = if self.attempts >= self.schedule.max_attempts() {
-                format!("no acknowledgment after {} attempts", self.attempts)
+            if self.attempts == 0 {
+                self.fail("expired before it was sent");
+            } else if self.unreached >= self.attempts {
+                let why = self.unacknowledged();
+                self.fail(&format!("{why}; no attempt reached the destination"));
+            } else if now >= after(self.expiry, resolve_for) {
+                let why = self.unacknowledged();
+                self.fail(&format!(
+                    "{why}; delivery unknown: the destination answered no poll within {} s",
+                    resolve_for.as_secs()
+                ));
             } else {
-                "expired before it was acknowledged".to_owned()
-            };
-            self.fail(&reason);
+                // In doubt: it went out and may have been delivered. Polls settle it.
+                self.next_attempt = Some(after(self.expiry, resolve_for));
+            }
             return false;
         }
         // Out of attempts: nothing more is sent, but a late ack may still come until the
@@ -160,6 +201,35 @@ impl Outbound {
                 self.state = OutState::Faulted(code);
                 self.next_attempt = None;
             }
+            Event::Unreached => {
+                self.unreached = self.unreached.saturating_add(1).min(self.attempts);
+            }
+            // Conclusive only when asked after the destination could last accept it: then it
+            // was not delivered, and never will be. Earlier it may still arrive.
+            Event::NotHeld { asked_at } => {
+                if self.attempts > self.unreached && asked_at >= after(self.expiry, EXPIRY_GRACE) {
+                    let why = self.unacknowledged();
+                    self.fail(&format!(
+                        "{why}; the destination confirms it was not delivered"
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Whether only a poll can tell what became of the message: it went out, no verdict
+    /// came, and nothing more will be sent (attempts used up, or ExpiryTime passed).
+    pub fn in_doubt(&self) -> bool {
+        !self.state.is_final()
+            && self.attempts > self.unreached
+            && self.next_attempt.is_none_or(|t| t >= self.expiry)
+    }
+
+    fn unacknowledged(&self) -> String {
+        if self.attempts >= self.schedule.max_attempts() {
+            format!("no acknowledgment after {} attempts", self.attempts)
+        } else {
+            "expired before it was acknowledged".to_owned()
         }
     }
 
@@ -227,22 +297,72 @@ mod tests {
             backoff: 2,
         };
         let mut m = Outbound::new(t0() + secs(3600), schedule, t0());
-        assert!(m.due(t0()));
+        assert!(m.due(t0(), RESOLVE_FOR));
         m.apply(Event::Sent, t0());
-        assert!(!m.due(t0() + secs(9)));
-        assert!(m.due(t0() + secs(10)));
+        assert!(!m.due(t0() + secs(9), RESOLVE_FOR));
+        assert!(m.due(t0() + secs(10), RESOLVE_FOR));
         m.apply(Event::Sent, t0() + secs(10));
-        assert!(!m.due(t0() + secs(29)));
-        assert!(m.due(t0() + secs(30)));
+        assert!(!m.due(t0() + secs(29), RESOLVE_FOR));
+        assert!(m.due(t0() + secs(30), RESOLVE_FOR));
         m.apply(Event::Sent, t0() + secs(30));
         // The third and last attempt: no fourth. A late ack could still come until ExpiryTime;
-        // then it fails.
-        assert!(!m.due(t0() + secs(600)));
+        // after it, the message is in doubt until a poll answer proves it was not delivered.
+        assert!(!m.due(t0() + secs(600), RESOLVE_FOR));
         assert_eq!(m.state, OutState::Sent);
-        assert!(!m.due(t0() + secs(3600)));
+        assert!(m.in_doubt());
+        assert!(!m.due(t0() + secs(3600), RESOLVE_FOR));
+        assert_eq!(m.state, OutState::Sent, "in doubt, not failed");
+        m.apply(
+            Event::NotHeld {
+                asked_at: t0() + secs(3605),
+            },
+            t0() + secs(3606),
+        );
         assert_eq!(
             m.state,
-            OutState::Failed("no acknowledgment after 3 attempts".into())
+            OutState::Failed(
+                "no acknowledgment after 3 attempts; the destination confirms it was not \
+                 delivered"
+                    .into()
+            )
+        );
+    }
+
+    /// Chaos-harness finding: a message whose acks were all lost was reported failed at its
+    /// ExpiryTime although the partner had delivered it (and its application processed it);
+    /// in an ordered group the later messages were failed with it. Now it stays in doubt
+    /// until the destination answers a poll.
+    #[test]
+    fn an_unacknowledged_message_is_failed_only_on_proof_it_was_not_delivered() {
+        let schedule = RetrySchedule::Waits(vec![Duration::from_secs(5)]);
+        let expiry = t0() + secs(60);
+        let mut m = Outbound::new(expiry, schedule.clone(), t0());
+        assert!(m.due(t0(), RESOLVE_FOR));
+        m.apply(Event::Sent, t0());
+        assert!(!m.in_doubt(), "a resend is still to come");
+        m.apply(Event::Sent, t0() + secs(5));
+        assert!(m.in_doubt(), "attempts used up");
+        // "Not held" before the destination could last accept it proves nothing.
+        m.apply(Event::NotHeld { asked_at: expiry }, expiry);
+        assert_eq!(m.state, OutState::Sent);
+        assert!(!m.due(expiry + secs(1), RESOLVE_FOR));
+        assert_eq!(m.state, OutState::Sent);
+        // A poll answer's ack settles it the other way.
+        let mut acked = m.clone();
+        acked.apply(Event::Acked, expiry + secs(10));
+        assert_eq!(acked.state, OutState::Acked);
+        // No answer at all: after RESOLVE_FOR it fails, saying that nobody knows.
+        let resolve = chrono::Duration::from_std(RESOLVE_FOR).expect("duration");
+        assert!(!m.due(expiry + resolve - secs(1), RESOLVE_FOR));
+        assert_eq!(m.state, OutState::Sent);
+        assert!(!m.due(expiry + resolve, RESOLVE_FOR));
+        assert!(matches!(m.state, OutState::Failed(ref r) if r.contains("delivery unknown")));
+        // Never sent: nothing to doubt.
+        let mut unsent = Outbound::new(expiry, schedule, t0());
+        assert!(!unsent.due(expiry, RESOLVE_FOR));
+        assert_eq!(
+            unsent.state,
+            OutState::Failed("expired before it was sent".into())
         );
     }
 
@@ -250,11 +370,18 @@ mod tests {
     fn nothing_is_sent_after_expiry() {
         let schedule = RetrySchedule::Waits(vec![Duration::from_secs(100)]);
         let mut m = Outbound::new(t0() + secs(50), schedule, t0());
-        assert!(m.due(t0()));
+        assert!(m.due(t0(), RESOLVE_FOR));
         m.apply(Event::Sent, t0());
         assert!(
-            !m.due(t0() + secs(100)),
+            !m.due(t0() + secs(100), RESOLVE_FOR),
             "the resend would come after ExpiryTime"
+        );
+        assert!(m.in_doubt());
+        m.apply(
+            Event::NotHeld {
+                asked_at: t0() + secs(100),
+            },
+            t0() + secs(100),
         );
         assert!(matches!(m.state, OutState::Failed(ref r) if r.contains("expired")));
     }
@@ -266,10 +393,10 @@ mod tests {
         m.apply(Event::Sent, t0());
         m.apply(Event::Faulted(FaultCode::MessageProcessingFailure), t0());
         assert_eq!(m.state, OutState::Sent);
-        assert!(m.due(t0() + secs(5)));
+        assert!(m.due(t0() + secs(5), RESOLVE_FOR));
         m.apply(Event::Faulted(FaultCode::InvalidExpiryTime), t0() + secs(5));
         assert_eq!(m.state, OutState::Faulted(FaultCode::InvalidExpiryTime));
-        assert!(!m.due(t0() + secs(100)));
+        assert!(!m.due(t0() + secs(100), RESOLVE_FOR));
     }
 
     #[test]
@@ -282,7 +409,10 @@ mod tests {
         m.apply(Event::Sent, t0());
         m.apply(Event::Acked, t0() + secs(4));
         assert_eq!(m.state, OutState::Acked);
-        assert!(!m.due(t0() + secs(5)), "the resend is cancelled");
+        assert!(
+            !m.due(t0() + secs(5), RESOLVE_FOR),
+            "the resend is cancelled"
+        );
     }
 
     fn event() -> impl Strategy<Value = (u8, i64)> {
@@ -303,7 +433,7 @@ mod tests {
                 now += secs(step);
                 match kind {
                     0 | 1 => {
-                        if m.due(now) {
+                        if m.due(now, RESOLVE_FOR) {
                             prop_assert!(now < expiry);
                             m.apply(Event::Sent, now);
                         }

@@ -176,7 +176,7 @@ macro_rules! select_messages {
         concat!(
             "SELECT m.id, m.group_id, m.number, m.destination, m.soap12, m.reply_pattern, ",
             "m.envelope, m.expiry, m.schedule, m.state, m.fault, m.reason, m.attempts, ",
-            "m.next_attempt, m.notify_url, g.ordered, m.idem_key ",
+            "m.next_attempt, m.notify_url, g.ordered, m.idem_key, m.unreached ",
             "FROM out_messages m JOIN out_groups g USING (group_id) ",
             $tail
         )
@@ -216,6 +216,7 @@ fn row_to_message(r: &sqlx::sqlite::SqliteRow) -> Result<OutMessage, StoreError>
         outbound: Outbound {
             state,
             attempts: r.get::<i64, _>(12).try_into().unwrap_or(u32::MAX),
+            unreached: r.get::<i64, _>(17).try_into().unwrap_or(0),
             expiry: from_millis(r.get(7)),
             schedule: decode_schedule(r.get::<&str, _>(8))?,
             next_attempt: r.get::<Option<i64>, _>(13).map(from_millis),
@@ -466,10 +467,13 @@ impl Store {
         rows.iter().map(row_to_message).collect()
     }
 
-    /// Poll-pattern messages sent and waiting for their ack, by destination.
+    /// Messages only a poll can settle, by destination: Poll-pattern messages waiting for
+    /// their ack, and messages of any pattern in doubt — sent, no verdict, and no resend to
+    /// come before ExpiryTime (`Outbound::in_doubt`: `next_attempt` at or after `expiry`).
     pub async fn awaiting_poll(&self) -> Result<Vec<OutMessage>, StoreError> {
         let rows = sqlx::query(select_messages!(
-            "WHERE m.reply_pattern = 'Poll' AND m.state = 'sent' ORDER BY m.destination LIMIT 1000"
+            "WHERE m.state = 'sent' AND (m.reply_pattern = 'Poll' OR m.next_attempt IS NULL \
+             OR m.next_attempt >= m.expiry) ORDER BY m.destination, m.next_attempt LIMIT 1000"
         ))
         .fetch_all(&self.pool)
         .await?;
@@ -524,6 +528,19 @@ impl Store {
         Ok(Some(envelope))
     }
 
+    /// Records that the attempt just claimed never arrived (its connection was refused).
+    pub async fn attempt_unreached(&self, id: &str, attempts: u32) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE out_messages SET unreached = MIN(unreached + 1, attempts) \
+             WHERE id = ? AND attempts = ? AND state IN ('queued', 'sent')",
+        )
+        .bind(id)
+        .bind(i64::from(attempts))
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
     /// Saves a message's new state and logs the change. A message of an ordered group that
     /// ends faulted or failed fails every later message of the group not yet final (S-t4).
     pub async fn save_outbound(
@@ -571,6 +588,32 @@ impl Store {
             }
         }
         tx.commit().await?;
+        Ok(finished)
+    }
+
+    /// Applies a poll answer's silence: each of `ids` it named neither acked nor faulted is
+    /// not held by the destination (conclusive only for messages past ExpiryTime, see
+    /// `Event::NotHeld`). Returns the messages that reached a final state.
+    pub async fn not_held(
+        &self,
+        ids: &[String],
+        asked_at: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut finished = Vec::new();
+        for id in ids {
+            let Some(m) = self.out_message(id).await? else {
+                continue;
+            };
+            let mut after = m.outbound.clone();
+            after.apply(crate::rmp::sender::Event::NotHeld { asked_at }, now);
+            if after != m.outbound {
+                finished.extend(
+                    self.save_outbound(id, &m.outbound.state, &after, now)
+                        .await?,
+                );
+            }
+        }
         Ok(finished)
     }
 

@@ -142,13 +142,15 @@ fn make_plan(rng: &mut fastrand::Rng, messages: usize, groups: usize) -> Vec<Gro
                 _ => Kind::Singles,
             };
             // Some groups live only seconds: they expire under the faults and must fail
-            // cleanly. A few get just two attempts: "retries exhausted".
-            let expiry_secs = if rng.f64() < 0.12 {
+            // cleanly. A few get just two attempts ("retries exhausted"); they live seconds
+            // too, since an unacknowledged message is settled only after its ExpiryTime.
+            let few_attempts = rng.f64() < 0.08;
+            let expiry_secs = if few_attempts || rng.f64() < 0.12 {
                 rng.u64(3..=10)
             } else {
                 3600
             };
-            let waits_ms = if rng.f64() < 0.08 {
+            let waits_ms = if few_attempts {
                 vec![300]
             } else {
                 let mut w = vec![200, 400, 800];

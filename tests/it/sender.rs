@@ -470,6 +470,7 @@ async fn sigkilled_sender_resumes_every_pending_message_with_the_same_identity()
         &config,
         format!(
             "listen = \"127.0.0.1:{port}\"\ndatabase = {:?}\nsend_window = 8\n\
+             resolve_in_doubt_seconds = 1\npoll_interval_ms = 200\n\
              [default_agreement]\nmax_attempts = 1000\ninterval_ms = 100\nbackoff = 1\nexpiry_seconds = 3600\n\
              [[tokens]]\ntoken = \"{TOKEN}\"\nprincipal = \"app\"\nscopes = [\"produce\"]\n",
             dir.path().join("sender.db").display().to_string()
@@ -566,9 +567,14 @@ async fn sigkilled_sender_resumes_every_pending_message_with_the_same_identity()
             .is_some_and(|r| r.contains("expired")),
         "{doomed}"
     );
-    // Nothing went out after the ExpiryTime (allowing the partner's clock reading a moment).
+    // The message did not go out after its ExpiryTime (allowing the partner's clock reading a
+    // moment). PollRequests asking what became of it may, and get 500s too: the partner never
+    // said whether it had it, so it failed as "delivery unknown" after resolve_in_doubt.
     let mut posts = 0;
-    while let Ok((headers, _)) = dead_end.received.try_recv() {
+    while let Ok((headers, body)) = dead_end.received.try_recv() {
+        if body.contains("PollRequest") {
+            continue;
+        }
         let at = headers
             .get("x-received-at")
             .and_then(|v| v.to_str().ok())
@@ -1139,4 +1145,94 @@ async fn a_retry_after_a_restart_is_still_a_replay() {
     assert_eq!(listed(&sender).await.len(), 1);
     sender.stop().await;
     drop(dir);
+}
+
+/// Chaos-harness finding: a message delivered by the partner whose every ack was lost was
+/// reported `failed` at its ExpiryTime (and, in an ordered group, took the rest of the group
+/// with it) although the partner's application had processed it. Now a message that went out
+/// without a verdict is in doubt, and the sender polls: the partner's ack makes it `acked`; a
+/// poll answer that does not name it, asked after its expiry, proves it was never delivered.
+#[tokio::test]
+async fn a_message_whose_acks_were_lost_is_settled_by_poll_not_failed() {
+    use axum::http::{HeaderMap, StatusCode, header};
+    use axum::response::IntoResponse;
+
+    let receiver = spawn_app_with(|_| {}).await;
+    let upstream = receiver.url("/wsr/default");
+    // Polls pass; "Lost" messages reach the receiver but their answers are lost; "Never"
+    // messages never reach it.
+    let client = reqwest::Client::new();
+    let handler = move |headers: HeaderMap, body: axum::body::Bytes| {
+        let (client, upstream) = (client.clone(), upstream.clone());
+        async move {
+            let text = String::from_utf8_lossy(&body).into_owned();
+            if text.contains("Never") {
+                return StatusCode::SERVICE_UNAVAILABLE.into_response();
+            }
+            let mut forward = client.post(&upstream).body(body);
+            if let Some(ct) = headers.get(header::CONTENT_TYPE) {
+                forward = forward.header(header::CONTENT_TYPE, ct.clone());
+            }
+            let Ok(answer) = forward.send().await else {
+                return StatusCode::BAD_GATEWAY.into_response();
+            };
+            let status = answer.status();
+            let ct = answer.headers().get(header::CONTENT_TYPE).cloned();
+            let text_back = answer.text().await.unwrap_or_default();
+            if !text.contains("PollRequest") {
+                return StatusCode::SERVICE_UNAVAILABLE.into_response();
+            }
+            let mut response = (status, text_back).into_response();
+            if let Some(ct) = ct {
+                response.headers_mut().insert(header::CONTENT_TYPE, ct);
+            }
+            response
+        }
+    };
+    let router = axum::Router::new().route("/wsr/default", axum::routing::post(handler));
+    let proxy = format!("{}/wsr/default", super::support::serve_local(router).await);
+
+    let sender = sender_app().await;
+    let mut ids = Vec::new();
+    let mut group: Option<String> = None;
+    // A singleton, an ordered group of two (whose later message would have been failed with
+    // the first), and one that never arrives.
+    for (body, ordered, last) in [
+        ("<t:Lost xmlns:t=\"urn:t\"/>", false, false),
+        ("<t:Lost xmlns:t=\"urn:t\">0</t:Lost>", true, false),
+        ("<t:Lost xmlns:t=\"urn:t\">1</t:Lost>", true, true),
+        ("<t:Never xmlns:t=\"urn:t\"/>", false, false),
+    ] {
+        let mut request = json!({
+            "destination": proxy,
+            "agreement": { "message_order": ordered, "expiry_seconds": 3, "waits_ms": [100] },
+            "body": body,
+        });
+        if ordered {
+            request["group"] = json!({ "id": group, "last": last });
+        }
+        let (status, answer) = submit(&sender, request).await;
+        assert_eq!(status, 202, "{answer}");
+        if ordered {
+            group = answer["group_id"].as_str().map(str::to_owned);
+        }
+        ids.push(answer["id"].as_str().expect("id").to_owned());
+    }
+    let messages = all_final(&sender, 4).await;
+    let state = |id: &str| {
+        let m = messages.iter().find(|m| m.id == id).expect("message");
+        m.outbound.state.clone()
+    };
+    use wsr_gateway::rmp::sender::OutState;
+    for id in &ids[..3] {
+        assert_eq!(state(id), OutState::Acked, "delivered: acked by poll");
+    }
+    assert!(
+        matches!(state(&ids[3]), OutState::Failed(ref r) if r.contains("confirms it was not delivered")),
+        "{:?}",
+        state(&ids[3])
+    );
+    assert_eq!(receiver.inbox().await.len(), 3, "each delivered once");
+    sender.stop().await;
+    receiver.stop().await;
 }
