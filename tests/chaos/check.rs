@@ -255,6 +255,29 @@ pub fn check(facts: &Facts) -> Summary {
     s
 }
 
+/// How many failures of each kind: `expired=… attempts=… group=… refused=… faulted:Code=…`.
+pub fn failure_kinds(facts: &Facts) -> String {
+    let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
+    for fate in facts.fates.values() {
+        let kind = match fate {
+            Fate::Failed(r) if r.contains("ordered group") => "group".to_owned(),
+            Fate::Failed(r) if r.contains("attempts") => "attempts".to_owned(),
+            Fate::Failed(r) if r.contains("expired") => "expired".to_owned(),
+            Fate::Failed(_) => "other".to_owned(),
+            Fate::Faulted(code) => format!("faulted:{code}"),
+            Fate::Refused(_) => "refused".to_owned(),
+            Fate::Acked | Fate::Pending(_) | Fate::Unknown => continue,
+        };
+        *kinds.entry(kind).or_default() += 1;
+    }
+    let parts: Vec<String> = kinds.iter().map(|(k, n)| format!("{k}={n}")).collect();
+    if parts.is_empty() {
+        "none".to_owned()
+    } else {
+        parts.join(" ")
+    }
+}
+
 /// The examples, one per line, for the run's report.
 pub fn report(summary: &Summary) -> String {
     let mut out = String::new();

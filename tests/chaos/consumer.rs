@@ -33,8 +33,9 @@ pub struct ConsumeArgs {
     pub name: String,
     #[arg(long, default_value_t = 3000)]
     pub ttl_ms: u64,
-    /// Sleep up to this long while "processing" each message, so that kills land mid-work.
-    #[arg(long, default_value_t = 5)]
+    /// Sleep up to this long while "processing" each message, so that kills land mid-batch,
+    /// between processing and settling.
+    #[arg(long, default_value_t = 100)]
     pub work_ms: u64,
 }
 
@@ -131,7 +132,7 @@ pub async fn consume(args: ConsumeArgs) -> Result<()> {
             let answer = http
                 .post(format!("{api}/sessions/{session}/fetch"))
                 .header("Authorization", &auth)
-                .json(&json!({ "max": 16, "wait_ms": 1000 }))
+                .json(&json!({ "max": 8, "wait_ms": 1000 }))
                 .send()
                 .await;
             let answer = match answer {

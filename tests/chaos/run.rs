@@ -146,7 +146,7 @@ fn make_plan(rng: &mut fastrand::Rng, messages: usize, groups: usize) -> Vec<Gro
             // too, since an unacknowledged message is settled only after its ExpiryTime.
             let few_attempts = rng.f64() < 0.08;
             let expiry_secs = if few_attempts || rng.f64() < 0.12 {
-                rng.u64(3..=10)
+                rng.u64(2..=8)
             } else {
                 3600
             };
@@ -481,7 +481,8 @@ pub async fn run(args: RunArgs) -> Result<bool> {
             started.elapsed().as_secs(),
             victim.name
         );
-        tokio::time::sleep(Duration::from_millis(rng.u64(100..=1500))).await;
+        // Down for up to 3 s: long enough for short-lived messages to expire meanwhile.
+        tokio::time::sleep(Duration::from_millis(rng.u64(100..=3000))).await;
         victim.start().await?;
     }
     while let Some(done) = drivers.join_next().await {
@@ -532,6 +533,7 @@ pub async fn run(args: RunArgs) -> Result<bool> {
             println!("chaos: {} {stats}", p.name);
         }
     }
+    println!("chaos: failures by kind: {}", check::failure_kinds(&facts));
     print!("{}", check::report(&summary));
     println!("{}", summary.line());
     let passed = summary.violations() == 0;
