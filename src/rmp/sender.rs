@@ -386,6 +386,33 @@ mod tests {
         assert!(matches!(m.state, OutState::Failed(ref r) if r.contains("expired")));
     }
 
+    /// A partner that refused every connection cannot have the message: it fails at its
+    /// ExpiryTime without waiting for polls. One attempt that got through is enough doubt.
+    #[test]
+    fn attempts_that_never_connected_leave_no_doubt() {
+        let schedule = RetrySchedule::Waits(vec![Duration::from_secs(5); 3]);
+        let expiry = t0() + secs(60);
+        let mut refused = Outbound::new(expiry, schedule.clone(), t0());
+        for i in 0..2 {
+            assert!(refused.due(t0() + secs(5 * i), RESOLVE_FOR));
+            refused.apply(Event::Sent, t0() + secs(5 * i));
+            refused.apply(Event::Unreached, t0() + secs(5 * i));
+        }
+        assert!(!refused.in_doubt());
+        assert!(!refused.due(expiry, RESOLVE_FOR));
+        assert!(
+            matches!(refused.state, OutState::Failed(ref r) if r.contains("no attempt reached")),
+            "{:?}",
+            refused.state
+        );
+        let mut once_through = Outbound::new(expiry, schedule, t0());
+        once_through.apply(Event::Sent, t0());
+        once_through.apply(Event::Sent, t0() + secs(5));
+        once_through.apply(Event::Unreached, t0() + secs(5));
+        assert!(!once_through.due(expiry, RESOLVE_FOR));
+        assert_eq!(once_through.state, OutState::Sent, "in doubt");
+    }
+
     #[test]
     fn transient_fault_retries_other_faults_stop() {
         let schedule = RetrySchedule::Waits(vec![Duration::from_secs(5); 5]);

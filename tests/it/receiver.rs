@@ -286,6 +286,55 @@ async fn s03_singleton_poll_pattern() {
     }
 }
 
+/// Chaos-harness finding: a sender whose acks were all lost can only learn what became of its
+/// message by polling after the message's ExpiryTime — when the receiver used to have forgotten
+/// the ID already, so "nothing" wrongly read as "not delivered". Delivered IDs are now kept
+/// `delivered_id_retention_seconds` past expiry (and a late resend is acked, not faulted).
+#[tokio::test]
+async fn delivered_ids_are_still_answered_for_after_expiry() {
+    let app = spawn_app().await;
+    let v = SoapVersion::Soap11;
+    let mut single = msg(&app, "mid:late-single@test").pattern(ReplyPattern::Poll);
+    single.expiry = app.clock.now_utc() + Duration::seconds(10);
+    let mut grouped = msg(&app, "mid:late-group@test").n(0).last();
+    grouped.expiry = single.expiry;
+    assert_eq!(app.send(v, single.xml(v)).await.status, 202);
+    assert_eq!(app.send(v, grouped.xml(v)).await.status, 200);
+    app.clock.advance(Duration::minutes(30));
+    app.sweep().await;
+    let polled = app
+        .send(
+            v,
+            poll_xml(
+                v,
+                vec![
+                    ("mid:late-single@test", vec![]),
+                    ("mid:late-group@test", vec![(0, 0)]),
+                ],
+            ),
+        )
+        .await;
+    assert_eq!(polled.status, 200, "{}", polled.body);
+    let replies = replies_of(&polled);
+    assert_eq!(replies.len(), 2, "{replies:?}");
+    let resend = app.send(v, grouped.xml(v)).await;
+    assert_eq!(
+        fault_of(&resend),
+        None,
+        "a late resend of a delivered message is acked"
+    );
+    assert_eq!(resend.status, 200);
+    // After the retention the IDs go.
+    app.clock.advance(Duration::minutes(31));
+    app.sweep().await;
+    let polled = app
+        .send(v, poll_xml(v, vec![("mid:late-single@test", vec![])]))
+        .await;
+    assert_eq!((polled.status, polled.body.as_str()), (202, ""));
+    assert_eq!(delivered(&app).await.len(), 2);
+    app.stop().await;
+}
+
 // 4. Group of 5, unordered, Callback: acks batched per endpoint; last on 4 completes it.
 #[tokio::test]
 async fn s04_unordered_group_with_callback_acks_and_last() {
