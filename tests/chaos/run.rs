@@ -288,7 +288,22 @@ async fn drain<R: tokio::io::AsyncBufRead + Unpin>(
     }
 }
 
+/// A port for a process that is killed and restarted on it. Chosen below the kernel's
+/// ephemeral range: while a gateway is down its port is free, and a port the kernel hands out
+/// for other sockets (every outgoing connection takes one) could be taken meanwhile.
 fn free_port() -> Result<u16> {
+    let ephemeral_low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|r| r.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    if ephemeral_low > 11_000 {
+        for _ in 0..100 {
+            let port = fastrand::u16(10_000..ephemeral_low);
+            if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+                return Ok(port);
+            }
+        }
+    }
     Ok(std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port())
