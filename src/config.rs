@@ -17,6 +17,9 @@ use crate::wsr::Limits;
 use crate::wsr::datetime::XsDuration;
 
 /// The file format. Every field has a default; unknown keys are errors, not silently ignored.
+/// The longest of the sender's and receiver's retention settings (30 days).
+const MAX_SECONDS: u64 = 30 * 86_400;
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FileConfig {
@@ -61,6 +64,11 @@ pub struct FileConfig {
     /// How long after its ExpiryTime a message that may have been delivered (sent, never
     /// acknowledged) is polled for before it fails as "delivery unknown".
     pub resolve_in_doubt_seconds: u64,
+    /// How long our partners keep delivered IDs after their messages expire (a wsr-gateway:
+    /// `delivered_id_retention_seconds`). Only within it does a poll answer that does not name
+    /// a message prove it was not delivered; 0 (the default, for partners that may forget IDs
+    /// at expiry as WS-R allows): it proves nothing.
+    pub partner_id_retention_seconds: u64,
     /// Delivery: webhooks push subscriptions may use, registered at start (more over the API).
     pub push_endpoints: Vec<String>,
     /// Delivery: a consumer session's TTL when it does not ask for one.
@@ -257,6 +265,7 @@ impl Default for FileConfig {
             send_window: 8,
             poll_interval_ms: 5000,
             resolve_in_doubt_seconds: crate::rmp::sender::RESOLVE_FOR.as_secs(),
+            partner_id_retention_seconds: 0,
             push_endpoints: Vec::new(),
             session_ttl_ms: 30_000,
             ephemeral_grace_ms: 60_000,
@@ -286,6 +295,7 @@ pub struct Config {
     pub send_window: u64,
     pub poll_interval: Duration,
     pub resolve_in_doubt: Duration,
+    pub partner_id_retention: Duration,
     pub delivery: DeliverySettings,
 }
 
@@ -455,7 +465,7 @@ impl FileConfig {
                 buffer_max_messages: self.buffer_max_messages,
                 buffer_max_bytes: self.buffer_max_bytes,
                 answer_polls_for: chrono::Duration::seconds(
-                    self.delivered_id_retention_seconds.min(30 * 86_400) as i64,
+                    self.delivered_id_retention_seconds.min(MAX_SECONDS) as i64,
                 ),
             },
             hold: Duration::from_millis(self.hold_ms),
@@ -474,7 +484,10 @@ impl FileConfig {
             default_agreement: self.default_agreement,
             send_window: self.send_window.max(1),
             poll_interval: Duration::from_millis(self.poll_interval_ms.max(10)),
-            resolve_in_doubt: Duration::from_secs(self.resolve_in_doubt_seconds),
+            resolve_in_doubt: Duration::from_secs(self.resolve_in_doubt_seconds.min(MAX_SECONDS)),
+            partner_id_retention: Duration::from_secs(
+                self.partner_id_retention_seconds.min(MAX_SECONDS),
+            ),
             delivery: DeliverySettings {
                 push_endpoints: self.push_endpoints,
                 session_ttl: millis(self.session_ttl_ms.max(1)),

@@ -144,6 +144,7 @@ impl App {
                 request_timeout: Duration::from_secs(30),
                 concurrency: 32,
                 resolve_in_doubt: state.config.resolve_in_doubt,
+                partner_id_retention: state.config.partner_id_retention,
             },
         ));
         background.spawn(delivery::maintain::run(

@@ -11,12 +11,13 @@ use reqwest::header::CONTENT_TYPE;
 use tokio::task::JoinSet;
 
 use crate::clock::Clock;
+use crate::rmp::replies::{ReplyItem, items};
 use crate::rmp::sender::Event;
 use crate::store::outbound::{OutMessage, ReplySource};
 use crate::store::{Store, StoreError};
 use crate::wsr::{
-    FaultCode, Headers, Limits, PollRequest, RefToMessageIds, Reply, SeqRange, SoapVersion,
-    read_message, write_envelope,
+    FaultCode, Headers, Limits, MessageKey, PollRequest, RefToMessageIds, Reply, SeqRange,
+    SoapVersion, read_message, write_envelope,
 };
 
 #[derive(Debug, Clone)]
@@ -29,6 +30,8 @@ pub struct SenderConfig {
     pub concurrency: usize,
     /// How long after ExpiryTime a message in doubt is polled for (`Outbound::due`).
     pub resolve_in_doubt: Duration,
+    /// How long destinations keep delivered IDs after expiry (`Event::NotHeld`).
+    pub partner_id_retention: Duration,
 }
 
 /// Longest sleep without anything due.
@@ -56,7 +59,7 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>, config: SenderConfig) {
             }
         };
         if clock.now() >= next_poll {
-            if let Err(e) = poll(&store, &client, &clock).await {
+            if let Err(e) = poll(&store, &client, &clock, config.partner_id_retention).await {
                 tracing::error!(error = %e, "poll pass failed");
             }
             next_poll =
@@ -253,6 +256,7 @@ async fn poll(
     store: &Store,
     client: &reqwest::Client,
     clock: &Arc<dyn Clock>,
+    partner_id_retention: Duration,
 ) -> Result<(), StoreError> {
     let waiting = store.awaiting_poll().await?;
     let mut by_destination: BTreeMap<(String, SoapVersion), Vec<OutMessage>> = BTreeMap::new();
@@ -304,8 +308,23 @@ async fn poll(
         let source = ReplySource::Destination(&destination);
         let mut finished = store.apply_replies(&replies, source, clock.now()).await?;
         // What the answer did not name, the destination does not hold.
-        let asked: Vec<String> = messages.iter().map(|m| m.id.clone()).collect();
-        finished.extend(store.not_held(&asked, asked_at, clock.now()).await?);
+        let named: Vec<ReplyItem> = replies.iter().flat_map(items).collect();
+        let unnamed: Vec<String> = messages
+            .iter()
+            .filter(|m| {
+                let key = MessageKey {
+                    group_id: m.group_id.clone(),
+                    number: m.number,
+                };
+                !named.iter().any(|item| item.covers(&key))
+            })
+            .map(|m| m.id.clone())
+            .collect();
+        finished.extend(
+            store
+                .not_held(&unnamed, asked_at, partner_id_retention, clock.now())
+                .await?,
+        );
         notify(store, client, &finished).await;
     }
     Ok(())

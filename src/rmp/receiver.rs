@@ -209,7 +209,12 @@ fn decide_existing(
             return Outcome::answer(Verdict::Fault(*code, "same fault as before".into()));
         }
     }
-    if !state.params.duplicate_elimination && state.delivered.contains(n) && !expired {
+    if !state.params.duplicate_elimination && state.delivered.contains(n) {
+        if expired {
+            // Not delivered again after its ExpiryTime, but acked: it was delivered, and a
+            // fault would tell the sender otherwise.
+            return Outcome::answer(ack_or_nothing(request));
+        }
         // Without DuplicateElimination a resend is delivered again and acked (D2), whatever
         // became of the group since.
         return Outcome {
@@ -650,6 +655,13 @@ mod tests {
             let late = feed(&mut g, &r, exp + Duration::seconds(5));
             assert_eq!((late.action, late.verdict), (Action::Drop, Verdict::Ack));
         }
+        // Without DuplicateElimination too (not delivered again, though).
+        let mut g = None;
+        let mut r = request(None, false, None, exp);
+        r.duplicate_elimination = false;
+        assert_eq!(feed(&mut g, &r, t0()).action, Action::Deliver);
+        let late = feed(&mut g, &r, exp + Duration::seconds(5));
+        assert_eq!((late.action, late.verdict), (Action::Drop, Verdict::Ack));
         // Never delivered and expired on arrival: still InvalidExpiryTime.
         let mut g = None;
         feed(&mut g, &request(Some(0), false, None, exp), t0());

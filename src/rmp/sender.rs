@@ -7,9 +7,12 @@
 //!
 //! A message that went out but got no verdict may have been delivered (the ack may be what
 //! was lost), so it is not reported failed at ExpiryTime: it is *in doubt*, and the sender asks
-//! the destination by PollRequest. An ack makes it acked; an answer that names it neither
-//! way, asked once the destination can no longer accept it, proves it was not delivered, and
-//! only then is it failed. Without any answer for `RESOLVE_FOR` it fails as "delivery unknown".
+//! the destination by PollRequest. An ack makes it acked. An answer that names it neither way
+//! proves it was not delivered only if the destination is known to keep delivered IDs past
+//! expiry (as ours does, `delivered_id_retention_seconds`; WS-R lets a receiver forget them at
+//! expiry), and only if asked once the destination can no longer accept the message but still
+//! keeps the IDs; only then is it failed. Otherwise, or without any answer for the resolve
+//! period, it fails as "delivery unknown".
 
 use std::time::Duration;
 
@@ -126,9 +129,11 @@ pub enum Event {
     Acked,
     Faulted(FaultCode),
     /// A poll answer, for a poll sent at `asked_at`, named the message neither acked nor
-    /// faulted: the destination does not hold it.
+    /// faulted: the destination does not hold it — which proves something only if it keeps
+    /// delivered IDs for `kept_for` after their expiry.
     NotHeld {
         asked_at: DateTime<Utc>,
+        kept_for: Duration,
     },
 }
 
@@ -206,8 +211,10 @@ impl Outbound {
             }
             // Conclusive only when asked after the destination could last accept it: then it
             // was not delivered, and never will be. Earlier it may still arrive.
-            Event::NotHeld { asked_at } => {
-                if self.attempts > self.unreached && asked_at >= after(self.expiry, EXPIRY_GRACE) {
+            Event::NotHeld { asked_at, kept_for } => {
+                let conclusive = asked_at >= after(self.expiry, EXPIRY_GRACE)
+                    && asked_at < after(self.expiry, kept_for);
+                if self.attempts > self.unreached && conclusive {
                     let why = self.unacknowledged();
                     self.fail(&format!(
                         "{why}; the destination confirms it was not delivered"
@@ -262,6 +269,8 @@ mod tests {
             .expect("date")
     }
 
+    const HOUR: Duration = Duration::from_secs(3600);
+
     fn secs(s: i64) -> chrono::Duration {
         chrono::Duration::seconds(s)
     }
@@ -315,6 +324,7 @@ mod tests {
         m.apply(
             Event::NotHeld {
                 asked_at: t0() + secs(3605),
+                kept_for: HOUR,
             },
             t0() + secs(3606),
         );
@@ -343,7 +353,15 @@ mod tests {
         m.apply(Event::Sent, t0() + secs(5));
         assert!(m.in_doubt(), "attempts used up");
         // "Not held" before the destination could last accept it proves nothing.
-        m.apply(Event::NotHeld { asked_at: expiry }, expiry);
+        let not_held = |asked_at, kept_for| Event::NotHeld { asked_at, kept_for };
+        m.apply(not_held(expiry, HOUR), expiry);
+        assert_eq!(m.state, OutState::Sent);
+        // Nor from a destination that may forget delivered IDs at expiry, or already has.
+        let later = expiry + secs(10);
+        m.apply(not_held(later, Duration::ZERO), later);
+        assert_eq!(m.state, OutState::Sent);
+        let long_after = expiry + secs(7200);
+        m.apply(not_held(long_after, HOUR), long_after);
         assert_eq!(m.state, OutState::Sent);
         assert!(!m.due(expiry + secs(1), RESOLVE_FOR));
         assert_eq!(m.state, OutState::Sent);
@@ -380,6 +398,7 @@ mod tests {
         m.apply(
             Event::NotHeld {
                 asked_at: t0() + secs(100),
+                kept_for: HOUR,
             },
             t0() + secs(100),
         );

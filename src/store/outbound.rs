@@ -598,6 +598,7 @@ impl Store {
         &self,
         ids: &[String],
         asked_at: DateTime<Utc>,
+        kept_for: Duration,
         now: DateTime<Utc>,
     ) -> Result<Vec<String>, StoreError> {
         let mut finished = Vec::new();
@@ -606,7 +607,10 @@ impl Store {
                 continue;
             };
             let mut after = m.outbound.clone();
-            after.apply(crate::rmp::sender::Event::NotHeld { asked_at }, now);
+            after.apply(
+                crate::rmp::sender::Event::NotHeld { asked_at, kept_for },
+                now,
+            );
             if after != m.outbound {
                 finished.extend(
                     self.save_outbound(id, &m.outbound.state, &after, now)

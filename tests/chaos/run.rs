@@ -362,7 +362,9 @@ pub async fn run(args: RunArgs) -> Result<bool> {
         dir.join("a.toml"),
         format!(
             "listen = \"127.0.0.1:{a_port}\"\ndatabase = {:?}\npublic_url = {to_a:?}\n\
-             poll_interval_ms = 500\n\n[[tokens]]\ntoken = {PRODUCER_TOKEN:?}\n\
+             poll_interval_ms = 500\n\
+             # B is a wsr-gateway: it keeps delivered IDs an hour past expiry.\n\
+             partner_id_retention_seconds = 3600\n\n[[tokens]]\ntoken = {PRODUCER_TOKEN:?}\n\
              principal = \"chaos-app\"\nscopes = [\"produce\"]\n",
             dir.join("a.db").display().to_string()
         ),

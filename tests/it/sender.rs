@@ -32,6 +32,8 @@ async fn sender_app() -> TestApp {
             scopes: vec![Scope::Produce],
         }];
         c.poll_interval = std::time::Duration::from_millis(200);
+        // The receivers here are wsr-gateways: they keep delivered IDs an hour past expiry.
+        c.partner_id_retention = std::time::Duration::from_secs(3600);
     })
     .await
 }
