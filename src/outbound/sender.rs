@@ -34,6 +34,9 @@ pub struct SenderConfig {
     pub partner_id_retention: Duration,
 }
 
+/// Messages asked about in one PollRequest at most.
+const POLL_PAGE: i64 = 500;
+
 /// Longest sleep without anything due.
 const IDLE_RECHECK: Duration = Duration::from_secs(60);
 
@@ -258,7 +261,25 @@ async fn poll(
     clock: &Arc<dyn Clock>,
     partner_id_retention: Duration,
 ) -> Result<(), StoreError> {
-    let waiting = store.awaiting_poll().await?;
+    let mut after = String::new();
+    loop {
+        let page = store.awaiting_poll(&after, POLL_PAGE).await?;
+        let Some(last) = page.last() else {
+            return Ok(());
+        };
+        after = last.id.clone();
+        poll_page(store, client, clock, partner_id_retention, page).await?;
+    }
+}
+
+/// Polls each destination about one page of messages.
+async fn poll_page(
+    store: &Store,
+    client: &reqwest::Client,
+    clock: &Arc<dyn Clock>,
+    partner_id_retention: Duration,
+    waiting: Vec<OutMessage>,
+) -> Result<(), StoreError> {
     let mut by_destination: BTreeMap<(String, SoapVersion), Vec<OutMessage>> = BTreeMap::new();
     for m in waiting {
         by_destination

@@ -470,11 +470,19 @@ impl Store {
     /// Messages only a poll can settle, by destination: Poll-pattern messages waiting for
     /// their ack, and messages of any pattern in doubt — sent, no verdict, and no resend to
     /// come before ExpiryTime (`Outbound::in_doubt`: `next_attempt` at or after `expiry`).
-    pub async fn awaiting_poll(&self) -> Result<Vec<OutMessage>, StoreError> {
+    /// A page of them by id, after `after`: a pass goes through all, so that no destination
+    /// or message is starved by others.
+    pub async fn awaiting_poll(
+        &self,
+        after: &str,
+        limit: i64,
+    ) -> Result<Vec<OutMessage>, StoreError> {
         let rows = sqlx::query(select_messages!(
             "WHERE m.state = 'sent' AND (m.reply_pattern = 'Poll' OR m.next_attempt IS NULL \
-             OR m.next_attempt >= m.expiry) ORDER BY m.destination, m.next_attempt LIMIT 1000"
+             OR m.next_attempt >= m.expiry) AND m.id > ? ORDER BY m.id LIMIT ?"
         ))
+        .bind(after)
+        .bind(limit)
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(row_to_message).collect()

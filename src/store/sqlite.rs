@@ -422,22 +422,22 @@ impl Store {
     /// The answer to a PollRequest from stored state (D11); `None` when there is nothing to
     /// say.
     ///
-    /// Answered inside the writer's queue: a message whose decision was taken before the poll
-    /// arrived is committed before the poll is answered, so a sender polling after its
-    /// message's ExpiryTime can take "nothing" as "not delivered".
+    /// Read after a barrier through the writer's queue: every message whose decision was
+    /// queued before the poll arrived is committed first, so a sender polling after its
+    /// message's ExpiryTime can take "nothing" as "not delivered". The reading itself stays
+    /// outside the writer, so a large poll does not hold up deliveries.
     pub async fn poll_answer(
         &self,
         refs: &[RefToMessageIds],
     ) -> Result<Option<Response>, StoreError> {
-        let refs = refs.to_vec();
-        self.in_writer(move |conn| {
-            Box::pin(async move { Ok((poll_answer_in(conn, &refs).await?, false)) })
-        })
-        .await
-        .map_err(|e| match e {
-            DeliveryError::Store(e) => e,
-            other => StoreError::Failed(other.to_string()),
-        })
+        self.in_writer(|_| Box::pin(async { Ok(((), false)) }))
+            .await
+            .map_err(|e| match e {
+                DeliveryError::Store(e) => e,
+                other => StoreError::Failed(other.to_string()),
+            })?;
+        let mut conn = self.pool.acquire().await?;
+        poll_answer_in(&mut conn, refs).await
     }
 
     /// The earliest moment a callback is due.

@@ -40,6 +40,8 @@ pub struct Handed {
     pub hid: String,
     pub offset: i64,
     pub attempt: i64,
+    /// The fetch that handed it out.
+    pub batch: i64,
 }
 
 #[derive(Debug, Clone)]
@@ -70,7 +72,8 @@ pub struct Summary {
     pub lost: usize,
     /// In B's inbox more than once, or handed out again after its accept was confirmed.
     pub duplicated: usize,
-    /// Processed out of sequence within an ordered group.
+    /// Processed out of sequence within an ordered group, or handed out together with
+    /// another message of its group (`ordering = group` allows one at a time).
     pub out_of_order: usize,
     /// Neither acked nor failed at the end.
     pub unresolved: usize,
@@ -129,6 +132,7 @@ fn reason_is_lawful(fate: &Fate) -> bool {
                 || reason.contains("ordered group")
         }
         Fate::Faulted(code) => code == "InvalidExpiryTime" || code == "GroupAborted",
+        // Lawful only after an earlier message of the ordered group failed: checked in `check`.
         Fate::Refused(_) => true,
         Fate::Acked | Fate::Pending(_) | Fate::Unknown => false,
     }
@@ -145,6 +149,14 @@ pub fn check(facts: &Facts) -> Summary {
         *in_inbox.entry(hid.as_str()).or_default() += 1;
     }
     let processed: HashSet<&str> = facts.processed.iter().map(|p| p.hid.as_str()).collect();
+    // Per group, the position of its first failed or faulted message.
+    let mut first_failure: HashMap<&str, usize> = HashMap::new();
+    for p in &facts.planned {
+        if let Some(Fate::Failed(_) | Fate::Faulted(_)) = facts.fates.get(&p.hid) {
+            let first = first_failure.entry(p.group.as_str()).or_insert(p.seq);
+            *first = (*first).min(p.seq);
+        }
+    }
 
     for p in &facts.planned {
         let fate = facts.fates.get(&p.hid).unwrap_or(&Fate::Unknown);
@@ -163,7 +175,11 @@ pub fn check(facts: &Facts) -> Summary {
             }
             Fate::Failed(_) | Fate::Faulted(_) | Fate::Refused(_) => {
                 s.failed += 1;
-                if !reason_is_lawful(fate) {
+                let refused_without_cause = matches!(fate, Fate::Refused(_))
+                    && first_failure
+                        .get(p.group.as_str())
+                        .is_none_or(|&first| first >= p.seq);
+                if !reason_is_lawful(fate) || refused_without_cause {
                     s.bad_reason += 1;
                     s.example(format!("bad reason: {} {fate:?}", p.hid));
                 }
@@ -229,9 +245,25 @@ pub fn check(facts: &Facts) -> Summary {
         }
     }
 
-    // Ordered groups: processed strictly in sequence, from 0, without gaps.
     let by_hid: HashMap<&str, &Planned> =
         facts.planned.iter().map(|p| (p.hid.as_str(), p)).collect();
+    // One message of a group at a time: never two in one fetch.
+    let mut per_batch: HashMap<(i64, &str), usize> = HashMap::new();
+    for h in &facts.handed {
+        if let Some(plan) = by_hid.get(h.hid.as_str()) {
+            *per_batch.entry((h.batch, plan.group.as_str())).or_default() += 1;
+        }
+    }
+    for ((batch, group), n) in per_batch {
+        if n > 1 {
+            s.out_of_order += n - 1;
+            s.example(format!(
+                "{n} messages of group {group} handed out in one fetch ({batch})"
+            ));
+        }
+    }
+
+    // Ordered groups: processed strictly in sequence, from 0, without gaps.
     let mut processed_in_order = facts.processed.clone();
     processed_in_order.sort_by_key(|p| p.serial);
     let mut next: BTreeMap<&str, usize> = BTreeMap::new();
@@ -261,6 +293,9 @@ pub fn failure_kinds(facts: &Facts) -> String {
     for fate in facts.fates.values() {
         let kind = match fate {
             Fate::Failed(r) if r.contains("ordered group") => "group".to_owned(),
+            Fate::Failed(r) if r.contains("delivery unknown") => "unknown".to_owned(),
+            Fate::Failed(r) if r.contains("no attempt reached") => "unreached".to_owned(),
+            Fate::Failed(r) if r.contains("confirms") => "confirmed_not_delivered".to_owned(),
             Fate::Failed(r) if r.contains("attempts") => "attempts".to_owned(),
             Fate::Failed(r) if r.contains("expired") => "expired".to_owned(),
             Fate::Failed(_) => "other".to_owned(),
@@ -324,6 +359,7 @@ mod tests {
                 hid: p.hid.clone(),
                 offset: i as i64,
                 attempt: 1,
+                batch: i as i64,
             });
             facts.settled.push(Settled {
                 hid: p.hid.clone(),
@@ -363,6 +399,7 @@ mod tests {
             hid: "g0-2".into(),
             offset: 2,
             attempt: 2,
+            batch: 100,
         });
         assert_eq!(check(&f).duplicated, 1);
     }
@@ -375,6 +412,7 @@ mod tests {
             hid: "g0-2".into(),
             offset: 2,
             attempt: 2,
+            batch: 100,
         });
         f.settled.push(Settled {
             hid: "g0-2".into(),
@@ -420,5 +458,36 @@ mod tests {
         assert_eq!(check(&f).bad_reason, 1);
         f.fates.insert("g1-1".into(), Fate::Pending("sent".into()));
         assert_eq!(check(&f).unresolved, 1);
+    }
+
+    #[test]
+    fn a_refusal_is_lawful_only_after_an_earlier_failure_in_its_group() {
+        let mut f = clean();
+        for hid in ["g0-1", "g0-2"] {
+            f.processed.retain(|p| p.hid != hid);
+            f.inbox.retain(|h| h != hid);
+        }
+        f.fates
+            .insert("g0-2".into(), Fate::Refused("group failed".into()));
+        assert_eq!(check(&f).bad_reason, 1, "nothing before it failed");
+        f.fates.insert(
+            "g0-1".into(),
+            Fate::Failed("expired before it was acknowledged".into()),
+        );
+        assert_eq!(check(&f).violations(), 0);
+    }
+
+    #[test]
+    fn two_messages_of_a_group_in_one_fetch_are_out_of_order() {
+        let mut f = clean();
+        f.handed[1].batch = f.handed[0].batch;
+        assert_eq!(check(&f).out_of_order, 1);
+        let mut f = clean();
+        f.handed[4].batch = f.handed[0].batch;
+        assert_eq!(
+            check(&f).out_of_order,
+            0,
+            "different groups may share a fetch"
+        );
     }
 }

@@ -54,7 +54,8 @@ CREATE TABLE IF NOT EXISTS deliveries (
     offset   INTEGER NOT NULL,
     attempt  INTEGER NOT NULL,
     consumer TEXT NOT NULL,
-    fresh    INTEGER NOT NULL
+    fresh    INTEGER NOT NULL,
+    batch    INTEGER NOT NULL
 );
 CREATE TABLE IF NOT EXISTS settles (
     hid      TEXT NOT NULL,
@@ -157,9 +158,11 @@ pub async fn consume(args: ConsumeArgs) -> Result<()> {
             }
             let messages = body["messages"].as_array().cloned().unwrap_or_default();
             let mut done = Vec::with_capacity(messages.len());
+            // Which fetch handed each message out (random: unique across restarts).
+            let batch = rng.i64(0..i64::MAX);
             for m in &messages {
                 let d = delivery_of(m)?;
-                process(&db, &d, &args.name).await?;
+                process(&db, &d, &args.name, batch).await?;
                 if args.work_ms > 0 {
                     tokio::time::sleep(Duration::from_millis(rng.u64(0..=args.work_ms))).await;
                 }
@@ -191,7 +194,7 @@ async fn join(http: &reqwest::Client, api: &str, auth: &str, args: &ConsumeArgs)
 }
 
 /// The application's work, done at most once per message whatever the redeliveries.
-async fn process(db: &SqlitePool, d: &Delivery, consumer: &str) -> Result<()> {
+async fn process(db: &SqlitePool, d: &Delivery, consumer: &str, batch: i64) -> Result<()> {
     let mut tx = db.begin_with("BEGIN IMMEDIATE").await?;
     let seen: Option<i64> = sqlx::query_scalar("SELECT 1 FROM processed WHERE hid = ?")
         .bind(&d.hid)
@@ -211,13 +214,15 @@ async fn process(db: &SqlitePool, d: &Delivery, consumer: &str) -> Result<()> {
         .await?;
     }
     sqlx::query(
-        "INSERT INTO deliveries (hid, offset, attempt, consumer, fresh) VALUES (?, ?, ?, ?, ?)",
+        "INSERT INTO deliveries (hid, offset, attempt, consumer, fresh, batch) \
+         VALUES (?, ?, ?, ?, ?, ?)",
     )
     .bind(&d.hid)
     .bind(d.offset)
     .bind(d.attempt)
     .bind(consumer)
     .bind(i64::from(seen.is_none()))
+    .bind(batch)
     .execute(&mut *tx)
     .await?;
     tx.commit().await?;

@@ -754,7 +754,7 @@ async fn read_app_db(app_db: &Path, facts: &mut Facts) -> Result<()> {
             hid: row.get(1),
         });
     }
-    for row in sqlx::query("SELECT hid, offset, attempt FROM deliveries")
+    for row in sqlx::query("SELECT hid, offset, attempt, batch FROM deliveries")
         .fetch_all(&pool)
         .await?
     {
@@ -762,6 +762,7 @@ async fn read_app_db(app_db: &Path, facts: &mut Facts) -> Result<()> {
             hid: row.get(0),
             offset: row.get(1),
             attempt: row.get(2),
+            batch: row.get(3),
         });
     }
     for row in sqlx::query("SELECT hid, attempt, status FROM settles")
