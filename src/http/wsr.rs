@@ -164,7 +164,10 @@ async fn handle_request(
         namespaces: serde_json::to_string(&namespaces).unwrap_or_else(|_| "[]".into()),
         topic: format!("{channel}/{root}"),
         soap12: env.version == SoapVersion::Soap12,
-        now,
+        // Read again, with no await before the writer's queue takes it: a PollRequest's
+        // barrier queued ahead of this message then also came before this time, so a sender
+        // told "not held" after the ExpiryTime can rely on it (store `poll_answer`).
+        now: app.clock.now(),
     };
     // A buffered Response-pattern message may be delivered while we wait (D6): watch before
     // submitting, so the delivery cannot slip by between the two.
