@@ -13,6 +13,9 @@ pub struct Planned {
     /// Position within its group, from 0.
     pub seq: usize,
     pub ordered: bool,
+    /// Sent without DuplicateElimination: B delivers each resend again (D2), so several inbox
+    /// copies are lawful (the consumers process it once all the same).
+    pub copies_allowed: bool,
 }
 
 /// What A says became of a message (or that the driver could not submit it).
@@ -46,7 +49,7 @@ pub struct Handed {
 
 #[derive(Debug, Clone)]
 pub struct Settled {
-    pub hid: String,
+    pub offset: i64,
     pub attempt: i64,
     pub status: i64,
 }
@@ -149,6 +152,8 @@ pub fn check(facts: &Facts) -> Summary {
         *in_inbox.entry(hid.as_str()).or_default() += 1;
     }
     let processed: HashSet<&str> = facts.processed.iter().map(|p| p.hid.as_str()).collect();
+    let by_hid: HashMap<&str, &Planned> =
+        facts.planned.iter().map(|p| (p.hid.as_str(), p)).collect();
     // Per group, the position of its first failed or faulted message.
     let mut first_failure: HashMap<&str, usize> = HashMap::new();
     for p in &facts.planned {
@@ -204,7 +209,8 @@ pub fn check(facts: &Facts) -> Summary {
     }
     let planned: HashSet<&str> = facts.planned.iter().map(|p| p.hid.as_str()).collect();
     for (hid, n) in &in_inbox {
-        if *n > 1 {
+        let copies_allowed = by_hid.get(hid).is_some_and(|p| p.copies_allowed);
+        if *n > 1 && !copies_allowed {
             s.duplicated += n - 1;
             s.example(format!("duplicated: {hid} is in B's inbox {n} times"));
         }
@@ -215,9 +221,9 @@ pub fn check(facts: &Facts) -> Summary {
     }
 
     // Handed out again after an accept was confirmed: a duplicate the gateway caused.
-    let mut accepted_at: HashMap<&str, i64> = HashMap::new();
+    let mut accepted_at: HashMap<i64, i64> = HashMap::new();
     for st in facts.settled.iter().filter(|st| st.status == 200) {
-        let a = accepted_at.entry(st.hid.as_str()).or_insert(st.attempt);
+        let a = accepted_at.entry(st.offset).or_insert(st.attempt);
         *a = (*a).min(st.attempt);
     }
     let mut seen_attempts: HashSet<(i64, i64)> = HashSet::new();
@@ -231,22 +237,15 @@ pub fn check(facts: &Facts) -> Summary {
         } else if h.attempt > 1 {
             s.redelivered += 1;
         }
-        if accepted_at
-            .get(h.hid.as_str())
-            .is_some_and(|&a| h.attempt > a)
-        {
+        if let Some(&accepted) = accepted_at.get(&h.offset).filter(|&&a| h.attempt > a) {
             s.duplicated += 1;
             s.example(format!(
-                "duplicated: {} handed out as attempt {} after attempt {} was accepted",
-                h.hid,
-                h.attempt,
-                accepted_at.get(h.hid.as_str()).copied().unwrap_or_default()
+                "duplicated: {} handed out as attempt {} after attempt {accepted} was accepted",
+                h.hid, h.attempt
             ));
         }
     }
 
-    let by_hid: HashMap<&str, &Planned> =
-        facts.planned.iter().map(|p| (p.hid.as_str(), p)).collect();
     // One message of a group at a time: never two in one fetch.
     let mut per_batch: HashMap<(i64, &str), usize> = HashMap::new();
     for h in &facts.handed {
@@ -333,6 +332,7 @@ mod tests {
                 group: group.into(),
                 seq,
                 ordered,
+                copies_allowed: false,
             })
             .collect()
     }
@@ -362,7 +362,7 @@ mod tests {
                 batch: i as i64,
             });
             facts.settled.push(Settled {
-                hid: p.hid.clone(),
+                offset: i as i64,
                 attempt: 1,
                 status: 200,
             });
@@ -394,6 +394,9 @@ mod tests {
         let mut f = clean();
         f.inbox.push("g0-1".into());
         assert_eq!(check(&f).duplicated, 1);
+        // Unless it was sent without DuplicateElimination (D2).
+        f.planned[1].copies_allowed = true;
+        assert_eq!(check(&f).duplicated, 0);
         let mut f = clean();
         f.handed.push(Handed {
             hid: "g0-2".into(),
@@ -407,7 +410,7 @@ mod tests {
     #[test]
     fn a_redelivery_before_any_accept_is_not_a_duplicate() {
         let mut f = clean();
-        f.settled.retain(|s| s.hid != "g0-2");
+        f.settled.retain(|s| s.offset != 2);
         f.handed.push(Handed {
             hid: "g0-2".into(),
             offset: 2,
@@ -415,7 +418,7 @@ mod tests {
             batch: 100,
         });
         f.settled.push(Settled {
-            hid: "g0-2".into(),
+            offset: 2,
             attempt: 2,
             status: 200,
         });

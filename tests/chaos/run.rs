@@ -124,6 +124,9 @@ struct GroupPlan {
     expiry_secs: u64,
     waits_ms: Vec<u64>,
     count: usize,
+    /// Without DuplicateElimination B delivers every resend again (D2): the consumers'
+    /// idempotent processing absorbs those copies.
+    duplicate_elimination: bool,
 }
 
 /// The plan: every group's kind, reply pattern, SOAP version, expiry and retry schedule.
@@ -157,7 +160,10 @@ fn make_plan(rng: &mut fastrand::Rng, messages: usize, groups: usize) -> Vec<Gro
                 w.extend(std::iter::repeat_n(1500, 60));
                 w
             };
+            // Ordered groups need DuplicateElimination; some others go without it.
+            let duplicate_elimination = kind == Kind::Ordered || rng.f64() >= 0.15;
             GroupPlan {
+                duplicate_elimination,
                 name: format!("g{i:03}"),
                 kind,
                 reply: ["Response", "Callback", "Poll"][rng.usize(0..3)],
@@ -183,6 +189,7 @@ fn planned(groups: &[GroupPlan]) -> Vec<Planned> {
                 },
                 seq: if g.kind == Kind::Singles { 0 } else { seq },
                 ordered: g.kind == Kind::Ordered,
+                copies_allowed: !g.duplicate_elimination,
             });
         }
     }
@@ -477,6 +484,7 @@ pub async fn run(args: RunArgs) -> Result<bool> {
     // Kills, spread over the active period, round-robin over A, B and a random consumer so
     // that every kind of process dies.
     let mut kills = 0;
+    let mut proxy_restarts = 0;
     let per_kill = settings.active.div_f64(settings.kills.max(1) as f64);
     while kills < settings.kills {
         tokio::time::sleep(per_kill.mul_f64(0.5 + rng.f64())).await;
@@ -498,15 +506,32 @@ pub async fn run(args: RunArgs) -> Result<bool> {
             started.elapsed().as_secs(),
             victim.name
         );
+        // Now and then a proxy dies too: its side then sees refused connections.
+        let proxy = if rng.f64() < 0.25 {
+            let p = &mut proxies[rng.usize(0..2)];
+            p.kill().await;
+            proxy_restarts += 1;
+            println!(
+                "chaos: t={:>4}s kill -9 {}",
+                started.elapsed().as_secs(),
+                p.name
+            );
+            Some(p)
+        } else {
+            None
+        };
         // Down for up to 3 s: long enough for short-lived messages to expire meanwhile.
         tokio::time::sleep(Duration::from_millis(rng.u64(100..=3000))).await;
         victim.start().await?;
+        if let Some(p) = proxy {
+            p.start().await?;
+        }
     }
     while let Some(done) = drivers.join_next().await {
         done.context("a driver task")??;
     }
     println!(
-        "chaos: t={:>4}s all submitted, {kills} kills; quiet period",
+        "chaos: t={:>4}s all submitted, {kills} kills (and {proxy_restarts} of proxies); quiet period",
         started.elapsed().as_secs()
     );
 
@@ -546,9 +571,7 @@ pub async fn run(args: RunArgs) -> Result<bool> {
     read_app_db(&app_db, &mut facts).await?;
     let summary = check::check(&facts);
     for p in &proxies {
-        if let Some(stats) = last_line_with(&p.log, "requests=") {
-            println!("chaos: {} {stats}", p.name);
-        }
+        println!("chaos: {} {}", p.name, proxy_totals(&p.log));
     }
     println!("chaos: failures by kind: {}", check::failure_kinds(&facts));
     print!("{}", check::report(&summary));
@@ -605,7 +628,7 @@ async fn drive(
             "destination": format!("{to_b}/wsr/default"),
             "agreement": {
                 "ack_requested": true,
-                "duplicate_elimination": true,
+                "duplicate_elimination": g.duplicate_elimination,
                 "message_order": g.kind == Kind::Ordered,
                 "reply_pattern": g.reply,
                 "expiry_seconds": g.expiry_secs,
@@ -765,12 +788,12 @@ async fn read_app_db(app_db: &Path, facts: &mut Facts) -> Result<()> {
             batch: row.get(3),
         });
     }
-    for row in sqlx::query("SELECT hid, attempt, status FROM settles")
+    for row in sqlx::query("SELECT offset, attempt, status FROM settles")
         .fetch_all(&pool)
         .await?
     {
         facts.settled.push(Settled {
-            hid: row.get(0),
+            offset: row.get(0),
             attempt: row.get(1),
             status: row.get(2),
         });
@@ -787,10 +810,25 @@ async fn open_read_only(path: &Path) -> Result<sqlx::SqlitePool> {
         .with_context(|| format!("open {}", path.display()))
 }
 
-fn last_line_with(log: &Path, needle: &str) -> Option<String> {
-    let text = std::fs::read_to_string(log).ok()?;
-    text.lines()
-        .rev()
-        .find(|l| l.contains(needle))
-        .map(str::to_owned)
+/// A proxy's fault counts over all its lives: the last stats line before each restart, summed.
+fn proxy_totals(log: &Path) -> String {
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let mut totals: Vec<(String, u64)> = Vec::new();
+    for life in text.split("---- start") {
+        let Some(line) = life.lines().rev().find(|l| l.starts_with("requests=")) else {
+            continue;
+        };
+        for (i, kv) in line.split_whitespace().enumerate() {
+            let Some((k, v)) = kv.split_once('=') else {
+                continue;
+            };
+            let v: u64 = v.parse().unwrap_or(0);
+            match totals.get_mut(i) {
+                Some((_, total)) => *total += v,
+                None => totals.push((k.to_owned(), v)),
+            }
+        }
+    }
+    let parts: Vec<String> = totals.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    parts.join(" ")
 }
