@@ -51,9 +51,22 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>, config: SenderConfig) {
             return;
         }
     };
-    let mut next_poll = clock.now();
+    // Polls run beside the sends, not between them: a long poll pass (many messages waiting
+    // on polls, a slow partner) must not hold up first attempts until they expire.
+    tokio::join!(
+        send_loop(&store, &client, &clock, &config),
+        poll_loop(&store, &client, &clock, &config)
+    );
+}
+
+async fn send_loop(
+    store: &Store,
+    client: &reqwest::Client,
+    clock: &Arc<dyn Clock>,
+    config: &SenderConfig,
+) {
     loop {
-        let found = match send_due(&store, &client, &clock, &config).await {
+        let found = match send_due(store, client, clock, config).await {
             Ok(found) => found,
             Err(e) => {
                 tracing::error!(error = %e, "outbound pass failed; retrying shortly");
@@ -61,21 +74,15 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>, config: SenderConfig) {
                 continue;
             }
         };
-        if clock.now() >= next_poll {
-            if let Err(e) = poll(&store, &client, &clock, config.partner_id_retention).await {
-                tracing::error!(error = %e, "poll pass failed");
-            }
-            next_poll =
-                clock.now() + chrono::Duration::from_std(config.poll_interval).unwrap_or_default();
-        }
         let due = store.next_outbound_due().await.ok().flatten();
         let now = clock.now();
-        let until_poll = (next_poll - now).to_std().unwrap_or(Duration::ZERO);
         let wait = due
             .map(|t| (t - now).to_std().unwrap_or(Duration::ZERO))
             .unwrap_or(IDLE_RECHECK)
-            .min(until_poll)
             .min(IDLE_RECHECK)
+            // The wait is wall time worked out from the gateway's clock: look again at least
+            // every poll interval in case that clock jumps (or a test moves it by hand).
+            .min(config.poll_interval)
             // Messages due but held back by an ordered window wait for an ack (which wakes us),
             // not for a timer: with nothing sendable, do not come back at once.
             .max(if found == 0 {
@@ -86,6 +93,27 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>, config: SenderConfig) {
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = store.outbound_due().notified() => {}
+        }
+    }
+}
+
+/// A poll pass every `poll_interval` of the gateway's clock.
+async fn poll_loop(
+    store: &Store,
+    client: &reqwest::Client,
+    clock: &Arc<dyn Clock>,
+    config: &SenderConfig,
+) {
+    loop {
+        if let Err(e) = poll(store, client, clock, config.partner_id_retention).await {
+            tracing::error!(error = %e, "poll pass failed");
+        }
+        let next =
+            clock.now() + chrono::Duration::from_std(config.poll_interval).unwrap_or_default();
+        // Short naps, so that a test clock moved by hand is noticed too.
+        while clock.now() < next {
+            let left = (next - clock.now()).to_std().unwrap_or(Duration::ZERO);
+            tokio::time::sleep(left.min(Duration::from_millis(50))).await;
         }
     }
 }
