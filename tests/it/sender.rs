@@ -1238,3 +1238,73 @@ async fn a_message_whose_acks_were_lost_is_settled_by_poll_not_failed() {
     sender.stop().await;
     receiver.stop().await;
 }
+
+/// Chaos-harness finding: the poll pass ran between send passes, so a slow poll (a partner
+/// that takes its time to answer PollRequests, or many messages waiting on polls) held up
+/// first attempts until they expired ("expired before it was sent"). Polls now run beside
+/// the sends: with a poll hanging, a new message still goes out and is acked.
+#[tokio::test]
+async fn a_hanging_poll_does_not_hold_up_sending() {
+    use axum::http::StatusCode;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let polled = Arc::new(AtomicBool::new(false));
+    let seen = polled.clone();
+    // Takes every message (202, no ack: Poll pattern) and never answers a PollRequest.
+    let handler = move |body: axum::body::Bytes| {
+        let seen = seen.clone();
+        async move {
+            if String::from_utf8_lossy(&body).contains("PollRequest") {
+                seen.store(true, Ordering::SeqCst);
+                std::future::pending::<()>().await;
+            }
+            StatusCode::ACCEPTED
+        }
+    };
+    let router = axum::Router::new().route("/wsr/slow", axum::routing::post(handler));
+    let slow = format!("{}/wsr/slow", super::support::serve_local(router).await);
+    let receiver = spawn_app_with(|_| {}).await;
+    let sender = sender_app().await;
+
+    let (status, _) = submit(
+        &sender,
+        json!({ "destination": slow, "agreement": { "reply_pattern": "Poll" }, "body": "<p/>" }),
+    )
+    .await;
+    assert_eq!(status, 202);
+    // Move the clock until a poll is under way (and hangs).
+    for _ in 0..200 {
+        if polled.load(Ordering::SeqCst) {
+            break;
+        }
+        sender.clock.advance(chrono::Duration::milliseconds(100));
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(polled.load(Ordering::SeqCst), "a poll went out");
+
+    let (status, answer) = submit(
+        &sender,
+        json!({ "destination": receiver.url("/wsr/default"), "body": "<now/>" }),
+    )
+    .await;
+    assert_eq!(status, 202, "{answer}");
+    let id = answer["id"].as_str().expect("id").to_owned();
+    let mut state = String::new();
+    // Bounded: the hanging poll would block for the 30 s request timeout.
+    for _ in 0..100 {
+        let m = sender
+            .store
+            .out_message(&id)
+            .await
+            .expect("read")
+            .expect("message");
+        state = m.outbound.state.name().to_owned();
+        if state == "acked" {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(state, "acked", "sent and acked while the poll hangs");
+    receiver.stop().await;
+}
