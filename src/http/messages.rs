@@ -17,8 +17,10 @@ use super::AppState;
 use super::admin::{Problem, authorize};
 use super::soap::{self, content_type, version_hint};
 use crate::config::{AgreementSpec, Scope};
-use crate::rmp::sender::{OutState, RetrySchedule};
-use crate::store::outbound::{IdempotencyKey, OutMessage, ReplySource, Submission, SubmitError};
+use crate::rmp::sender::OutState;
+use crate::store::outbound::{
+    IdempotencyKey, OutMessage, ReplySource, Submission, SubmitError, Submitted,
+};
 use crate::wsr::datetime::date_time_string;
 use crate::wsr::{
     GroupId, Headers, Limits, ReplyPattern, ReplyTo, SoapVersion, read_envelope, read_message,
@@ -91,53 +93,12 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Problem> {
     Ok(Some(String::from_utf8_lossy(key).into_owned()))
 }
 
-/// The fingerprint of a submit as the gateway resolved it (destination URL, agreement fields,
-/// group, SOAP version, body, notify URL), independent of when it was made and of the id it
-/// got: SHA-256 of a canonical JSON array, hex. Two requests with the same fingerprint would
-/// store the same message. The Callback ReplyTo counts by pattern only (it is our own
-/// address, which a restart on another port changes).
-fn fingerprint(s: &Submission, lifetime: chrono::Duration) -> String {
-    let schedule = match &s.schedule {
-        RetrySchedule::Interval {
-            max_attempts,
-            interval,
-            backoff,
-        } => json!([
-            "interval",
-            max_attempts,
-            interval.as_millis() as u64,
-            backoff
-        ]),
-        RetrySchedule::Waits(waits) => json!([
-            "waits",
-            waits
-                .iter()
-                .map(|w| w.as_millis() as u64)
-                .collect::<Vec<_>>()
-        ]),
-    };
-    let canonical = json!([
-        "wsr-gateway submit v1",
-        s.destination,
-        s.ack_requested,
-        s.duplicate_elimination,
-        s.message_order,
-        s.reply.value(),
-        lifetime.num_milliseconds(),
-        schedule,
-        s.group_id.as_ref().map(GroupId::as_str),
-        s.sequenced,
-        s.last,
-        if s.version == SoapVersion::Soap12 {
-            "1.2"
-        } else {
-            "1.1"
-        },
-        s.body,
-        s.notify_url,
-    ]);
-    let digest =
-        aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, canonical.to_string().as_bytes());
+/// The fingerprint of a submit request as the client sent it (IETF draft: of the request
+/// payload): SHA-256, hex, of its JSON re-serialised with sorted keys, so that whitespace and
+/// key order do not matter. Two requests with the same fingerprint ask for the same message.
+fn fingerprint(request: &Value) -> String {
+    let canonical = request.to_string();
+    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, canonical.as_bytes());
     digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -162,8 +123,25 @@ pub async fn submit(
 ) -> Result<Response, Problem> {
     let caller = authorize(&app, &headers, &[Scope::Produce, Scope::Admin])?;
     let key = idempotency_key(&headers)?;
+    let raw: Value = serde_json::from_slice(&body).map_err(|e| invalid("body", e.to_string()))?;
+    // Scoped by principal: applications cannot collide on (or probe) each other's keys.
+    let idempotency = key.map(|key| IdempotencyKey {
+        principal: caller.principal,
+        key,
+        fingerprint: fingerprint(&raw),
+    });
+    if let Some(idem) = &idempotency {
+        if let Some(earlier) = app
+            .store
+            .earlier_submission(idem)
+            .await
+            .map_err(submit_problem)?
+        {
+            return Ok(submitted_answer(&earlier));
+        }
+    }
     let req: SubmitBody =
-        serde_json::from_slice(&body).map_err(|e| invalid("body", e.to_string()))?;
+        serde_json::from_value(raw).map_err(|e| invalid("body", e.to_string()))?;
     let destination = match app.config.partners.get(&req.destination) {
         Some(url) => url.clone(),
         None => {
@@ -219,7 +197,7 @@ pub async fn submit(
         ReplyPattern::Callback(_) => ReplyPattern::Callback(ReplyTo::bare(&app.callback_url)),
         other => other,
     };
-    let mut submission = Submission {
+    let submission = Submission {
         id: new_id(now),
         destination,
         group_id,
@@ -234,21 +212,20 @@ pub async fn submit(
         expiry: now + checked.lifetime,
         schedule: checked.schedule,
         notify_url: req.notify_url,
-        idempotency: None,
+        idempotency,
     };
-    // Scoped by principal: applications cannot collide on (or probe) each other's keys.
-    submission.idempotency = key.map(|key| IdempotencyKey {
-        principal: caller.principal,
-        key,
-        fingerprint: fingerprint(&submission, checked.lifetime),
-    });
     let submitted = app
         .store
         .submit(submission, now)
         .await
         .map_err(submit_problem)?;
+    Ok(submitted_answer(&submitted))
+}
+
+/// 202 with the message's id, group, number and status URL. A replay answers as the original
+/// did, marked `Idempotent-Replayed`.
+fn submitted_answer(submitted: &Submitted) -> Response {
     let status_url = format!("/api/v1/messages/{}", submitted.id);
-    // A replay answers as the original did: the same status and body.
     let mut response = (
         StatusCode::ACCEPTED,
         Json(json!({
@@ -264,7 +241,7 @@ pub async fn submit(
             .headers_mut()
             .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
     }
-    Ok(response)
+    response
 }
 
 /// The body must be well-formed XML our codec accepts, so that the envelope we store and

@@ -227,7 +227,53 @@ fn row_to_message(r: &sqlx::sqlite::SqliteRow) -> Result<OutMessage, StoreError>
     })
 }
 
+/// The message stored earlier under `idem`'s key, if any: `KeyReused` when it was stored for
+/// a different request.
+async fn earlier_submission(
+    conn: &mut sqlx::SqliteConnection,
+    idem: &IdempotencyKey,
+) -> Result<Option<Submitted>, SubmitError> {
+    let earlier = sqlx::query(
+        "SELECT id, group_id, number, idem_fingerprint FROM out_messages \
+         WHERE idem_principal = ? AND idem_key = ?",
+    )
+    .bind(&idem.principal)
+    .bind(&idem.key)
+    .fetch_optional(&mut *conn)
+    .await
+    .map_err(StoreError::from)?;
+    let Some(row) = earlier else {
+        return Ok(None);
+    };
+    let id: String = row.get(0);
+    if row.get::<Option<&str>, _>(3) != Some(idem.fingerprint.as_str()) {
+        return Err(SubmitError::KeyReused(format!(
+            "Idempotency-Key {:?} was used for a different request (message {id}); use a new \
+             key for a new message",
+            idem.key
+        )));
+    }
+    let group: String = row.get(1);
+    Ok(Some(Submitted {
+        id,
+        group_id: GroupId::parse(&group).map_err(StoreError::Corrupt)?,
+        number: row.get::<Option<i64>, _>(2).map(|n| n as u64),
+        replayed: true,
+    }))
+}
+
 impl Store {
+    /// The answer to a retried submit, looked up before the request is checked against the
+    /// configuration: a retry must get its message back even if a partner or agreement it
+    /// named has changed since.
+    pub async fn earlier_submission(
+        &self,
+        idem: &IdempotencyKey,
+    ) -> Result<Option<Submitted>, SubmitError> {
+        let mut conn = self.pool.acquire().await.map_err(StoreError::from)?;
+        earlier_submission(&mut conn, idem).await
+    }
+
     /// Stores a submission: numbers are assigned in submit order per group, the envelope is
     /// written once. Everything or nothing is stored.
     ///
@@ -246,31 +292,9 @@ impl Store {
             .await
             .map_err(StoreError::from)?;
         if let Some(idem) = &s.idempotency {
-            let earlier = sqlx::query(
-                "SELECT id, group_id, number, idem_fingerprint FROM out_messages \
-                 WHERE idem_principal = ? AND idem_key = ?",
-            )
-            .bind(&idem.principal)
-            .bind(&idem.key)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(StoreError::from)?;
-            if let Some(row) = earlier {
-                let id: String = row.get(0);
-                if row.get::<Option<&str>, _>(3) != Some(idem.fingerprint.as_str()) {
-                    return Err(SubmitError::KeyReused(format!(
-                        "Idempotency-Key {:?} was used for a different request (message {id}); \
-                         use a new key for a new message",
-                        idem.key
-                    )));
-                }
-                let group: String = row.get(1);
-                return Ok(Submitted {
-                    id,
-                    group_id: GroupId::parse(&group).map_err(StoreError::Corrupt)?,
-                    number: row.get::<Option<i64>, _>(2).map(|n| n as u64),
-                    replayed: true,
-                });
+            // Again inside the transaction: two tries of one submit may race.
+            if let Some(earlier) = earlier_submission(&mut tx, idem).await? {
+                return Ok(earlier);
             }
         }
         let (group_id, number) = match &s.group_id {
