@@ -469,8 +469,11 @@ impl Store {
         rows.iter().map(row_to_message).collect()
     }
 
-    /// Messages whose next attempt is due at `now`, by group and number. For ordered groups
-    /// only those within `window` of the lowest number not yet acknowledged.
+    /// Messages whose next attempt is due at `now`, longest due first (then by group and
+    /// number): first come, first served, so that messages resent over and over cannot starve
+    /// newer ones (ordering by group id did: ids grow with time, and new groups waited behind
+    /// every resend of older ones). For ordered groups only those within `window` of the lowest
+    /// number not yet acknowledged.
     pub async fn due_outbound(
         &self,
         now: DateTime<Utc>,
@@ -481,7 +484,7 @@ impl Store {
             "WHERE m.next_attempt <= ?1 AND (g.ordered = 0 OR m.expiry <= ?1 OR m.number < ?2 + ( \
                SELECT MIN(o.number) FROM out_messages o \
                WHERE o.group_id = m.group_id AND o.state NOT IN ('acked'))) \
-             ORDER BY m.group_id, m.number LIMIT ?3"
+             ORDER BY m.next_attempt, m.group_id, m.number LIMIT ?3"
         ))
         .bind(millis(now))
         .bind(window.min(i64::MAX as u64) as i64)
