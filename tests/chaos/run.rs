@@ -768,36 +768,38 @@ async fn read_inbox(b_db: &Path, facts: &mut Facts) -> Result<()> {
 
 async fn read_app_db(app_db: &Path, facts: &mut Facts) -> Result<()> {
     let pool = open_read_only(app_db).await?;
-    for row in sqlx::query("SELECT serial, hid FROM processed")
+    let processed: Vec<(i64, String)> = sqlx::query_as("SELECT serial, hid FROM processed")
         .fetch_all(&pool)
-        .await?
-    {
-        facts.processed.push(Processed {
-            serial: row.get(0),
-            hid: row.get(1),
-        });
-    }
-    for row in sqlx::query("SELECT hid, offset, attempt, batch FROM deliveries")
-        .fetch_all(&pool)
-        .await?
-    {
-        facts.handed.push(Handed {
-            hid: row.get(0),
-            offset: row.get(1),
-            attempt: row.get(2),
-            batch: row.get(3),
-        });
-    }
-    for row in sqlx::query("SELECT offset, attempt, status FROM settles")
-        .fetch_all(&pool)
-        .await?
-    {
-        facts.settled.push(Settled {
-            offset: row.get(0),
-            attempt: row.get(1),
-            status: row.get(2),
-        });
-    }
+        .await?;
+    facts.processed = processed
+        .into_iter()
+        .map(|(serial, hid)| Processed { serial, hid })
+        .collect();
+    let handed: Vec<(String, i64, i64, i64)> =
+        sqlx::query_as("SELECT hid, offset, attempt, batch FROM deliveries")
+            .fetch_all(&pool)
+            .await?;
+    facts.handed = handed
+        .into_iter()
+        .map(|(hid, offset, attempt, batch)| Handed {
+            hid,
+            offset,
+            attempt,
+            batch,
+        })
+        .collect();
+    let settled: Vec<(i64, i64, i64)> =
+        sqlx::query_as("SELECT offset, attempt, status FROM settles")
+            .fetch_all(&pool)
+            .await?;
+    facts.settled = settled
+        .into_iter()
+        .map(|(offset, attempt, status)| Settled {
+            offset,
+            attempt,
+            status,
+        })
+        .collect();
     Ok(())
 }
 
