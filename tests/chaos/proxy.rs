@@ -983,6 +983,15 @@ mod tests {
             .expect("reqwest client")
     }
 
+    /// POSTs `body` to `/ws` through the proxy at `px`.
+    async fn post_via(
+        px: SocketAddr,
+        body: impl Into<String>,
+    ) -> reqwest::Result<reqwest::Response> {
+        let url = format!("http://{px}/ws");
+        client().post(url).body(body.into()).send().await
+    }
+
     /// Sends raw bytes, reads until EOF (or error).
     async fn raw(proxy: SocketAddr, request: &[u8]) -> io::Result<Vec<u8>> {
         let mut stream = TcpStream::connect(proxy).await?;
@@ -1094,11 +1103,7 @@ mod tests {
         let answer = raw(px, &post("/ws", "payload")).await;
         assert!(answer.as_ref().map_or(true, |a| a.is_empty()), "{answer:?}");
         // reqwest sees an error, not a status.
-        let err = client()
-            .post(format!("http://{px}/ws"))
-            .body("x")
-            .send()
-            .await;
+        let err = post_via(px, "x").await;
         assert!(err.is_err(), "{err:?}");
         // Had the proxy forwarded, the upstream would have recorded it before any close.
         assert!(seen.try_recv().is_err());
@@ -1134,12 +1139,7 @@ mod tests {
         // Several requests, so both the concurrent and the sequential variant are likely hit.
         for i in 0..6 {
             let body = format!("message-{i}");
-            let resp = client()
-                .post(format!("http://{px}/ws"))
-                .body(body.clone())
-                .send()
-                .await
-                .expect("request");
+            let resp = post_via(px, body.clone()).await.expect("request");
             assert_eq!(resp.status(), 200);
             assert_eq!(resp.text().await.expect("body"), format!("echo:{body}"));
             let a = seen.recv().await.expect("first copy");
@@ -1161,12 +1161,7 @@ mod tests {
         };
         let (px, stats) = proxy(up, rates).await;
         for _ in 0..4 {
-            let resp = client()
-                .post(format!("http://{px}/ws"))
-                .body("payload")
-                .send()
-                .await
-                .expect("request");
+            let resp = post_via(px, "payload").await.expect("request");
             assert!(
                 [500, 502, 503].contains(&resp.status().as_u16()),
                 "{}",
@@ -1192,11 +1187,7 @@ mod tests {
             Err(e) => assert_eq!(e.kind(), io::ErrorKind::ConnectionReset, "{e}"),
             Ok(bytes) => assert!(bytes.is_empty(), "got an answer: {bytes:?}"),
         }
-        let err = client()
-            .post(format!("http://{px}/ws"))
-            .body("x")
-            .send()
-            .await;
+        let err = post_via(px, "x").await;
         assert!(err.is_err(), "{err:?}");
         assert!(seen.try_recv().is_err());
         assert_eq!(count(&stats.resets), 2);
@@ -1210,24 +1201,14 @@ mod tests {
         drop(listener);
         let (px, stats) = proxy(up, FaultRates::default()).await;
         for _ in 0..2 {
-            let resp = client()
-                .post(format!("http://{px}/ws"))
-                .body("payload")
-                .send()
-                .await
-                .expect("request");
+            let resp = post_via(px, "payload").await.expect("request");
             assert_eq!(resp.status(), 502);
         }
         assert_eq!(count(&stats.upstream_failures), 2);
         // The upstream comes back on the same port (as after a restart): served again.
         if let Ok(listener) = TcpListener::bind(up).await {
             let mut seen = start_upstream(listener).await;
-            let resp = client()
-                .post(format!("http://{px}/ws"))
-                .body("again")
-                .send()
-                .await
-                .expect("request");
+            let resp = post_via(px, "again").await.expect("request");
             assert_eq!(resp.status(), 200);
             assert_eq!(resp.text().await.expect("body"), "echo:again");
             assert_eq!(seen.recv().await.expect("seen").body, b"again");
