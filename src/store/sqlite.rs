@@ -436,8 +436,42 @@ impl Store {
                 DeliveryError::Store(e) => e,
                 other => StoreError::Failed(other.to_string()),
             })?;
-        let mut conn = self.pool.acquire().await?;
-        poll_answer_in(&mut conn, refs).await
+        let mut states = HashMap::new();
+        for r in refs {
+            if let Some(state) = self.group(r.group_id.as_str()).await? {
+                states.insert(r.group_id.clone(), state);
+            }
+        }
+        let mut replies = answer_poll(refs, |g| states.get(g));
+        for r in refs {
+            let rows = sqlx::query(
+                "SELECT singleton, number, fault FROM message_faults WHERE group_id = ?",
+            )
+            .bind(r.group_id.as_str())
+            .fetch_all(&self.pool)
+            .await?;
+            let state = states.get(&r.group_id);
+            for row in rows {
+                let singleton = row.get::<i64, _>(0) != 0;
+                let number = row.get::<i64, _>(1) as u64;
+                let Some(code) = FaultCode::from_local_name(row.get::<&str, _>(2)) else {
+                    continue;
+                };
+                // What the group state says wins: a delivered message is acked.
+                if state.is_some_and(|s| s.delivered.contains(number)) {
+                    continue;
+                }
+                let asked = if singleton {
+                    r.ranges.is_empty()
+                } else {
+                    r.ranges.is_empty() || r.ranges.iter().any(|q| q.contains(number))
+                };
+                if asked {
+                    replies.add(&r.group_id, (!singleton).then_some(number), Some(code));
+                }
+            }
+        }
+        Ok(replies.into_response())
     }
 
     /// The earliest moment a callback is due.
@@ -500,51 +534,4 @@ pub(super) fn inbox_from_row(r: &sqlx::sqlite::SqliteRow) -> InboxEntry {
         received_at: from_millis(r.get(7)),
         expiry: from_millis(r.get(8)),
     }
-}
-
-/// The answer to a PollRequest from the state `conn` sees (D11).
-async fn poll_answer_in(
-    conn: &mut SqliteConnection,
-    refs: &[RefToMessageIds],
-) -> Result<Option<Response>, StoreError> {
-    let mut states = HashMap::new();
-    for r in refs {
-        let row = sqlx::query("SELECT state FROM groups WHERE group_id = ?")
-            .bind(r.group_id.as_str())
-            .fetch_optional(&mut *conn)
-            .await?;
-        if let Some(row) = row {
-            let state = decode(row.get::<&str, _>(0)).map_err(StoreError::Corrupt)?;
-            states.insert(r.group_id.clone(), state);
-        }
-    }
-    let mut replies = answer_poll(refs, |g| states.get(g));
-    for r in refs {
-        let rows =
-            sqlx::query("SELECT singleton, number, fault FROM message_faults WHERE group_id = ?")
-                .bind(r.group_id.as_str())
-                .fetch_all(&mut *conn)
-                .await?;
-        let state = states.get(&r.group_id);
-        for row in rows {
-            let singleton = row.get::<i64, _>(0) != 0;
-            let number = row.get::<i64, _>(1) as u64;
-            let Some(code) = FaultCode::from_local_name(row.get::<&str, _>(2)) else {
-                continue;
-            };
-            // What the group state says wins: a delivered message is acked.
-            if state.is_some_and(|s| s.delivered.contains(number)) {
-                continue;
-            }
-            let asked = if singleton {
-                r.ranges.is_empty()
-            } else {
-                r.ranges.is_empty() || r.ranges.iter().any(|q| q.contains(number))
-            };
-            if asked {
-                replies.add(&r.group_id, (!singleton).then_some(number), Some(code));
-            }
-        }
-    }
-    Ok(replies.into_response())
 }
