@@ -197,9 +197,10 @@ async fn attempt(
         Err(e) => {
             tracing::debug!(id = %m.id, error = %e, "send failed; will resend");
             if e.is_connect() {
-                // Refused before a byte went out: this attempt cannot have been delivered
-                // (`Event::Unreached`), so it leaves no doubt to resolve by poll.
-                store.attempt_unreached(&m.id, out.attempts).await?;
+                // Refused before a byte went out: this attempt cannot have been delivered,
+                // so it leaves no doubt to resolve by poll.
+                out.apply(Event::Unreached, clock.now());
+                store.save_unreached(&m.id, &out).await?;
             }
             PartnerAnswer::default()
         }

@@ -563,14 +563,16 @@ impl Store {
         Ok(Some(envelope))
     }
 
-    /// Records that the attempt just claimed never arrived (its connection was refused).
-    pub async fn attempt_unreached(&self, id: &str, attempts: u32) -> Result<(), StoreError> {
+    /// Saves how many attempts never arrived (`Event::Unreached`), while the attempt that
+    /// `after` counted is still the latest and the message not final.
+    pub async fn save_unreached(&self, id: &str, after: &Outbound) -> Result<(), StoreError> {
         sqlx::query(
-            "UPDATE out_messages SET unreached = MIN(unreached + 1, attempts) \
+            "UPDATE out_messages SET unreached = ? \
              WHERE id = ? AND attempts = ? AND state IN ('queued', 'sent')",
         )
+        .bind(i64::from(after.unreached))
         .bind(id)
-        .bind(i64::from(attempts))
+        .bind(i64::from(after.attempts))
         .execute(&self.pool)
         .await?;
         Ok(())
