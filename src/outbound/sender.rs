@@ -16,8 +16,8 @@ use crate::rmp::sender::Event;
 use crate::store::outbound::{OutMessage, ReplySource};
 use crate::store::{Store, StoreError};
 use crate::wsr::{
-    FaultCode, Headers, Limits, MessageKey, PollRequest, RefToMessageIds, Reply, SeqRange,
-    SoapVersion, read_message, write_envelope,
+    FaultCode, Headers, Limits, PollRequest, RefToMessageIds, Reply, SeqRange, SoapVersion,
+    read_message, write_envelope,
 };
 
 #[derive(Debug, Clone)]
@@ -361,13 +361,7 @@ async fn poll_page(
         let named: Vec<ReplyItem> = replies.iter().flat_map(items).collect();
         let unnamed: Vec<String> = messages
             .iter()
-            .filter(|m| {
-                let key = MessageKey {
-                    group_id: m.group_id.clone(),
-                    number: m.number,
-                };
-                !named.iter().any(|item| item.covers(&key))
-            })
+            .filter(|m| !named.iter().any(|item| item.covers(&m.key())))
             .map(|m| m.id.clone())
             .collect();
         finished.extend(

@@ -12,8 +12,8 @@ use super::{Store, StoreError};
 use crate::rmp::replies::items;
 use crate::rmp::sender::{OutState, Outbound, RetrySchedule};
 use crate::wsr::{
-    FaultCode, GroupId, Headers, MessageId, Reply, ReplyPattern, Request, SequenceNum, SoapVersion,
-    write_envelope,
+    FaultCode, GroupId, Headers, MessageId, MessageKey, Reply, ReplyPattern, Request, SequenceNum,
+    SoapVersion, write_envelope,
 };
 
 /// Where acks and faults came from: only messages sent to that destination (its HTTP
@@ -108,6 +108,16 @@ pub struct OutMessage {
     pub ordered: bool,
     /// The `Idempotency-Key` it was submitted with.
     pub idempotency_key: Option<String>,
+}
+
+impl OutMessage {
+    /// Its WS-R identity, as acks and faults name it.
+    pub fn key(&self) -> MessageKey {
+        MessageKey {
+            group_id: self.group_id.clone(),
+            number: self.number,
+        }
+    }
 }
 
 /// One state change.
