@@ -375,6 +375,33 @@ async fn lossy_path_loses_and_doubles_nothing() {
 
 /// An HTTP proxy that loses a share of requests (never forwarded) and of responses (forwarded,
 /// but the answer replaced by a bare 503), decided by a deterministic generator.
+/// For the test proxies: POSTs `body` on to `upstream` (with its Content-Type) and returns
+/// the upstream's answer as the proxy's own (502 when it cannot be reached).
+async fn forward(
+    client: &reqwest::Client,
+    upstream: &str,
+    headers: &axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> axum::response::Response {
+    use axum::http::{StatusCode, header};
+    use axum::response::IntoResponse;
+    let mut request = client.post(upstream).body(body);
+    if let Some(ct) = headers.get(header::CONTENT_TYPE) {
+        request = request.header(header::CONTENT_TYPE, ct.clone());
+    }
+    let Ok(answer) = request.send().await else {
+        return StatusCode::BAD_GATEWAY.into_response();
+    };
+    let status = answer.status();
+    let ct = answer.headers().get(header::CONTENT_TYPE).cloned();
+    let text = answer.text().await.unwrap_or_default();
+    let mut response = (status, text).into_response();
+    if let Some(ct) = ct {
+        response.headers_mut().insert(header::CONTENT_TYPE, ct);
+    }
+    response
+}
+
 struct LossyProxy {
     url: String,
     lost_requests: std::sync::Arc<std::sync::atomic::AtomicU64>,
@@ -383,7 +410,7 @@ struct LossyProxy {
 
 impl LossyProxy {
     async fn start(upstream: String, percent: u64) -> LossyProxy {
-        use axum::http::{HeaderMap, StatusCode, header};
+        use axum::http::{HeaderMap, StatusCode};
         use axum::response::IntoResponse;
         use std::sync::Arc;
         use std::sync::atomic::{AtomicU64, Ordering};
@@ -415,26 +442,12 @@ impl LossyProxy {
                     lreq.fetch_add(1, Ordering::SeqCst);
                     return StatusCode::SERVICE_UNAVAILABLE.into_response();
                 }
-                let ct = headers.get(header::CONTENT_TYPE).cloned();
-                let mut forward = client.post(&upstream).body(body);
-                if let Some(ct) = ct {
-                    forward = forward.header(header::CONTENT_TYPE, ct);
-                }
-                let Ok(answer) = forward.send().await else {
-                    return StatusCode::BAD_GATEWAY.into_response();
-                };
-                let status = answer.status();
-                let ct = answer.headers().get(header::CONTENT_TYPE).cloned();
-                let text = answer.text().await.unwrap_or_default();
+                let relayed = forward(&client, &upstream, &headers, body).await;
                 if lose_response {
                     lresp.fetch_add(1, Ordering::SeqCst);
                     return StatusCode::SERVICE_UNAVAILABLE.into_response();
                 }
-                let mut response = (status, text).into_response();
-                if let Some(ct) = ct {
-                    response.headers_mut().insert(header::CONTENT_TYPE, ct);
-                }
-                response
+                relayed
             }
         };
         let router = axum::Router::new().route("/", axum::routing::post(handler));
@@ -1161,7 +1174,7 @@ async fn a_retry_after_a_restart_is_still_a_replay() {
 /// poll answer that does not name it, asked after its expiry, proves it was never delivered.
 #[tokio::test]
 async fn a_message_whose_acks_were_lost_is_settled_by_poll_not_failed() {
-    use axum::http::{HeaderMap, StatusCode, header};
+    use axum::http::{HeaderMap, StatusCode};
     use axum::response::IntoResponse;
 
     let receiver = spawn_app_with(|_| {}).await;
@@ -1176,24 +1189,11 @@ async fn a_message_whose_acks_were_lost_is_settled_by_poll_not_failed() {
             if text.contains("Never") {
                 return StatusCode::SERVICE_UNAVAILABLE.into_response();
             }
-            let mut forward = client.post(&upstream).body(body);
-            if let Some(ct) = headers.get(header::CONTENT_TYPE) {
-                forward = forward.header(header::CONTENT_TYPE, ct.clone());
-            }
-            let Ok(answer) = forward.send().await else {
-                return StatusCode::BAD_GATEWAY.into_response();
-            };
-            let status = answer.status();
-            let ct = answer.headers().get(header::CONTENT_TYPE).cloned();
-            let text_back = answer.text().await.unwrap_or_default();
+            let relayed = forward(&client, &upstream, &headers, body).await;
             if !text.contains("PollRequest") {
                 return StatusCode::SERVICE_UNAVAILABLE.into_response();
             }
-            let mut response = (status, text_back).into_response();
-            if let Some(ct) = ct {
-                response.headers_mut().insert(header::CONTENT_TYPE, ct);
-            }
-            response
+            relayed
         }
     };
     let router = axum::Router::new().route("/wsr/default", axum::routing::post(handler));
