@@ -1,4 +1,4 @@
-//! Replay of the recorded Holodeck exchanges (`../shared/interop/holodeck/*.json`): every body
+//! Replay of the recorded Holodeck exchanges (`tests/fixtures/interop/holodeck/*.json`): every body
 //! that crossed the wire — sent by the independent peer, or sent to it — is read by our codec,
 //! and the fields match what each file says it shows.
 
@@ -614,4 +614,18 @@ fn holodeck_replies_are_read_into_ack_and_fault_outcomes() {
         replies_read += 1;
     }
     assert!(replies_read >= 30, "only {replies_read} replies read");
+}
+
+/// A fresh clone tests with nothing beside it: the transcripts are part of the checkout.
+#[test]
+fn transcripts_live_inside_the_checkout() {
+    let dir = holodeck_dir();
+    assert!(dir.starts_with(super::support::repo_root()));
+    assert!(
+        !dir.components()
+            .any(|c| c == std::path::Component::ParentDir),
+        "{} reaches outside the checkout",
+        dir.display()
+    );
+    assert!(dir.join("README.md").is_file(), "{}", dir.display());
 }

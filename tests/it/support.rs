@@ -48,13 +48,11 @@ pub fn repo_root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// `../shared/interop/holodeck` beside the checkout (CI lays shared/ there too);
-/// `WSR_SHARED_DIR` overrides the location of `shared/`.
+/// The recorded Holodeck exchanges, kept in the repository (`tests/fixtures/interop/`, copied
+/// unchanged from the shared interop recordings) so that a fresh clone tests with nothing
+/// beside it.
 pub fn holodeck_dir() -> PathBuf {
-    let shared = std::env::var_os("WSR_SHARED_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join("../shared"));
-    shared.join("interop/holodeck")
+    repo_root().join("tests/fixtures/interop/holodeck")
 }
 
 /// Validates each document against our schema for its SOAP version, in one xmllint run per
@@ -364,7 +362,7 @@ pub fn start_gateway(config: &std::path::Path) -> std::process::Child {
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
     let mut command = Command::new(env!("CARGO_BIN_EXE_wsr-gateway"));
-    // The gateway refuses unknown WSR_* settings; the test run's own (WSR_SHARED_DIR) are not
+    // The gateway refuses unknown WSR_* settings; the test run's own are not
     // for it, and the config file says everything.
     for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("WSR_")) {
         command.env_remove(key);
