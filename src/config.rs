@@ -16,10 +16,21 @@ use crate::store::Durability;
 use crate::wsr::Limits;
 use crate::wsr::datetime::XsDuration;
 
-/// The file format. Every field has a default; unknown keys are errors, not silently ignored.
 /// The longest of the sender's and receiver's retention settings (30 days).
 const MAX_SECONDS: u64 = 30 * 86_400;
 
+/// The default horizon of every channel: how far ahead an ExpiryTime, a `groupExpiryTime` or
+/// a `groupMaxIdleDuration` may reach (D13). Anything further is refused on arrival.
+const DEFAULT_HORIZON_SECONDS: u64 = 30 * 86_400;
+
+/// The largest horizon an operator may configure (about 10 years): far inside chrono's range,
+/// so no arithmetic on an accepted date can overflow.
+const MAX_HORIZON_SECONDS: u64 = 3_660 * 86_400;
+
+/// The largest retry backoff factor of a submitted message.
+const MAX_BACKOFF: u32 = 10;
+
+/// The file format. Every field has a default; unknown keys are errors, not silently ignored.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FileConfig {
@@ -34,6 +45,12 @@ pub struct FileConfig {
     /// How long delivered IDs are kept after their messages expire, so that senders whose
     /// acks were lost can still learn by PollRequest that they were delivered.
     pub delivered_id_retention_seconds: u64,
+    /// How far ahead a message's ExpiryTime may lie, on every channel that does not set its
+    /// own (D13; default 30 days). Further → `InvalidExpiryTime`, nothing stored.
+    pub max_expiry_horizon_seconds: u64,
+    /// How far ahead a group's `groupExpiryTime`, or its `groupMaxIdleDuration` from now, may
+    /// reach (default 30 days). Further → `InvalidMessageParameters`.
+    pub max_group_lifetime_seconds: u64,
     /// Idle limit for groups that name neither limit, as xs:duration (D8).
     pub default_group_idle: String,
     /// Per-group buffer for ordered messages ahead of a gap (D6).
@@ -167,6 +184,7 @@ impl AgreementSpec {
         if expiry_seconds == 0 || expiry_seconds > 366 * 86_400 {
             return Err(("expiry_seconds", "must be between 1 and 31622400".into()));
         }
+        let longest_wait_ms = crate::rmp::sender::LONGEST_WAIT.as_millis() as u64;
         let interval_given =
             self.max_attempts.is_some() || self.interval_ms.is_some() || self.backoff.is_some();
         let schedule = match &self.waits_ms {
@@ -178,6 +196,12 @@ impl AgreementSpec {
             }
             Some(waits) if waits.len() > 1000 => {
                 return Err(("waits_ms", "at most 1000 waits".into()));
+            }
+            Some(waits) if waits.iter().any(|ms| *ms > longest_wait_ms) => {
+                return Err((
+                    "waits_ms",
+                    format!("each wait must be at most {longest_wait_ms} ms (one day)"),
+                ));
             }
             Some(waits) => {
                 RetrySchedule::Waits(waits.iter().map(|ms| Duration::from_millis(*ms)).collect())
@@ -194,6 +218,15 @@ impl AgreementSpec {
                         "interval_ms",
                         "interval_ms and backoff must be positive".into(),
                     ));
+                }
+                if interval_ms > longest_wait_ms {
+                    return Err((
+                        "interval_ms",
+                        format!("must be at most {longest_wait_ms} ms (one day)"),
+                    ));
+                }
+                if backoff > MAX_BACKOFF {
+                    return Err(("backoff", format!("must be at most {MAX_BACKOFF}")));
                 }
                 RetrySchedule::Interval {
                     max_attempts,
@@ -221,7 +254,10 @@ pub struct ChannelConfig {
     pub offers: Option<Vec<String>>,
     #[serde(default)]
     pub requires: Vec<String>,
+    /// Overrides the top-level `max_expiry_horizon_seconds` for this channel.
     pub max_expiry_horizon_seconds: Option<u64>,
+    /// Overrides the top-level `max_group_lifetime_seconds` for this channel.
+    pub max_group_lifetime_seconds: Option<u64>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -248,6 +284,8 @@ impl Default for FileConfig {
             durability: "full".into(),
             clock_skew_seconds: 0,
             delivered_id_retention_seconds: 3600,
+            max_expiry_horizon_seconds: DEFAULT_HORIZON_SECONDS,
+            max_group_lifetime_seconds: DEFAULT_HORIZON_SECONDS,
             default_group_idle: "P1D".into(),
             buffer_max_messages: 1000,
             buffer_max_bytes: 64 * 1024 * 1024,
@@ -360,6 +398,8 @@ impl FileConfig {
                 self.delivered_id_retention_seconds = value.parse()?
             }
             "WSR_DEFAULT_GROUP_IDLE" => self.default_group_idle = value.to_owned(),
+            "WSR_MAX_EXPIRY_HORIZON_SECONDS" => self.max_expiry_horizon_seconds = value.parse()?,
+            "WSR_MAX_GROUP_LIFETIME_SECONDS" => self.max_group_lifetime_seconds = value.parse()?,
             "WSR_MAX_MESSAGE_BYTES" => self.max_message_bytes = value.parse()?,
             "WSR_ADMIN_TOKEN" => self.tokens.push(TokenConfig {
                 token: value.to_owned(),
@@ -388,6 +428,26 @@ impl FileConfig {
         if default_idle.negative || default_idle.is_zero() {
             bail!("default_group_idle must be positive");
         }
+        let horizon = |key: &str, seconds: u64| -> anyhow::Result<chrono::Duration> {
+            if seconds == 0 || seconds > MAX_HORIZON_SECONDS {
+                bail!("{key} must be between 1 and {MAX_HORIZON_SECONDS}");
+            }
+            Ok(chrono::Duration::seconds(seconds as i64))
+        };
+        let expiry_horizon = horizon(
+            "max_expiry_horizon_seconds",
+            self.max_expiry_horizon_seconds,
+        )?;
+        let group_lifetime = horizon(
+            "max_group_lifetime_seconds",
+            self.max_group_lifetime_seconds,
+        )?;
+        // The default idle limit is added to every group's last activity: keep it a horizon.
+        let epoch = chrono::DateTime::<chrono::Utc>::UNIX_EPOCH;
+        let longest = epoch + chrono::Duration::seconds(MAX_HORIZON_SECONDS as i64);
+        if default_idle.add_to(epoch).is_none_or(|end| end > longest) {
+            bail!("default_group_idle must be at most {MAX_HORIZON_SECONDS} seconds");
+        }
         let mut channels = BTreeMap::new();
         for c in &self.channels {
             if c.name.is_empty() || c.name.starts_with('_') || c.name.contains('/') {
@@ -412,9 +472,20 @@ impl FileConfig {
                     Some(names) => features(names)?,
                 },
                 requires: features(&c.requires)?,
-                max_expiry_horizon: c
-                    .max_expiry_horizon_seconds
-                    .map(|s| chrono::Duration::seconds(s.min(i64::MAX as u64) as i64)),
+                expiry_horizon: match c.max_expiry_horizon_seconds {
+                    None => expiry_horizon,
+                    Some(s) => horizon(
+                        &format!("channel {}: max_expiry_horizon_seconds", c.name),
+                        s,
+                    )?,
+                },
+                group_lifetime: match c.max_group_lifetime_seconds {
+                    None => group_lifetime,
+                    Some(s) => horizon(
+                        &format!("channel {}: max_group_lifetime_seconds", c.name),
+                        s,
+                    )?,
+                },
             };
             if let Some(f) = agreement
                 .requires
@@ -432,7 +503,14 @@ impl FileConfig {
             }
         }
         if channels.is_empty() {
-            channels.insert("default".to_owned(), Agreement::everything());
+            channels.insert(
+                "default".to_owned(),
+                Agreement {
+                    expiry_horizon,
+                    group_lifetime,
+                    ..Agreement::everything()
+                },
+            );
         }
         for t in &self.tokens {
             if t.token.len() < 16 {
@@ -532,6 +610,11 @@ mod tests {
         assert_eq!(c.durability, Durability::Full);
         assert_eq!(c.channels.keys().collect::<Vec<_>>(), vec!["default"]);
         assert_eq!(c.channels["default"], Agreement::everything());
+        assert_eq!(
+            c.channels["default"].expiry_horizon,
+            chrono::Duration::days(30),
+            "the built-in channel has a horizon too"
+        );
     }
 
     #[test]
@@ -571,6 +654,10 @@ requires = ["AckRequested"]
             "[[channels]]\nname = \"x\"\noffers = [\"Telepathy\"]",
             "[[channels]]\nname = \"x\"\noffers = [\"Response\"]\nrequires = [\"Poll\"]",
             "default_group_idle = \"-P1D\"",
+            "default_group_idle = \"P300000Y\"",
+            "max_expiry_horizon_seconds = 0",
+            "max_group_lifetime_seconds = 9223372036854775807",
+            "[[channels]]\nname = \"x\"\nmax_expiry_horizon_seconds = 400000000",
         ] {
             std::fs::write(&path, bad).expect("write config");
             assert!(Config::load(Some(&path), []).is_err(), "{bad}");

@@ -38,7 +38,7 @@ impl IntoResponse for Problem {
 
 impl From<StoreError> for Problem {
     fn from(e: StoreError) -> Problem {
-        tracing::error!(error = %e, "store error in the admin API");
+        crate::store::health::log_store_failure("API answered 503", &e);
         Problem(
             StatusCode::SERVICE_UNAVAILABLE,
             "store-unavailable",

@@ -265,17 +265,18 @@ fn check_body(version: SoapVersion, body: &str) -> Result<(), Problem> {
     }
 }
 
-/// A message id: time-ordered and unique within this gateway.
+/// A message id: a UUID v7 — time-ordered, so listings sort by submission, and with 74 random
+/// bits from the OS, so ids are unique across processes and hosts (two containerised gateways
+/// are both pid 1) and a partner cannot guess a neighbour of one it saw. Our groupIds are made
+/// from it (`mid:{id}@wsr-gateway`).
 fn new_id(now: chrono::DateTime<chrono::Utc>) -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!(
-        "{:013x}-{:06x}-{:04x}",
-        now.timestamp_millis(),
-        std::process::id() & 0xFFFFFF,
-        n & 0xFFFF
-    )
+    let millis = u64::try_from(now.timestamp_millis()).unwrap_or(0);
+    let ts = uuid::Timestamp::from_unix(
+        uuid::NoContext,
+        millis / 1000,
+        ((millis % 1000) * 1_000_000) as u32,
+    );
+    uuid::Uuid::new_v7(ts).to_string()
 }
 
 pub async fn get_message(

@@ -97,7 +97,7 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/settle", post(subscriptions::settle))
         .route("/api/v1/extend", post(subscriptions::extend))
         .route("/healthz", get(health))
-        .route("/readyz", get(health))
+        .route("/readyz", get(ready))
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state)
 }
@@ -109,6 +109,24 @@ fn endpoints(kind: Endpoints) -> MethodRouter<AppState> {
         .delete(move |s, h, q| admin::remove_endpoint(kind, s, h, q))
 }
 
+/// Alive: the process answers.
 async fn health() -> &'static str {
     "ok\n"
+}
+
+/// Ready: the store can commit, so messages sent now can be acknowledged. 503 with the
+/// reason otherwise (writer stopped, disk full, corrupt database), so that a load balancer
+/// stops sending partners here.
+async fn ready(
+    axum::extract::State(app): axum::extract::State<AppState>,
+) -> axum::response::Response {
+    use axum::response::IntoResponse as _;
+    match app.store.readiness().await {
+        Ok(()) => "ok\n".into_response(),
+        Err(reason) => (
+            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: the store cannot commit: {reason}\n"),
+        )
+            .into_response(),
+    }
 }

@@ -13,6 +13,7 @@ use crate::rmp::agreement::Agreement;
 use crate::rmp::receiver::{AnswerRoute, answer_route, may_hold};
 use crate::rmp::replies::{Replies, ReplyItem, items, reply_for};
 use crate::store::{Endpoints, Payload, ReceivedMessage};
+use crate::wsr::datetime::saturating_add;
 use crate::wsr::{
     Defect, Envelope, FaultCode, FaultRoute, MessageKey, PollRequest, ReplyPattern, Request,
     SoapVersion, read_message, write_must_understand_fault,
@@ -143,7 +144,11 @@ async fn handle_request(
     });
     if let Some((code, reason)) = refusal {
         let pattern = &request.reply_pattern;
-        let expiry = request.expiry_time;
+        // The fault is kept (and a callback retried) until the message expires, but never
+        // beyond the channel's horizon: the refused ExpiryTime may be the year 262142.
+        let expiry = request
+            .expiry_time
+            .min(saturating_add(now, agreement.expiry_horizon));
         return by_reply_pattern(app, env.version, &key, pattern, code, reason, expiry).await;
     }
     let root = env
@@ -203,7 +208,11 @@ fn store_failed(
     key: &MessageKey,
     e: &crate::store::StoreError,
 ) -> RequestAnswer {
-    tracing::error!(error = %e, %key, "message not stored; answering MessageProcessingFailure");
+    crate::store::health::log_store_failure(
+        "message not stored; answered MessageProcessingFailure",
+        e,
+    );
+    tracing::debug!(error = %e, %key, "message not stored");
     RequestAnswer::Now(soap::fault(
         version,
         FaultCode::MessageProcessingFailure,

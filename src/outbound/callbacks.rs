@@ -118,7 +118,7 @@ async fn send_due(
                     Err(e) => e.to_string(),
                 };
                 tracing::warn!(%endpoint, attempts, error = %what, retry_in = ?wait, "callback failed");
-                let next = clock.now() + chrono::Duration::from_std(wait).unwrap_or_default();
+                let next = crate::wsr::datetime::saturating_add_std(clock.now(), wait);
                 store.callbacks_failed(&ids, next).await?;
             }
         }

@@ -108,8 +108,7 @@ async fn poll_loop(
         if let Err(e) = poll(store, client, clock, config.partner_id_retention).await {
             tracing::error!(error = %e, "poll pass failed");
         }
-        let next =
-            clock.now() + chrono::Duration::from_std(config.poll_interval).unwrap_or_default();
+        let next = crate::wsr::datetime::saturating_add_std(clock.now(), config.poll_interval);
         // Short naps, so that a test clock moved by hand is noticed too.
         while clock.now() < next {
             let left = (next - clock.now()).to_std().unwrap_or(Duration::ZERO);

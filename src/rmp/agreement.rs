@@ -4,7 +4,8 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::wsr::{FaultCode, ReplyPattern, Request};
+use crate::wsr::datetime::saturating_add;
+use crate::wsr::{FaultCode, GroupLimit, ReplyPattern, Request};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Feature {
@@ -46,17 +47,25 @@ impl Feature {
 pub struct Agreement {
     pub offers: Vec<Feature>,
     pub requires: Vec<Feature>,
-    /// How far ahead an ExpiryTime may lie; `None` = no limit.
-    pub max_expiry_horizon: Option<chrono::Duration>,
+    /// How far ahead an ExpiryTime may lie. Every channel has one (D13): a date from the wire
+    /// far in the future is refused here, before anything is stored or computed from it.
+    pub expiry_horizon: chrono::Duration,
+    /// How far ahead a group's own time limit may reach: its `groupExpiryTime`, or its
+    /// `groupMaxIdleDuration` counted from now.
+    pub group_lifetime: chrono::Duration,
 }
 
+/// The horizon and group lifetime of a channel that names none (30 days).
+pub const DEFAULT_HORIZON: chrono::Duration = chrono::Duration::days(30);
+
 impl Agreement {
-    /// Every feature offered, nothing required: the default channel.
+    /// Every feature offered, nothing required, the default horizons: the default channel.
     pub fn everything() -> Agreement {
         Agreement {
             offers: Feature::ALL.to_vec(),
             requires: Vec::new(),
-            max_expiry_horizon: None,
+            expiry_horizon: DEFAULT_HORIZON,
+            group_lifetime: DEFAULT_HORIZON,
         }
     }
 
@@ -90,16 +99,35 @@ impl Agreement {
                 ));
             }
         }
-        if let Some(horizon) = self.max_expiry_horizon {
-            if request.expiry_time > now + horizon {
-                return Err((
-                    FaultCode::InvalidExpiryTime,
-                    format!(
-                        "ExpiryTime is further ahead than this channel allows ({} s)",
-                        horizon.num_seconds()
-                    ),
-                ));
-            }
+        if request.expiry_time > saturating_add(now, self.expiry_horizon) {
+            return Err((
+                FaultCode::InvalidExpiryTime,
+                format!(
+                    "ExpiryTime is further ahead than this channel allows ({} s)",
+                    self.expiry_horizon.num_seconds()
+                ),
+            ));
+        }
+        let latest_end = saturating_add(now, self.group_lifetime);
+        let group_limit = request
+            .message_id
+            .sequence
+            .as_ref()
+            .and_then(|s| s.group_limit.as_ref());
+        let (limit_name, group_end) = match group_limit {
+            None => return Ok(()),
+            Some(GroupLimit::ExpiryTime(t)) => ("groupExpiryTime", Some(*t)),
+            // An idle limit too large to add to a date is beyond any lifetime.
+            Some(GroupLimit::MaxIdleDuration(d)) => ("groupMaxIdleDuration", d.add_to(now)),
+        };
+        if group_end.is_none_or(|end| end > latest_end) {
+            return Err((
+                FaultCode::InvalidMessageParameters,
+                format!(
+                    "{limit_name} reaches further ahead than this channel allows for a group ({} s)",
+                    self.group_lifetime.num_seconds()
+                ),
+            ));
         }
         Ok(())
     }

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 
 use super::ranges::RangeSet;
-use crate::wsr::datetime::XsDuration;
+use crate::wsr::datetime::{XsDuration, saturating_add};
 use crate::wsr::{FaultCode, GroupId, GroupLimit, ReplyPattern, Request};
 
 /// Receiver settings the decisions depend on (DESIGN D3, D6, D8).
@@ -166,10 +166,17 @@ impl GroupState {
         if !self.params.sequenced {
             return None;
         }
+        // A limit beyond the representable range is the latest instant, never "no limit":
+        // channels refuse such limits on arrival (`Agreement::check`), and a state stored
+        // before that check still ends.
+        let idle = |d: &XsDuration| {
+            d.add_to(self.last_activity)
+                .unwrap_or(DateTime::<Utc>::MAX_UTC)
+        };
         match &self.params.limit {
             Some(GroupLimit::ExpiryTime(t)) => Some(*t),
-            Some(GroupLimit::MaxIdleDuration(d)) => d.add_to(self.last_activity),
-            None => policy.default_idle.add_to(self.last_activity),
+            Some(GroupLimit::MaxIdleDuration(d)) => Some(idle(d)),
+            None => Some(idle(&policy.default_idle)),
         }
     }
 
@@ -183,13 +190,14 @@ impl GroupState {
     /// When nobody can need the group's IDs any more: no message of it can be accepted, and
     /// senders have had `answer_polls_for` to ask what became of theirs.
     fn forget_at(&self, policy: &Policy) -> DateTime<Utc> {
-        self.no_longer_acceptable(policy) + policy.answer_polls_for
+        saturating_add(self.no_longer_acceptable(policy), policy.answer_polls_for)
     }
 
     /// The first instant at which every message of the group counts as expired on arrival
     /// (the receiver refuses `expiry < now - skew`).
     fn no_longer_acceptable(&self, policy: &Policy) -> DateTime<Utc> {
-        self.max_expiry + policy.clock_skew + chrono::Duration::milliseconds(1)
+        let skewed = saturating_add(self.max_expiry, policy.clock_skew);
+        saturating_add(skewed, chrono::Duration::milliseconds(1))
     }
 
     /// The next moment something happens to this group by itself: a time limit, a buffered

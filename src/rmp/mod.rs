@@ -8,3 +8,6 @@ pub mod ranges;
 pub mod receiver;
 pub mod replies;
 pub mod sender;
+
+#[cfg(test)]
+mod extremes;

@@ -6,6 +6,7 @@
 use chrono::{DateTime, Utc};
 
 use super::group::{Buffered, GroupParams, GroupState, GroupStatus, Policy, Swept, slot, sweep};
+use crate::wsr::datetime::saturating_sub;
 use crate::wsr::{FaultCode, ReplyPattern, Request};
 
 /// One message as the receiver sees it.
@@ -123,7 +124,7 @@ pub fn receive(
     let number = request.key().number;
     let n = slot(number);
     let params = GroupParams::of(request, msg.channel);
-    let expired = request.expiry_time < now - policy.clock_skew;
+    let expired = request.expiry_time < saturating_sub(now, policy.clock_skew);
 
     let Some(stored) = stored else {
         if expired {
@@ -271,7 +272,7 @@ fn accept(
     let ahead_of_gap = ordered && n != state.next_expected;
     if ahead_of_gap
         && (state.buffered.len() >= policy.buffer_max_messages
-            || state.buffered_bytes() + msg.body_bytes > policy.buffer_max_bytes)
+            || state.buffered_bytes().saturating_add(msg.body_bytes) > policy.buffer_max_bytes)
     {
         // Transient, and the group is left exactly as it was: the sender resends later (D6).
         return Outcome::fault(

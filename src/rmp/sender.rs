@@ -19,6 +19,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::wsr::FaultCode;
+use crate::wsr::datetime::saturating_add_std;
 
 /// How long after a message's ExpiryTime its destination might still accept it: the clock
 /// skew a receiver may allow (ours: `clock_skew_seconds`, default 0) plus time in flight. A
@@ -31,8 +32,11 @@ pub const EXPIRY_GRACE: Duration = Duration::from_secs(5);
 pub const RESOLVE_FOR: Duration = Duration::from_secs(30 * 60);
 
 fn after(t: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
-    t + chrono::Duration::from_std(d).unwrap_or_default()
+    saturating_add_std(t, d)
 }
+
+/// The longest wait between two attempts (submits asking for more are refused).
+pub const LONGEST_WAIT: Duration = Duration::from_secs(86_400);
 
 /// When to try again after each attempt.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -67,13 +71,11 @@ impl RetrySchedule {
                 interval, backoff, ..
             } => {
                 let factor = backoff.max(&1).saturating_pow(attempt.saturating_sub(1));
-                Some(
-                    interval
-                        .saturating_mul(factor)
-                        .min(Duration::from_secs(86_400)),
-                )
+                Some(interval.saturating_mul(factor).min(LONGEST_WAIT))
             }
-            RetrySchedule::Waits(waits) => waits.get(attempt as usize - 1).copied(),
+            RetrySchedule::Waits(waits) => waits
+                .get((attempt as usize).saturating_sub(1))
+                .map(|w| (*w).min(LONGEST_WAIT)),
         }
     }
 }
@@ -242,7 +244,7 @@ impl Outbound {
 
     fn schedule_next(&mut self, now: DateTime<Utc>) {
         self.next_attempt = match self.schedule.wait_after(self.attempts) {
-            Some(wait) => Some(now + chrono::Duration::from_std(wait).unwrap_or_default()),
+            Some(wait) => Some(after(now, wait)),
             // The last attempt is out: an ack can still come until the message expires; then
             // `due` fails it.
             None => Some(self.expiry),

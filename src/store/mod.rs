@@ -8,6 +8,7 @@
 mod decide;
 pub mod delivery;
 pub mod group_json;
+pub mod health;
 pub mod outbound;
 mod prefill;
 mod sqlite;
@@ -159,6 +160,15 @@ pub enum StoreError {
     Failed(String),
     #[error("commit failed (injected fault)")]
     Injected,
+    /// A bug: the job panicked. It failed alone; the writer carries on.
+    #[error("the store job failed unexpectedly: {0}")]
+    Panicked(String),
+    /// Another gateway (or another store in this process) holds the database.
+    #[error("{0}")]
+    Locked(String),
+    /// The database belongs to something else, or cannot be opened.
+    #[error("{0}")]
+    Refused(String),
     #[error("the store is shut down")]
     Closed,
 }

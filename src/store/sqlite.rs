@@ -18,6 +18,7 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 use super::decide::insert_message_fault;
 use super::delivery::DeliveryError;
 use super::group_json::{decode, from_millis, millis};
+use super::health::Health;
 use super::writer::{Completion, Job, MAX_BATCH, Ran, WriterFn, run_writer};
 use super::{
     Durability, Endpoints, InboxEntry, PendingCallback, Received, ReceivedMessage, StoreConfig,
@@ -52,6 +53,15 @@ pub(super) struct Shared {
     pub(super) sweeper_wakeup: AtomicI64,
     /// Test hook: the next N commits fail as if the disk refused them.
     pub(super) failing_commits: AtomicUsize,
+    /// Test hook: messages of this group panic inside the writer (a bug, simulated).
+    pub(super) panicking_group: Mutex<Option<String>>,
+    /// Whether the writer's last commit attempt worked (readiness).
+    pub(super) health: Health,
+    /// One readiness probe at a time, and when the last one ran.
+    probe: tokio::sync::Mutex<Option<std::time::Instant>>,
+    /// This process's exclusive hold on the database (`{file}.lock`), released when the last
+    /// handle and the writer are gone.
+    _lock: std::fs::File,
     /// Bumped whenever subscriptions may have something new to hand out (inbox appends,
     /// releases, lapsed leases); long-polling fetches wait on it.
     pub(super) deliveries_changed: watch::Sender<u64>,
@@ -70,6 +80,7 @@ impl Store {
             std::fs::create_dir_all(dir)
                 .map_err(|e| StoreError::Failed(format!("cannot create {}: {e}", dir.display())))?;
         }
+        let lock = lock_database(&config.path).await?;
         let synchronous = match config.durability {
             Durability::Full => SqliteSynchronous::Full,
             Durability::Os => SqliteSynchronous::Normal,
@@ -84,6 +95,7 @@ impl Store {
             .max_connections(4)
             .connect_with(options.clone())
             .await?;
+        claim_database(&pool, &config.path).await?;
         sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
         let writer = SqliteConnection::connect_with(&options).await?;
         let shared = Arc::new(Shared {
@@ -94,7 +106,11 @@ impl Store {
             deadlines_changed: Notify::new(),
             sweeper_wakeup: AtomicI64::new(i64::MIN),
             failing_commits: AtomicUsize::new(0),
+            panicking_group: Mutex::new(None),
+            health: Health::default(),
+            probe: tokio::sync::Mutex::new(None),
             deliveries_changed: watch::channel(0).0,
+            _lock: lock,
         });
         let (jobs, rx) = mpsc::channel(4 * MAX_BATCH);
         tokio::spawn(run_writer(writer, options, rx, shared.clone()));
@@ -218,6 +234,79 @@ impl Store {
 
     /// Test hook: make the next `n` commits fail.
     #[doc(hidden)]
+    /// Test hook: every message of `group` panics inside the writer, as a bug would.
+    pub fn panic_on_group(&self, group: Option<&str>) {
+        *self
+            .shared
+            .panicking_group
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = group.map(str::to_owned);
+    }
+
+    /// Test hook: caps the database at its current size (`None`: lifts the cap), so that
+    /// writes fail as on a full disk ("database or disk is full").
+    pub async fn cap_database_size(&self, capped: bool) -> Result<(), StoreError> {
+        self.in_writer(move |conn| {
+            Box::pin(async move {
+                // SQLite raises a cap below the current size to the current size.
+                let pragma = if capped {
+                    "PRAGMA max_page_count = 1"
+                } else {
+                    "PRAGMA max_page_count = 1073741823"
+                };
+                sqlx::query(pragma)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(StoreError::from)?;
+                Ok(((), false))
+            })
+        })
+        .await
+        .map_err(|e| match e {
+            DeliveryError::Store(e) => e,
+            other => StoreError::Failed(other.to_string()),
+        })
+    }
+
+    /// Whether the store can commit now (`/readyz`): `Err(reason)` while the writer is gone
+    /// or its commits fail. Without a recent successful commit, a small write goes through the
+    /// writer to find out, at most once per `PROBE_EVERY` however often this is asked.
+    pub async fn readiness(&self) -> Result<(), String> {
+        const PROBE_EVERY: Duration = Duration::from_secs(1);
+        if self.jobs.is_closed() {
+            return Err("the store writer has stopped".into());
+        }
+        let health = &self.shared.health;
+        if health.committed_within(PROBE_EVERY) {
+            return Ok(());
+        }
+        let mut last_probe = self.shared.probe.lock().await;
+        if health.committed_within(PROBE_EVERY)
+            || last_probe.is_some_and(|t| t.elapsed() < PROBE_EVERY)
+        {
+            return health.state();
+        }
+        *last_probe = Some(std::time::Instant::now());
+        let probe = self
+            .in_writer(|conn| {
+                Box::pin(async move {
+                    sqlx::query(
+                        "INSERT INTO settings (key, value) VALUES ('ready_probe', randomblob(8)) \
+                         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    )
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(StoreError::from)?;
+                    Ok(((), false))
+                })
+            })
+            .await;
+        match probe {
+            Ok(()) => health.state(),
+            Err(e) => Err(health.state().err().unwrap_or_else(|| e.to_string())),
+        }
+    }
+
     pub fn fail_next_commits(&self, n: usize) {
         self.shared.failing_commits.store(n, Ordering::SeqCst);
     }
@@ -534,4 +623,113 @@ pub(super) fn inbox_from_row(r: &sqlx::sqlite::SqliteRow) -> InboxEntry {
         received_at: from_millis(r.get(7)),
         expiry: from_millis(r.get(8)),
     }
+}
+
+/// Ours: `PRAGMA application_id` of a wsr-gateway database ("WSRG").
+const APPLICATION_ID: i64 = 0x5753_5247;
+const _: () = assert!(
+    APPLICATION_ID == 1_465_078_343,
+    "the literal in claim_database"
+);
+
+/// Takes this process's exclusive hold on the database, beside it in `{file}.lock`, so that a
+/// second gateway on the same file stops at once with a clear error instead of sharing the
+/// writer's work. The OS releases the hold when the process dies, so a crash leaves nothing to
+/// clean up. Opening the lock file first also names the OS's reason when the place is not
+/// writable (SQLite only says "unable to open database file").
+#[allow(clippy::incompatible_msrv)] // TEMP: rust-version goes to 1.89 after the merges
+async fn lock_database(path: &std::path::Path) -> Result<std::fs::File, StoreError> {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".lock");
+    let lock_path = std::path::PathBuf::from(name);
+    let lock = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&lock_path)
+        .map_err(|e| StoreError::Refused(format!("cannot open {}: {e}", lock_path.display())))?;
+    // A store of this process that is shutting down lets go within moments; anyone else
+    // keeps it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    loop {
+        match lock.try_lock() {
+            Ok(()) => break,
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                return Err(StoreError::Locked(format!(
+                    "{} is in use by another wsr-gateway (it holds {}); one database serves one \
+                     gateway — give this one its own `database`",
+                    path.display(),
+                    lock_path.display()
+                )));
+            }
+            Err(std::fs::TryLockError::Error(e)) => {
+                return Err(StoreError::Refused(format!(
+                    "cannot lock {}: {e}",
+                    lock_path.display()
+                )));
+            }
+        }
+    }
+    if let Err(e) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+    {
+        return Err(StoreError::Refused(format!(
+            "cannot open {} for reading and writing: {e}",
+            path.display()
+        )));
+    }
+    Ok(lock)
+}
+
+/// Refuses a database that is not ours before migrations add a single table to it: one with
+/// another application id, or one with tables but no id and none of our migrations. A new,
+/// empty file is marked as ours; one from before we marked them is recognised by its
+/// migrations and marked.
+async fn claim_database(pool: &SqlitePool, path: &std::path::Path) -> Result<(), StoreError> {
+    let id: i64 = sqlx::query_scalar("PRAGMA application_id")
+        .fetch_one(pool)
+        .await?;
+    if id == APPLICATION_ID {
+        return Ok(());
+    }
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' \
+         ORDER BY name",
+    )
+    .fetch_all(pool)
+    .await?;
+    let ours_before_ids = tables.iter().any(|t| t == "_sqlx_migrations")
+        && tables.iter().any(|t| t == "groups")
+        && tables.iter().any(|t| t == "inbox");
+    if id != 0 || !(tables.is_empty() || ours_before_ids) {
+        let shown: Vec<&str> = tables.iter().take(5).map(String::as_str).collect();
+        return Err(StoreError::Refused(format!(
+            "{} is not a wsr-gateway database (application_id {id:#x}, tables: {}{}); \
+             refusing to add ours to it — point `database` at a new file",
+            path.display(),
+            if shown.is_empty() {
+                "none".to_owned()
+            } else {
+                shown.join(", ")
+            },
+            if tables.len() > shown.len() {
+                ", …"
+            } else {
+                ""
+            },
+        )));
+    }
+    // 0x57535247: APPLICATION_ID (a pragma takes no parameters).
+    sqlx::query("PRAGMA application_id = 1465078343")
+        .execute(pool)
+        .await?;
+    Ok(())
 }

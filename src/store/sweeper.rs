@@ -44,7 +44,7 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>) {
             .map(|d| (d - now).to_std().unwrap_or(Duration::ZERO))
             .unwrap_or(IDLE_RECHECK)
             .min(IDLE_RECHECK);
-        store.sweeper_sleeps_until(now + chrono::Duration::from_std(wait).unwrap_or_default());
+        store.sweeper_sleeps_until(crate::wsr::datetime::saturating_add_std(now, wait));
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
             _ = store.deadlines_changed().notified() => {}

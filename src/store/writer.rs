@@ -1,11 +1,13 @@
 //! The group-commit writer: one task, one connection, applying concurrent requests' decisions
 //! in one transaction and answering each only after the commit that made it durable.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use futures_util::FutureExt as _;
 use sqlx::Connection;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
@@ -92,12 +94,41 @@ pub(super) async fn run_writer(
                 Err(_) => break,
             }
         }
-        if commit_batch(&mut conn, batch, &shared).await == WriterConnection::Broken {
+        let outcome = AssertUnwindSafe(commit_batch(&mut conn, batch, &shared))
+            .catch_unwind()
+            .await;
+        let broken = match outcome {
+            Ok(connection) => connection == WriterConnection::Broken,
+            Err(panic) => {
+                // Outside any one job (jobs catch their own): the batch's callers were answered
+                // "not stored" when their jobs were dropped; its transaction dies with the
+                // connection.
+                let cause = panic_message(&panic);
+                tracing::error!(%cause, "the writer caught a panic; its batch was not committed");
+                shared.health.failed(&format!("a commit panicked: {cause}"));
+                true
+            }
+        };
+        if broken {
             // The transaction could not even be rolled back: start over on a fresh connection
             // rather than leave every later request failing on a stuck one.
             conn = reconnect(&options).await;
         }
     }
+}
+
+/// Logs a failed batch once per burst of identical failures (a full disk fails every batch).
+fn log_burst(why: &str) {
+    super::health::log_store_failure("writer: no request of the batch is acknowledged", &why);
+}
+
+/// The text a panic carried, for the log.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
 }
 
 async fn reconnect(options: &SqliteConnectOptions) -> SqliteConnection {
@@ -138,8 +169,10 @@ async fn commit_batch(
     let mut savepoints = Savepoints::ForChangesOnly;
     let (results, effects, poisoned) = loop {
         if let Err(e) = sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await {
-            tracing::error!(error = %e, "cannot begin a transaction");
-            fail_all(batch, &format!("cannot begin: {e}"));
+            let why = format!("cannot begin a transaction: {e}");
+            log_burst(&why);
+            shared.health.failed(&why);
+            fail_all(batch, &why);
             return WriterConnection::Usable;
         }
         let mut results = Vec::with_capacity(batch.len());
@@ -205,7 +238,9 @@ async fn commit_batch(
             .map_err(StoreError::from),
     };
     if let Err(e) = committed {
-        tracing::error!(error = %e, jobs = batch.len(), "transaction failed; no request of the batch is acknowledged");
+        let why = format!("transaction failed: {e}");
+        log_burst(&why);
+        shared.health.failed(&why);
         let rolled_back = sqlx::query("ROLLBACK").execute(&mut *conn).await;
         fail_all(batch, &e.to_string());
         return match rolled_back {
@@ -218,6 +253,7 @@ async fn commit_batch(
             }
         };
     }
+    shared.health.committed();
     // Durable now: announce, then answer.
     if !effects.delivered.is_empty() {
         let mut waiters = shared.waiters.lock().unwrap_or_else(|p| p.into_inner());
@@ -330,38 +366,23 @@ async fn run_job(
         sqlx::query("SAVEPOINT job").execute(&mut *conn).await?;
     }
     let mut job_effects = Effects::default();
-    let result = match job {
-        Job::Receive(message, _) => {
-            let applied =
-                apply_receive(conn, staged, message, &shared.policy, &mut job_effects).await;
-            match applied {
-                // In a savepoint, its writes must land before the savepoint ends.
-                Ok(r) if in_savepoint => staged.flush(conn).await.map(|()| r),
-                other => other,
-            }
-        }
-        .map(JobResult::Received),
-        Job::Sweep(now, _) => apply_sweep(conn, *now, &shared.policy, &mut job_effects)
-            .await
-            .map(JobResult::Swept),
-        Job::Run(change) => match change.take() {
-            // Consumed by a first pass that was rolled back.
-            None => {
-                sqlx::query("RELEASE job").execute(&mut *conn).await?;
-                return Ok(JobRun::Done(Err(StoreError::Failed(
-                    "rolled back with its batch; try again".into(),
-                ))));
-            }
-            Some(change) => match change(&mut *conn).await {
-                Ok(Ran::Keep(done)) => Ok(JobResult::Ran(done)),
-                Ok(Ran::Undo(done)) => {
-                    sqlx::query("ROLLBACK TO job").execute(&mut *conn).await?;
-                    sqlx::query("RELEASE job").execute(&mut *conn).await?;
-                    return Ok(JobRun::Done(Ok(JobResult::Ran(done))));
-                }
-                Err(e) => Err(e),
-            },
-        },
+    // A panic is a bug, but one job's bug must not take the writer (and with it every later
+    // request) down: it becomes that job's failure, handled like corrupt state below.
+    let result = AssertUnwindSafe(job_outcome(
+        conn,
+        job,
+        shared,
+        staged,
+        &mut job_effects,
+        in_savepoint,
+    ))
+    .catch_unwind()
+    .await
+    .unwrap_or_else(|panic| Err(StoreError::Panicked(panic_message(&panic))));
+    let result = match result {
+        Ok(JobStep::Result(result)) => result,
+        Ok(JobStep::Finished(run)) => return Ok(run),
+        Err(e) => Err(e),
     };
     if !in_savepoint {
         return match result {
@@ -369,7 +390,7 @@ async fn run_job(
                 effects.absorb(job_effects);
                 Ok(JobRun::Done(Ok(done)))
             }
-            Err(StoreError::Corrupt(_)) => Ok(JobRun::NeedsSavepoint),
+            Err(StoreError::Corrupt(_) | StoreError::Panicked(_)) => Ok(JobRun::NeedsSavepoint),
             Err(e) => Err(e),
         };
     }
@@ -379,14 +400,74 @@ async fn run_job(
             effects.absorb(job_effects);
             Ok(JobRun::Done(Ok(done)))
         }
-        Err(StoreError::Corrupt(why)) => {
-            tracing::error!(reason = %why, "store job failed on corrupt state; rolled back to its savepoint");
+        Err(failure @ (StoreError::Corrupt(_) | StoreError::Panicked(_))) => {
+            tracing::error!(reason = %failure, "store job failed alone; rolled back to its savepoint");
             // Nothing it staged may outlive it.
             *staged = Staged::default();
             sqlx::query("ROLLBACK TO job").execute(&mut *conn).await?;
             sqlx::query("RELEASE job").execute(&mut *conn).await?;
-            Ok(JobRun::Done(Err(StoreError::Corrupt(why))))
+            Ok(JobRun::Done(Err(failure)))
         }
         Err(e) => Err(e),
     }
+}
+
+/// What running a job's own work gave: a result to finish in `run_job`, or a run already
+/// finished (its savepoint handled).
+enum JobStep {
+    Result(Result<JobResult, StoreError>),
+    Finished(JobRun),
+}
+
+/// The job's own work, inside whatever savepoint `run_job` opened.
+async fn job_outcome(
+    conn: &mut SqliteConnection,
+    job: &mut Job,
+    shared: &Shared,
+    staged: &mut Staged,
+    job_effects: &mut Effects,
+    in_savepoint: bool,
+) -> Result<JobStep, StoreError> {
+    let result = match job {
+        Job::Receive(message, _) => {
+            let doomed = shared
+                .panicking_group
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_deref()
+                == Some(message.request.message_id.group_id.as_str());
+            if doomed {
+                panic!("injected panic (test hook)");
+            }
+            let applied = apply_receive(conn, staged, message, &shared.policy, job_effects).await;
+            match applied {
+                // In a savepoint, its writes must land before the savepoint ends.
+                Ok(r) if in_savepoint => staged.flush(conn).await.map(|()| r),
+                other => other,
+            }
+        }
+        .map(JobResult::Received),
+        Job::Sweep(now, _) => apply_sweep(conn, *now, &shared.policy, job_effects)
+            .await
+            .map(JobResult::Swept),
+        Job::Run(change) => match change.take() {
+            // Consumed by a first pass that was rolled back.
+            None => {
+                sqlx::query("RELEASE job").execute(&mut *conn).await?;
+                return Ok(JobStep::Finished(JobRun::Done(Err(StoreError::Failed(
+                    "rolled back with its batch; try again".into(),
+                )))));
+            }
+            Some(change) => match change(&mut *conn).await {
+                Ok(Ran::Keep(done)) => Ok(JobResult::Ran(done)),
+                Ok(Ran::Undo(done)) => {
+                    sqlx::query("ROLLBACK TO job").execute(&mut *conn).await?;
+                    sqlx::query("RELEASE job").execute(&mut *conn).await?;
+                    return Ok(JobStep::Finished(JobRun::Done(Ok(JobResult::Ran(done)))));
+                }
+                Err(e) => Err(e),
+            },
+        },
+    };
+    Ok(JobStep::Result(result))
 }

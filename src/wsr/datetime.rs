@@ -121,6 +121,33 @@ pub fn parse_date_time(raw: &str) -> Result<(DateTime<Utc>, Zone), String> {
     Ok((utc.and_utc(), zone))
 }
 
+/// `t + span`, pinned to the last (or first) representable instant instead of overflowing.
+/// Instants and spans come from the wire, the API and the config: arithmetic on them must
+/// never panic (D13), and a deadline beyond the representable range is "never" anyway.
+pub fn saturating_add(t: DateTime<Utc>, span: TimeDelta) -> DateTime<Utc> {
+    t.checked_add_signed(span)
+        .unwrap_or(if span < TimeDelta::zero() {
+            DateTime::<Utc>::MIN_UTC
+        } else {
+            DateTime::<Utc>::MAX_UTC
+        })
+}
+
+/// `t - span`, saturating like `saturating_add`.
+pub fn saturating_sub(t: DateTime<Utc>, span: TimeDelta) -> DateTime<Utc> {
+    t.checked_sub_signed(span)
+        .unwrap_or(if span < TimeDelta::zero() {
+            DateTime::<Utc>::MAX_UTC
+        } else {
+            DateTime::<Utc>::MIN_UTC
+        })
+}
+
+/// `t + wait` for a `std` duration (retry waits, intervals), saturating.
+pub fn saturating_add_std(t: DateTime<Utc>, wait: std::time::Duration) -> DateTime<Utc> {
+    saturating_add(t, TimeDelta::from_std(wait).unwrap_or(TimeDelta::MAX))
+}
+
 /// An instant as `xs:dateTime` text (see `format_date_time`).
 pub fn date_time_string(t: &DateTime<Utc>) -> String {
     let mut out = String::with_capacity(24);

@@ -6,6 +6,7 @@ mod chaos;
 mod crash;
 mod delivery;
 mod health;
+mod hostile;
 mod interop;
 mod malformed;
 mod receiver;

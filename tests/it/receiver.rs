@@ -857,9 +857,17 @@ async fn unknown_channel_is_404() {
 #[tokio::test]
 async fn readme_example_envelope_is_acked_and_example_config_loads() {
     let app = spawn_app().await;
+    // As the README does: the example's ExpiryTime becomes one hour from now (every channel
+    // refuses one more than 30 days ahead).
+    let in_an_hour = super::support::xs(app.clock.now_utc() + Duration::hours(1));
     let xml =
         std::fs::read_to_string(super::support::repo_root().join("examples/purchase-order.xml"))
-            .expect("example envelope");
+            .expect("example envelope")
+            .replace("2099-12-31T23:59:59Z", &in_an_hour);
+    assert!(
+        xml.contains(&in_an_hour),
+        "the README's substitution applies"
+    );
     for _ in 0..2 {
         let answer = app
             .post("/wsr/default", "text/xml; charset=utf-8", xml.clone())

@@ -1,0 +1,413 @@
+//! Hostile input against the running gateway (issue 12): dates and durations at the edge of
+//! the representable range, a writer job that panics, a full disk, a second gateway on one
+//! database, a database that is not ours, ids that must not be guessable.
+
+use chrono::{DateTime, Duration, TimeZone, Utc};
+use serde_json::{Value, json};
+use wsr_gateway::config::{Scope, TokenConfig};
+use wsr_gateway::wsr::datetime::XsDuration;
+use wsr_gateway::wsr::{
+    FaultCode, GroupId, GroupLimit, Headers, MessageId, ReplyPattern, Request, SequenceNum,
+    SoapVersion, write_envelope,
+};
+
+use super::support::{Answer, ClockExt, TestApp, spawn_app, spawn_app_with};
+
+const V: SoapVersion = SoapVersion::Soap11;
+
+/// A Response-pattern message on `default`: singleton unless `number` is given.
+fn message(
+    group: &str,
+    number: Option<u64>,
+    expiry: DateTime<Utc>,
+    limit: Option<GroupLimit>,
+) -> String {
+    let request = Request {
+        message_id: MessageId {
+            group_id: GroupId::parse(group).expect("group id"),
+            sequence: number.map(|number| SequenceNum {
+                number,
+                last: false,
+                group_limit: limit,
+            }),
+        },
+        expiry_time: expiry,
+        reply_pattern: ReplyPattern::Response,
+        ack_requested: true,
+        duplicate_elimination: true,
+        message_order: false,
+    };
+    write_envelope(
+        V,
+        Headers {
+            request: Some(&request),
+            ..Headers::default()
+        },
+        "<p:Order xmlns:p=\"urn:p\">hostile</p:Order>",
+    )
+}
+
+fn fault_of(answer: &Answer) -> Option<FaultCode> {
+    let env = answer.envelope();
+    let replies = env.response?.replies;
+    replies.into_iter().find_map(|r| match r {
+        wsr_gateway::wsr::Reply::NonSequence { fault, .. } => fault,
+        wsr_gateway::wsr::Reply::Sequence { ranges, .. } => ranges.iter().find_map(|r| r.fault),
+    })
+}
+
+async fn acked(app: &TestApp, group: &str) {
+    let expiry = app.clock.now_utc() + Duration::hours(1);
+    let answer = app.send(V, message(group, None, expiry, None)).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(fault_of(&answer), None, "{}", answer.body);
+}
+
+async fn readyz(app: &TestApp) -> (u16, String) {
+    let r = app
+        .client
+        .get(app.url("/readyz"))
+        .send()
+        .await
+        .expect("readyz answers");
+    (r.status().as_u16(), r.text().await.unwrap_or_default())
+}
+
+/// Item 1: the year 262142 made the writer panic on the retention arithmetic, and every later
+/// message failed. Now it is refused by the channel's horizon and the gateway carries on.
+#[tokio::test]
+async fn an_expiry_at_the_end_of_time_is_refused_and_the_store_carries_on() {
+    let app = spawn_app().await;
+    let far = DateTime::parse_from_rfc3339("+262142-12-31T23:30:00Z")
+        .map(|t| t.with_timezone(&Utc))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC - Duration::minutes(30));
+    for (i, expiry) in [
+        far,
+        Utc.with_ymd_and_hms(9999, 12, 31, 0, 0, 0).unwrap(),
+        Utc.with_ymd_and_hms(200_000, 1, 1, 0, 0, 0).unwrap(),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let single = app
+            .send(V, message(&format!("mid:far-{i}@test"), None, expiry, None))
+            .await;
+        assert_eq!(
+            fault_of(&single),
+            Some(FaultCode::InvalidExpiryTime),
+            "{}",
+            single.body
+        );
+        let ordered = app
+            .send(
+                V,
+                message(&format!("mid:far-seq-{i}@test"), Some(0), expiry, None),
+            )
+            .await;
+        assert_eq!(fault_of(&ordered), Some(FaultCode::InvalidExpiryTime));
+    }
+    // The sweeper's arithmetic on what was stored must not panic either.
+    app.clock.advance(Duration::days(400));
+    app.sweep().await;
+    acked(&app, "mid:after-far@test").await;
+    assert_eq!(readyz(&app).await.0, 200);
+    assert!(
+        app.inbox()
+            .await
+            .iter()
+            .all(|m| m.group_id.as_str() == "mid:after-far@test")
+    );
+    app.stop().await;
+}
+
+/// Item 8: a group's own limits reach at most the channel's group lifetime ahead; an idle
+/// limit too large to compute is refused, not read as "no limit".
+#[tokio::test]
+async fn group_limits_beyond_the_lifetime_are_refused() {
+    let app = spawn_app().await;
+    let now = app.clock.now_utc();
+    let expiry = now + Duration::hours(1);
+    let idle = |s: &str| {
+        Some(GroupLimit::MaxIdleDuration(
+            XsDuration::parse(s).expect("xs"),
+        ))
+    };
+    for (group, limit) in [
+        ("mid:idle-300000y@test", idle("P300000Y")),
+        ("mid:idle-31d@test", idle("P31D")),
+        (
+            "mid:expiry-far@test",
+            Some(GroupLimit::ExpiryTime(now + Duration::days(365))),
+        ),
+    ] {
+        let answer = app.send(V, message(group, Some(0), expiry, limit)).await;
+        assert_eq!(
+            fault_of(&answer),
+            Some(FaultCode::InvalidMessageParameters),
+            "{group}: {}",
+            answer.body
+        );
+    }
+    let fine = app
+        .send(V, message("mid:idle-1d@test", Some(0), expiry, idle("P1D")))
+        .await;
+    assert_eq!(fault_of(&fine), None, "{}", fine.body);
+    assert_eq!(app.inbox().await.len(), 1);
+    app.stop().await;
+}
+
+/// The horizon is the operator's: a channel may allow less (or more) than the default.
+#[tokio::test]
+async fn the_expiry_horizon_is_configurable() {
+    let app = spawn_app_with(|c| {
+        for agreement in c.channels.values_mut() {
+            agreement.expiry_horizon = Duration::minutes(10);
+        }
+    })
+    .await;
+    let now = app.clock.now_utc();
+    let too_far = app
+        .send(
+            V,
+            message("mid:h1@test", None, now + Duration::minutes(11), None),
+        )
+        .await;
+    assert_eq!(fault_of(&too_far), Some(FaultCode::InvalidExpiryTime));
+    let near = app
+        .send(
+            V,
+            message("mid:h2@test", None, now + Duration::minutes(9), None),
+        )
+        .await;
+    assert_eq!(fault_of(&near), None, "{}", near.body);
+    app.stop().await;
+}
+
+/// A panic inside a writer job (a bug) fails that job alone; the writer lives on.
+#[tokio::test]
+async fn a_panicking_writer_job_fails_alone_and_the_writer_carries_on() {
+    let app = spawn_app().await;
+    app.store.panic_on_group(Some("mid:doomed@test"));
+    let expiry = app.clock.now_utc() + Duration::hours(1);
+    let doomed = app
+        .send(V, message("mid:doomed@test", None, expiry, None))
+        .await;
+    assert_eq!(
+        fault_of(&doomed),
+        Some(FaultCode::MessageProcessingFailure),
+        "{}",
+        doomed.body
+    );
+    acked(&app, "mid:next@test").await;
+    // The doomed message was not half-stored: once the bug is gone, its resend is delivered.
+    app.store.panic_on_group(None);
+    acked(&app, "mid:doomed@test").await;
+    assert_eq!(app.inbox().await.len(), 2);
+    assert_eq!(readyz(&app).await.0, 200);
+    app.stop().await;
+}
+
+/// Item 10: while the store cannot commit (here: the database may not grow, as on a full
+/// disk) `/readyz` says so with the reason, and says ready again once commits work.
+#[tokio::test]
+async fn readyz_is_503_with_the_reason_while_the_store_cannot_commit() {
+    let app = spawn_app().await;
+    assert_eq!(readyz(&app).await.0, 200);
+    app.store.cap_database_size(true).await.expect("cap");
+    let expiry = app.clock.now_utc() + Duration::hours(1);
+    let big = format!(
+        "<p:Blob xmlns:p=\"urn:p\">{}</p:Blob>",
+        "x".repeat(256 * 1024)
+    );
+    let mut refused = 0;
+    for i in 0..8 {
+        let xml = message(&format!("mid:full-{i}@test"), None, expiry, None)
+            .replace("<p:Order xmlns:p=\"urn:p\">hostile</p:Order>", &big);
+        let answer = app.send(V, xml).await;
+        if fault_of(&answer) == Some(FaultCode::MessageProcessingFailure) {
+            refused += 1;
+        }
+    }
+    assert!(refused > 0, "a full database refuses messages");
+    let (status, reason) = readyz(&app).await;
+    assert_eq!(status, 503, "{reason}");
+    assert!(reason.contains("full"), "{reason}");
+    app.store.cap_database_size(false).await.expect("uncap");
+    acked(&app, "mid:room-again@test").await;
+    assert_eq!(readyz(&app).await.0, 200);
+    app.stop().await;
+}
+
+/// Item 11: one SQLite database serves one gateway.
+#[tokio::test]
+async fn a_second_gateway_on_the_same_database_is_refused() {
+    let app = spawn_app().await;
+    let second = wsr_gateway::App::build(app.config.clone()).await;
+    let error = format!("{:#}", second.err().expect("the second gateway is refused"));
+    assert!(error.contains("in use by another wsr-gateway"), "{error}");
+    app.stop().await;
+}
+
+#[test]
+fn a_second_gateway_process_exits_1_with_a_clear_error() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("gw.toml");
+    let port = super::support::free_port();
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:{port}\"\ndatabase = \"{}\"\n",
+            dir.path().join("gw.db").display()
+        ),
+    )
+    .expect("config");
+    let mut first = super::support::start_gateway(&config);
+    let other_port = super::support::free_port();
+    let second = std::process::Command::new(env!("CARGO_BIN_EXE_wsr-gateway"))
+        .args(["serve", "--config"])
+        .arg(&config)
+        .env("WSR_LISTEN", format!("127.0.0.1:{other_port}"))
+        .env_remove("WSR_CONFIG")
+        .output()
+        .expect("second gateway runs");
+    let _ = first.kill();
+    let _ = first.wait();
+    assert_eq!(second.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert!(stderr.contains("in use by another wsr-gateway"), "{stderr}");
+}
+
+/// Item 11: another application's SQLite file is refused, and nothing is added to it.
+#[tokio::test]
+async fn a_database_that_is_not_ours_is_refused_untouched() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("theirs.db");
+    {
+        use sqlx::Connection as _;
+        let options = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true);
+        let mut conn = sqlx::SqliteConnection::connect_with(&options)
+            .await
+            .expect("their database");
+        sqlx::query("CREATE TABLE invoices (id INTEGER PRIMARY KEY)")
+            .execute(&mut conn)
+            .await
+            .expect("their table");
+        conn.close().await.expect("close");
+    }
+    let refused = wsr_gateway::App::build(wsr_gateway::Config::for_tests(path.clone())).await;
+    let error = format!("{:#}", refused.err().expect("refused"));
+    assert!(error.contains("not a wsr-gateway database"), "{error}");
+    assert!(error.contains("invoices"), "{error}");
+    let options = sqlx::sqlite::SqliteConnectOptions::new().filename(&path);
+    let pool = sqlx::SqlitePool::connect_with(options).await.expect("open");
+    let tables: Vec<String> =
+        sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table'")
+            .fetch_all(&pool)
+            .await
+            .expect("tables");
+    assert_eq!(tables, vec!["invoices".to_owned()]);
+}
+
+/// Item 11: a place the gateway cannot write names the operating system's reason.
+#[tokio::test]
+async fn an_unwritable_database_path_names_the_os_cause() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    // A regular file where a directory would have to be: refused whoever we run as.
+    let blocker = dir.path().join("not-a-dir");
+    std::fs::write(&blocker, "x").expect("file");
+    for path in [blocker.join("gw.db"), "/proc/wsr-gateway-test/gw.db".into()] {
+        let refused = wsr_gateway::App::build(wsr_gateway::Config::for_tests(path.clone())).await;
+        let error = format!("{:#}", refused.err().expect("refused"));
+        assert!(error.contains("os error"), "{}: {error}", path.display());
+        assert!(!error.contains("unable to open database file"), "{error}");
+    }
+}
+
+const TOKEN: &str = "producer-token-0123456789";
+
+async fn producer() -> TestApp {
+    spawn_app_with(|c| {
+        c.tokens = vec![TokenConfig {
+            token: TOKEN.into(),
+            principal: "app".into(),
+            scopes: vec![Scope::Produce],
+        }];
+        c.partners
+            .insert("peer".into(), "http://127.0.0.1:9/wsr/default".into());
+    })
+    .await
+}
+
+async fn submit(app: &TestApp, body: Value) -> (u16, Value) {
+    let r = app
+        .client
+        .post(app.url("/api/v1/messages"))
+        .bearer_auth(TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .expect("API answers");
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+/// Item 2: retry schedules are bounded at submit, with a 400 naming the field.
+#[tokio::test]
+async fn retry_schedules_beyond_their_bounds_are_refused_naming_the_field() {
+    let app = producer().await;
+    for (agreement, field) in [
+        (
+            json!({ "waits_ms": [9_000_000_000_000_000_000u64] }),
+            "waits_ms",
+        ),
+        // JSON's float spelling is not a number of milliseconds at all.
+        (json!({ "waits_ms": [9e18] }), "agreement"),
+        (json!({ "waits_ms": [1000, 86_400_001] }), "waits_ms"),
+        (
+            json!({ "interval_ms": 9_000_000_000_000_000_000u64 }),
+            "interval_ms",
+        ),
+        (json!({ "backoff": 4_000_000_000u64 }), "backoff"),
+    ] {
+        let body = json!({ "destination": "peer", "body": "<a/>", "agreement": agreement });
+        let (status, answer) = submit(&app, body).await;
+        assert_eq!(status, 400, "{agreement}: {answer}");
+        assert!(
+            answer["reason"].as_str().is_some_and(|r| r.contains(field)),
+            "{agreement}: {answer}"
+        );
+    }
+    let ok =
+        json!({ "destination": "peer", "body": "<a/>", "agreement": { "waits_ms": [86_400_000] } });
+    assert_eq!(submit(&app, ok).await.0, 202);
+    app.stop().await;
+}
+
+/// Item 12: our ids are UUIDs with random bits, so neither a neighbour nor another gateway's
+/// id can be derived from one.
+#[tokio::test]
+async fn message_and_group_ids_are_random_uuids() {
+    let app = producer().await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        let (status, answer) = submit(&app, json!({ "destination": "peer", "body": "<a/>" })).await;
+        assert_eq!(status, 202, "{answer}");
+        let id = answer["id"].as_str().expect("id").to_owned();
+        let uuid = uuid::Uuid::parse_str(&id).expect("a UUID");
+        assert_eq!(uuid.get_version_num(), 7);
+        let group = answer["group_id"].as_str().expect("group id");
+        assert!(group.contains(&id), "{group}");
+        ids.push(uuid);
+    }
+    // The random parts of ids minted in the same moment differ widely, not by a counter.
+    let tails: Vec<u64> = ids
+        .iter()
+        .map(|u| u64::from_be_bytes(u.as_bytes()[8..16].try_into().expect("8 bytes")))
+        .collect();
+    for pair in tails.windows(2) {
+        assert!(pair[0].abs_diff(pair[1]) > 1 << 20, "{ids:?}");
+    }
+    app.stop().await;
+}
