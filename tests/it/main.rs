@@ -8,6 +8,7 @@ mod delivery;
 mod health;
 mod interop;
 mod malformed;
+mod outbound_trust;
 mod receiver;
 mod roundtrip;
 mod schema;
