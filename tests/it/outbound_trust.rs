@@ -307,7 +307,8 @@ async fn internal_url_destinations_are_refused_unless_listed() {
         .to_owned();
     let sender = spawn_app_with(|c| {
         producer(c);
-        c.destinations = DestinationRules::new(true, &[listed_addr.clone()]).expect("valid rules");
+        c.destinations =
+            DestinationRules::new(true, std::slice::from_ref(&listed_addr)).expect("valid rules");
     })
     .await;
     let other_port = free_port();
