@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use serde::Deserialize;
 
+use crate::outbound::destination::DestinationRules;
 use crate::rmp::agreement::{Agreement, Feature};
 use crate::rmp::group::Policy;
 use crate::store::Durability;
@@ -72,6 +73,13 @@ pub struct FileConfig {
     pub public_url: Option<String>,
     /// Sending: named destinations, named agreements, the default agreement.
     pub partners: BTreeMap<String, String>,
+    /// Sending: whether a submission may name a URL instead of a configured partner (D15).
+    /// Off by default: any produce token could otherwise make the gateway POST anywhere.
+    pub allow_url_destinations: bool,
+    /// Sending: internal addresses URL destinations may still use (loopback, private,
+    /// link-local, … are refused otherwise): `"10.0.0.0/8"`, `"127.0.0.1:9000"`,
+    /// `"[::1]:9000"`, `"partner.internal"`, `"localhost:9000"`.
+    pub allowed_destination_hosts: Vec<String>,
     pub agreements: BTreeMap<String, AgreementSpec>,
     pub default_agreement: AgreementSpec,
     /// Sending: messages of one ordered group in flight at once.
@@ -298,6 +306,8 @@ impl Default for FileConfig {
             callback_endpoints: Vec::new(),
             public_url: None,
             partners: BTreeMap::new(),
+            allow_url_destinations: false,
+            allowed_destination_hosts: Vec::new(),
             agreements: BTreeMap::new(),
             default_agreement: AgreementSpec::default(),
             send_window: 8,
@@ -328,6 +338,8 @@ pub struct Config {
     pub callback_endpoints: Vec<String>,
     pub public_url: Option<String>,
     pub partners: BTreeMap<String, String>,
+    /// `allow_url_destinations` and `allowed_destination_hosts`, checked.
+    pub destinations: DestinationRules,
     pub agreements: BTreeMap<String, AgreementSpec>,
     pub default_agreement: AgreementSpec,
     pub send_window: u64,
@@ -409,6 +421,10 @@ impl FileConfig {
             "WSR_CALLBACK_ENDPOINTS" => self.callback_endpoints.extend(url_list(value)),
             "WSR_PUSH_ENDPOINTS" => self.push_endpoints.extend(url_list(value)),
             "WSR_INBOX_RETENTION_SECONDS" => self.inbox_retention_seconds = value.parse()?,
+            "WSR_ALLOW_URL_DESTINATIONS" => self.allow_url_destinations = value.parse()?,
+            "WSR_ALLOWED_DESTINATION_HOSTS" => {
+                self.allowed_destination_hosts.extend(url_list(value))
+            }
             other if other.starts_with("WSR_") => {
                 bail!("unknown setting {other}; see README for the WSR_* variables")
             }
@@ -525,6 +541,9 @@ impl FileConfig {
         {
             check_endpoint(url)?;
         }
+        let destinations =
+            DestinationRules::new(self.allow_url_destinations, &self.allowed_destination_hosts)
+                .map_err(|e| anyhow::anyhow!("allowed_destination_hosts: {e}"))?;
         let named = self
             .agreements
             .iter()
@@ -558,6 +577,7 @@ impl FileConfig {
             callback_endpoints: self.callback_endpoints,
             public_url: self.public_url,
             partners: self.partners,
+            destinations,
             agreements: self.agreements,
             default_agreement: self.default_agreement,
             send_window: self.send_window.max(1),
@@ -658,6 +678,7 @@ requires = ["AckRequested"]
             "max_expiry_horizon_seconds = 0",
             "max_group_lifetime_seconds = 9223372036854775807",
             "[[channels]]\nname = \"x\"\nmax_expiry_horizon_seconds = 400000000",
+            "allowed_destination_hosts = [\"10.0.0.0/40\"]",
         ] {
             std::fs::write(&path, bad).expect("write config");
             assert!(Config::load(Some(&path), []).is_err(), "{bad}");

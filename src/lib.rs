@@ -133,6 +133,7 @@ impl App {
                 initial: state.config.callback_retry_initial,
                 max: state.config.callback_retry_max,
                 request_timeout: Duration::from_secs(30),
+                answer_cap: state.config.limits.max_bytes,
             },
         ));
         background.spawn(outbound::sender::run(
@@ -145,6 +146,9 @@ impl App {
                 concurrency: 32,
                 resolve_in_doubt: state.config.resolve_in_doubt,
                 partner_id_retention: state.config.partner_id_retention,
+                answer_cap: state.config.limits.max_bytes,
+                partner_urls: state.config.partners.values().cloned().collect(),
+                destinations: Arc::new(state.config.destinations.clone()),
             },
         ));
         background.spawn(delivery::maintain::run(
@@ -155,6 +159,7 @@ impl App {
         background.spawn(delivery::push::run(
             state.store.clone(),
             state.clock.clone(),
+            state.config.limits.max_bytes,
         ));
         // Requests in flight are answered before we stop, but a connection that never ends
         // (an event stream, a stalled client) cannot hold the shutdown for more than a grace

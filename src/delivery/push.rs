@@ -17,6 +17,8 @@ use super::lease::Outcome;
 use super::message_json;
 use super::subscription::Mode;
 use crate::clock::Clock;
+use crate::outbound::http_client::{exchange, redacted};
+use crate::rmp::sender::AttemptFailure;
 use crate::store::delivery::{DeliveryError, Handed, Subscription};
 use crate::store::{Endpoints, Store};
 
@@ -44,8 +46,9 @@ pub fn outcome_for(status: Option<StatusCode>) -> Outcome {
     }
 }
 
-/// Keeps one worker running per push subscription.
-pub async fn run(store: Store, clock: Arc<dyn Clock>) {
+/// Keeps one worker running per push subscription. `answer_cap`: the longest webhook answer
+/// read (`max_message_bytes`); a longer one is a failed attempt.
+pub async fn run(store: Store, clock: Arc<dyn Clock>, answer_cap: usize) {
     let mut workers: HashMap<i64, JoinHandle<()>> = HashMap::new();
     loop {
         match store.push_subscriptions().await {
@@ -58,9 +61,9 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>) {
                     keep
                 });
                 for sub in subs {
-                    workers
-                        .entry(sub.id)
-                        .or_insert_with(|| tokio::spawn(worker(store.clone(), clock.clone(), sub)));
+                    workers.entry(sub.id).or_insert_with(|| {
+                        tokio::spawn(worker(store.clone(), clock.clone(), sub, answer_cap))
+                    });
                 }
             }
             Err(e) => tracing::error!(error = %e, "cannot list push subscriptions"),
@@ -69,7 +72,7 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>) {
     }
 }
 
-async fn worker(store: Store, clock: Arc<dyn Clock>, sub: Subscription) {
+async fn worker(store: Store, clock: Arc<dyn Clock>, sub: Subscription, answer_cap: usize) {
     let Mode::Push { url, concurrency } = sub.rules.mode.clone() else {
         return;
     };
@@ -77,11 +80,7 @@ async fn worker(store: Store, clock: Arc<dyn Clock>, sub: Subscription) {
     // Answer (or give up) before the lease ends, so the settle still counts.
     let timeout = ack_wait.mul_f64(0.9).max(Duration::from_millis(1));
     // No redirects: only the registered URL is ever POSTed to (a 3xx is a failed attempt).
-    let client = match reqwest::Client::builder()
-        .timeout(timeout)
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-    {
+    let client = match crate::outbound::http_client::client(timeout) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "cannot build the push HTTP client");
@@ -112,7 +111,13 @@ async fn worker(store: Store, clock: Arc<dyn Clock>, sub: Subscription) {
                 Ok(handed) => {
                     fetched = handed.len();
                     for h in handed {
-                        inflight.spawn(post(client.clone(), store.clone(), url.clone(), h));
+                        inflight.spawn(post(
+                            client.clone(),
+                            store.clone(),
+                            url.clone(),
+                            h,
+                            answer_cap,
+                        ));
                     }
                 }
                 Err(DeliveryError::NotFound(why)) => {
@@ -144,6 +149,7 @@ async fn post(
     store: Store,
     url: String,
     handed: Handed,
+    answer_cap: usize,
 ) -> (Handed, Option<StatusCode>) {
     // Only registered webhooks: a registration withdrawn since the subscription was created
     // stops the pushing (the attempt fails and, in the end, dead-letters).
@@ -161,13 +167,17 @@ async fn post(
     let mut body = message_json(&handed.message);
     body["attempt"] = json!(handed.receipt.attempt);
     body["subscription"] = json!(handed.receipt.subscription);
-    let status = match client.post(&url).json(&body).send().await {
-        Ok(answer) => Some(answer.status()),
-        Err(e) => {
-            tracing::debug!(error = %e, %url, "push attempt got no answer");
-            None
+    let failure = match exchange(client.post(&url).json(&body), answer_cap).await {
+        Ok(answer) => return (handed, StatusCode::from_u16(answer.status).ok()),
+        // Not followed: a failed attempt like any status that is not 2xx or 4xx.
+        Err(AttemptFailure::Redirected(status)) => {
+            return (handed, StatusCode::from_u16(status).ok());
         }
+        Err(failure) => failure,
     };
+    let url = redacted(&url);
+    tracing::warn!(%url, subscription = handed.receipt.subscription, error = %failure, "push attempt failed");
+    let status = None;
     (handed, status)
 }
 

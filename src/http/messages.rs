@@ -17,7 +17,9 @@ use super::AppState;
 use super::admin::{Problem, authorize};
 use super::soap::{self, content_type, version_hint};
 use crate::config::{AgreementSpec, Scope};
+use crate::outbound::destination::check_destination;
 use crate::rmp::sender::OutState;
+use crate::store::Endpoints;
 use crate::store::outbound::{
     IdempotencyKey, OutMessage, ReplySource, Submission, SubmitError, Submitted,
 };
@@ -142,13 +144,25 @@ pub async fn submit(
     }
     let req: SubmitBody =
         serde_json::from_value(raw).map_err(|e| invalid("body", e.to_string()))?;
+    // D15: configured partners, or a URL only where the operator allows them — and never an
+    // internal address it did not list. Refused here, before anything is stored or sent, so
+    // that message fates cannot tell what answers where.
     let destination = match app.config.partners.get(&req.destination) {
         Some(url) => url.clone(),
+        None if !app.config.destinations.allow_urls() => {
+            return Err(invalid(
+                "destination",
+                format!(
+                    "{:?} is not a configured partner (URL destinations are not allowed: \
+                     allow_url_destinations)",
+                    req.destination
+                ),
+            ));
+        }
         None => {
-            crate::config::check_endpoint(&req.destination).map_err(|_| {
-                let why = "is neither an absolute http(s) URL nor a configured partner";
-                invalid("destination", format!("{:?} {why}", req.destination))
-            })?;
+            check_destination(&app.config.destinations, &req.destination)
+                .await
+                .map_err(|why| invalid("destination", format!("{:?} {why}", req.destination)))?;
             req.destination.clone()
         }
     };
@@ -181,8 +195,14 @@ pub async fn submit(
         }
     };
     check_body(version, &req.body)?;
+    // Notify URLs are application webhooks: registered like push endpoints, in that registry.
     if let Some(url) = &req.notify_url {
-        crate::config::check_endpoint(url).map_err(|e| invalid("notify_url", e.to_string()))?;
+        if !app.store.is_endpoint(Endpoints::Push, url).await? {
+            return Err(invalid(
+                "notify_url",
+                format!("{url:?} is not a registered webhook (see /api/v1/push-endpoints)"),
+            ));
+        }
     }
     let group_id = match req.group.as_ref().and_then(|g| g.id.as_deref()) {
         None => None,
@@ -444,5 +464,9 @@ pub fn message_json(m: &OutMessage) -> Value {
         "expiry": date_time_string(&m.outbound.expiry),
         "next_attempt": m.outbound.next_attempt.as_ref().map(date_time_string),
         "idempotency_key": m.idempotency_key,
+        // The latest failed attempt's cause (kept after a later success), for messages that
+        // stay `sent` without an answer.
+        "last_error": m.last_error.as_ref().map(|e| e.cause.as_str()),
+        "last_error_at": m.last_error.as_ref().map(|e| date_time_string(&e.at)),
     })
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use reqwest::header::CONTENT_TYPE;
 
+use super::http_client::{exchange, redacted};
 use crate::clock::Clock;
 use crate::rmp::replies::Replies;
 use crate::store::{PendingCallback, Store};
@@ -23,6 +24,8 @@ pub struct RetryPolicy {
     pub initial: Duration,
     pub max: Duration,
     pub request_timeout: Duration,
+    /// Longest answer read from a callback endpoint (`max_message_bytes`).
+    pub answer_cap: usize,
 }
 
 impl RetryPolicy {
@@ -36,10 +39,7 @@ impl RetryPolicy {
 }
 
 pub async fn run(store: Store, clock: Arc<dyn Clock>, policy: RetryPolicy) {
-    let client = match reqwest::Client::builder()
-        .timeout(policy.request_timeout)
-        .build()
-    {
+    let client = match super::http_client::client(policy.request_timeout) {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "cannot build the HTTP client; callbacks are not sent");
@@ -98,25 +98,26 @@ async fn send_due(
             store.callbacks_sent(&ids).await?;
             continue;
         };
-        let sent = client
+        let request = client
             .post(&endpoint)
             .header(CONTENT_TYPE, version.content_type())
             .header("SOAPAction", "\"\"")
-            .body(xml)
-            .send()
-            .await;
-        match sent {
-            Ok(r) if r.status().is_success() => {
-                tracing::debug!(%endpoint, replies = ids.len(), "callback delivered");
+            .body(xml);
+        // A redirect is not followed (only the registered endpoint gets our acks, D10), and
+        // the answer is read at most to the cap: both are failed attempts.
+        match exchange(request, policy.answer_cap).await {
+            Ok(answer) if (200..300).contains(&answer.status) => {
+                tracing::debug!(endpoint = %redacted(&endpoint), replies = ids.len(), "callback delivered");
                 store.callbacks_sent(&ids).await?;
             }
             failed => {
                 let attempts = pending.iter().map(|p| p.attempts).max().unwrap_or(0) + 1;
                 let wait = policy.backoff(attempts);
                 let what = match failed {
-                    Ok(r) => format!("HTTP {}", r.status()),
-                    Err(e) => e.to_string(),
+                    Ok(answer) => format!("HTTP {}", answer.status),
+                    Err(failure) => failure.to_string(),
                 };
+                let endpoint = redacted(&endpoint);
                 tracing::warn!(%endpoint, attempts, error = %what, retry_in = ?wait, "callback failed");
                 let next = crate::wsr::datetime::saturating_add_std(clock.now(), wait);
                 store.callbacks_failed(&ids, next).await?;

@@ -1,5 +1,9 @@
-//! The sending side of the gateway: our own reliable messages to partners (`sender`), and the
-//! callback acknowledgments we owe to partners who chose the Callback reply pattern (D10).
+//! The sending side of the gateway: our own reliable messages to partners (`sender`), the
+//! callback acknowledgments we owe to partners who chose the Callback reply pattern (D10),
+//! which URLs applications may send to (`destination`, D15), and the one HTTP client setup
+//! every outbound call uses (`http_client`: no redirects, capped answers).
 
 pub mod callbacks;
+pub mod destination;
+pub mod http_client;
 pub mod sender;

@@ -3,16 +3,18 @@
 //! and tells notify webhooks when a message reaches its final state. Decisions are in
 //! `rmp::sender`; this task only does the I/O and sleeps until the next attempt is due.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::header::CONTENT_TYPE;
 use tokio::task::JoinSet;
 
+use super::destination::DestinationRules;
+use super::http_client::{self, exchange, redacted};
 use crate::clock::Clock;
 use crate::rmp::replies::{ReplyItem, items};
-use crate::rmp::sender::Event;
+use crate::rmp::sender::{AttemptFailure, Event};
 use crate::store::outbound::{OutMessage, ReplySource};
 use crate::store::{Store, StoreError};
 use crate::wsr::{
@@ -32,19 +34,55 @@ pub struct SenderConfig {
     pub resolve_in_doubt: Duration,
     /// How long destinations keep delivered IDs after expiry (`Event::NotHeld`).
     pub partner_id_retention: Duration,
+    /// Longest answer read from a destination or notify URL (`max_message_bytes`).
+    pub answer_cap: usize,
+    /// The configured partners' URLs: sent to as they are. Any other destination (a URL an
+    /// application named) goes through the client whose DNS answers obey `destinations`.
+    pub partner_urls: BTreeSet<String>,
+    pub destinations: Arc<DestinationRules>,
+}
+
+/// The HTTP clients of the sender (`http_client`: no redirects) and the answer cap.
+#[derive(Clone)]
+pub struct Clients {
+    partners: reqwest::Client,
+    urls: reqwest::Client,
+    partner_urls: Arc<BTreeSet<String>>,
+    cap: usize,
+}
+
+impl Clients {
+    /// The client for `destination`: a configured partner's, or the guarded one.
+    fn to(&self, destination: &str) -> &reqwest::Client {
+        if self.partner_urls.contains(destination) {
+            &self.partners
+        } else {
+            &self.urls
+        }
+    }
 }
 
 /// Messages asked about in one PollRequest at most.
 const POLL_PAGE: i64 = 500;
 
+/// Why a 2xx poll answer told nothing (`read_poll_answer`).
+const NOT_A_POLL_ANSWER: &str = "not a poll answer (a SOAP Fault, an error page or unreadable)";
+
 /// Longest sleep without anything due.
 const IDLE_RECHECK: Duration = Duration::from_secs(60);
 
 pub async fn run(store: Store, clock: Arc<dyn Clock>, config: SenderConfig) {
-    let client = match reqwest::Client::builder()
-        .timeout(config.request_timeout)
-        .build()
-    {
+    let built = http_client::client(config.request_timeout).and_then(|partners| {
+        let urls =
+            http_client::guarded_client(config.request_timeout, config.destinations.clone())?;
+        Ok(Clients {
+            partners,
+            urls,
+            partner_urls: Arc::new(config.partner_urls.clone()),
+            cap: config.answer_cap,
+        })
+    });
+    let client = match built {
         Ok(c) => c,
         Err(e) => {
             tracing::error!(error = %e, "cannot build the HTTP client; nothing is sent");
@@ -59,12 +97,7 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>, config: SenderConfig) {
     );
 }
 
-async fn send_loop(
-    store: &Store,
-    client: &reqwest::Client,
-    clock: &Arc<dyn Clock>,
-    config: &SenderConfig,
-) {
+async fn send_loop(store: &Store, client: &Clients, clock: &Arc<dyn Clock>, config: &SenderConfig) {
     loop {
         let found = match send_due(store, client, clock, config).await {
             Ok(found) => found,
@@ -98,12 +131,7 @@ async fn send_loop(
 }
 
 /// A poll pass every `poll_interval` of the gateway's clock.
-async fn poll_loop(
-    store: &Store,
-    client: &reqwest::Client,
-    clock: &Arc<dyn Clock>,
-    config: &SenderConfig,
-) {
+async fn poll_loop(store: &Store, client: &Clients, clock: &Arc<dyn Clock>, config: &SenderConfig) {
     loop {
         if let Err(e) = poll(store, client, clock, config.partner_id_retention).await {
             tracing::error!(error = %e, "poll pass failed");
@@ -121,7 +149,7 @@ async fn poll_loop(
 /// logged and does not stop the others (it is retried on the next pass).
 async fn send_due(
     store: &Store,
-    client: &reqwest::Client,
+    client: &Clients,
     clock: &Arc<dyn Clock>,
     config: &SenderConfig,
 ) -> Result<usize, StoreError> {
@@ -158,7 +186,7 @@ fn log_failure(done: Option<Result<Result<(), StoreError>, tokio::task::JoinErro
 /// the same identity, never a lost attempt count.
 async fn attempt(
     store: &Store,
-    client: &reqwest::Client,
+    client: &Clients,
     clock: &dyn Clock,
     m: OutMessage,
     resolve_in_doubt: Duration,
@@ -179,28 +207,33 @@ async fn attempt(
         // Acked, failed or claimed since it was read: nothing to send.
         return Ok(());
     };
-    let answer = client
+    let request = client
+        .to(&m.destination)
         .post(&m.destination)
         .header(CONTENT_TYPE, m.version.content_type())
         .header("SOAPAction", "\"\"")
-        .body(envelope)
-        .send()
-        .await;
-    let heard = match answer {
-        Ok(r) => {
-            let status = r.status();
-            let heard = answer_of(r).await;
-            tracing::debug!(id = %m.id, %status, replies = heard.replies.len(), "sent");
+        .body(envelope);
+    let heard = match exchange(request, client.cap).await {
+        Ok(answer) => {
+            let (heard, unreadable) =
+                read_answer_or_defect(answer.content_type.as_deref(), &answer.body);
+            let said = !heard.replies.is_empty() || heard.fault.is_some();
+            tracing::debug!(id = %m.id, status = answer.status, replies = heard.replies.len(), "sent");
+            if let Some(failure) =
+                AttemptFailure::of_answer(answer.status, said, unreadable.as_deref())
+            {
+                attempt_failed(store, &m, &failure, clock.now()).await?;
+            }
             heard
         }
-        Err(e) => {
-            tracing::debug!(id = %m.id, error = %e, "send failed; will resend");
-            if e.is_connect() {
+        Err(failure) => {
+            if failure.never_arrived() {
                 // Refused before a byte went out: this attempt cannot have been delivered,
                 // so it leaves no doubt to resolve by poll.
                 out.apply(Event::Unreached, clock.now());
                 store.save_unreached(&m.id, &out).await?;
             }
+            attempt_failed(store, &m, &failure, clock.now()).await?;
             PartnerAnswer::default()
         }
     };
@@ -230,32 +263,44 @@ pub struct PartnerAnswer {
     pub fault: Option<FaultCode>,
 }
 
-/// Reads an HTTP answer's body as a partner's answer.
-async fn answer_of(r: reqwest::Response) -> PartnerAnswer {
-    let ct = r
-        .headers()
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let body = r.bytes().await.unwrap_or_default();
-    read_answer(ct.as_deref(), &body)
+/// A failed attempt: logged at WARN with its cause (the URL without credentials) and kept as
+/// the message's `last_error`.
+async fn attempt_failed(
+    store: &Store,
+    m: &OutMessage,
+    failure: &AttemptFailure,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<(), StoreError> {
+    let cause = failure.to_string();
+    tracing::warn!(id = %m.id, destination = %redacted(&m.destination), attempt = m.outbound.attempts + 1, error = %cause, "send attempt failed; will resend while the schedule allows");
+    store
+        .record_failure(std::slice::from_ref(&m.id), &cause, now)
+        .await
 }
 
 /// Reads a partner's answer (any SOAP version, plain or MIME). An answer that says nothing
 /// or cannot be read says nothing: the message is then simply resent.
 pub fn read_answer(content_type: Option<&str>, body: &[u8]) -> PartnerAnswer {
+    read_answer_or_defect(content_type, body).0
+}
+
+/// `read_answer`, and why the body could not be read, if it could not.
+fn read_answer_or_defect(
+    content_type: Option<&str>,
+    body: &[u8],
+) -> (PartnerAnswer, Option<String>) {
     if body.is_empty() {
-        return PartnerAnswer::default();
+        return (PartnerAnswer::default(), None);
     }
     match read_message(content_type, body, &Limits::default()) {
-        Ok(env) => PartnerAnswer {
-            replies: env.response.map(|r| r.replies).unwrap_or_default(),
-            fault: env.body.fault,
-        },
-        Err(defect) => {
-            tracing::debug!(%defect, "unreadable answer from a partner");
-            PartnerAnswer::default()
-        }
+        Ok(env) => (
+            PartnerAnswer {
+                replies: env.response.map(|r| r.replies).unwrap_or_default(),
+                fault: env.body.fault,
+            },
+            None,
+        ),
+        Err(defect) => (PartnerAnswer::default(), Some(defect.to_string())),
     }
 }
 
@@ -285,7 +330,7 @@ pub fn read_poll_answer(
 /// waiting for an ack, and messages in doubt (`Outbound::in_doubt`).
 async fn poll(
     store: &Store,
-    client: &reqwest::Client,
+    client: &Clients,
     clock: &Arc<dyn Clock>,
     partner_id_retention: Duration,
 ) -> Result<(), StoreError> {
@@ -303,7 +348,7 @@ async fn poll(
 /// Polls each destination about one page of messages.
 async fn poll_page(
     store: &Store,
-    client: &reqwest::Client,
+    client: &Clients,
     clock: &Arc<dyn Clock>,
     partner_id_retention: Duration,
     waiting: Vec<OutMessage>,
@@ -336,22 +381,23 @@ async fn poll_page(
             "",
         );
         let asked_at = clock.now();
-        let answer = client
+        let request = client
+            .to(&destination)
             .post(&destination)
             .header(CONTENT_TYPE, version.content_type())
-            .body(xml)
-            .send()
-            .await;
-        let Ok(r) = answer else { continue };
-        let status = r.status().as_u16();
-        let ct = r
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
-        let Ok(body) = r.bytes().await else { continue };
+            .body(xml);
+        let asked: Vec<String> = messages.iter().map(|m| m.id.clone()).collect();
+        let (status, ct, body) = match exchange(request, client.cap).await {
+            Ok(answer) => (answer.status, answer.content_type, answer.body),
+            Err(failure) => {
+                poll_failed(store, &destination, &asked, &failure, clock.now()).await?;
+                continue;
+            }
+        };
         let Some(replies) = read_poll_answer(status, ct.as_deref(), &body) else {
-            tracing::debug!(%destination, status, "no usable poll answer; asking again later");
+            let failure = AttemptFailure::of_answer(status, false, Some(NOT_A_POLL_ANSWER))
+                .unwrap_or(AttemptFailure::Unreadable(NOT_A_POLL_ANSWER.into()));
+            poll_failed(store, &destination, &asked, &failure, clock.now()).await?;
             continue;
         };
         let source = ReplySource::Destination(&destination);
@@ -373,9 +419,23 @@ async fn poll_page(
     Ok(())
 }
 
+/// A poll that got no usable answer: one WARN line for the destination, and the cause kept as
+/// the `last_error` of every message it asked about. They are asked again on the next pass.
+async fn poll_failed(
+    store: &Store,
+    destination: &str,
+    asked: &[String],
+    failure: &AttemptFailure,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<(), StoreError> {
+    let cause = format!("poll: {failure}");
+    tracing::warn!(destination = %redacted(destination), messages = asked.len(), error = %cause, "poll failed; asking again later");
+    store.record_failure(asked, &cause, now).await
+}
+
 /// Tells a submission's notify webhook its message reached a final state. Best effort: the
 /// state and the event are stored either way (`GET /api/v1/messages/{id}`, `/api/v1/events`).
-pub async fn notify(store: &Store, client: &reqwest::Client, finished: &[String]) {
+pub async fn notify(store: &Store, client: &Clients, finished: &[String]) {
     for id in finished {
         let Ok(Some(m)) = store.out_message(id).await else {
             continue;
@@ -383,16 +443,32 @@ pub async fn notify(store: &Store, client: &reqwest::Client, finished: &[String]
         let Some(url) = &m.notify_url else {
             continue;
         };
+        // Only registered webhooks (the push endpoints), also if withdrawn since the submit.
+        match store.is_endpoint(crate::store::Endpoints::Push, url).await {
+            Ok(true) => {}
+            Ok(false) => {
+                let url = redacted(url);
+                tracing::warn!(%id, %url, "notify URL is no longer registered; not notified");
+                continue;
+            }
+            Err(e) => {
+                tracing::error!(%id, error = %e, "cannot check the notify URL");
+                continue;
+            }
+        }
         let body = crate::http::messages::message_json(&m).to_string();
-        let sent = client
+        let request = client
+            .partners
             .post(url)
             .header(CONTENT_TYPE, "application/json")
-            .body(body)
-            .send()
-            .await;
-        if let Err(e) = sent {
-            tracing::warn!(%id, %url, error = %e, "notify webhook failed");
-        }
+            .body(body);
+        let failure = match exchange(request, client.cap).await {
+            Ok(answer) if (200..300).contains(&answer.status) => continue,
+            Ok(answer) => AttemptFailure::Status(answer.status),
+            Err(failure) => failure,
+        };
+        let url = redacted(url);
+        tracing::warn!(%id, %url, error = %failure, "notify webhook failed");
     }
 }
 

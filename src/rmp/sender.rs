@@ -80,6 +80,69 @@ impl RetrySchedule {
     }
 }
 
+/// Why an attempt (a send or a poll) came to nothing: what the message's `last_error` says and
+/// the WARN line logs. A failed attempt is just that — the schedule resends as before.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AttemptFailure {
+    /// No connection could be made (refused, no route, name not resolved, or an address the
+    /// destination rules refuse): nothing of the attempt arrived.
+    Unreached(String),
+    /// No complete answer within the request timeout.
+    TimedOut,
+    /// A redirect: never followed, only the destination itself is sent to.
+    Redirected(u16),
+    /// An error status without a WS-R verdict in it.
+    Status(u16),
+    /// The answer was longer than the cap (`max_message_bytes`); the rest was not read.
+    TooLarge { limit: usize },
+    /// A 2xx answer with a body that is not a readable SOAP envelope.
+    Unreadable(String),
+    /// Any other failure of the exchange (TLS, a reset connection, …).
+    Transport(String),
+}
+
+impl AttemptFailure {
+    /// Whether the attempt certainly never arrived (`Event::Unreached`).
+    pub fn never_arrived(&self) -> bool {
+        matches!(self, AttemptFailure::Unreached(_))
+    }
+
+    /// What an answer that did arrive says about the attempt: `said_something` when it held a
+    /// WS-R verdict (acks, faults, a SOAP Fault with a WS-R code) — a verdict is an answer,
+    /// whatever its status; `unreadable` when its body could not be read.
+    pub fn of_answer(
+        status: u16,
+        said_something: bool,
+        unreadable: Option<&str>,
+    ) -> Option<AttemptFailure> {
+        match status {
+            300..=399 => Some(AttemptFailure::Redirected(status)),
+            _ if said_something => None,
+            200..=299 => unreadable.map(|why| AttemptFailure::Unreadable(why.to_owned())),
+            _ => Some(AttemptFailure::Status(status)),
+        }
+    }
+}
+
+impl std::fmt::Display for AttemptFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AttemptFailure::Unreached(why) => write!(f, "unreachable: {why}"),
+            AttemptFailure::TimedOut => f.write_str("no answer within the request timeout"),
+            AttemptFailure::Redirected(status) => {
+                write!(f, "HTTP {status}: a redirect, not followed")
+            }
+            AttemptFailure::Status(status) => write!(f, "HTTP {status} without a WS-R answer"),
+            AttemptFailure::TooLarge { limit } => write!(
+                f,
+                "answer longer than {limit} bytes (max_message_bytes); not read further"
+            ),
+            AttemptFailure::Unreadable(why) => write!(f, "unreadable answer: {why}"),
+            AttemptFailure::Transport(why) => write!(f, "exchange failed: {why}"),
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum OutState {
     Queued,
@@ -461,6 +524,32 @@ mod tests {
             !m.due(t0() + secs(5), RESOLVE_FOR),
             "the resend is cancelled"
         );
+    }
+
+    #[test]
+    fn answers_without_a_verdict_are_failed_attempts() {
+        use AttemptFailure as F;
+        assert_eq!(F::of_answer(200, true, None), None);
+        assert_eq!(F::of_answer(202, false, None), None, "nothing to say yet");
+        assert_eq!(
+            F::of_answer(500, true, None),
+            None,
+            "a SOAP Fault is a verdict"
+        );
+        assert_eq!(F::of_answer(503, false, None), Some(F::Status(503)));
+        assert_eq!(F::of_answer(307, true, None), Some(F::Redirected(307)));
+        assert_eq!(
+            F::of_answer(200, false, Some("not XML")),
+            Some(F::Unreadable("not XML".into()))
+        );
+        assert!(F::Unreached("refused".into()).never_arrived());
+        assert!(!F::TimedOut.never_arrived(), "it may have arrived");
+        assert!(
+            F::TooLarge { limit: 10 }
+                .to_string()
+                .contains("max_message_bytes")
+        );
+        assert!(F::Redirected(307).to_string().contains("307"));
     }
 
     fn event() -> impl Strategy<Value = (u8, i64)> {

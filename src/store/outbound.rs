@@ -108,6 +108,15 @@ pub struct OutMessage {
     pub ordered: bool,
     /// The `Idempotency-Key` it was submitted with.
     pub idempotency_key: Option<String>,
+    /// Why its latest failed attempt failed, if one did.
+    pub last_error: Option<LastError>,
+}
+
+/// The cause of a message's latest failed attempt (`AttemptFailure`, as text) and its time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastError {
+    pub cause: String,
+    pub at: DateTime<Utc>,
 }
 
 impl OutMessage {
@@ -186,7 +195,8 @@ macro_rules! select_messages {
         concat!(
             "SELECT m.id, m.group_id, m.number, m.destination, m.soap12, m.reply_pattern, ",
             "m.envelope, m.expiry, m.schedule, m.state, m.fault, m.reason, m.attempts, ",
-            "m.next_attempt, m.notify_url, g.ordered, m.idem_key, m.unreached ",
+            "m.next_attempt, m.notify_url, g.ordered, m.idem_key, m.unreached, m.last_error, ",
+            "m.last_error_at ",
             "FROM out_messages m JOIN out_groups g USING (group_id) ",
             $tail
         )
@@ -234,6 +244,13 @@ fn row_to_message(r: &sqlx::sqlite::SqliteRow) -> Result<OutMessage, StoreError>
         notify_url: r.get(14),
         ordered: r.get::<i64, _>(15) != 0,
         idempotency_key: r.get(16),
+        last_error: match (r.get::<Option<String>, _>(18), r.get::<Option<i64>, _>(19)) {
+            (Some(cause), Some(at)) => Some(LastError {
+                cause,
+                at: from_millis(at),
+            }),
+            _ => None,
+        },
     })
 }
 
@@ -585,6 +602,30 @@ impl Store {
         .bind(i64::from(after.attempts))
         .execute(&self.pool)
         .await?;
+        Ok(())
+    }
+
+    /// Records why an attempt for each of `ids` failed (a send: one message; a poll: every
+    /// message it asked about), on those not final yet.
+    pub async fn record_failure(
+        &self,
+        ids: &[String],
+        cause: &str,
+        at: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+        for id in ids {
+            sqlx::query(
+                "UPDATE out_messages SET last_error = ?, last_error_at = ? \
+                 WHERE id = ? AND state IN ('queued', 'sent')",
+            )
+            .bind(cause)
+            .bind(millis(at))
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
         Ok(())
     }
 

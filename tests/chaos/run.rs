@@ -370,6 +370,8 @@ pub async fn run(args: RunArgs) -> Result<bool> {
         format!(
             "listen = \"127.0.0.1:{a_port}\"\ndatabase = {:?}\npublic_url = {to_a:?}\n\
              poll_interval_ms = 500\n\
+             # The harness names B's proxy by URL, on loopback (D15 refuses both by default).\n\
+             allow_url_destinations = true\nallowed_destination_hosts = [\"127.0.0.1\"]\n\
              # B is a wsr-gateway: it keeps delivered IDs an hour past expiry.\n\
              partner_id_retention_seconds = 3600\n\n[[tokens]]\ntoken = {PRODUCER_TOKEN:?}\n\
              principal = \"chaos-app\"\nscopes = [\"produce\"]\n",

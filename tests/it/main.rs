@@ -9,6 +9,7 @@ mod health;
 mod hostile;
 mod interop;
 mod malformed;
+mod outbound_trust;
 mod receiver;
 mod roundtrip;
 mod schema;

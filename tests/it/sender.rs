@@ -11,6 +11,14 @@ use super::support::{TestApp, spawn_app_with};
 
 const TOKEN: &str = "producer-token-0123456789";
 
+/// The receivers here are local test servers and gateways on 127.0.0.1, named by URL: the
+/// senders allow URL destinations and list loopback (D15 refuses both by default).
+pub fn allow_loopback_urls(c: &mut wsr_gateway::Config) {
+    c.destinations =
+        wsr_gateway::outbound::destination::DestinationRules::new(true, &["127.0.0.1".to_owned()])
+            .expect("valid rules");
+}
+
 /// A sender whose ordered groups keep one message in flight.
 async fn sender_app_window_1() -> TestApp {
     spawn_app_with(|c| {
@@ -20,6 +28,7 @@ async fn sender_app_window_1() -> TestApp {
             scopes: vec![Scope::Produce],
         }];
         c.send_window = 1;
+        allow_loopback_urls(c);
     })
     .await
 }
@@ -34,6 +43,7 @@ async fn sender_app() -> TestApp {
         c.poll_interval = std::time::Duration::from_millis(200);
         // The receivers here are wsr-gateways: they keep delivered IDs an hour past expiry.
         c.partner_id_retention = std::time::Duration::from_secs(3600);
+        allow_loopback_urls(c);
     })
     .await
 }
@@ -486,6 +496,7 @@ async fn sigkilled_sender_resumes_every_pending_message_with_the_same_identity()
         format!(
             "listen = \"127.0.0.1:{port}\"\ndatabase = {:?}\nsend_window = 8\n\
              resolve_in_doubt_seconds = 1\npoll_interval_ms = 200\n\
+             allow_url_destinations = true\nallowed_destination_hosts = [\"127.0.0.1\"]\n\
              [default_agreement]\nmax_attempts = 1000\ninterval_ms = 100\nbackoff = 1\nexpiry_seconds = 3600\n\
              [[tokens]]\ntoken = \"{TOKEN}\"\nprincipal = \"app\"\nscopes = [\"produce\"]\n",
             dir.path().join("sender.db").display().to_string()
@@ -716,6 +727,16 @@ async fn notify_webhook_and_event_stream() {
     let receiver = spawn_app_with(|_| {}).await;
     let sender = sender_app().await;
     let mut hook = mock_partner(vec![]).await;
+    // Notify URLs are registered webhooks (D15).
+    sender
+        .store
+        .add_endpoint(
+            wsr_gateway::store::Endpoints::Push,
+            &hook.url,
+            chrono::Utc::now(),
+        )
+        .await
+        .expect("register the webhook");
     let (status, answer) = submit(
         &sender,
         json!({ "destination": receiver.url("/wsr/default"), "body": "<n:N xmlns:n=\"urn:n\"/>", "notify_url": hook.url }),
@@ -915,6 +936,7 @@ async fn two_app_sender() -> TestApp {
         c.send_window = 1;
         c.partners
             .insert("far".into(), "http://127.0.0.1:9/wsr/default".into());
+        allow_loopback_urls(c);
     })
     .await
 }
