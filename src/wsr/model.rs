@@ -41,6 +41,11 @@ impl SoapVersion {
     }
 }
 
+/// The longest groupId we keep. Every group's state is kept until it ends and its messages
+/// expire: a 16 KB groupId made each one 78 KiB on disk. Real ids (`mid:` URIs, UUIDs) are far
+/// shorter.
+pub const MAX_GROUP_ID_BYTES: usize = 1024;
+
 /// A group identifier (`MessageId/@groupId`, an `xs:anyURI`): opaque, compared code-point exact.
 /// Never empty; surrounding whitespace is collapsed away as the anyURI lexical rules say.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -53,6 +58,12 @@ impl GroupId {
         let trimmed = xml_trim(raw);
         if trimmed.is_empty() {
             return Err("groupId is empty".into());
+        }
+        if trimmed.len() > MAX_GROUP_ID_BYTES {
+            return Err(format!(
+                "groupId is longer than {MAX_GROUP_ID_BYTES} bytes ({})",
+                trimmed.len()
+            ));
         }
         check_any_uri(trimmed).map_err(|why| {
             format!(

@@ -411,3 +411,20 @@ async fn message_and_group_ids_are_random_uuids() {
     }
     app.stop().await;
 }
+
+/// Item 8: a groupId is at most 1 024 bytes (a 16 KB one cost 78 KiB of disk per group).
+#[tokio::test]
+async fn an_overlong_group_id_is_refused_with_invalid_message_id() {
+    let app = spawn_app().await;
+    let expiry = app.clock.now_utc() + Duration::hours(1);
+    let long = format!("mid:{}@test", "g".repeat(8 * 1024));
+    let xml = message("mid:placeholder@test", None, expiry, None).replace("mid:placeholder@test", &long);
+    let answer = app.send(V, xml).await;
+    assert_eq!(answer.status, 500, "{}", answer.body);
+    assert!(answer.body.contains("InvalidMessageId"), "{}", answer.body);
+    assert!(app.inbox().await.is_empty());
+    let fits = format!("mid:{}@t", "g".repeat(1024 - 6));
+    assert_eq!(fits.len(), 1024);
+    acked(&app, &fits).await;
+    app.stop().await;
+}
