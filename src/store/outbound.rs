@@ -666,11 +666,13 @@ impl Store {
         }
         let mut rows = Vec::new();
         if !ranges.is_empty() {
-            // The named ranges of a group are disjoint: no message is read twice.
+            // Driven by the named ranges through the (group_id, number) index, never by a
+            // scan of the sent messages (`+m.state` keeps the planner off the state index).
             rows.extend(
                 sqlx::query(select_messages!(
-                    ", json_each(?1) AS j WHERE m.group_id = j.value->>0 \
-                     AND m.number BETWEEN j.value->>1 AND j.value->>2 AND m.state = 'sent' \
+                    "WHERE m.rowid IN (SELECT o.rowid FROM json_each(?1) AS j \
+                     CROSS JOIN out_messages AS o WHERE o.group_id = j.value->>0 \
+                     AND o.number BETWEEN j.value->>1 AND j.value->>2) AND +m.state = 'sent' \
                      AND (?2 IS NULL OR m.destination = ?2) AND (?3 = 0 OR m.reply_pattern = 'Callback')"
                 ))
                 .bind(serde_json::Value::Array(ranges).to_string())
@@ -684,7 +686,7 @@ impl Store {
             rows.extend(
                 sqlx::query(select_messages!(
                     "WHERE m.group_id IN (SELECT value FROM json_each(?1)) AND m.number IS NULL \
-                     AND m.state = 'sent' AND (?2 IS NULL OR m.destination = ?2) \
+                     AND +m.state = 'sent' AND (?2 IS NULL OR m.destination = ?2) \
                      AND (?3 = 0 OR m.reply_pattern = 'Callback')"
                 ))
                 .bind(serde_json::json!(singletons).to_string())

@@ -113,6 +113,52 @@ async fn the_reference_cap_is_a_setting() {
     app.stop().await;
 }
 
+/// A poll answer is never cut short (a sender may take what it leaves out as "not
+/// delivered"): one that would make more statements than the cap is refused with
+/// `InvalidPollRequest`, and one within it says everything.
+#[tokio::test]
+async fn a_poll_answer_beyond_the_cap_is_refused_not_cut_short() {
+    let app = spawn_app_with(|c| c.limits.max_references = 3).await;
+    let g = group("mid:answer-cap@test");
+    for n in [0, 2, 4, 6] {
+        let answer = app.send(SoapVersion::Soap11, message(&g, n)).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    // One reference, four delivered ranges: four statements.
+    let whole = vec![RefToMessageIds {
+        group_id: g.clone(),
+        ranges: Vec::new(),
+    }];
+    let answer = app.send(SoapVersion::Soap11, poll_xml(whole)).await;
+    assert_eq!(answer.status, 500);
+    assert!(
+        answer.body.contains("InvalidPollRequest") && answer.body.contains("fewer"),
+        "{}",
+        answer.body
+    );
+    let three = vec![RefToMessageIds {
+        group_id: g.clone(),
+        ranges: vec![SeqRange::new(0, 4).expect("range")],
+    }];
+    let answer = app.send(SoapVersion::Soap11, poll_xml(three)).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let replies = answer.envelope().response.expect("a wsrm:Response").replies;
+    let expected: Vec<ReplyRange> = [0, 2, 4]
+        .map(|n| ReplyRange {
+            range: SeqRange::single(n),
+            fault: None,
+        })
+        .to_vec();
+    assert_eq!(
+        replies,
+        vec![Reply::Sequence {
+            group_id: g,
+            ranges: expected
+        }]
+    );
+    app.stop().await;
+}
+
 fn status_mib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
     status
