@@ -518,12 +518,11 @@ mod tests {
                 m.entry(*g).or_insert_with(Vec::new).push(*f);
                 m
             });
-        let answer = answer_poll(
+        answer_poll(
             &asked,
             |g| groups.iter().find(|s| &s.group_id == g),
             |g| by_group.get(g.as_str()).map_or(&[][..], Vec::as_slice),
-        );
-        answer
+        )
     }
 
     proptest! {
