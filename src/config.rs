@@ -61,6 +61,10 @@ pub struct FileConfig {
     pub hold_ms: u64,
     /// Largest accepted HTTP body (D13).
     pub max_message_bytes: usize,
+    /// Most references one PollRequest may name, and most statements one Response (a
+    /// callback, a partner's answer) may make (D13); beyond it `InvalidPollRequest` /
+    /// `InvalidRequest`. Poll answers are bounded by it too.
+    pub max_poll_references: usize,
     /// First and longest wait between callback attempts (doubling in between) (D10).
     pub callback_retry_initial_ms: u64,
     pub callback_retry_max_ms: u64,
@@ -299,6 +303,7 @@ impl Default for FileConfig {
             buffer_max_bytes: 64 * 1024 * 1024,
             hold_ms: 1000,
             max_message_bytes: 16 * 1024 * 1024,
+            max_poll_references: Limits::default().max_references,
             callback_retry_initial_ms: 1000,
             callback_retry_max_ms: 60_000,
             channels: Vec::new(),
@@ -413,6 +418,7 @@ impl FileConfig {
             "WSR_MAX_EXPIRY_HORIZON_SECONDS" => self.max_expiry_horizon_seconds = value.parse()?,
             "WSR_MAX_GROUP_LIFETIME_SECONDS" => self.max_group_lifetime_seconds = value.parse()?,
             "WSR_MAX_MESSAGE_BYTES" => self.max_message_bytes = value.parse()?,
+            "WSR_MAX_POLL_REFERENCES" => self.max_poll_references = value.parse()?,
             "WSR_ADMIN_TOKEN" => self.tokens.push(TokenConfig {
                 token: value.to_owned(),
                 principal: "admin".into(),
@@ -568,6 +574,7 @@ impl FileConfig {
             hold: Duration::from_millis(self.hold_ms),
             limits: Limits {
                 max_bytes: self.max_message_bytes,
+                max_references: self.max_poll_references.max(1),
                 ..Limits::default()
             },
             callback_retry_initial: Duration::from_millis(self.callback_retry_initial_ms.max(1)),

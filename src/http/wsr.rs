@@ -11,7 +11,7 @@ use super::AppState;
 use super::soap::{self, content_type, version_hint};
 use crate::rmp::agreement::Agreement;
 use crate::rmp::receiver::{AnswerRoute, answer_route, may_hold};
-use crate::rmp::replies::{Replies, ReplyItem, items, reply_for};
+use crate::rmp::replies::{Replies, ReplyItem, items, reply_for, statements};
 use crate::store::{Endpoints, Payload, ReceivedMessage};
 use crate::wsr::datetime::saturating_add;
 use crate::wsr::{
@@ -329,6 +329,21 @@ async fn handle_poll(
     let Some(answer) = answer else {
         return Ok(());
     };
+    // Never cut short: what a poll answer leaves out, the sender may take as "not held".
+    let made = statements(&answer);
+    let max = app.config.limits.max_references;
+    if made > max {
+        let reason = format!(
+            "the answer would make {made} statements, more than max_poll_references ({max}); \
+             ask about fewer messages or narrower ranges"
+        );
+        return Err(soap::fault(
+            version,
+            FaultCode::InvalidPollRequest,
+            &reason,
+            None,
+        ));
+    }
     let Some(to) = &poll.reply_to else {
         for item in answer.replies.iter().flat_map(items) {
             replies.add_item(&item);

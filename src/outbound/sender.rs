@@ -13,7 +13,7 @@ use tokio::task::JoinSet;
 use super::destination::DestinationRules;
 use super::http_client::{self, exchange, redacted};
 use crate::clock::Clock;
-use crate::rmp::replies::{ReplyItem, items};
+use crate::rmp::replies::Verdicts;
 use crate::rmp::sender::{AttemptFailure, Event};
 use crate::store::outbound::{OutMessage, ReplySource};
 use crate::store::{Store, StoreError};
@@ -402,13 +402,7 @@ async fn poll_page(
         };
         let source = ReplySource::Destination(&destination);
         let mut finished = store.apply_replies(&replies, source, clock.now()).await?;
-        // What the answer did not name, the destination does not hold.
-        let named: Vec<ReplyItem> = replies.iter().flat_map(items).collect();
-        let unnamed: Vec<String> = messages
-            .iter()
-            .filter(|m| !named.iter().any(|item| item.covers(&m.key())))
-            .map(|m| m.id.clone())
-            .collect();
+        let unnamed = unnamed(&messages, &replies);
         finished.extend(
             store
                 .not_held(&unnamed, asked_at, partner_id_retention, clock.now())
@@ -431,6 +425,17 @@ async fn poll_failed(
     let cause = format!("poll: {failure}");
     tracing::warn!(destination = %redacted(destination), messages = asked.len(), error = %cause, "poll failed; asking again later");
     store.record_failure(asked, &cause, now).await
+}
+
+/// The messages a poll answer does not name: the destination does not hold them. One pass
+/// over the answer and one lookup per message, never answer × messages.
+fn unnamed(messages: &[OutMessage], replies: &[Reply]) -> Vec<String> {
+    let verdicts = Verdicts::new(replies);
+    messages
+        .iter()
+        .filter(|m| !verdicts.names(&m.key()))
+        .map(|m| m.id.clone())
+        .collect()
 }
 
 /// Tells a submission's notify webhook its message reached a final state. Best effort: the

@@ -9,7 +9,7 @@ use sqlx::Row;
 
 use super::group_json::{from_millis, millis};
 use super::{Store, StoreError};
-use crate::rmp::replies::items;
+use crate::rmp::replies::Verdicts;
 use crate::rmp::sender::{OutState, Outbound, RetrySchedule};
 use crate::wsr::{
     FaultCode, GroupId, Headers, MessageId, MessageKey, Reply, ReplyPattern, Request, SequenceNum,
@@ -639,42 +639,7 @@ impl Store {
         now: DateTime<Utc>,
     ) -> Result<Vec<String>, StoreError> {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        // Final states are absorbing in the store too: never overwrite one.
-        let changed = sqlx::query(
-            "UPDATE out_messages SET state = ?, fault = ?, reason = ?, \
-             attempts = MAX(attempts, ?), next_attempt = ?, updated_at = ? \
-             WHERE id = ? AND state IN ('queued', 'sent')",
-        )
-        .bind(after.state.name())
-        .bind(match &after.state {
-            OutState::Faulted(code) => Some(code.local_name()),
-            _ => None,
-        })
-        .bind(match &after.state {
-            OutState::Failed(reason) => Some(reason.as_str()),
-            _ => None,
-        })
-        .bind(i64::from(after.attempts))
-        .bind(after.next_attempt.map(millis))
-        .bind(millis(now))
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
-        let mut finished = Vec::new();
-        if changed.rows_affected() == 1 && after.state != *before {
-            let detail = match &after.state {
-                OutState::Faulted(code) => Some(code.local_name().to_owned()),
-                OutState::Failed(reason) => Some(reason.clone()),
-                _ => None,
-            };
-            insert_event(&mut tx, id, after.state.name(), detail.as_deref(), now).await?;
-            if after.state.is_final() {
-                finished.push(id.to_owned());
-            }
-            if matches!(after.state, OutState::Faulted(_) | OutState::Failed(_)) {
-                finished.extend(fail_rest_of_ordered_group(&mut tx, id, now).await?);
-            }
-        }
+        let finished = save_in(&mut tx, id, before, after, now).await?;
         tx.commit().await?;
         Ok(finished)
     }
@@ -711,45 +676,72 @@ impl Store {
 
     /// Applies acks and faults received from a partner (HTTP response, callback, poll
     /// answer). Returns the messages that reached a final state.
+    ///
+    /// Linear in the answer: its statements are indexed per group (`Verdicts`), the messages
+    /// they name are read in two queries (ranges, singletons) whatever their number, and
+    /// every change is saved in one transaction.
     pub async fn apply_replies(
         &self,
         replies: &[Reply],
         source: ReplySource<'_>,
         now: DateTime<Utc>,
     ) -> Result<Vec<String>, StoreError> {
-        let mut finished = Vec::new();
-        for item in replies.iter().flat_map(items) {
-            let (group_id, fault) = (&item.group_id, item.fault);
-            let rows = match item.range {
-                None => {
-                    sqlx::query(select_messages!(
-                        "WHERE m.group_id = ?1 AND m.number IS NULL AND m.state = 'sent' \
-                         AND (?2 IS NULL OR m.destination = ?2) AND (?3 = 0 OR m.reply_pattern = 'Callback')"
-                    ))
-                    .bind(group_id.as_str())
-                    .bind(source.destination())
-                    .bind(i64::from(source.is_callback()))
-                    .fetch_all(&self.pool)
-                    .await?
-                }
-                Some(range) => {
-                    sqlx::query(select_messages!(
-                        "WHERE m.group_id = ?1 AND m.number BETWEEN ?4 AND ?5 AND m.state = 'sent' \
-                         AND (?2 IS NULL OR m.destination = ?2) AND (?3 = 0 OR m.reply_pattern = 'Callback')"
-                    ))
-                    .bind(group_id.as_str())
-                    .bind(source.destination())
-                    .bind(i64::from(source.is_callback()))
-                    .bind(range.from().min(i64::MAX as u64) as i64)
-                    .bind(range.to().min(i64::MAX as u64) as i64)
-                    .fetch_all(&self.pool)
-                    .await?
-                }
-            };
-            for row in &rows {
-                let m = row_to_message(row)?;
-                let before = m.outbound.state.clone();
-                let mut after = m.outbound.clone();
+        let verdicts = Verdicts::new(replies);
+        if verdicts.is_empty() {
+            return Ok(Vec::new());
+        }
+        let clamp = |n: u64| n.min(i64::MAX as u64) as i64;
+        let mut ranges = Vec::new();
+        let mut singletons = Vec::new();
+        for (group_id, singleton, named) in verdicts.named() {
+            if singleton {
+                singletons.push(group_id.as_str());
+            }
+            for &(from, to) in named.pairs() {
+                ranges.push(serde_json::json!([
+                    group_id.as_str(),
+                    clamp(from),
+                    clamp(to)
+                ]));
+            }
+        }
+        let mut rows = Vec::new();
+        if !ranges.is_empty() {
+            // Driven by the named ranges through the (group_id, number) index, never by a
+            // scan of the sent messages (`+m.state` keeps the planner off the state index).
+            rows.extend(
+                sqlx::query(select_messages!(
+                    "WHERE m.rowid IN (SELECT o.rowid FROM json_each(?1) AS j \
+                     CROSS JOIN out_messages AS o WHERE o.group_id = j.value->>0 \
+                     AND o.number BETWEEN j.value->>1 AND j.value->>2) AND +m.state = 'sent' \
+                     AND (?2 IS NULL OR m.destination = ?2) AND (?3 = 0 OR m.reply_pattern = 'Callback')"
+                ))
+                .bind(serde_json::Value::Array(ranges).to_string())
+                .bind(source.destination())
+                .bind(i64::from(source.is_callback()))
+                .fetch_all(&self.pool)
+                .await?,
+            );
+        }
+        if !singletons.is_empty() {
+            rows.extend(
+                sqlx::query(select_messages!(
+                    "WHERE m.group_id IN (SELECT value FROM json_each(?1)) AND m.number IS NULL \
+                     AND +m.state = 'sent' AND (?2 IS NULL OR m.destination = ?2) \
+                     AND (?3 = 0 OR m.reply_pattern = 'Callback')"
+                ))
+                .bind(serde_json::json!(singletons).to_string())
+                .bind(source.destination())
+                .bind(i64::from(source.is_callback()))
+                .fetch_all(&self.pool)
+                .await?,
+            );
+        }
+        let mut changes = Vec::new();
+        for row in &rows {
+            let m = row_to_message(row)?;
+            let mut after = m.outbound.clone();
+            for fault in verdicts.about(&m.key()) {
                 after.apply(
                     match fault {
                         None => crate::rmp::sender::Event::Acked,
@@ -757,10 +749,18 @@ impl Store {
                     },
                     now,
                 );
-                if after != m.outbound {
-                    finished.extend(self.save_outbound(&m.id, &before, &after, now).await?);
-                }
             }
+            if after != m.outbound {
+                changes.push((m.id, m.outbound.state, after));
+            }
+        }
+        let mut finished = Vec::new();
+        if !changes.is_empty() {
+            let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
+            for (id, before, after) in &changes {
+                finished.extend(save_in(&mut tx, id, before, after, now).await?);
+            }
+            tx.commit().await?;
         }
         if !finished.is_empty() {
             // An ack may open an ordered group's window.
@@ -882,6 +882,53 @@ async fn insert_event(
         .execute(&mut *tx)
         .await?;
     Ok(())
+}
+
+/// `save_outbound` inside the caller's transaction.
+async fn save_in(
+    conn: &mut sqlx::SqliteConnection,
+    id: &str,
+    before: &OutState,
+    after: &Outbound,
+    now: DateTime<Utc>,
+) -> Result<Vec<String>, StoreError> {
+    // Final states are absorbing in the store too: never overwrite one.
+    let changed = sqlx::query(
+        "UPDATE out_messages SET state = ?, fault = ?, reason = ?, \
+         attempts = MAX(attempts, ?), next_attempt = ?, updated_at = ? \
+         WHERE id = ? AND state IN ('queued', 'sent')",
+    )
+    .bind(after.state.name())
+    .bind(match &after.state {
+        OutState::Faulted(code) => Some(code.local_name()),
+        _ => None,
+    })
+    .bind(match &after.state {
+        OutState::Failed(reason) => Some(reason.as_str()),
+        _ => None,
+    })
+    .bind(i64::from(after.attempts))
+    .bind(after.next_attempt.map(millis))
+    .bind(millis(now))
+    .bind(id)
+    .execute(&mut *conn)
+    .await?;
+    let mut finished = Vec::new();
+    if changed.rows_affected() == 1 && after.state != *before {
+        let detail = match &after.state {
+            OutState::Faulted(code) => Some(code.local_name().to_owned()),
+            OutState::Failed(reason) => Some(reason.clone()),
+            _ => None,
+        };
+        insert_event(conn, id, after.state.name(), detail.as_deref(), now).await?;
+        if after.state.is_final() {
+            finished.push(id.to_owned());
+        }
+        if matches!(after.state, OutState::Faulted(_) | OutState::Failed(_)) {
+            finished.extend(fail_rest_of_ordered_group(conn, id, now).await?);
+        }
+    }
+    Ok(finished)
 }
 
 async fn fail_rest_of_ordered_group(

@@ -25,7 +25,7 @@ use super::{
     StoreError, SweepReport,
 };
 use crate::rmp::group::{GroupState, Policy};
-use crate::rmp::replies::{ReplyItem, answer_poll};
+use crate::rmp::replies::{Asked, RecordedFault, ReplyItem, answer_poll};
 use crate::wsr::{FaultCode, GroupId, MessageKey, RefToMessageIds, Response, SeqRange};
 
 /// A handle to the store; cheap to clone. Write transactions outside the writer task start
@@ -525,41 +525,48 @@ impl Store {
                 DeliveryError::Store(e) => e,
                 other => StoreError::Failed(other.to_string()),
             })?;
+        // Each group once, however many references name it; two reads in all, not two per
+        // reference.
+        let asked = Asked::new(refs);
+        let ids = serde_json::json!(asked.group_ids().map(GroupId::as_str).collect::<Vec<_>>())
+            .to_string();
         let mut states = HashMap::new();
-        for r in refs {
-            if let Some(state) = self.group(r.group_id.as_str()).await? {
-                states.insert(r.group_id.clone(), state);
-            }
+        let rows = sqlx::query(
+            "SELECT group_id, state FROM groups WHERE group_id IN (SELECT value FROM json_each(?))",
+        )
+        .bind(&ids)
+        .fetch_all(&self.pool)
+        .await?;
+        for row in rows {
+            let state = decode(row.get::<&str, _>(1)).map_err(StoreError::Corrupt)?;
+            states.insert(state.group_id.clone(), state);
         }
-        let mut replies = answer_poll(refs, |g| states.get(g));
-        for r in refs {
-            let rows = sqlx::query(
-                "SELECT singleton, number, fault FROM message_faults WHERE group_id = ?",
-            )
-            .bind(r.group_id.as_str())
-            .fetch_all(&self.pool)
-            .await?;
-            let state = states.get(&r.group_id);
-            for row in rows {
-                let singleton = row.get::<i64, _>(0) != 0;
-                let number = row.get::<i64, _>(1) as u64;
-                let Some(code) = FaultCode::from_local_name(row.get::<&str, _>(2)) else {
-                    continue;
-                };
-                // What the group state says wins: a delivered message is acked.
-                if state.is_some_and(|s| s.delivered.contains(number)) {
-                    continue;
-                }
-                let asked = if singleton {
-                    r.ranges.is_empty()
-                } else {
-                    r.ranges.is_empty() || r.ranges.iter().any(|q| q.contains(number))
-                };
-                if asked {
-                    replies.add(&r.group_id, (!singleton).then_some(number), Some(code));
-                }
-            }
+        let mut recorded: HashMap<GroupId, Vec<RecordedFault>> = HashMap::new();
+        let rows = sqlx::query(
+            "SELECT group_id, singleton, number, fault FROM message_faults \
+             WHERE group_id IN (SELECT value FROM json_each(?))",
+        )
+        .bind(&ids)
+        .fetch_all(&self.pool)
+        .await?;
+        for row in rows {
+            let Ok(group_id) = GroupId::parse(row.get::<&str, _>(0)) else {
+                continue;
+            };
+            let Some(code) = FaultCode::from_local_name(row.get::<&str, _>(3)) else {
+                continue;
+            };
+            let number = (row.get::<i64, _>(1) == 0).then(|| row.get::<i64, _>(2) as u64);
+            recorded
+                .entry(group_id)
+                .or_default()
+                .push(RecordedFault { number, code });
         }
+        let replies = answer_poll(
+            &asked,
+            |g| states.get(g),
+            |g| recorded.get(g).map_or(&[][..], Vec::as_slice),
+        );
         Ok(replies.into_response())
     }
 

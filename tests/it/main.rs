@@ -2,6 +2,7 @@
 //! and the recorded Holodeck exchanges; and the running gateway's health endpoint.
 
 mod bench;
+mod bounded;
 mod chaos;
 mod crash;
 mod delivery;

@@ -28,6 +28,10 @@ pub struct Limits {
     /// Attribute values and header text values.
     pub max_value_len: usize,
     pub max_namespace_bindings: usize,
+    /// References in one `wsrm:PollRequest` (each `SequenceNumRange`, and each
+    /// `RefToMessageIds` without ranges) and statements in one `wsrm:Response` (each
+    /// `NonSequenceReply` and `ReplyRange`); counted while reading, refused beyond it.
+    pub max_references: usize,
 }
 
 impl Default for Limits {
@@ -39,6 +43,7 @@ impl Default for Limits {
             max_name_len: 512,
             max_value_len: 16 * 1024,
             max_namespace_bindings: 128,
+            max_references: 10_000,
         }
     }
 }

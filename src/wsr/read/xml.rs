@@ -156,6 +156,10 @@ impl<'a, 'l> XmlCursor<'a, 'l> {
         }
     }
 
+    pub fn limits(&self) -> &'l Limits {
+        self.limits
+    }
+
     /// Byte offset just after the last event read.
     pub fn position(&self) -> usize {
         // The input is a &str of at most `max_bytes`, so the offset always fits.

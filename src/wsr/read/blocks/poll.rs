@@ -17,13 +17,16 @@ impl<'a> BlockReader<'_, 'a, '_> {
         self.block_attributes(e, &mut problems, IPR)?;
         let mut refs: Vec<RefToMessageIds> = Vec::new();
         let mut reply_to: Option<ReplyTo> = None;
+        // Counted as they are read, so that a huge PollRequest is refused before it is
+        // materialised (D13).
+        let mut references = 0usize;
         let stray_text = self.for_children(e, &mut |r, child| match (child.ns, child.local()) {
             (Ns::Wsrm, "RefToMessageIds") => {
                 if reply_to.is_some() && refs.is_empty() {
                     // Holodeck writes ReplyTo first (schema-invalid); tolerated (D12).
                     r.quirks.push(Quirk::PollReplyToFirst);
                 }
-                refs.push(r.ref_to_message_ids(&child)?);
+                refs.push(r.ref_to_message_ids(&child, &mut references)?);
                 Ok(())
             }
             (Ns::Wsrm, "ReplyTo") if reply_to.is_none() => match r.reply_to(&child)? {
@@ -55,7 +58,12 @@ impl<'a> BlockReader<'_, 'a, '_> {
         Ok(PollRequest { refs, reply_to })
     }
 
-    fn ref_to_message_ids(&mut self, e: &Elem<'a>) -> Result<RefToMessageIds, Defect> {
+    /// One `RefToMessageIds`; `references` counts what the PollRequest named so far.
+    fn ref_to_message_ids(
+        &mut self,
+        e: &Elem<'a>,
+        references: &mut usize,
+    ) -> Result<RefToMessageIds, Defect> {
         let attrs = self.named_attributes(e, ["groupId"])?;
         attrs.refuse_unknown("RefToMessageIds", IPR)?;
         let [group] = attrs.values;
@@ -64,6 +72,7 @@ impl<'a> BlockReader<'_, 'a, '_> {
         let mut ranges = Vec::new();
         let stray_text = self.for_children(e, &mut |r, child| match (child.ns, child.local()) {
             (Ns::Wsrm, "SequenceNumRange") => {
+                r.count_reference(references)?;
                 ranges.push(r.range(&child, IPR, false)?.0);
                 Ok(())
             }
@@ -79,6 +88,24 @@ impl<'a> BlockReader<'_, 'a, '_> {
         if stray_text {
             return Err(sync(IPR, "text content in wsrm:RefToMessageIds"));
         }
+        if ranges.is_empty() {
+            self.count_reference(references)?;
+        }
         Ok(RefToMessageIds { group_id, ranges })
+    }
+
+    fn count_reference(&self, references: &mut usize) -> Result<(), Defect> {
+        *references += 1;
+        let max = self.xml.limits().max_references;
+        if *references > max {
+            return Err(sync(
+                IPR,
+                format!(
+                    "wsrm:PollRequest names more than {max} messages or ranges (the \
+                     max_poll_references limit); ask about fewer per poll"
+                ),
+            ));
+        }
+        Ok(())
     }
 }

@@ -16,9 +16,12 @@ impl<'a> BlockReader<'_, 'a, '_> {
         let mut problems = FirstProblem::default();
         self.block_attributes(e, &mut problems, INVALID)?;
         let mut replies = Vec::new();
+        // Counted as they are read: a huge Response is refused before it is materialised.
+        let mut statements = 0usize;
         let stray_text = self.for_children(e, &mut |r, child| {
             match (child.ns, child.local()) {
                 (Ns::Wsrm, "NonSequenceReply") => {
+                    r.count_statement(&mut statements)?;
                     let attrs = r.named_attributes(&child, ["groupId", "fault"])?;
                     attrs.refuse_unknown("NonSequenceReply", INVALID)?;
                     let [group, fault] = attrs.values;
@@ -32,7 +35,7 @@ impl<'a> BlockReader<'_, 'a, '_> {
                     attrs.refuse_unknown("SequenceReplies", INVALID)?;
                     let [group] = attrs.values;
                     let group_id = reply_group(group, "SequenceReplies")?;
-                    let ranges = r.reply_ranges(&child)?;
+                    let ranges = r.reply_ranges(&child, &mut statements)?;
                     replies.push(Reply::Sequence { group_id, ranges });
                 }
                 (Ns::Wsrm | Ns::None, name) => {
@@ -56,10 +59,30 @@ impl<'a> BlockReader<'_, 'a, '_> {
         Ok(Response { replies })
     }
 
-    fn reply_ranges(&mut self, e: &Elem<'a>) -> Result<Vec<ReplyRange>, Defect> {
+    fn count_statement(&self, statements: &mut usize) -> Result<(), Defect> {
+        *statements += 1;
+        let max = self.xml.limits().max_references;
+        if *statements > max {
+            return Err(sync(
+                INVALID,
+                format!(
+                    "wsrm:Response makes more than {max} statements (NonSequenceReply, \
+                     ReplyRange; the max_poll_references limit); send them in several"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn reply_ranges(
+        &mut self,
+        e: &Elem<'a>,
+        statements: &mut usize,
+    ) -> Result<Vec<ReplyRange>, Defect> {
         let mut ranges = Vec::new();
         let stray_text = self.for_children(e, &mut |r, child| match (child.ns, child.local()) {
             (Ns::Wsrm, "ReplyRange") => {
+                r.count_statement(statements)?;
                 let (range, fault) = r.range(&child, INVALID, true)?;
                 ranges.push(ReplyRange { range, fault });
                 Ok(())
