@@ -43,6 +43,20 @@ pub struct FileConfig {
     pub hold_ms: u64,
     /// Largest accepted HTTP body (D13).
     pub max_message_bytes: usize,
+    /// The perimeter (D13): a connection's request head must arrive within
+    /// `header_timeout_ms` (from the accept or its first byte); a request body may pause at
+    /// most `body_timeout_ms` and must average `body_min_bytes_per_second` once that long has
+    /// passed; a keep-alive connection idle for `idle_timeout_ms` is closed.
+    pub header_timeout_ms: u64,
+    pub body_timeout_ms: u64,
+    pub body_min_bytes_per_second: u64,
+    pub idle_timeout_ms: u64,
+    /// Open connections (beyond it the gateway stops accepting until one closes), requests
+    /// being handled (beyond it: 503 with Retry-After) and body bytes received but not yet
+    /// handled, across all requests (beyond it: 503 with Retry-After).
+    pub max_connections: usize,
+    pub max_requests_in_flight: usize,
+    pub max_body_bytes_in_flight: usize,
     /// First and longest wait between callback attempts (doubling in between) (D10).
     pub callback_retry_initial_ms: u64,
     pub callback_retry_max_ms: u64,
@@ -253,6 +267,13 @@ impl Default for FileConfig {
             buffer_max_bytes: 64 * 1024 * 1024,
             hold_ms: 1000,
             max_message_bytes: 16 * 1024 * 1024,
+            header_timeout_ms: 10_000,
+            body_timeout_ms: 30_000,
+            body_min_bytes_per_second: 1024,
+            idle_timeout_ms: 60_000,
+            max_connections: 1024,
+            max_requests_in_flight: 512,
+            max_body_bytes_in_flight: 256 * 1024 * 1024,
             callback_retry_initial_ms: 1000,
             callback_retry_max_ms: 60_000,
             channels: Vec::new(),
@@ -283,6 +304,7 @@ pub struct Config {
     pub policy: Policy,
     pub hold: Duration,
     pub limits: Limits,
+    pub perimeter: Perimeter,
     pub callback_retry_initial: Duration,
     pub callback_retry_max: Duration,
     pub channels: BTreeMap<String, Agreement>,
@@ -297,6 +319,18 @@ pub struct Config {
     pub resolve_in_doubt: Duration,
     pub partner_id_retention: Duration,
     pub delivery: DeliverySettings,
+}
+
+/// Timeouts and caps of the HTTP listener (D13); see `FileConfig` for their meaning.
+#[derive(Debug, Clone)]
+pub struct Perimeter {
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+    pub body_min_bytes_per_second: u64,
+    pub idle_timeout: Duration,
+    pub max_connections: usize,
+    pub max_requests_in_flight: usize,
+    pub max_body_bytes_in_flight: usize,
 }
 
 /// Settings of delivery to applications (DESIGN §5).
@@ -361,6 +395,13 @@ impl FileConfig {
             }
             "WSR_DEFAULT_GROUP_IDLE" => self.default_group_idle = value.to_owned(),
             "WSR_MAX_MESSAGE_BYTES" => self.max_message_bytes = value.parse()?,
+            "WSR_HEADER_TIMEOUT_MS" => self.header_timeout_ms = value.parse()?,
+            "WSR_BODY_TIMEOUT_MS" => self.body_timeout_ms = value.parse()?,
+            "WSR_BODY_MIN_BYTES_PER_SECOND" => self.body_min_bytes_per_second = value.parse()?,
+            "WSR_IDLE_TIMEOUT_MS" => self.idle_timeout_ms = value.parse()?,
+            "WSR_MAX_CONNECTIONS" => self.max_connections = value.parse()?,
+            "WSR_MAX_REQUESTS_IN_FLIGHT" => self.max_requests_in_flight = value.parse()?,
+            "WSR_MAX_BODY_BYTES_IN_FLIGHT" => self.max_body_bytes_in_flight = value.parse()?,
             "WSR_ADMIN_TOKEN" => self.tokens.push(TokenConfig {
                 token: value.to_owned(),
                 principal: "admin".into(),
@@ -455,6 +496,27 @@ impl FileConfig {
             spec.check()
                 .map_err(|(field, why)| anyhow::anyhow!("agreement {name}: {field}: {why}"))?;
         }
+        if self.max_connections == 0 || self.max_requests_in_flight == 0 {
+            bail!("max_connections and max_requests_in_flight must be at least 1");
+        }
+        // One whole message must fit, or the largest allowed message could never be received.
+        if self.max_body_bytes_in_flight <= self.max_message_bytes {
+            bail!("max_body_bytes_in_flight must be larger than max_message_bytes");
+        }
+        // A semaphore holds at most usize::MAX >> 3 permits; timeouts are clamped to 30 days
+        // so that no deadline can overflow.
+        let max_permits = usize::MAX >> 3;
+        let perimeter = Perimeter {
+            header_timeout: Duration::from_millis(
+                self.header_timeout_ms.clamp(1, MAX_SECONDS * 1000),
+            ),
+            body_timeout: Duration::from_millis(self.body_timeout_ms.clamp(1, MAX_SECONDS * 1000)),
+            body_min_bytes_per_second: self.body_min_bytes_per_second,
+            idle_timeout: Duration::from_millis(self.idle_timeout_ms.clamp(1, MAX_SECONDS * 1000)),
+            max_connections: self.max_connections.min(max_permits),
+            max_requests_in_flight: self.max_requests_in_flight.min(max_permits),
+            max_body_bytes_in_flight: self.max_body_bytes_in_flight.min(max_permits),
+        };
         Ok(Config {
             listen: self.listen,
             database: self.database,
@@ -473,6 +535,7 @@ impl FileConfig {
                 max_bytes: self.max_message_bytes,
                 ..Limits::default()
             },
+            perimeter,
             callback_retry_initial: Duration::from_millis(self.callback_retry_initial_ms.max(1)),
             callback_retry_max: Duration::from_millis(self.callback_retry_max_ms.max(1)),
             channels,
