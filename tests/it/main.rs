@@ -8,6 +8,7 @@ mod delivery;
 mod health;
 mod interop;
 mod malformed;
+mod perimeter;
 mod receiver;
 mod roundtrip;
 mod schema;
