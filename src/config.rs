@@ -53,10 +53,11 @@ pub struct FileConfig {
     pub idle_timeout_ms: u64,
     /// Open connections (beyond it the gateway stops accepting until one closes), requests
     /// being handled (beyond it: 503 with Retry-After) and body bytes received but not yet
-    /// handled, across all requests (beyond it: 503 with Retry-After).
+    /// handled, across all requests (beyond it: 503 with Retry-After; default: twice
+    /// `max_message_bytes`).
     pub max_connections: usize,
     pub max_requests_in_flight: usize,
-    pub max_body_bytes_in_flight: usize,
+    pub max_body_bytes_in_flight: Option<usize>,
     /// First and longest wait between callback attempts (doubling in between) (D10).
     pub callback_retry_initial_ms: u64,
     pub callback_retry_max_ms: u64,
@@ -273,7 +274,7 @@ impl Default for FileConfig {
             idle_timeout_ms: 60_000,
             max_connections: 1024,
             max_requests_in_flight: 512,
-            max_body_bytes_in_flight: 256 * 1024 * 1024,
+            max_body_bytes_in_flight: None,
             callback_retry_initial_ms: 1000,
             callback_retry_max_ms: 60_000,
             channels: Vec::new(),
@@ -401,7 +402,7 @@ impl FileConfig {
             "WSR_IDLE_TIMEOUT_MS" => self.idle_timeout_ms = value.parse()?,
             "WSR_MAX_CONNECTIONS" => self.max_connections = value.parse()?,
             "WSR_MAX_REQUESTS_IN_FLIGHT" => self.max_requests_in_flight = value.parse()?,
-            "WSR_MAX_BODY_BYTES_IN_FLIGHT" => self.max_body_bytes_in_flight = value.parse()?,
+            "WSR_MAX_BODY_BYTES_IN_FLIGHT" => self.max_body_bytes_in_flight = Some(value.parse()?),
             "WSR_ADMIN_TOKEN" => self.tokens.push(TokenConfig {
                 token: value.to_owned(),
                 principal: "admin".into(),
@@ -499,8 +500,11 @@ impl FileConfig {
         if self.max_connections == 0 || self.max_requests_in_flight == 0 {
             bail!("max_connections and max_requests_in_flight must be at least 1");
         }
+        let body_budget = self
+            .max_body_bytes_in_flight
+            .unwrap_or(self.max_message_bytes.saturating_mul(2));
         // One whole message must fit, or the largest allowed message could never be received.
-        if self.max_body_bytes_in_flight <= self.max_message_bytes {
+        if body_budget <= self.max_message_bytes {
             bail!("max_body_bytes_in_flight must be larger than max_message_bytes");
         }
         // A semaphore holds at most usize::MAX >> 3 permits; timeouts are clamped to 30 days
@@ -515,7 +519,7 @@ impl FileConfig {
             idle_timeout: Duration::from_millis(self.idle_timeout_ms.clamp(1, MAX_SECONDS * 1000)),
             max_connections: self.max_connections.min(max_permits),
             max_requests_in_flight: self.max_requests_in_flight.min(max_permits),
-            max_body_bytes_in_flight: self.max_body_bytes_in_flight.min(max_permits),
+            max_body_bytes_in_flight: body_budget.min(max_permits),
         };
         Ok(Config {
             listen: self.listen,
@@ -595,6 +599,28 @@ mod tests {
         assert_eq!(c.durability, Durability::Full);
         assert_eq!(c.channels.keys().collect::<Vec<_>>(), vec!["default"]);
         assert_eq!(c.channels["default"], Agreement::everything());
+    }
+
+    #[test]
+    fn perimeter_defaults_overrides_and_checks() {
+        let c = Config::load(None, []).expect("defaults");
+        assert_eq!(c.perimeter.header_timeout, Duration::from_secs(10));
+        assert_eq!(c.perimeter.idle_timeout, Duration::from_secs(60));
+        assert_eq!(c.perimeter.max_connections, 1024);
+        assert_eq!(c.perimeter.max_requests_in_flight, 512);
+        assert_eq!(
+            c.perimeter.max_body_bytes_in_flight,
+            2 * c.limits.max_bytes,
+            "twice the largest message by default"
+        );
+        let env = |k: &str, v: &str| [(k.to_owned(), v.to_owned())];
+        let c = Config::load(None, env("WSR_HEADER_TIMEOUT_MS", "300")).expect("valid");
+        assert_eq!(c.perimeter.header_timeout, Duration::from_millis(300));
+        let c = Config::load(None, env("WSR_IDLE_TIMEOUT_MS", &u64::MAX.to_string()))
+            .expect("clamped, not overflowing");
+        assert_eq!(c.perimeter.idle_timeout, Duration::from_secs(MAX_SECONDS));
+        assert!(Config::load(None, env("WSR_MAX_CONNECTIONS", "0")).is_err());
+        assert!(Config::load(None, env("WSR_MAX_BODY_BYTES_IN_FLIGHT", "1000")).is_err());
     }
 
     #[test]
