@@ -65,6 +65,21 @@ pub struct FileConfig {
     /// callback, a partner's answer) may make (D13); beyond it `InvalidPollRequest` /
     /// `InvalidRequest`. Poll answers are bounded by it too.
     pub max_poll_references: usize,
+    /// The perimeter (D13): a connection's request head must arrive within
+    /// `header_timeout_ms` (from the accept or its first byte); a request body may pause at
+    /// most `body_timeout_ms` and must average `body_min_bytes_per_second` once that long has
+    /// passed; a keep-alive connection idle for `idle_timeout_ms` is closed.
+    pub header_timeout_ms: u64,
+    pub body_timeout_ms: u64,
+    pub body_min_bytes_per_second: u64,
+    pub idle_timeout_ms: u64,
+    /// Open connections (beyond it the gateway stops accepting until one closes), requests
+    /// being handled (beyond it: 503 with Retry-After) and body bytes received but not yet
+    /// handled, across all requests (beyond it: 503 with Retry-After; default: twice
+    /// `max_message_bytes`).
+    pub max_connections: usize,
+    pub max_requests_in_flight: usize,
+    pub max_body_bytes_in_flight: Option<usize>,
     /// First and longest wait between callback attempts (doubling in between) (D10).
     pub callback_retry_initial_ms: u64,
     pub callback_retry_max_ms: u64,
@@ -304,6 +319,13 @@ impl Default for FileConfig {
             hold_ms: 1000,
             max_message_bytes: 16 * 1024 * 1024,
             max_poll_references: Limits::default().max_references,
+            header_timeout_ms: 10_000,
+            body_timeout_ms: 30_000,
+            body_min_bytes_per_second: 1024,
+            idle_timeout_ms: 60_000,
+            max_connections: 1024,
+            max_requests_in_flight: 512,
+            max_body_bytes_in_flight: None,
             callback_retry_initial_ms: 1000,
             callback_retry_max_ms: 60_000,
             channels: Vec::new(),
@@ -336,6 +358,7 @@ pub struct Config {
     pub policy: Policy,
     pub hold: Duration,
     pub limits: Limits,
+    pub perimeter: Perimeter,
     pub callback_retry_initial: Duration,
     pub callback_retry_max: Duration,
     pub channels: BTreeMap<String, Agreement>,
@@ -352,6 +375,18 @@ pub struct Config {
     pub resolve_in_doubt: Duration,
     pub partner_id_retention: Duration,
     pub delivery: DeliverySettings,
+}
+
+/// Timeouts and caps of the HTTP listener (D13); see `FileConfig` for their meaning.
+#[derive(Debug, Clone)]
+pub struct Perimeter {
+    pub header_timeout: Duration,
+    pub body_timeout: Duration,
+    pub body_min_bytes_per_second: u64,
+    pub idle_timeout: Duration,
+    pub max_connections: usize,
+    pub max_requests_in_flight: usize,
+    pub max_body_bytes_in_flight: usize,
 }
 
 /// Settings of delivery to applications (DESIGN §5).
@@ -419,6 +454,13 @@ impl FileConfig {
             "WSR_MAX_GROUP_LIFETIME_SECONDS" => self.max_group_lifetime_seconds = value.parse()?,
             "WSR_MAX_MESSAGE_BYTES" => self.max_message_bytes = value.parse()?,
             "WSR_MAX_POLL_REFERENCES" => self.max_poll_references = value.parse()?,
+            "WSR_HEADER_TIMEOUT_MS" => self.header_timeout_ms = value.parse()?,
+            "WSR_BODY_TIMEOUT_MS" => self.body_timeout_ms = value.parse()?,
+            "WSR_BODY_MIN_BYTES_PER_SECOND" => self.body_min_bytes_per_second = value.parse()?,
+            "WSR_IDLE_TIMEOUT_MS" => self.idle_timeout_ms = value.parse()?,
+            "WSR_MAX_CONNECTIONS" => self.max_connections = value.parse()?,
+            "WSR_MAX_REQUESTS_IN_FLIGHT" => self.max_requests_in_flight = value.parse()?,
+            "WSR_MAX_BODY_BYTES_IN_FLIGHT" => self.max_body_bytes_in_flight = Some(value.parse()?),
             "WSR_ADMIN_TOKEN" => self.tokens.push(TokenConfig {
                 token: value.to_owned(),
                 principal: "admin".into(),
@@ -558,6 +600,30 @@ impl FileConfig {
             spec.check()
                 .map_err(|(field, why)| anyhow::anyhow!("agreement {name}: {field}: {why}"))?;
         }
+        if self.max_connections == 0 || self.max_requests_in_flight == 0 {
+            bail!("max_connections and max_requests_in_flight must be at least 1");
+        }
+        let body_budget = self
+            .max_body_bytes_in_flight
+            .unwrap_or(self.max_message_bytes.saturating_mul(2));
+        // One whole message must fit, or the largest allowed message could never be received.
+        if body_budget <= self.max_message_bytes {
+            bail!("max_body_bytes_in_flight must be larger than max_message_bytes");
+        }
+        // A semaphore holds at most usize::MAX >> 3 permits; timeouts are clamped to 30 days
+        // so that no deadline can overflow.
+        let max_permits = usize::MAX >> 3;
+        let perimeter = Perimeter {
+            header_timeout: Duration::from_millis(
+                self.header_timeout_ms.clamp(1, MAX_SECONDS * 1000),
+            ),
+            body_timeout: Duration::from_millis(self.body_timeout_ms.clamp(1, MAX_SECONDS * 1000)),
+            body_min_bytes_per_second: self.body_min_bytes_per_second,
+            idle_timeout: Duration::from_millis(self.idle_timeout_ms.clamp(1, MAX_SECONDS * 1000)),
+            max_connections: self.max_connections.min(max_permits),
+            max_requests_in_flight: self.max_requests_in_flight.min(max_permits),
+            max_body_bytes_in_flight: body_budget.min(max_permits),
+        };
         Ok(Config {
             listen: self.listen,
             database: self.database,
@@ -577,6 +643,7 @@ impl FileConfig {
                 max_references: self.max_poll_references.max(1),
                 ..Limits::default()
             },
+            perimeter,
             callback_retry_initial: Duration::from_millis(self.callback_retry_initial_ms.max(1)),
             callback_retry_max: Duration::from_millis(self.callback_retry_max_ms.max(1)),
             channels,
@@ -642,6 +709,28 @@ mod tests {
             chrono::Duration::days(30),
             "the built-in channel has a horizon too"
         );
+    }
+
+    #[test]
+    fn perimeter_defaults_overrides_and_checks() {
+        let c = Config::load(None, []).expect("defaults");
+        assert_eq!(c.perimeter.header_timeout, Duration::from_secs(10));
+        assert_eq!(c.perimeter.idle_timeout, Duration::from_secs(60));
+        assert_eq!(c.perimeter.max_connections, 1024);
+        assert_eq!(c.perimeter.max_requests_in_flight, 512);
+        assert_eq!(
+            c.perimeter.max_body_bytes_in_flight,
+            2 * c.limits.max_bytes,
+            "twice the largest message by default"
+        );
+        let env = |k: &str, v: &str| [(k.to_owned(), v.to_owned())];
+        let c = Config::load(None, env("WSR_HEADER_TIMEOUT_MS", "300")).expect("valid");
+        assert_eq!(c.perimeter.header_timeout, Duration::from_millis(300));
+        let c = Config::load(None, env("WSR_IDLE_TIMEOUT_MS", &u64::MAX.to_string()))
+            .expect("clamped, not overflowing");
+        assert_eq!(c.perimeter.idle_timeout, Duration::from_secs(MAX_SECONDS));
+        assert!(Config::load(None, env("WSR_MAX_CONNECTIONS", "0")).is_err());
+        assert!(Config::load(None, env("WSR_MAX_BODY_BYTES_IN_FLIGHT", "1000")).is_err());
     }
 
     #[test]

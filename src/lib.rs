@@ -17,7 +17,7 @@ pub mod rmp;
 pub mod store;
 pub mod wsr;
 
-use std::future::{Future, IntoFuture};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,7 +34,7 @@ use crate::store::{Endpoints, Store, StoreConfig};
 
 pub use config::Config;
 
-/// How long a shutdown waits for requests in flight.
+/// How long a shutdown waits for requests in flight (SIGTERM/SIGINT in `main`).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// A gateway with its store open and its port bound, not yet serving. Binding happens in
@@ -161,28 +161,18 @@ impl App {
             state.clock.clone(),
             state.config.limits.max_bytes,
         ));
-        // Requests in flight are answered before we stop, but a connection that never ends
-        // (an event stream, a stalled client) cannot hold the shutdown for more than a grace
-        // period.
-        let (stopping, mut stopped) = tokio::sync::watch::channel(false);
-        let signal = async move {
-            shutdown.await;
-            let _ = stopping.send(true);
-        };
-        let server = axum::serve(self.listener, http::router(state))
-            .with_graceful_shutdown(signal)
-            .into_future();
-        let served = tokio::select! {
-            served = server => served.context("HTTP server failed"),
-            _ = async {
-                let _ = stopped.wait_for(|s| *s).await;
-                tokio::time::sleep(SHUTDOWN_GRACE).await;
-            } => {
-                tracing::warn!("graceful shutdown timed out; closing the remaining connections");
-                Ok(())
-            }
-        };
-        background.abort_all();
-        served
+        let perimeter = state.config.perimeter.clone();
+        http::serve::serve(
+            self.listener,
+            http::router(state),
+            perimeter,
+            shutdown,
+            SHUTDOWN_GRACE,
+        )
+        .await;
+        // The workers stop; what they had handed to the group-commit writer is committed or
+        // rolled back whole.
+        background.shutdown().await;
+        Ok(())
     }
 }

@@ -48,6 +48,34 @@ enum Command {
     },
 }
 
+/// Completes at SIGTERM (systemd, containers) or SIGINT (Ctrl-C): both drain the gateway.
+/// SIGHUP is ignored, not fatal: the configuration is read only at start.
+#[cfg(unix)]
+fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = ()> + Send + 'static> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
+    let mut hangup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
+    Ok(async move {
+        loop {
+            tokio::select! {
+                _ = terminate.recv() => break tracing::info!("SIGTERM: draining"),
+                _ = interrupt.recv() => break tracing::info!("SIGINT: draining"),
+                _ = hangup.recv() => {
+                    tracing::info!("SIGHUP ignored; restart to reload configuration");
+                }
+            }
+        }
+    })
+}
+
+#[cfg(not(unix))]
+fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = ()> + Send + 'static> {
+    Ok(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
@@ -61,13 +89,16 @@ async fn main() -> anyhow::Result<()> {
         Command::Serve { config } => {
             let env = std::env::vars().filter(|(k, _)| k != "WSR_CONFIG");
             let config = Config::load(config.as_deref(), env)?;
+            // The handlers are installed before we say we listen, so that no signal sent
+            // after that line takes the default action (which kills).
+            let stop = stop_signal()?;
             let app = App::build(config).await?;
             tracing::info!(addr = %app.local_addr(), "wsr-gateway listening");
-            app.run_until(async {
-                let _ = tokio::signal::ctrl_c().await;
-            })
-            .await
-            .context("gateway stopped with an error")
+            app.run_until(stop)
+                .await
+                .context("gateway stopped with an error")?;
+            tracing::info!("wsr-gateway stopped");
+            Ok(())
         }
         Command::Send(args) => {
             for line in wsr_gateway::client::send(&args).await? {

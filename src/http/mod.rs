@@ -4,6 +4,7 @@
 
 mod admin;
 pub mod messages;
+pub mod serve;
 pub mod soap;
 mod subscriptions;
 mod wsr;

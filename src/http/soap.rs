@@ -89,9 +89,11 @@ pub fn fault(
     )
 }
 
-/// Reads a request body into one buffer sized by its Content-Length, so that a big message is
-/// held once, not as chunks plus their copy. More than `limit` + 1 bytes is refused with 413
-/// (the codec gives the exact limit its own fault).
+/// Reads a request body into one buffer. Memory follows the bytes that actually arrive, not
+/// the announced Content-Length: the pieces are kept as received and copied once into the
+/// final buffer (not at all when the body came in one piece). More than `limit` + 1 bytes,
+/// announced or received, is refused with 413 (the codec gives the exact limit its own
+/// fault); a body the perimeter cut is answered 408 (too slow) or 503 (busy).
 pub async fn read_body(
     headers: &HeaderMap,
     body: axum::body::Body,
@@ -114,29 +116,62 @@ pub async fn read_body(
     if announced > cap {
         return Err(too_large());
     }
-    // The announced size is reserved once (no regrowth copies), but only if the memory is
-    // there: a refusal is a 503, never an abort.
-    let mut buffer: Vec<u8> = Vec::new();
-    if buffer.try_reserve_exact(announced).is_err() {
-        return Err((
-            StatusCode::SERVICE_UNAVAILABLE,
-            "not enough memory for this message now; try again later\n",
-        )
-            .into_response());
-    }
+    let mut pieces: Vec<axum::body::Bytes> = Vec::new();
+    let mut total = 0usize;
     let mut frames = body.into_data_stream();
     while let Some(frame) = frames.next().await {
-        let chunk = frame.map_err(|e| {
-            (
-                StatusCode::BAD_REQUEST,
-                format!("cannot read the request body: {e}\n"),
-            )
-                .into_response()
-        })?;
-        if buffer.len() + chunk.len() > cap {
+        let chunk = frame.map_err(unreadable)?;
+        total += chunk.len();
+        if total > cap {
             return Err(too_large());
         }
-        buffer.extend_from_slice(&chunk);
+        if !chunk.is_empty() {
+            pieces.push(chunk);
+        }
+    }
+    // The body's share of the perimeter's byte budget is given back before the copy.
+    drop(frames);
+    if pieces.len() <= 1 {
+        return Ok(pieces.pop().unwrap_or_default());
+    }
+    // The one copy, only if the memory is there: a refusal is a 503, never an abort.
+    let mut buffer: Vec<u8> = Vec::new();
+    if buffer.try_reserve_exact(total).is_err() {
+        return Err(crate::http::serve::busy(
+            "not enough memory for this message now",
+        ));
+    }
+    for piece in &pieces {
+        buffer.extend_from_slice(piece);
     }
     Ok(buffer.into())
+}
+
+/// The answer to a body that could not be read: the perimeter's own refusals get their status.
+fn unreadable(e: axum::Error) -> axum::response::Response {
+    use crate::http::serve::{BodyRefused, busy};
+    let cause = e.into_inner();
+    // The refusal may come wrapped (axum's body limit boxes the errors it passes on).
+    let mut refused = None;
+    let mut link: Option<&(dyn std::error::Error + 'static)> = Some(&*cause);
+    while let Some(error) = link {
+        if let Some(r) = error.downcast_ref::<BodyRefused>() {
+            refused = Some(*r);
+            break;
+        }
+        link = error.source();
+    }
+    match refused {
+        Some(BodyRefused::TooSlow) => (
+            StatusCode::REQUEST_TIMEOUT,
+            format!("{}\n", BodyRefused::TooSlow),
+        )
+            .into_response(),
+        Some(BodyRefused::OverBudget) => busy(&BodyRefused::OverBudget.to_string()),
+        None => (
+            StatusCode::BAD_REQUEST,
+            format!("cannot read the request body: {cause}\n"),
+        )
+            .into_response(),
+    }
 }

@@ -11,6 +11,7 @@ mod hostile;
 mod interop;
 mod malformed;
 mod outbound_trust;
+mod perimeter;
 mod receiver;
 mod roundtrip;
 mod schema;
