@@ -230,6 +230,15 @@ pub struct TokenConfig {
     pub token: String,
     pub principal: String,
     pub scopes: Vec<Scope>,
+    /// The topics this token may consume, as MQTT-style filters (`orders/#`): it may create,
+    /// join and fetch only subscriptions whose filter lies within them. Default `["#"]`.
+    #[serde(default = "all_topics")]
+    pub topics: Vec<String>,
+}
+
+/// Every topic: the allow-list of a token that names none.
+pub fn all_topics() -> Vec<String> {
+    vec!["#".to_owned()]
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -365,6 +374,7 @@ impl FileConfig {
                 token: value.to_owned(),
                 principal: "admin".into(),
                 scopes: vec![Scope::Admin],
+                topics: all_topics(),
             }),
             "WSR_CALLBACK_ENDPOINTS" => self.callback_endpoints.extend(url_list(value)),
             "WSR_PUSH_ENDPOINTS" => self.push_endpoints.extend(url_list(value)),
@@ -438,14 +448,16 @@ impl FileConfig {
             if t.token.len() < 16 {
                 bail!("token of {} is shorter than 16 characters", t.principal);
             }
+            for topic in &t.topics {
+                crate::delivery::filter::Filter::parse(topic)
+                    .map_err(|e| anyhow::anyhow!("token of {}: topics: {e}", t.principal))?;
+            }
         }
-        for url in self
-            .callback_endpoints
-            .iter()
-            .chain(&self.push_endpoints)
-            .chain(self.partners.values())
-        {
-            check_endpoint(url)?;
+        let urls = (self.callback_endpoints.iter().map(|u| ("callback_endpoints", u)))
+            .chain(self.push_endpoints.iter().map(|u| ("push_endpoints", u)))
+            .chain(self.partners.values().map(|u| ("partners", u)));
+        for (field, url) in urls {
+            check_endpoint(url).with_context(|| field.to_owned())?;
         }
         let named = self
             .agreements
@@ -510,8 +522,18 @@ fn millis(ms: u64) -> chrono::Duration {
     chrono::Duration::milliseconds(ms.min(i64::MAX as u64 / 2) as i64)
 }
 
-/// A callback endpoint must be an absolute http(s) URL.
+/// The longest URL that may be registered as an endpoint (callback, push) or used as a
+/// destination: every registered URL fits in a request line, so it can also be unregistered.
+pub const MAX_URL_BYTES: usize = 2048;
+
+/// A callback endpoint must be an absolute http(s) URL of at most `MAX_URL_BYTES`.
 pub fn check_endpoint(url: &str) -> anyhow::Result<()> {
+    if url.len() > MAX_URL_BYTES {
+        bail!(
+            "endpoint URL of {} bytes is longer than {MAX_URL_BYTES} bytes",
+            url.len()
+        );
+    }
     let ok = (url.starts_with("http://") || url.starts_with("https://"))
         && url.len() > "https://".len()
         && !url.chars().any(|c| c.is_whitespace() || c.is_control());
