@@ -18,6 +18,7 @@ async fn sender_app_window_1() -> TestApp {
             token: TOKEN.into(),
             principal: "app".into(),
             scopes: vec![Scope::Produce],
+            topics: wsr_gateway::config::all_topics(),
         }];
         c.send_window = 1;
     })
@@ -30,6 +31,7 @@ async fn sender_app() -> TestApp {
             token: TOKEN.into(),
             principal: "app".into(),
             scopes: vec![Scope::Produce],
+            topics: wsr_gateway::config::all_topics(),
         }];
         c.poll_interval = std::time::Duration::from_millis(200);
         // The receivers here are wsr-gateways: they keep delivered IDs an hour past expiry.
@@ -905,11 +907,13 @@ async fn two_app_sender() -> TestApp {
                 token: TOKEN.into(),
                 principal: "app".into(),
                 scopes: vec![Scope::Produce],
+                topics: wsr_gateway::config::all_topics(),
             },
             TokenConfig {
                 token: OTHER_TOKEN.into(),
                 principal: "other".into(),
                 scopes: vec![Scope::Produce],
+                topics: wsr_gateway::config::all_topics(),
             },
         ];
         c.send_window = 1;
