@@ -600,4 +600,32 @@ requires = ["AckRequested"]
         let env = [("WSR_LISTN".to_owned(), "x".to_owned())];
         assert!(Config::load(None, env).is_err(), "a misspelt WSR_ variable");
     }
+
+    #[test]
+    fn endpoint_urls_are_capped_and_token_topics_checked() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("gw.toml");
+        let prefix = "https://partner.example/";
+        let at_cap = format!("{prefix}{}", "a".repeat(MAX_URL_BYTES - prefix.len()));
+        let over = format!("{at_cap}a");
+        for (text, ok) in [
+            (format!("callback_endpoints = [\"{at_cap}\"]"), true),
+            (format!("callback_endpoints = [\"{over}\"]"), false),
+            (format!("push_endpoints = [\"{over}\"]"), false),
+            (format!("[partners]\np = \"{over}\""), false),
+        ] {
+            std::fs::write(&path, &text).expect("write config");
+            assert_eq!(Config::load(Some(&path), []).is_ok(), ok, "{}", &text[..40]);
+        }
+        let token = "[[tokens]]\ntoken = \"0123456789abcdef\"\nprincipal = \"bob\"\n\
+                     scopes = [\"consume\"]\n";
+        std::fs::write(&path, token).expect("write config");
+        let c = Config::load(Some(&path), []).expect("topics default");
+        assert_eq!(c.tokens[0].topics, vec!["#"]);
+        std::fs::write(&path, format!("{token}topics = [\"bob/#\"]")).expect("write config");
+        let c = Config::load(Some(&path), []).expect("valid topics");
+        assert_eq!(c.tokens[0].topics, vec!["bob/#"]);
+        std::fs::write(&path, format!("{token}topics = [\"bob/#/x\"]")).expect("write config");
+        assert!(Config::load(Some(&path), []).is_err(), "an invalid filter");
+    }
 }

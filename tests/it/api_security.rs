@@ -164,11 +164,10 @@ async fn an_endpoint_url_beyond_the_cap_is_refused_and_one_at_the_cap_registers_
             Some(json!({ "url": long })),
         )
         .await;
-        assert_eq!(status, 400, "{answer}");
-        assert!(
-            answer["reason"].as_str().is_some_and(|r| r.starts_with("url:")),
-            "the reason names the field: {answer}"
-        );
+        let reason = answer["reason"].as_str().unwrap_or_default();
+        let shown: String = answer.to_string().chars().take(300).collect();
+        assert_eq!(status, 400, "{shown}");
+        assert!(reason.starts_with("url:"), "the reason names the field: {shown}");
 
         let prefix = "http://127.0.0.1:9/";
         let at_cap = format!("{prefix}{}", "b".repeat(MAX_URL_BYTES - prefix.len()));
