@@ -453,9 +453,12 @@ impl FileConfig {
                     .map_err(|e| anyhow::anyhow!("token of {}: topics: {e}", t.principal))?;
             }
         }
-        let urls = (self.callback_endpoints.iter().map(|u| ("callback_endpoints", u)))
-            .chain(self.push_endpoints.iter().map(|u| ("push_endpoints", u)))
-            .chain(self.partners.values().map(|u| ("partners", u)));
+        let urls = (self
+            .callback_endpoints
+            .iter()
+            .map(|u| ("callback_endpoints", u)))
+        .chain(self.push_endpoints.iter().map(|u| ("push_endpoints", u)))
+        .chain(self.partners.values().map(|u| ("partners", u)));
         for (field, url) in urls {
             check_endpoint(url).with_context(|| field.to_owned())?;
         }

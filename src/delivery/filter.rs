@@ -260,7 +260,11 @@ mod tests {
             ("orders/+/x", &["orders/+/#"], true),
             ("orders/+", &["orders/PurchaseOrder"], false),
             ("orders/PurchaseOrder", &["orders/Invoice"], false),
-            ("orders/PurchaseOrder", &["orders/Invoice", "orders/PurchaseOrder"], true),
+            (
+                "orders/PurchaseOrder",
+                &["orders/Invoice", "orders/PurchaseOrder"],
+                true,
+            ),
             ("+/Invoice", &["billing/#"], false),
             ("billing/Invoice", &["+/Invoice"], true),
             ("+/Invoice", &["+/Invoice"], true),
@@ -276,7 +280,11 @@ mod tests {
             ("bob/#", &[], false),
         ];
         for (filter, allowed, expected) in cases {
-            assert_eq!(within(filter, allowed), *expected, "{filter} within {allowed:?}");
+            assert_eq!(
+                within(filter, allowed),
+                *expected,
+                "{filter} within {allowed:?}"
+            );
         }
     }
 
@@ -284,7 +292,9 @@ mod tests {
     /// matches, some allowed filter matches too.
     #[test]
     fn within_agrees_with_matching() {
-        let filters = ["#", "a/#", "a/+", "a", "+/b", "a/b", "a/+/#", "+", "+/#", "b/#"];
+        let filters = [
+            "#", "a/#", "a/+", "a", "+/b", "a/b", "a/+/#", "+", "+/#", "b/#",
+        ];
         let topics = ["a", "b", "a/b", "a/c", "b/b", "a/b/c", "c/b/a", "z"];
         for filter in filters {
             for a in filters {

@@ -3,9 +3,9 @@
 
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::{Extension, Json};
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{Value, json};
 

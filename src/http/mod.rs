@@ -55,10 +55,7 @@ pub fn router(state: AppState) -> Router {
         .route("/wsr/{channel}", post(wsr::receive))
         .route(
             "/api/v1/messages",
-            api(
-                PRODUCE,
-                get(messages::list_messages).post(messages::submit),
-            ),
+            api(PRODUCE, get(messages::list_messages).post(messages::submit)),
         )
         .route(
             "/api/v1/messages/{id}",

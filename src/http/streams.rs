@@ -62,7 +62,11 @@ impl StreamSlots {
 
 impl Drop for StreamSlot {
     fn drop(&mut self) {
-        let mut open = self.slots.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut open = self
+            .slots
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
         if let Some(count) = open.get_mut(&self.principal) {
             *count = count.saturating_sub(1);
             if *count == 0 {
@@ -85,6 +89,9 @@ mod tests {
         let _b = slots.take("bob").expect("bob has his own");
         drop(a1);
         assert_eq!(slots.open("alice"), 1);
-        assert!(slots.take("alice").is_some(), "a freed slot can be taken again");
+        assert!(
+            slots.take("alice").is_some(),
+            "a freed slot can be taken again"
+        );
     }
 }

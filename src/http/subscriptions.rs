@@ -11,11 +11,11 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use axum::{Extension, Json};
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};

@@ -101,11 +101,27 @@ fn routes() -> Vec<(Method, &'static str, &'static str)> {
         (M::GET, "/api/v1/subscriptions/NaN", consume_only),
         (M::DELETE, "/api/v1/subscriptions/NaN", consume_only),
         (M::PUT, "/api/v1/subscriptions/NaN/grants/x", consume_only),
-        (M::DELETE, "/api/v1/subscriptions/NaN/grants/x", consume_only),
+        (
+            M::DELETE,
+            "/api/v1/subscriptions/NaN/grants/x",
+            consume_only,
+        ),
         (M::POST, "/api/v1/subscriptions/NaN/sessions", consume_only),
-        (M::GET, "/api/v1/subscriptions/NaN/dead-letters?after=x", consume_only),
-        (M::POST, "/api/v1/subscriptions/NaN/dead-letters/replay", consume_only),
-        (M::POST, "/api/v1/subscriptions/NaN/dead-letters/purge", consume_only),
+        (
+            M::GET,
+            "/api/v1/subscriptions/NaN/dead-letters?after=x",
+            consume_only,
+        ),
+        (
+            M::POST,
+            "/api/v1/subscriptions/NaN/dead-letters/replay",
+            consume_only,
+        ),
+        (
+            M::POST,
+            "/api/v1/subscriptions/NaN/dead-letters/purge",
+            consume_only,
+        ),
         (M::DELETE, "/api/v1/sessions/x", consume_only),
         (M::POST, "/api/v1/sessions/x/fetch", consume_only),
         (M::POST, "/api/v1/sessions/x/heartbeat", consume_only),
@@ -167,7 +183,10 @@ async fn an_endpoint_url_beyond_the_cap_is_refused_and_one_at_the_cap_registers_
         let reason = answer["reason"].as_str().unwrap_or_default();
         let shown: String = answer.to_string().chars().take(300).collect();
         assert_eq!(status, 400, "{shown}");
-        assert!(reason.starts_with("url:"), "the reason names the field: {shown}");
+        assert!(
+            reason.starts_with("url:"),
+            "the reason names the field: {shown}"
+        );
 
         let prefix = "http://127.0.0.1:9/";
         let at_cap = format!("{prefix}{}", "b".repeat(MAX_URL_BYTES - prefix.len()));
@@ -239,11 +258,7 @@ async fn deliver(app: &TestApp, channel: &str, n: usize) {
         &format!("<p:Order xmlns:p=\"urn:p\">{channel} {n}</p:Order>"),
     );
     let answer = app
-        .post(
-            &format!("/wsr/{channel}"),
-            "text/xml; charset=utf-8",
-            xml,
-        )
+        .post(&format!("/wsr/{channel}"), "text/xml; charset=utf-8", xml)
         .await;
     assert_eq!(answer.status, 200, "{}", answer.body);
     assert!(!answer.body.contains("Fault"), "{}", answer.body);
@@ -294,7 +309,14 @@ async fn a_consume_token_reads_only_its_topics_through_own_or_granted_subscripti
     }
     let (status, _) = call(&app, Method::GET, "/api/v1/inbox", Some(CONSUME_BOB), None).await;
     assert_eq!(status, 403, "the raw inbox is for operators");
-    let (status, _) = call(&app, Method::GET, "/api/v1/inbox", Some(CONSUME_ALICE), None).await;
+    let (status, _) = call(
+        &app,
+        Method::GET,
+        "/api/v1/inbox",
+        Some(CONSUME_ALICE),
+        None,
+    )
+    .await;
     assert_eq!(status, 403, "for operators, whatever a consumer's topics");
     let (status, _) = call(&app, Method::GET, "/api/v1/inbox", Some(ADMIN), None).await;
     assert_eq!(status, 200);
@@ -320,10 +342,27 @@ async fn a_consume_token_reads_only_its_topics_through_own_or_granted_subscripti
     let (status, answer) = join(&app, CONSUME_BOB, everything).await;
     assert_eq!(status, 403, "{answer}");
     let path = format!("/api/v1/subscriptions/{everything}");
-    assert_eq!(call(&app, Method::GET, &path, Some(CONSUME_BOB), None).await.0, 403);
+    assert_eq!(
+        call(&app, Method::GET, &path, Some(CONSUME_BOB), None)
+            .await
+            .0,
+        403
+    );
     let dead = format!("/api/v1/subscriptions/{everything}/dead-letters");
-    assert_eq!(call(&app, Method::GET, &dead, Some(CONSUME_BOB), None).await.0, 403);
-    let (_, listed) = call(&app, Method::GET, "/api/v1/subscriptions", Some(CONSUME_BOB), None).await;
+    assert_eq!(
+        call(&app, Method::GET, &dead, Some(CONSUME_BOB), None)
+            .await
+            .0,
+        403
+    );
+    let (_, listed) = call(
+        &app,
+        Method::GET,
+        "/api/v1/subscriptions",
+        Some(CONSUME_BOB),
+        None,
+    )
+    .await;
     let ids: Vec<i64> = listed["subscriptions"]
         .as_array()
         .expect("subscriptions")
@@ -358,7 +397,14 @@ async fn submit(app: &TestApp, token: &str, group: Option<Value>) -> Value {
     if let Some(group) = group {
         body["group"] = group;
     }
-    let (status, answer) = call(app, Method::POST, "/api/v1/messages", Some(token), Some(body)).await;
+    let (status, answer) = call(
+        app,
+        Method::POST,
+        "/api/v1/messages",
+        Some(token),
+        Some(body),
+    )
+    .await;
     assert_eq!(status, 202, "{answer}");
     answer
 }
@@ -383,7 +429,10 @@ async fn a_produce_principal_sees_lists_continues_and_streams_only_its_own_messa
 
     let list = |token: &'static str| call(&app, Method::GET, "/api/v1/messages", Some(token), None);
     assert_eq!(listed_ids(&list(PRODUCE_BOB).await.1), vec![bob_id.clone()]);
-    assert_eq!(listed_ids(&list(PRODUCE_ALICE).await.1), vec![alice_id.clone()]);
+    assert_eq!(
+        listed_ids(&list(PRODUCE_ALICE).await.1),
+        vec![alice_id.clone()]
+    );
     let mut all = listed_ids(&list(ADMIN).await.1);
     all.sort();
     let mut both = vec![alice_id.clone(), bob_id.clone()];
@@ -410,8 +459,16 @@ async fn a_produce_principal_sees_lists_continues_and_streams_only_its_own_messa
     assert_eq!((status, missing_status), (404, 404), "{foreign}");
     assert_eq!(foreign["error"], missing["error"]);
     let path = format!("/api/v1/messages/{alice_id}");
-    assert_eq!(call(&app, Method::GET, &path, Some(PRODUCE_ALICE), None).await.0, 200);
-    assert_eq!(call(&app, Method::GET, &path, Some(ADMIN), None).await.0, 200);
+    assert_eq!(
+        call(&app, Method::GET, &path, Some(PRODUCE_ALICE), None)
+            .await
+            .0,
+        200
+    );
+    assert_eq!(
+        call(&app, Method::GET, &path, Some(ADMIN), None).await.0,
+        200
+    );
 
     // Nor can bob close or continue alice's group: it answers as an unknown group.
     let close = format!("/api/v1/groups/{}/close", urlencode(&alice_group));
@@ -419,16 +476,38 @@ async fn a_produce_principal_sees_lists_continues_and_streams_only_its_own_messa
     let unknown = format!("/api/v1/groups/{}/close", urlencode("mid:unknown@nowhere"));
     let (unknown_status, _) = call(&app, Method::POST, &unknown, Some(PRODUCE_BOB), None).await;
     assert_eq!(status, unknown_status, "{answer}");
-    assert!(answer["reason"].as_str().is_some_and(|r| r.contains("no outbound group")));
+    assert!(
+        answer["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("no outbound group"))
+    );
     let body = json!({
         "destination": "nowhere",
         "body": "<p:Note xmlns:p=\"urn:p\">more</p:Note>",
         "group": { "id": alice_group },
     });
-    let (status, answer) = call(&app, Method::POST, "/api/v1/messages", Some(PRODUCE_BOB), Some(body.clone())).await;
+    let (status, answer) = call(
+        &app,
+        Method::POST,
+        "/api/v1/messages",
+        Some(PRODUCE_BOB),
+        Some(body.clone()),
+    )
+    .await;
     assert_eq!(status, 409, "{answer}");
-    assert!(answer["reason"].as_str().is_some_and(|r| r.contains("no outbound group")));
-    let (status, answer) = call(&app, Method::POST, "/api/v1/messages", Some(PRODUCE_ALICE), Some(body)).await;
+    assert!(
+        answer["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("no outbound group"))
+    );
+    let (status, answer) = call(
+        &app,
+        Method::POST,
+        "/api/v1/messages",
+        Some(PRODUCE_ALICE),
+        Some(body),
+    )
+    .await;
     assert_eq!(status, 202, "alice continues her own group: {answer}");
 
     // Bob's event stream starts with his own message's first event, not alice's earlier one.
