@@ -293,6 +293,15 @@ pub struct TokenConfig {
     pub token: String,
     pub principal: String,
     pub scopes: Vec<Scope>,
+    /// The topics this token may consume, as MQTT-style filters (`orders/#`): it may create,
+    /// join and fetch only subscriptions whose filter lies within them. Default `["#"]`.
+    #[serde(default = "all_topics")]
+    pub topics: Vec<String>,
+}
+
+/// Every topic: the allow-list of a token that names none.
+pub fn all_topics() -> Vec<String> {
+    vec!["#".to_owned()]
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -465,6 +474,7 @@ impl FileConfig {
                 token: value.to_owned(),
                 principal: "admin".into(),
                 scopes: vec![Scope::Admin],
+                topics: all_topics(),
             }),
             "WSR_CALLBACK_ENDPOINTS" => self.callback_endpoints.extend(url_list(value)),
             "WSR_PUSH_ENDPOINTS" => self.push_endpoints.extend(url_list(value)),
@@ -580,14 +590,19 @@ impl FileConfig {
             if t.token.len() < 16 {
                 bail!("token of {} is shorter than 16 characters", t.principal);
             }
+            for topic in &t.topics {
+                crate::delivery::filter::Filter::parse(topic)
+                    .map_err(|e| anyhow::anyhow!("token of {}: topics: {e}", t.principal))?;
+            }
         }
-        for url in self
+        let urls = (self
             .callback_endpoints
             .iter()
-            .chain(&self.push_endpoints)
-            .chain(self.partners.values())
-        {
-            check_endpoint(url)?;
+            .map(|u| ("callback_endpoints", u)))
+        .chain(self.push_endpoints.iter().map(|u| ("push_endpoints", u)))
+        .chain(self.partners.values().map(|u| ("partners", u)));
+        for (field, url) in urls {
+            check_endpoint(url).with_context(|| field.to_owned())?;
         }
         let destinations =
             DestinationRules::new(self.allow_url_destinations, &self.allowed_destination_hosts)
@@ -682,8 +697,18 @@ fn millis(ms: u64) -> chrono::Duration {
     chrono::Duration::milliseconds(ms.min(i64::MAX as u64 / 2) as i64)
 }
 
-/// A callback endpoint must be an absolute http(s) URL.
+/// The longest URL that may be registered as an endpoint (callback, push) or used as a
+/// destination: every registered URL fits in a request line, so it can also be unregistered.
+pub const MAX_URL_BYTES: usize = 2048;
+
+/// A callback endpoint must be an absolute http(s) URL of at most `MAX_URL_BYTES`.
 pub fn check_endpoint(url: &str) -> anyhow::Result<()> {
+    if url.len() > MAX_URL_BYTES {
+        bail!(
+            "endpoint URL of {} bytes is longer than {MAX_URL_BYTES} bytes",
+            url.len()
+        );
+    }
     let ok = (url.starts_with("http://") || url.starts_with("https://"))
         && url.len() > "https://".len()
         && !url.chars().any(|c| c.is_whitespace() || c.is_control());
@@ -781,5 +806,33 @@ requires = ["AckRequested"]
         }
         let env = [("WSR_LISTN".to_owned(), "x".to_owned())];
         assert!(Config::load(None, env).is_err(), "a misspelt WSR_ variable");
+    }
+
+    #[test]
+    fn endpoint_urls_are_capped_and_token_topics_checked() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("gw.toml");
+        let prefix = "https://partner.example/";
+        let at_cap = format!("{prefix}{}", "a".repeat(MAX_URL_BYTES - prefix.len()));
+        let over = format!("{at_cap}a");
+        for (text, ok) in [
+            (format!("callback_endpoints = [\"{at_cap}\"]"), true),
+            (format!("callback_endpoints = [\"{over}\"]"), false),
+            (format!("push_endpoints = [\"{over}\"]"), false),
+            (format!("[partners]\np = \"{over}\""), false),
+        ] {
+            std::fs::write(&path, &text).expect("write config");
+            assert_eq!(Config::load(Some(&path), []).is_ok(), ok, "{}", &text[..40]);
+        }
+        let token = "[[tokens]]\ntoken = \"0123456789abcdef\"\nprincipal = \"bob\"\n\
+                     scopes = [\"consume\"]\n";
+        std::fs::write(&path, token).expect("write config");
+        let c = Config::load(Some(&path), []).expect("topics default");
+        assert_eq!(c.tokens[0].topics, vec!["#"]);
+        std::fs::write(&path, format!("{token}topics = [\"bob/#\"]")).expect("write config");
+        let c = Config::load(Some(&path), []).expect("valid topics");
+        assert_eq!(c.tokens[0].topics, vec!["bob/#"]);
+        std::fs::write(&path, format!("{token}topics = [\"bob/#/x\"]")).expect("write config");
+        assert!(Config::load(Some(&path), []).is_err(), "an invalid filter");
     }
 }

@@ -99,6 +99,7 @@ impl App {
                 clock,
                 callback_url,
                 receipts,
+                event_streams: Arc::default(),
             },
         })
     }

@@ -66,6 +66,77 @@ impl Filter {
     }
 }
 
+impl Filter {
+    /// Whether every topic this filter can match is matched by some filter of `allowed`: a
+    /// subscription with this filter never delivers a topic outside the allow-list. Exact, not
+    /// a per-filter approximation: `a/#` lies within `a` and `a/+/#` together.
+    pub fn within(&self, allowed: &[Filter]) -> bool {
+        let allowed: Vec<Vec<Level<'_>>> = allowed.iter().map(|f| levels(&f.0)).collect();
+        let refs: Vec<&[Level<'_>]> = allowed.iter().map(Vec::as_slice).collect();
+        covered(&refs, &levels(&self.0))
+    }
+}
+
+/// One level of a filter.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Level<'a> {
+    Exact(&'a str),
+    /// `+`: any one level.
+    One,
+    /// `#`: any number of levels, none included.
+    Rest,
+}
+
+fn levels(filter: &str) -> Vec<Level<'_>> {
+    filter
+        .split('/')
+        .map(|l| match l {
+            "+" => Level::One,
+            "#" => Level::Rest,
+            exact => Level::Exact(exact),
+        })
+        .collect()
+}
+
+/// Whether every sequence of topic levels `filter` matches is matched by some of `allowed`
+/// (both the rest of a filter, from the same level on). Each step strips one level off every
+/// allowed filter, so it ends; a `#` among them covers everything that remains.
+fn covered(allowed: &[&[Level<'_>]], filter: &[Level<'_>]) -> bool {
+    if allowed.iter().any(|a| a.first() == Some(&Level::Rest)) {
+        return true;
+    }
+    match filter.split_first() {
+        // The topic ends here: an allowed filter that ends here too matches it.
+        None => allowed.iter().any(|a| a.is_empty()),
+        Some((Level::Exact(name), rest)) => {
+            let next: Vec<&[Level<'_>]> = allowed
+                .iter()
+                .filter_map(|a| match a.split_first() {
+                    Some((Level::Exact(n), tail)) if n == name => Some(tail),
+                    Some((Level::One, tail)) => Some(tail),
+                    _ => None,
+                })
+                .collect();
+            covered(&next, rest)
+        }
+        // Any level, including one no allowed filter names: only `+` levels match it all.
+        Some((Level::One, rest)) => {
+            let next: Vec<&[Level<'_>]> = allowed
+                .iter()
+                .filter_map(|a| match a.split_first() {
+                    Some((Level::One, tail)) => Some(tail),
+                    _ => None,
+                })
+                .collect();
+            covered(&next, rest)
+        }
+        // Nothing more, or one level (any) followed by anything.
+        Some((Level::Rest, _)) => {
+            covered(allowed, &[]) && covered(allowed, &[Level::One, Level::Rest])
+        }
+    }
+}
+
 impl fmt::Display for Filter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
@@ -165,6 +236,82 @@ mod tests {
         ];
         for (filter, topic, expected) in cases {
             assert_eq!(f(filter).matches(topic), expected, "{filter} vs {topic}");
+        }
+    }
+
+    fn within(filter: &str, allowed: &[&str]) -> bool {
+        let allowed: Vec<Filter> = allowed.iter().map(|a| f(a)).collect();
+        f(filter).within(&allowed)
+    }
+
+    #[test]
+    fn filters_within_an_allow_list() {
+        let cases: &[(&str, &[&str], bool)] = &[
+            ("#", &["#"], true),
+            ("orders/PurchaseOrder", &["#"], true),
+            ("#", &["orders/#"], false),
+            ("#", &["orders/#", "bob/#"], false),
+            ("orders/#", &["orders/#"], true),
+            ("orders/+", &["orders/#"], true),
+            ("orders/PurchaseOrder", &["orders/#"], true),
+            ("orders", &["orders/#"], true),
+            ("orders/#", &["orders/+"], false),
+            ("orders/+", &["orders/+"], true),
+            ("orders/+/x", &["orders/+/#"], true),
+            ("orders/+", &["orders/PurchaseOrder"], false),
+            ("orders/PurchaseOrder", &["orders/Invoice"], false),
+            (
+                "orders/PurchaseOrder",
+                &["orders/Invoice", "orders/PurchaseOrder"],
+                true,
+            ),
+            ("+/Invoice", &["billing/#"], false),
+            ("billing/Invoice", &["+/Invoice"], true),
+            ("+/Invoice", &["+/Invoice"], true),
+            ("+/Invoice", &["+/+"], true),
+            ("+/+", &["+/Invoice"], false),
+            ("orders/#", &["orders", "orders/+/#"], true),
+            ("orders/#", &["orders/+/#"], false),
+            ("orders/#", &["orders"], false),
+            ("alice/#", &["bob/#"], false),
+            ("bob", &["bob/#"], true),
+            ("bob/x/y/z", &["bob/+/+/+"], true),
+            ("bob/x/y/z", &["bob/+/+"], false),
+            ("bob/#", &[], false),
+        ];
+        for (filter, allowed, expected) in cases {
+            assert_eq!(
+                within(filter, allowed),
+                *expected,
+                "{filter} within {allowed:?}"
+            );
+        }
+    }
+
+    /// `within` agrees with `matches` on sample topics: whatever a filter within the list
+    /// matches, some allowed filter matches too.
+    #[test]
+    fn within_agrees_with_matching() {
+        let filters = [
+            "#", "a/#", "a/+", "a", "+/b", "a/b", "a/+/#", "+", "+/#", "b/#",
+        ];
+        let topics = ["a", "b", "a/b", "a/c", "b/b", "a/b/c", "c/b/a", "z"];
+        for filter in filters {
+            for a in filters {
+                for b in filters {
+                    let allowed = [f(a), f(b)];
+                    if f(filter).within(&allowed) {
+                        for topic in topics {
+                            if f(filter).matches(topic) {
+                                assert!(
+                                    allowed.iter().any(|x| x.matches(topic)),
+                                    "{filter} within [{a}, {b}] but {topic} is not allowed"
+                                );
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
 

@@ -1,15 +1,17 @@
 //! `/api/v1/*` for operators: callback endpoint registration, group inspection, and reading
 //! the inbox (until subscriptions replace it for applications). JSON, bearer tokens with scopes.
 
-use axum::Json;
+use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::AppState;
 use crate::config::{Scope, check_endpoint};
+use crate::delivery::filter::Filter;
 use crate::delivery::message_json;
 use crate::rmp::group::GroupState;
 use crate::store::{Endpoints, StoreError};
@@ -47,14 +49,24 @@ impl From<StoreError> for Problem {
     }
 }
 
-/// Who called: the principal of the bearer token, and whether it is an operator.
+/// Who called: the principal of the bearer token, whether it is an operator, and the topics
+/// it may consume.
 #[derive(Debug, Clone)]
 pub struct Caller {
     pub principal: String,
     pub admin: bool,
+    pub topics: Vec<Filter>,
 }
 
-/// Checks the bearer token and that it carries one of `scopes`.
+impl Caller {
+    /// Whether every topic `filter` can match is within this caller's allow-list.
+    pub fn may_consume(&self, filter: &str) -> bool {
+        Filter::parse(filter).is_ok_and(|f| f.within(&self.topics))
+    }
+}
+
+/// Checks the bearer token and that it carries one of `scopes`. The one place tokens are
+/// checked; every `/api/v1` route runs it (in `router`'s guard) before reading the request.
 pub(super) fn authorize(
     app: &AppState,
     headers: &HeaderMap,
@@ -93,6 +105,12 @@ pub(super) fn authorize(
     Ok(Caller {
         principal: token.principal.clone(),
         admin: token.scopes.contains(&Scope::Admin),
+        // Checked when the configuration is loaded; one that is not valid allows nothing.
+        topics: token
+            .topics
+            .iter()
+            .filter_map(|t| Filter::parse(t).ok())
+            .collect(),
     })
 }
 
@@ -113,13 +131,11 @@ pub struct EndpointQuery {
 
 pub async fn add_endpoint(
     kind: Endpoints,
+    Extension(_): Extension<Caller>,
     State(app): State<AppState>,
-    headers: HeaderMap,
     Json(body): Json<EndpointBody>,
 ) -> Result<Response, Problem> {
-    authorize(&app, &headers, &[Scope::Admin])?;
-    check_endpoint(&body.url)
-        .map_err(|e| Problem(StatusCode::BAD_REQUEST, "invalid-field", e.to_string()))?;
+    check_endpoint(&body.url).map_err(|e| Problem::field("url", e.to_string()))?;
     let created = app
         .store
         .add_endpoint(kind, &body.url, app.clock.now())
@@ -134,28 +150,60 @@ pub async fn add_endpoint(
 
 pub async fn list_endpoints(
     kind: Endpoints,
+    Extension(_): Extension<Caller>,
     State(app): State<AppState>,
-    headers: HeaderMap,
 ) -> Result<Json<Value>, Problem> {
-    authorize(&app, &headers, &[Scope::Admin])?;
     let urls = app.store.endpoints(kind).await?;
     Ok(Json(json!({ "endpoints": urls })))
 }
 
+/// `DELETE …?url=…`, or with the URL in a JSON body `{"url": …}` (for URLs too long for a
+/// request line: whatever could be registered can be removed).
 pub async fn remove_endpoint(
     kind: Endpoints,
+    Extension(_): Extension<Caller>,
     State(app): State<AppState>,
-    headers: HeaderMap,
-    Query(q): Query<EndpointQuery>,
+    uri: Uri,
+    body: Bytes,
 ) -> Result<StatusCode, Problem> {
-    authorize(&app, &headers, &[Scope::Admin])?;
-    if app.store.remove_endpoint(kind, &q.url).await? {
+    let from_query = match uri.query() {
+        None | Some("") => None,
+        Some(_) => Some(
+            Query::<EndpointQuery>::try_from_uri(&uri)
+                .map_err(|e| Problem::field("url", e.body_text()))?
+                .0
+                .url,
+        ),
+    };
+    let from_body = if body.is_empty() {
+        None
+    } else {
+        let body: EndpointBody =
+            serde_json::from_slice(&body).map_err(|e| Problem::field("body", e.to_string()))?;
+        Some(body.url)
+    };
+    let url = match (from_query, from_body) {
+        (Some(q), Some(b)) if q != b => {
+            return Err(Problem::field(
+                "url",
+                "given in the query and in the body, differently".into(),
+            ));
+        }
+        (Some(url), _) | (None, Some(url)) => url,
+        (None, None) => {
+            return Err(Problem::field(
+                "url",
+                "missing: give ?url=… or a JSON body {\"url\": …}".into(),
+            ));
+        }
+    };
+    if app.store.remove_endpoint(kind, &url).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(Problem(
             StatusCode::NOT_FOUND,
             "not-found",
-            format!("{} is not registered", q.url),
+            format!("{url} is not registered"),
         ))
     }
 }
@@ -171,11 +219,10 @@ fn limit(page: &Page) -> i64 {
 }
 
 pub async fn list_groups(
+    Extension(_): Extension<Caller>,
     State(app): State<AppState>,
-    headers: HeaderMap,
     Query(page): Query<Page>,
 ) -> Result<Json<Value>, Problem> {
-    authorize(&app, &headers, &[Scope::Admin])?;
     let groups = app
         .store
         .groups(page.after.as_deref(), limit(&page))
@@ -186,11 +233,10 @@ pub async fn list_groups(
 }
 
 pub async fn get_group(
+    Extension(_): Extension<Caller>,
     State(app): State<AppState>,
-    headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, Problem> {
-    authorize(&app, &headers, &[Scope::Admin])?;
     match app.store.group(&id).await? {
         Some(g) => Ok(Json(group_json(&g))),
         None => Err(Problem(
@@ -207,12 +253,13 @@ pub struct InboxPage {
     limit: Option<i64>,
 }
 
+/// The raw inbox, every topic: for operators only (applications read through subscriptions,
+/// within their tokens' topics).
 pub async fn read_inbox(
+    Extension(_): Extension<Caller>,
     State(app): State<AppState>,
-    headers: HeaderMap,
     Query(page): Query<InboxPage>,
 ) -> Result<Json<Value>, Problem> {
-    authorize(&app, &headers, &[Scope::Admin, Scope::Consume])?;
     let entries = app
         .store
         .inbox(

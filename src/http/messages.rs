@@ -4,19 +4,19 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::AppState;
-use super::admin::{Problem, authorize};
+use super::admin::{Caller, Problem};
 use super::soap::{self, content_type, version_hint};
-use crate::config::{AgreementSpec, Scope};
+use crate::config::AgreementSpec;
 use crate::outbound::destination::check_destination;
 use crate::rmp::sender::OutState;
 use crate::store::Endpoints;
@@ -119,11 +119,12 @@ fn submit_problem(e: SubmitError) -> Problem {
 }
 
 pub async fn submit(
+    Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, Problem> {
-    let caller = authorize(&app, &headers, &[Scope::Produce, Scope::Admin])?;
+    let submitter = caller.principal.clone();
     let key = idempotency_key(&headers)?;
     let raw: Value = serde_json::from_slice(&body).map_err(|e| invalid("body", e.to_string()))?;
     // Scoped by principal: applications cannot collide on (or probe) each other's keys.
@@ -233,6 +234,8 @@ pub async fn submit(
         schedule: checked.schedule,
         notify_url: req.notify_url,
         idempotency,
+        principal: submitter,
+        any_group: caller.admin,
     };
     let submitted = app
         .store
@@ -299,13 +302,21 @@ fn new_id(now: chrono::DateTime<chrono::Utc>) -> String {
     uuid::Uuid::new_v7(ts).to_string()
 }
 
+/// The principal whose outbound messages `caller` sees: its own, or (`None`) everyone's for
+/// an operator.
+fn sees(caller: &Caller) -> Option<&str> {
+    (!caller.admin).then_some(caller.principal.as_str())
+}
+
 pub async fn get_message(
+    Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, Problem> {
-    authorize(&app, &headers, &[Scope::Produce, Scope::Admin])?;
-    match app.store.out_message(&id).await? {
+    let message = app.store.out_message(&id).await?;
+    // Another principal's message answers as one that does not exist: ids are no oracle.
+    let visible = |m: &OutMessage| sees(&caller).is_none_or(|p| m.principal.as_deref() == Some(p));
+    match message.filter(visible) {
         Some(m) => Ok(Json(message_json(&m))),
         None => Err(Problem(
             StatusCode::NOT_FOUND,
@@ -324,11 +335,10 @@ pub struct ListQuery {
 }
 
 pub async fn list_messages(
+    Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    headers: HeaderMap,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<Value>, Problem> {
-    authorize(&app, &headers, &[Scope::Produce, Scope::Admin])?;
     if let Some(state) = &q.state {
         if !["queued", "sent", "acked", "faulted", "failed"].contains(&state.as_str()) {
             return Err(invalid("state", format!("unknown state {state:?}")));
@@ -337,7 +347,8 @@ pub async fn list_messages(
     let limit = q.limit.unwrap_or(100).clamp(1, 1000);
     let messages = app
         .store
-        .out_messages(
+        .out_messages_of(
+            sees(&caller),
             q.state.as_deref(),
             q.group.as_deref(),
             q.after.as_deref(),
@@ -350,15 +361,14 @@ pub async fn list_messages(
 }
 
 pub async fn close_group(
+    Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, Problem> {
-    authorize(&app, &headers, &[Scope::Produce, Scope::Admin])?;
     let group_id = GroupId::parse(&id).map_err(|why| invalid("id", why))?;
     let last = app
         .store
-        .close_group(&group_id)
+        .close_group(&group_id, sees(&caller))
         .await
         .map_err(submit_problem)?;
     Ok(Json(json!({ "group_id": id, "last": last })))
@@ -369,19 +379,32 @@ pub struct EventsQuery {
     after: Option<i64>,
 }
 
-/// Server-sent events of state changes, from `after` on, as they happen.
+/// Server-sent events of state changes, from `after` on, as they happen: of the caller's own
+/// messages (an operator: of all). At most `MAX_EVENT_STREAMS` open per principal.
 pub async fn events(
+    Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    headers: HeaderMap,
     Query(q): Query<EventsQuery>,
 ) -> Result<Sse<impl futures_core::Stream<Item = Result<SseEvent, Infallible>>>, Problem> {
-    authorize(&app, &headers, &[Scope::Produce, Scope::Admin])?;
+    let slot = app.event_streams.take(&caller.principal).ok_or_else(|| {
+        Problem(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too-many-streams",
+            format!(
+                "{} holds {} event streams open already; close one first",
+                caller.principal,
+                app.event_streams.max()
+            ),
+        )
+    })?;
     let store = app.store.clone();
     let start = q.after.unwrap_or(0);
     let pending: Vec<crate::store::outbound::OutEvent> = Vec::new();
+    let principal = sees(&caller).map(str::to_owned);
+    // The slot lives in the stream's state: it is given back when the stream is dropped.
     let stream = futures_util::stream::unfold(
-        (store, start, pending),
-        |(store, mut after, mut pending)| async move {
+        ((store, principal, slot), start, pending),
+        |(own, mut after, mut pending)| async move {
             loop {
                 if let Some(e) = pending.pop() {
                     let data = json!({
@@ -392,9 +415,10 @@ pub async fn events(
                         .id(e.seq.to_string())
                         .event("state")
                         .data(data.to_string());
-                    return Some((Ok(event), (store, after, pending)));
+                    return Some((Ok(event), (own, after, pending)));
                 }
-                match store.out_events(after, 100).await {
+                let (store, principal, _slot) = &own;
+                match store.out_events_of(principal.as_deref(), after, 100).await {
                     Ok(batch) if !batch.is_empty() => {
                         after = batch.last().map_or(after, |e| e.seq);
                         pending = batch.into_iter().rev().collect();

@@ -6,17 +6,20 @@ mod admin;
 pub mod messages;
 pub mod serve;
 pub mod soap;
+pub mod streams;
 mod subscriptions;
 mod wsr;
 
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::middleware::{Next, from_fn_with_state};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
 
 use crate::clock::Clock;
-use crate::config::Config;
+use crate::config::{Config, Scope};
 use crate::delivery::receipt::ReceiptKey;
 use crate::store::delivery::DeadLetterChange;
 use crate::store::{Endpoints, Store};
@@ -31,83 +34,138 @@ pub struct AppState {
     pub callback_url: String,
     /// Signs and checks delivery receipts.
     pub receipts: Arc<ReceiptKey>,
+    /// Open `/api/v1/events` streams per principal.
+    pub event_streams: Arc<streams::StreamSlots>,
 }
+
+/// Who may call an `/api/v1` route.
+const PRODUCE: &[Scope] = &[Scope::Produce, Scope::Admin];
+const CONSUME: &[Scope] = &[Scope::Consume, Scope::Admin];
+const ADMIN: &[Scope] = &[Scope::Admin];
 
 pub fn router(state: AppState) -> Router {
     // The codec enforces the exact limit with a clear fault; this only stops the read early.
     let body_limit = state.config.limits.max_bytes.saturating_add(1);
+    // Every `/api/v1` route is guarded: the token and its scope are checked before any
+    // extractor reads the path, query or body (401/403 first, never 400/415).
+    let api = |scopes: &'static [Scope], route: MethodRouter<AppState>| {
+        route.route_layer(from_fn_with_state((state.clone(), scopes), require))
+    };
     Router::new()
         .route("/wsr/_callback", post(messages::callback))
         .route("/wsr/{channel}", post(wsr::receive))
         .route(
             "/api/v1/messages",
-            get(messages::list_messages).post(messages::submit),
+            api(PRODUCE, get(messages::list_messages).post(messages::submit)),
         )
-        .route("/api/v1/messages/{id}", get(messages::get_message))
-        .route("/api/v1/groups/{id}/close", post(messages::close_group))
-        .route("/api/v1/events", get(messages::events))
-        .route("/api/v1/callback-endpoints", endpoints(Endpoints::Callback))
-        .route("/api/v1/push-endpoints", endpoints(Endpoints::Push))
-        .route("/api/v1/groups", get(admin::list_groups))
-        .route("/api/v1/groups/{id}", get(admin::get_group))
-        .route("/api/v1/inbox", get(admin::read_inbox))
+        .route(
+            "/api/v1/messages/{id}",
+            api(PRODUCE, get(messages::get_message)),
+        )
+        .route(
+            "/api/v1/groups/{id}/close",
+            api(PRODUCE, post(messages::close_group)),
+        )
+        .route("/api/v1/events", api(PRODUCE, get(messages::events)))
+        .route(
+            "/api/v1/callback-endpoints",
+            api(ADMIN, endpoints(Endpoints::Callback)),
+        )
+        .route(
+            "/api/v1/push-endpoints",
+            api(ADMIN, endpoints(Endpoints::Push)),
+        )
+        .route("/api/v1/groups", api(ADMIN, get(admin::list_groups)))
+        .route("/api/v1/groups/{id}", api(ADMIN, get(admin::get_group)))
+        .route("/api/v1/inbox", api(ADMIN, get(admin::read_inbox)))
         .route(
             "/api/v1/subscriptions",
-            get(subscriptions::list).post(subscriptions::create),
+            api(
+                CONSUME,
+                get(subscriptions::list).post(subscriptions::create),
+            ),
         )
         .route(
             "/api/v1/subscriptions/{id}",
-            get(subscriptions::get).delete(subscriptions::delete),
+            api(
+                CONSUME,
+                get(subscriptions::get).delete(subscriptions::delete),
+            ),
         )
         .route(
             "/api/v1/subscriptions/{id}/grants/{principal}",
-            axum::routing::put(subscriptions::grant).delete(subscriptions::revoke),
+            api(
+                CONSUME,
+                axum::routing::put(subscriptions::grant).delete(subscriptions::revoke),
+            ),
         )
         .route(
             "/api/v1/subscriptions/{id}/sessions",
-            post(subscriptions::join),
+            api(CONSUME, post(subscriptions::join)),
         )
         .route(
             "/api/v1/subscriptions/{id}/dead-letters",
-            get(subscriptions::dead_letters),
+            api(CONSUME, get(subscriptions::dead_letters)),
         )
         .route(
             "/api/v1/subscriptions/{id}/dead-letters/replay",
-            post(|s, h, p, b| {
-                subscriptions::change_dead_letters(DeadLetterChange::Replay, s, h, p, b)
-            }),
+            api(
+                CONSUME,
+                post(|c, s, p, b| {
+                    subscriptions::change_dead_letters(DeadLetterChange::Replay, c, s, p, b)
+                }),
+            ),
         )
         .route(
             "/api/v1/subscriptions/{id}/dead-letters/purge",
-            post(|s, h, p, b| {
-                subscriptions::change_dead_letters(DeadLetterChange::Purge, s, h, p, b)
-            }),
+            api(
+                CONSUME,
+                post(|c, s, p, b| {
+                    subscriptions::change_dead_letters(DeadLetterChange::Purge, c, s, p, b)
+                }),
+            ),
         )
         .route(
             "/api/v1/sessions/{session}",
-            axum::routing::delete(subscriptions::leave),
+            api(CONSUME, axum::routing::delete(subscriptions::leave)),
         )
         .route(
             "/api/v1/sessions/{session}/fetch",
-            post(subscriptions::fetch),
+            api(CONSUME, post(subscriptions::fetch)),
         )
         .route(
             "/api/v1/sessions/{session}/heartbeat",
-            post(subscriptions::heartbeat),
+            api(CONSUME, post(subscriptions::heartbeat)),
         )
-        .route("/api/v1/settle", post(subscriptions::settle))
-        .route("/api/v1/extend", post(subscriptions::extend))
+        .route("/api/v1/settle", api(CONSUME, post(subscriptions::settle)))
+        .route("/api/v1/extend", api(CONSUME, post(subscriptions::extend)))
         .route("/healthz", get(health))
         .route("/readyz", get(ready))
         .layer(DefaultBodyLimit::max(body_limit))
         .with_state(state)
 }
 
+/// The guard of an `/api/v1` route: `authorize` the bearer token for `scopes`, and hand the
+/// handler its `Caller` as a request extension; the request is not read any further otherwise.
+async fn require(
+    State((app, scopes)): State<(AppState, &'static [Scope])>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    match admin::authorize(&app, request.headers(), scopes) {
+        Ok(caller) => {
+            request.extensions_mut().insert(caller);
+            next.run(request).await
+        }
+        Err(problem) => problem.into_response(),
+    }
+}
+
 /// List, register and remove one kind of registered endpoint.
 fn endpoints(kind: Endpoints) -> MethodRouter<AppState> {
-    get(move |s, h| admin::list_endpoints(kind, s, h))
-        .post(move |s, h, b| admin::add_endpoint(kind, s, h, b))
-        .delete(move |s, h, q| admin::remove_endpoint(kind, s, h, q))
+    get(move |c, s| admin::list_endpoints(kind, c, s))
+        .post(move |c, s, b| admin::add_endpoint(kind, c, s, b))
+        .delete(move |c, s, q, b| admin::remove_endpoint(kind, c, s, q, b))
 }
 
 /// Alive: the process answers.

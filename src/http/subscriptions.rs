@@ -5,22 +5,23 @@
 //! Access: the creator of a subscription owns it; other principals need a grant to join, fetch
 //! or settle. Operators (admin scope) may inspect, delete and manage dead letters of any
 //! subscription, but take messages only where they are owner or grantee like anyone else.
+//! Every principal takes and sees messages only within its token's `topics`: a subscription
+//! whose filter reaches beyond them cannot be created, joined, fetched from or inspected by it.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use super::AppState;
-use super::admin::{Caller, Problem, authorize};
-use crate::config::Scope;
+use super::admin::{Caller, Problem};
 use crate::delivery::lease::Outcome;
 use crate::delivery::message_json;
 use crate::delivery::pull::fetch_waiting;
@@ -76,10 +77,6 @@ fn body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, Problem> {
     serde_json::from_slice(bytes).map_err(|e| Problem::field("body", e.to_string()))
 }
 
-fn consumer(app: &AppState, headers: &HeaderMap) -> Result<Caller, Problem> {
-    authorize(app, headers, &[Scope::Consume, Scope::Admin])
-}
-
 fn forbidden(caller: &Caller, sub: &Subscription) -> Problem {
     Problem(
         StatusCode::FORBIDDEN,
@@ -102,27 +99,51 @@ async fn existing(app: &AppState, id: i64) -> Result<Subscription, Problem> {
     })
 }
 
-/// The subscription, if `caller` may see it (owner, grantee or operator).
-async fn visible(app: &AppState, caller: &Caller, id: i64) -> Result<Subscription, Problem> {
-    let sub = existing(app, id).await?;
-    if caller.admin || sub.admits(&caller.principal) {
-        Ok(sub)
+/// 403 unless every topic `filter` can match is within `caller`'s allow-list (its token's
+/// `topics`): a subscription delivers nothing beyond what its filter matches.
+fn within_topics(caller: &Caller, filter: &str) -> Result<(), Problem> {
+    if caller.may_consume(filter) {
+        Ok(())
     } else {
-        Err(forbidden(caller, &sub))
+        Err(Problem(
+            StatusCode::FORBIDDEN,
+            "forbidden",
+            format!(
+                "filter {filter:?} reaches beyond the topics {} may consume",
+                caller.principal
+            ),
+        ))
     }
 }
 
-/// The subscription, if `caller` may manage it (owner or operator).
+/// The subscription, if `caller` may see it: an operator, or its owner or a grantee within
+/// its own topics.
+async fn visible(app: &AppState, caller: &Caller, id: i64) -> Result<Subscription, Problem> {
+    let sub = existing(app, id).await?;
+    if caller.admin {
+        return Ok(sub);
+    }
+    if !sub.admits(&caller.principal) {
+        return Err(forbidden(caller, &sub));
+    }
+    within_topics(caller, &sub.filter)?;
+    Ok(sub)
+}
+
+/// The subscription, if `caller` may manage it (owner or operator). Managing reads no
+/// messages, so an owner may do it even beyond its topics (e.g. delete it).
 async fn managed(app: &AppState, caller: &Caller, id: i64) -> Result<Subscription, Problem> {
-    let sub = visible(app, caller, id).await?;
+    let sub = existing(app, id).await?;
     if caller.admin || sub.owner == caller.principal {
         Ok(sub)
-    } else {
+    } else if sub.admits(&caller.principal) {
         Err(Problem(
             StatusCode::FORBIDDEN,
             "forbidden",
             format!("only the owner of subscription {id} may change it"),
         ))
+    } else {
+        Err(forbidden(caller, &sub))
     }
 }
 
@@ -143,11 +164,10 @@ fn subscription_json(sub: &Subscription) -> Value {
 }
 
 pub async fn create(
+    Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    headers: HeaderMap,
     bytes: Bytes,
 ) -> Result<Response, Problem> {
-    let caller = consumer(&app, &headers)?;
     let request: CreateRequest = body(&bytes)?;
     let spec = request.check().map_err(|e| match e {
         SpecError::Invalid { field, reason } => Problem::field(field, reason),
@@ -157,6 +177,7 @@ pub async fn create(
             format!("{field}: {reason}"),
         ),
     })?;
+    within_topics(&caller, spec.id.filter().as_str())?;
     if let Mode::Push { url, .. } = &spec.rules.mode {
         if !app.store.is_endpoint(Endpoints::Push, url).await? {
             return Err(Problem::field(
@@ -177,25 +198,26 @@ pub async fn create(
     Ok((status, Json(subscription_json(&sub))).into_response())
 }
 
-pub async fn list(State(app): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, Problem> {
-    let caller = consumer(&app, &headers)?;
+pub async fn list(
+    Extension(caller): Extension<Caller>,
+    State(app): State<AppState>,
+) -> Result<Json<Value>, Problem> {
     let subs: Vec<Value> = app
         .store
         .subscriptions()
         .await?
         .iter()
-        .filter(|s| caller.admin || s.admits(&caller.principal))
+        .filter(|s| caller.admin || (s.admits(&caller.principal) && caller.may_consume(&s.filter)))
         .map(subscription_json)
         .collect();
     Ok(Json(json!({ "subscriptions": subs })))
 }
 
 pub async fn get(
+    Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    headers: HeaderMap,
     Path(id): Path<i64>,
 ) -> Result<Json<Value>, Problem> {
-    let caller = consumer(&app, &headers)?;
     let mut answer = subscription_json(&visible(&app, &caller, id).await?);
     let backlog = app.store.backlog(id).await?;
     answer["backlog"] = json!({
@@ -208,33 +230,30 @@ pub async fn get(
 }
 
 pub async fn delete(
+    Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    headers: HeaderMap,
     Path(id): Path<i64>,
 ) -> Result<StatusCode, Problem> {
-    let caller = consumer(&app, &headers)?;
     managed(&app, &caller, id).await?;
     app.store.delete_subscription(id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 pub async fn grant(
+    Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    headers: HeaderMap,
     Path((id, principal)): Path<(i64, String)>,
 ) -> Result<StatusCode, Problem> {
-    let caller = consumer(&app, &headers)?;
     managed(&app, &caller, id).await?;
     app.store.grant(id, &principal).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 pub async fn revoke(
+    Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    headers: HeaderMap,
     Path((id, principal)): Path<(i64, String)>,
 ) -> Result<StatusCode, Problem> {
-    let caller = consumer(&app, &headers)?;
     managed(&app, &caller, id).await?;
     if app.store.revoke(id, &principal, app.clock.now()).await? {
         Ok(StatusCode::NO_CONTENT)
@@ -254,18 +273,18 @@ struct JoinBody {
 }
 
 pub async fn join(
+    Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    headers: HeaderMap,
     Path(id): Path<i64>,
     bytes: Bytes,
 ) -> Result<Response, Problem> {
-    let caller = consumer(&app, &headers)?;
     let request: JoinBody = body(&bytes)?;
     let sub = existing(&app, id).await?;
-    // Operators inspect; only owners and grantees take messages.
+    // Operators inspect; only owners and grantees take messages, each within its own topics.
     if !sub.admits(&caller.principal) {
         return Err(forbidden(&caller, &sub));
     }
+    within_topics(&caller, &sub.filter)?;
     if matches!(sub.rules.mode, Mode::Push { .. }) {
         return Err(Problem(
             StatusCode::CONFLICT,
@@ -350,6 +369,8 @@ async fn own_session(
     if !sub.admits(&caller.principal) {
         return Err(forbidden(caller, &sub));
     }
+    // Checked on every fetch, so a token whose topics were narrowed takes nothing beyond them.
+    within_topics(caller, &sub.filter)?;
     if matches!(sub.rules.mode, Mode::Push { .. }) {
         return Err(Problem(
             StatusCode::CONFLICT,
@@ -368,12 +389,11 @@ struct FetchBody {
 }
 
 pub async fn fetch(
+    Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    headers: HeaderMap,
     Path(session): Path<String>,
     bytes: Bytes,
 ) -> Result<Json<Value>, Problem> {
-    let caller = consumer(&app, &headers)?;
     let request: FetchBody = body(&bytes)?;
     let max = request.max.unwrap_or(10);
     if !(1..=MAX_FETCH).contains(&max) {
@@ -396,11 +416,10 @@ pub async fn fetch(
 }
 
 pub async fn heartbeat(
+    Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    headers: HeaderMap,
     Path(session): Path<String>,
 ) -> Result<Json<Value>, Problem> {
-    let caller = consumer(&app, &headers)?;
     own_session(&app, &caller, &session).await?;
     let expires_at = app.store.heartbeat(&session, app.clock.now()).await?;
     Ok(Json(
@@ -409,11 +428,10 @@ pub async fn heartbeat(
 }
 
 pub async fn leave(
+    Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    headers: HeaderMap,
     Path(session): Path<String>,
 ) -> Result<StatusCode, Problem> {
-    let caller = consumer(&app, &headers)?;
     own_session(&app, &caller, &session).await?;
     app.store.leave(&session, app.clock.now()).await?;
     Ok(StatusCode::NO_CONTENT)
@@ -514,11 +532,10 @@ const MAX_SETTLEMENTS: usize = 1000;
 /// current attempt), or a batch (`{settlements: […]}`: 200 with one result per settlement,
 /// in order, each `settled: true` or the refusal with its status).
 pub async fn settle(
+    Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    headers: HeaderMap,
     bytes: Bytes,
 ) -> Result<Response, Problem> {
-    let caller = consumer(&app, &headers)?;
     let value: Value = body(&bytes)?;
     let batch = value.get("settlements").is_some();
     let items = if batch {
@@ -600,11 +617,10 @@ struct ExtendBody {
 }
 
 pub async fn extend(
+    Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    headers: HeaderMap,
     bytes: Bytes,
 ) -> Result<Response, Problem> {
-    let caller = consumer(&app, &headers)?;
     let request: ExtendBody = body(&bytes)?;
     let receipt = receipt_for(&app, &caller, &request.receipt, &mut HashMap::new()).await?;
     Ok(match app.store.extend(&receipt, app.clock.now()).await {
@@ -628,12 +644,11 @@ pub struct DeadLetterPage {
 }
 
 pub async fn dead_letters(
+    Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    headers: HeaderMap,
     Path(id): Path<i64>,
     Query(page): Query<DeadLetterPage>,
 ) -> Result<Json<Value>, Problem> {
-    let caller = consumer(&app, &headers)?;
     visible(&app, &caller, id).await?;
     let letters = app
         .store
@@ -668,12 +683,11 @@ struct DeadLetterSelection {
 /// `POST …/dead-letters/replay` and `…/purge`.
 pub async fn change_dead_letters(
     change: DeadLetterChange,
+    Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    headers: HeaderMap,
     Path(id): Path<i64>,
     bytes: Bytes,
 ) -> Result<Json<Value>, Problem> {
-    let caller = consumer(&app, &headers)?;
     managed(&app, &caller, id).await?;
     let selection: DeadLetterSelection = body(&bytes)?;
     if selection

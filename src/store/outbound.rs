@@ -59,6 +59,10 @@ pub struct Submission {
     pub notify_url: Option<String>,
     /// The application's `Idempotency-Key`, if it sent one.
     pub idempotency: Option<IdempotencyKey>,
+    /// Who submits it: the message and a new group are theirs.
+    pub principal: String,
+    /// Whether it may continue any principal's group (operators), or only its own.
+    pub any_group: bool,
 }
 
 /// An application's `Idempotency-Key`: unique per principal, stored with the fingerprint of
@@ -110,6 +114,8 @@ pub struct OutMessage {
     pub idempotency_key: Option<String>,
     /// Why its latest failed attempt failed, if one did.
     pub last_error: Option<LastError>,
+    /// Who submitted it (`None`: stored before principals were, visible to operators only).
+    pub principal: Option<String>,
 }
 
 /// The cause of a message's latest failed attempt (`AttemptFailure`, as text) and its time.
@@ -196,7 +202,7 @@ macro_rules! select_messages {
             "SELECT m.id, m.group_id, m.number, m.destination, m.soap12, m.reply_pattern, ",
             "m.envelope, m.expiry, m.schedule, m.state, m.fault, m.reason, m.attempts, ",
             "m.next_attempt, m.notify_url, g.ordered, m.idem_key, m.unreached, m.last_error, ",
-            "m.last_error_at ",
+            "m.last_error_at, m.principal ",
             "FROM out_messages m JOIN out_groups g USING (group_id) ",
             $tail
         )
@@ -251,6 +257,7 @@ fn row_to_message(r: &sqlx::sqlite::SqliteRow) -> Result<OutMessage, StoreError>
             }),
             _ => None,
         },
+        principal: r.get(20),
     })
 }
 
@@ -330,7 +337,8 @@ impl Store {
                     .map_err(StoreError::Corrupt)?;
                 sqlx::query(
                     "INSERT INTO out_groups (group_id, destination, ordered, sequenced, \
-                     next_number, last_number, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                     next_number, last_number, created_at, principal) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 )
                 .bind(group_id.as_str())
                 .bind(&s.destination)
@@ -339,17 +347,21 @@ impl Store {
                 .bind(i64::from(s.sequenced))
                 .bind(s.last.then_some(0i64))
                 .bind(millis(now))
+                .bind(&s.principal)
                 .execute(&mut *tx)
                 .await
                 .map_err(StoreError::from)?;
                 (group_id, s.sequenced.then_some(0))
             }
             Some(group_id) => {
+                // Another principal's group answers as one that does not exist.
                 let row = sqlx::query(
                     "SELECT destination, ordered, sequenced, next_number, last_number \
-                     FROM out_groups WHERE group_id = ?",
+                     FROM out_groups WHERE group_id = ?1 AND (?2 OR principal = ?3)",
                 )
                 .bind(group_id.as_str())
+                .bind(s.any_group)
+                .bind(&s.principal)
                 .fetch_optional(&mut *tx)
                 .await
                 .map_err(StoreError::from)?
@@ -430,8 +442,8 @@ impl Store {
         sqlx::query(
             "INSERT INTO out_messages (id, group_id, number, destination, soap12, reply_pattern, \
              envelope, expiry, schedule, state, attempts, next_attempt, notify_url, created_at, \
-             updated_at, idem_principal, idem_key, idem_fingerprint) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', 0, ?, ?, ?, ?, ?, ?, ?)",
+             updated_at, idem_principal, idem_key, idem_fingerprint, principal) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', 0, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&s.id)
         .bind(group_id.as_str())
@@ -449,6 +461,7 @@ impl Store {
         .bind(s.idempotency.as_ref().map(|i| &i.principal))
         .bind(s.idempotency.as_ref().map(|i| &i.key))
         .bind(s.idempotency.as_ref().map(|i| &i.fingerprint))
+        .bind(&s.principal)
         .execute(&mut *tx)
         .await
         .map_err(StoreError::from)?;
@@ -483,14 +496,27 @@ impl Store {
         after: Option<&str>,
         limit: i64,
     ) -> Result<Vec<OutMessage>, StoreError> {
+        self.out_messages_of(None, state, group, after, limit).await
+    }
+
+    /// `out_messages`, with `principal` only those it submitted.
+    pub async fn out_messages_of(
+        &self,
+        principal: Option<&str>,
+        state: Option<&str>,
+        group: Option<&str>,
+        after: Option<&str>,
+        limit: i64,
+    ) -> Result<Vec<OutMessage>, StoreError> {
         let rows = sqlx::query(select_messages!(
             "WHERE (?1 IS NULL OR m.state = ?1) AND (?2 IS NULL OR m.group_id = ?2) \
-             AND m.id > ?3 ORDER BY m.id LIMIT ?4"
+             AND (?5 IS NULL OR m.principal = ?5) AND m.id > ?3 ORDER BY m.id LIMIT ?4"
         ))
         .bind(state)
         .bind(group)
         .bind(after.unwrap_or(""))
         .bind(limit)
+        .bind(principal)
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(row_to_message).collect()
@@ -771,11 +797,24 @@ impl Store {
 
     /// State changes after `after`, oldest first.
     pub async fn out_events(&self, after: i64, limit: i64) -> Result<Vec<OutEvent>, StoreError> {
+        self.out_events_of(None, after, limit).await
+    }
+
+    /// `out_events`, with `principal` only those of the messages it submitted.
+    pub async fn out_events_of(
+        &self,
+        principal: Option<&str>,
+        after: i64,
+        limit: i64,
+    ) -> Result<Vec<OutEvent>, StoreError> {
         let rows = sqlx::query(
-            "SELECT seq, message_id, state, detail, at FROM out_events WHERE seq > ? \
-             ORDER BY seq LIMIT ?",
+            "SELECT e.seq, e.message_id, e.state, e.detail, e.at FROM out_events e \
+             WHERE e.seq > ?1 AND (?2 IS NULL OR EXISTS (SELECT 1 FROM out_messages m \
+               WHERE m.id = e.message_id AND m.principal = ?2)) \
+             ORDER BY e.seq LIMIT ?3",
         )
         .bind(after)
+        .bind(principal)
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
@@ -794,7 +833,13 @@ impl Store {
     /// Marks the group's most recent message `last`, if it has not been sent yet (its
     /// envelope is rewritten once, before any attempt). Otherwise the group cannot be closed
     /// after the fact: submit the last message with `last` instead.
-    pub async fn close_group(&self, group_id: &GroupId) -> Result<Option<u64>, SubmitError> {
+    /// With `principal`, only a group that principal started; another's answers as one that
+    /// does not exist.
+    pub async fn close_group(
+        &self,
+        group_id: &GroupId,
+        principal: Option<&str>,
+    ) -> Result<Option<u64>, SubmitError> {
         let mut tx = self
             .pool
             .begin_with("BEGIN IMMEDIATE")
@@ -802,10 +847,11 @@ impl Store {
             .map_err(StoreError::from)?;
         let row = sqlx::query(
             "SELECT m.id, m.number, m.attempts, m.envelope, g.last_number FROM out_messages m \
-             JOIN out_groups g USING (group_id) WHERE m.group_id = ? \
-             ORDER BY m.number DESC LIMIT 1",
+             JOIN out_groups g USING (group_id) WHERE m.group_id = ?1 \
+             AND (?2 IS NULL OR g.principal = ?2) ORDER BY m.number DESC LIMIT 1",
         )
         .bind(group_id.as_str())
+        .bind(principal)
         .fetch_optional(&mut *tx)
         .await
         .map_err(StoreError::from)?

@@ -23,6 +23,7 @@ async fn every_bench_mode_gets_acks_and_no_errors() {
             token: TOKEN.into(),
             principal: "bench".into(),
             scopes: vec![Scope::Admin, Scope::Consume],
+            topics: wsr_gateway::config::all_topics(),
         }];
     })
     .await;

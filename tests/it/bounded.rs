@@ -297,6 +297,7 @@ async fn a_callback_beyond_the_cap_is_refused_and_one_within_is_applied() {
             token: TOKEN.into(),
             principal: "app".into(),
             scopes: vec![Scope::Produce],
+            topics: wsr_gateway::config::all_topics(),
         }];
     })
     .await;

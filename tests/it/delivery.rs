@@ -27,16 +27,19 @@ fn tokens() -> Vec<TokenConfig> {
             token: OWNER.into(),
             principal: "billing".into(),
             scopes: vec![Scope::Consume],
+            topics: wsr_gateway::config::all_topics(),
         },
         TokenConfig {
             token: OTHER.into(),
             principal: "shipping".into(),
             scopes: vec![Scope::Consume],
+            topics: wsr_gateway::config::all_topics(),
         },
         TokenConfig {
             token: ADMIN.into(),
             principal: "operator".into(),
             scopes: vec![Scope::Admin],
+            topics: wsr_gateway::config::all_topics(),
         },
     ]
 }

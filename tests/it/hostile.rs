@@ -333,6 +333,7 @@ async fn producer() -> TestApp {
             token: TOKEN.into(),
             principal: "app".into(),
             scopes: vec![Scope::Produce],
+            topics: wsr_gateway::config::all_topics(),
         }];
         c.partners
             .insert("peer".into(), "http://127.0.0.1:9/wsr/default".into());
@@ -418,7 +419,8 @@ async fn an_overlong_group_id_is_refused_with_invalid_message_id() {
     let app = spawn_app().await;
     let expiry = app.clock.now_utc() + Duration::hours(1);
     let long = format!("mid:{}@test", "g".repeat(8 * 1024));
-    let xml = message("mid:placeholder@test", None, expiry, None).replace("mid:placeholder@test", &long);
+    let xml =
+        message("mid:placeholder@test", None, expiry, None).replace("mid:placeholder@test", &long);
     let answer = app.send(V, xml).await;
     assert_eq!(answer.status, 500, "{}", answer.body);
     assert!(answer.body.contains("InvalidMessageId"), "{}", answer.body);

@@ -1,6 +1,7 @@
 //! One integration-test binary (it links once): the codec against tables, properties, the XSD
 //! and the recorded Holodeck exchanges; and the running gateway's health endpoint.
 
+mod api_security;
 mod bench;
 mod bounded;
 mod chaos;

@@ -27,6 +27,7 @@ fn producer(c: &mut Config) {
         token: TOKEN.into(),
         principal: "app".into(),
         scopes: vec![Scope::Produce],
+        topics: wsr_gateway::config::all_topics(),
     }];
 }
 

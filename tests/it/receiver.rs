@@ -897,11 +897,13 @@ async fn admin_api_requires_a_token_and_serves_groups_and_inbox() {
                 token: "admin-token-0123456789".into(),
                 principal: "ops".into(),
                 scopes: vec![Scope::Admin],
+                topics: wsr_gateway::config::all_topics(),
             },
             TokenConfig {
                 token: "reader-token-0123456789".into(),
                 principal: "app".into(),
                 scopes: vec![Scope::Consume],
+                topics: wsr_gateway::config::all_topics(),
             },
         ]
     })
@@ -964,7 +966,15 @@ async fn admin_api_requires_a_token_and_serves_groups_and_inbox() {
             .status(),
         404
     );
-    let inbox: serde_json::Value = get("/api/v1/inbox?after=0", Some("reader-token-0123456789"))
+    // The raw inbox is for operators: applications read through subscriptions.
+    assert_eq!(
+        get("/api/v1/inbox?after=0", Some("reader-token-0123456789"))
+            .await
+            .expect("answer")
+            .status(),
+        403
+    );
+    let inbox: serde_json::Value = get("/api/v1/inbox?after=0", Some("admin-token-0123456789"))
         .await
         .expect("answer")
         .json()

@@ -26,6 +26,7 @@ async fn sender_app_window_1() -> TestApp {
             token: TOKEN.into(),
             principal: "app".into(),
             scopes: vec![Scope::Produce],
+            topics: wsr_gateway::config::all_topics(),
         }];
         c.send_window = 1;
         allow_loopback_urls(c);
@@ -39,6 +40,7 @@ async fn sender_app() -> TestApp {
             token: TOKEN.into(),
             principal: "app".into(),
             scopes: vec![Scope::Produce],
+            topics: wsr_gateway::config::all_topics(),
         }];
         c.poll_interval = std::time::Duration::from_millis(200);
         // The receivers here are wsr-gateways: they keep delivered IDs an hour past expiry.
@@ -926,11 +928,13 @@ async fn two_app_sender() -> TestApp {
                 token: TOKEN.into(),
                 principal: "app".into(),
                 scopes: vec![Scope::Produce],
+                topics: wsr_gateway::config::all_topics(),
             },
             TokenConfig {
                 token: OTHER_TOKEN.into(),
                 principal: "other".into(),
                 scopes: vec![Scope::Produce],
+                topics: wsr_gateway::config::all_topics(),
             },
         ];
         c.send_window = 1;
@@ -1104,7 +1108,10 @@ async fn the_same_key_from_two_applications_is_two_messages() {
     let (_, replayed, again) = submit_keyed(&sender, OTHER_TOKEN, "shared-key", &body).await;
     assert!(replayed);
     assert_eq!(again, theirs);
-    assert_eq!(listed(&sender).await.len(), 2);
+    // Two messages stored; each application lists only its own.
+    let stored = sender.store.out_messages(None, None, None, 1000).await;
+    assert_eq!(stored.expect("stored").len(), 2);
+    assert_eq!(listed(&sender).await.len(), 1);
     sender.stop().await;
 }
 
