@@ -299,6 +299,7 @@ async fn a_callback_beyond_the_cap_is_refused_and_one_within_is_applied() {
             scopes: vec![Scope::Produce],
             topics: wsr_gateway::config::all_topics(),
         }];
+        super::support::allow_loopback_urls(c);
     })
     .await;
     let agreement = json!({ "reply_pattern": "Callback", "waits_ms": [600000] });

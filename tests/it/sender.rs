@@ -7,17 +7,9 @@ use serde_json::{Value, json};
 use wsr_gateway::config::{Scope, TokenConfig};
 use wsr_gateway::store::outbound::OutMessage;
 
-use super::support::{TestApp, spawn_app_with};
+use super::support::{TestApp, allow_loopback_urls, spawn_app_with};
 
 const TOKEN: &str = "producer-token-0123456789";
-
-/// The receivers here are local test servers and gateways on 127.0.0.1, named by URL: the
-/// senders allow URL destinations and list loopback (D15 refuses both by default).
-pub fn allow_loopback_urls(c: &mut wsr_gateway::Config) {
-    c.destinations =
-        wsr_gateway::outbound::destination::DestinationRules::new(true, &["127.0.0.1".to_owned()])
-            .expect("valid rules");
-}
 
 /// A sender whose ordered groups keep one message in flight.
 async fn sender_app_window_1() -> TestApp {

@@ -390,3 +390,11 @@ pub fn start_gateway(config: &std::path::Path) -> std::process::Child {
     std::thread::spawn(move || for _ in lines {});
     child
 }
+
+/// The receivers in these tests are local test servers and gateways on 127.0.0.1, named by
+/// URL: their senders allow URL destinations and list loopback (D15 refuses both by default).
+pub fn allow_loopback_urls(c: &mut wsr_gateway::Config) {
+    c.destinations =
+        wsr_gateway::outbound::destination::DestinationRules::new(true, &["127.0.0.1".to_owned()])
+            .expect("valid rules");
+}
