@@ -660,10 +660,10 @@ async fn consume(shared: &Shared, api: &str, token: &str, session: &str) -> (Vec
                 .and_then(|t| t.split('"').next())
                 .and_then(|t| t.parse::<u64>().ok())
                 .map(|us| shared.started + Duration::from_micros(us));
-            if let Some(sent) = sent {
-                if now <= shared.deadline {
-                    latencies.push(now.saturating_duration_since(sent));
-                }
+            if let Some(sent) = sent
+                && now <= shared.deadline
+            {
+                latencies.push(now.saturating_duration_since(sent));
             }
         }
     }

@@ -227,20 +227,19 @@ impl Lease {
         if let State::Acquired {
             deadline, consumer, ..
         } = &self.state
+            && *deadline < now
         {
-            if *deadline < now {
-                let consumer = consumer.clone();
-                self.apply(
-                    &consumer,
-                    Outcome::Modified {
-                        delivery_failed: true,
-                        undeliverable_here: false,
-                        delay: Some(Duration::zero()),
-                    },
-                    now,
-                    policy,
-                );
-            }
+            let consumer = consumer.clone();
+            self.apply(
+                &consumer,
+                Outcome::Modified {
+                    delivery_failed: true,
+                    undeliverable_here: false,
+                    delay: Some(Duration::zero()),
+                },
+                now,
+                policy,
+            );
         }
     }
 

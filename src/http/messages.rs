@@ -133,15 +133,14 @@ pub async fn submit(
         key,
         fingerprint: fingerprint(&raw),
     });
-    if let Some(idem) = &idempotency {
-        if let Some(earlier) = app
+    if let Some(idem) = &idempotency
+        && let Some(earlier) = app
             .store
             .earlier_submission(idem)
             .await
             .map_err(submit_problem)?
-        {
-            return Ok(submitted_answer(&earlier));
-        }
+    {
+        return Ok(submitted_answer(&earlier));
     }
     let req: SubmitBody =
         serde_json::from_value(raw).map_err(|e| invalid("body", e.to_string()))?;
@@ -197,13 +196,13 @@ pub async fn submit(
     };
     check_body(version, &req.body)?;
     // Notify URLs are application webhooks: registered like push endpoints, in that registry.
-    if let Some(url) = &req.notify_url {
-        if !app.store.is_endpoint(Endpoints::Push, url).await? {
-            return Err(invalid(
-                "notify_url",
-                format!("{url:?} is not a registered webhook (see /api/v1/push-endpoints)"),
-            ));
-        }
+    if let Some(url) = &req.notify_url
+        && !app.store.is_endpoint(Endpoints::Push, url).await?
+    {
+        return Err(invalid(
+            "notify_url",
+            format!("{url:?} is not a registered webhook (see /api/v1/push-endpoints)"),
+        ));
     }
     let group_id = match req.group.as_ref().and_then(|g| g.id.as_deref()) {
         None => None,
@@ -339,10 +338,10 @@ pub async fn list_messages(
     State(app): State<AppState>,
     Query(q): Query<ListQuery>,
 ) -> Result<Json<Value>, Problem> {
-    if let Some(state) = &q.state {
-        if !["queued", "sent", "acked", "faulted", "failed"].contains(&state.as_str()) {
-            return Err(invalid("state", format!("unknown state {state:?}")));
-        }
+    if let Some(state) = &q.state
+        && !["queued", "sent", "acked", "faulted", "failed"].contains(&state.as_str())
+    {
+        return Err(invalid("state", format!("unknown state {state:?}")));
     }
     let limit = q.limit.unwrap_or(100).clamp(1, 1000);
     let messages = app

@@ -302,11 +302,10 @@ impl Watch {
                 _ = changed => {}
                 _ = tokio::time::sleep_until(at) => {
                     // The phase may have moved on just as the timer fired.
-                    if let Some((at, why)) = deadline(self.phase()) {
-                        if at <= Instant::now() {
+                    if let Some((at, why)) = deadline(self.phase())
+                        && at <= Instant::now() {
                             return why;
                         }
-                    }
                 }
             }
         }

@@ -178,13 +178,13 @@ pub async fn create(
         ),
     })?;
     within_topics(&caller, spec.id.filter().as_str())?;
-    if let Mode::Push { url, .. } = &spec.rules.mode {
-        if !app.store.is_endpoint(Endpoints::Push, url).await? {
-            return Err(Problem::field(
-                "push_url",
-                format!("{url} is not a registered push endpoint"),
-            ));
-        }
+    if let Mode::Push { url, .. } = &spec.rules.mode
+        && !app.store.is_endpoint(Endpoints::Push, url).await?
+    {
+        return Err(Problem::field(
+            "push_url",
+            format!("{url} is not a registered push endpoint"),
+        ));
     }
     let (sub, created) = app
         .store

@@ -93,15 +93,15 @@ pub async fn receive(
             RequestAnswer::Now(response) => return response,
         }
     }
-    if let Some(poll) = &env.poll_request {
-        if let Err(response) = handle_poll(&app, version, poll, &mut replies).await {
-            if env.request.is_none() {
-                return response;
-            }
-            // The message itself is already decided and committed: its answer must not be
-            // replaced by the poll's failure. The poll can be asked again.
-            tracing::warn!("a piggy-backed poll failed; answering for the message only");
+    if let Some(poll) = &env.poll_request
+        && let Err(response) = handle_poll(&app, version, poll, &mut replies).await
+    {
+        if env.request.is_none() {
+            return response;
         }
+        // The message itself is already decided and committed: its answer must not be
+        // replaced by the poll's failure. The poll can be asked again.
+        tracing::warn!("a piggy-backed poll failed; answering for the message only");
     }
     match own_fault {
         // The header carries this message's fault and any poll answers with it.

@@ -113,13 +113,13 @@ impl DestinationRules {
             return Err(format!("{host} resolves to no address"));
         }
         for ip in addrs {
-            if let Some(kind) = internal_kind(*ip) {
-                if !self.address_listed(*ip, Some(port)) {
-                    return Err(format!(
-                        "{host} resolves to {ip}, a {kind} address; not allowed unless \
+            if let Some(kind) = internal_kind(*ip)
+                && !self.address_listed(*ip, Some(port))
+            {
+                return Err(format!(
+                    "{host} resolves to {ip}, a {kind} address; not allowed unless \
                          listed in allowed_destination_hosts"
-                    ));
-                }
+                ));
             }
         }
         Ok(())

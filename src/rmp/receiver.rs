@@ -178,37 +178,37 @@ fn decide_existing(
         let why = describe_mismatch(&state.params, &params);
         return record_fault(state, n, exp, FaultCode::InvalidMessageParameters, why);
     }
-    if let Some(seq) = seq {
-        if let Some(last) = state.last {
-            if seq.last && seq.number != last {
-                return record_fault(
-                    state,
-                    n,
-                    exp,
-                    FaultCode::InvalidMessageParameters,
-                    format!("the group's last message is {last}, not {}", seq.number),
-                );
-            }
-            if seq.number > last {
-                return record_fault(
-                    state,
-                    n,
-                    exp,
-                    FaultCode::InvalidMessageId,
-                    format!(
-                        "number {} is beyond the group's last message {last}",
-                        seq.number
-                    ),
-                );
-            }
+    if let Some(seq) = seq
+        && let Some(last) = state.last
+    {
+        if seq.last && seq.number != last {
+            return record_fault(
+                state,
+                n,
+                exp,
+                FaultCode::InvalidMessageParameters,
+                format!("the group's last message is {last}, not {}", seq.number),
+            );
+        }
+        if seq.number > last {
+            return record_fault(
+                state,
+                n,
+                exp,
+                FaultCode::InvalidMessageId,
+                format!(
+                    "number {} is beyond the group's last message {last}",
+                    seq.number
+                ),
+            );
         }
     }
 
     // Duplicate check (before the expiry check, D1/D2).
-    if state.params.duplicate_elimination || !state.params.sequenced {
-        if let Some(code) = state.faults.get(&n) {
-            return Outcome::answer(Verdict::Fault(*code, "same fault as before".into()));
-        }
+    if (state.params.duplicate_elimination || !state.params.sequenced)
+        && let Some(code) = state.faults.get(&n)
+    {
+        return Outcome::answer(Verdict::Fault(*code, "same fault as before".into()));
     }
     if !state.params.duplicate_elimination && state.delivered.contains(n) {
         if expired {
@@ -280,32 +280,32 @@ fn accept(
             "the group's buffer for out-of-order messages is full; resend later",
         );
     }
-    if let Some(seq) = seq {
-        if seq.last {
-            if state
-                .delivered
-                .pairs()
-                .last()
-                .is_some_and(|&(_, to)| to > seq.number)
-                || state
-                    .buffered
-                    .keys()
-                    .next_back()
-                    .is_some_and(|&b| b > seq.number)
-            {
-                return record_fault(
-                    state,
-                    n,
-                    request.expiry_time,
-                    FaultCode::InvalidMessageParameters,
-                    format!(
-                        "last='true' on {} but higher numbers were received",
-                        seq.number
-                    ),
-                );
-            }
-            state.last = Some(seq.number);
+    if let Some(seq) = seq
+        && seq.last
+    {
+        if state
+            .delivered
+            .pairs()
+            .last()
+            .is_some_and(|&(_, to)| to > seq.number)
+            || state
+                .buffered
+                .keys()
+                .next_back()
+                .is_some_and(|&b| b > seq.number)
+        {
+            return record_fault(
+                state,
+                n,
+                request.expiry_time,
+                FaultCode::InvalidMessageParameters,
+                format!(
+                    "last='true' on {} but higher numbers were received",
+                    seq.number
+                ),
+            );
         }
+        state.last = Some(seq.number);
     }
     state.last_activity = now;
     state.max_expiry = state.max_expiry.max(request.expiry_time);

@@ -644,7 +644,6 @@ const _: () = assert!(
 /// writer's work. The OS releases the hold when the process dies, so a crash leaves nothing to
 /// clean up. Opening the lock file first also names the OS's reason when the place is not
 /// writable (SQLite only says "unable to open database file").
-#[allow(clippy::incompatible_msrv)] // TEMP: rust-version goes to 1.89 after the merges
 async fn lock_database(path: &std::path::Path) -> Result<std::fs::File, StoreError> {
     let mut name = path.as_os_str().to_owned();
     name.push(".lock");

@@ -146,25 +146,23 @@ async fn send_group(group: u64, url: String, callback: String, acked: Acked, see
                     acked.lock().expect("lock").extend(seen);
                 }
             }
-            if matches!(reply, ReplyPattern::Poll) {
-                if let Ok(r) = client
+            if matches!(reply, ReplyPattern::Poll)
+                && let Ok(r) = client
                     .post(&url)
                     .header("Content-Type", "text/xml")
                     .body(poll_xml(&key))
                     .send()
                     .await
-                {
-                    if let Ok(body) = r.text().await {
-                        acked
-                            .lock()
-                            .expect("lock")
-                            .extend(acks_in(&body, Some("text/xml")));
-                    }
-                }
+                && let Ok(body) = r.text().await
+            {
+                acked
+                    .lock()
+                    .expect("lock")
+                    .extend(acks_in(&body, Some("text/xml")));
             }
             let done = acked.lock().expect("lock").contains(&key);
             // Now and then resend an acked message anyway: it must not be delivered again.
-            if done && (sends > 1 || rng.next() % 10 != 0) {
+            if done && (sends > 1 || !rng.next().is_multiple_of(10)) {
                 break;
             }
             // Not acked yet (gateway down, callback pending): resend shortly.

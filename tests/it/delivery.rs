@@ -189,10 +189,10 @@ impl Api {
 
     async fn settle(&self, message: &Value, outcome: Value) -> (u16, Value) {
         let mut body = json!({ "receipt": message["receipt"] });
-        if let Value::Object(extra) = outcome {
-            if let Value::Object(b) = &mut body {
-                b.extend(extra);
-            }
+        if let Value::Object(extra) = outcome
+            && let Value::Object(b) = &mut body
+        {
+            b.extend(extra);
         }
         self.post("/api/v1/settle", body).await
     }

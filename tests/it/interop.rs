@@ -595,21 +595,21 @@ fn holodeck_replies_are_read_into_ack_and_fault_outcomes() {
             );
         }
         // A Response-pattern request answered with a header: that very message is acked.
-        if ex.from == "client" && !items.is_empty() {
-            if let Ok(env) = read(&ex.request_ct, &ex.request_body) {
-                if let Some(request) = env.request {
-                    let key = request.key();
-                    let acked = items.iter().any(|i| {
-                        i.group_id == key.group_id
-                            && match (i.range, key.number) {
-                                (None, None) => true,
-                                (Some(r), Some(n)) => r.contains(n),
-                                _ => false,
-                            }
-                    });
-                    assert!(acked, "{what}: the answer acks the request it answers");
-                }
-            }
+        if ex.from == "client"
+            && !items.is_empty()
+            && let Ok(env) = read(&ex.request_ct, &ex.request_body)
+            && let Some(request) = env.request
+        {
+            let key = request.key();
+            let acked = items.iter().any(|i| {
+                i.group_id == key.group_id
+                    && match (i.range, key.number) {
+                        (None, None) => true,
+                        (Some(r), Some(n)) => r.contains(n),
+                        _ => false,
+                    }
+            });
+            assert!(acked, "{what}: the answer acks the request it answers");
         }
         replies_read += 1;
     }

@@ -455,10 +455,10 @@ async fn s05_ordered_group_out_of_order() {
 
 async fn wait_until_buffered(app: &TestApp, group: &str, n: u64) {
     for _ in 0..500 {
-        if let Some(g) = app.store.group(group).await.expect("read") {
-            if g.buffered.contains_key(&n) {
-                return;
-            }
+        if let Some(g) = app.store.group(group).await.expect("read")
+            && g.buffered.contains_key(&n)
+        {
+            return;
         }
         tokio::task::yield_now().await;
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
