@@ -54,6 +54,9 @@ pub struct FileConfig {
     pub max_group_lifetime_seconds: u64,
     /// Idle limit for groups that name neither limit, as xs:duration (D8).
     pub default_group_idle: String,
+    /// Most open groups one source (peer IP address) may have at once; a message that would
+    /// open one more gets `MessageProcessingFailure` (transient) (D13).
+    pub max_open_groups_per_source: u64,
     /// Per-group buffer for ordered messages ahead of a gap (D6).
     pub buffer_max_messages: usize,
     pub buffer_max_bytes: u64,
@@ -323,6 +326,7 @@ impl Default for FileConfig {
             max_expiry_horizon_seconds: DEFAULT_HORIZON_SECONDS,
             max_group_lifetime_seconds: DEFAULT_HORIZON_SECONDS,
             default_group_idle: "P1D".into(),
+            max_open_groups_per_source: 10_000,
             buffer_max_messages: 1000,
             buffer_max_bytes: 64 * 1024 * 1024,
             hold_ms: 1000,
@@ -462,6 +466,7 @@ impl FileConfig {
             "WSR_MAX_EXPIRY_HORIZON_SECONDS" => self.max_expiry_horizon_seconds = value.parse()?,
             "WSR_MAX_GROUP_LIFETIME_SECONDS" => self.max_group_lifetime_seconds = value.parse()?,
             "WSR_MAX_MESSAGE_BYTES" => self.max_message_bytes = value.parse()?,
+            "WSR_MAX_OPEN_GROUPS_PER_SOURCE" => self.max_open_groups_per_source = value.parse()?,
             "WSR_MAX_POLL_REFERENCES" => self.max_poll_references = value.parse()?,
             "WSR_HEADER_TIMEOUT_MS" => self.header_timeout_ms = value.parse()?,
             "WSR_BODY_TIMEOUT_MS" => self.body_timeout_ms = value.parse()?,
@@ -501,6 +506,9 @@ impl FileConfig {
             .map_err(|e| anyhow::anyhow!("default_group_idle: {e}"))?;
         if default_idle.negative || default_idle.is_zero() {
             bail!("default_group_idle must be positive");
+        }
+        if self.max_open_groups_per_source == 0 {
+            bail!("max_open_groups_per_source must be at least 1");
         }
         let horizon = |key: &str, seconds: u64| -> anyhow::Result<chrono::Duration> {
             if seconds == 0 || seconds > MAX_HORIZON_SECONDS {
@@ -648,6 +656,7 @@ impl FileConfig {
                 default_idle,
                 buffer_max_messages: self.buffer_max_messages,
                 buffer_max_bytes: self.buffer_max_bytes,
+                max_open_groups_per_source: self.max_open_groups_per_source,
                 answer_polls_for: chrono::Duration::seconds(
                     self.delivered_id_retention_seconds.min(MAX_SECONDS) as i64,
                 ),

@@ -37,6 +37,11 @@ use crate::config::Perimeter;
 /// What a client is told to wait before retrying a request refused for load.
 const RETRY_AFTER_SECONDS: &str = "1";
 
+/// The address a request came from (the TCP peer), in every request's extensions: the
+/// source that per-source quotas count against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PeerAddr(pub std::net::SocketAddr);
+
 /// Why the perimeter refused a request body; `read_body` turns it into its status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BodyRefused {
@@ -97,10 +102,10 @@ pub async fn serve(
                 Err(_) => break,
             },
         };
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             _ = &mut shutdown => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok((stream, peer)) => (stream, PeerAddr(peer)),
                 Err(e) => {
                     // Out of file descriptors or a connection reset before accept: wait a
                     // little instead of spinning.
@@ -112,6 +117,7 @@ pub async fn serve(
         };
         connections.spawn(connection(
             stream,
+            peer,
             permit,
             router.clone(),
             limits.clone(),
@@ -143,6 +149,7 @@ struct Limits {
 /// One connection: hyper's HTTP/1.1 with the watchdog beside it.
 async fn connection(
     stream: TcpStream,
+    peer: PeerAddr,
     _permit: OwnedSemaphorePermit,
     router: Router,
     limits: Arc<Limits>,
@@ -157,7 +164,8 @@ async fn connection(
     let service = {
         let watch = watch.clone();
         let limits = limits.clone();
-        hyper::service::service_fn(move |request: Request<Incoming>| {
+        hyper::service::service_fn(move |mut request: Request<Incoming>| {
+            request.extensions_mut().insert(peer);
             handle(request, router.clone(), limits.clone(), watch.clone())
         })
     };

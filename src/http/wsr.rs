@@ -8,6 +8,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
+use super::serve::PeerAddr;
 use super::soap::{self, content_type, version_hint};
 use crate::rmp::agreement::Agreement;
 use crate::rmp::receiver::{AnswerRoute, answer_route, may_hold};
@@ -26,6 +27,7 @@ const UNKNOWN_EXPIRY_RETENTION: chrono::Duration = chrono::Duration::hours(1);
 pub async fn receive(
     State(app): State<AppState>,
     Path(channel): Path<String>,
+    peer: Option<axum::Extension<PeerAddr>>,
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> Response {
@@ -77,7 +79,17 @@ pub async fn receive(
     let mut replies = Replies::new();
     let mut own_fault: Option<(FaultCode, String)> = None;
     if let Some(request) = &env.request {
-        match handle_request(&app, &channel, agreement, &body, &env, request).await {
+        match handle_request(
+            &app,
+            &channel,
+            source(peer),
+            agreement,
+            &body,
+            &env,
+            request,
+        )
+        .await
+        {
             RequestAnswer::InResponse(None) => {
                 replies.add(&request.message_id.group_id, request.key().number, None);
             }
@@ -119,9 +131,17 @@ enum RequestAnswer {
     Now(Response),
 }
 
+/// The source a request's new groups count against: the peer's IP address (any port).
+fn source(peer: Option<axum::Extension<PeerAddr>>) -> String {
+    peer.map_or_else(String::new, |axum::Extension(PeerAddr(addr))| {
+        addr.ip().to_string()
+    })
+}
+
 async fn handle_request(
     app: &AppState,
     channel: &str,
+    source: String,
     agreement: &Agreement,
     body: &Bytes,
     env: &Envelope<'_>,
@@ -168,6 +188,7 @@ async fn handle_request(
         payload: Payload::within(body, env.body.content),
         namespaces: serde_json::to_string(&namespaces).unwrap_or_else(|_| "[]".into()),
         topic: format!("{channel}/{root}"),
+        source,
         soap12: env.version == SoapVersion::Soap12,
         // Read again, with no await before the writer's queue takes it: a PollRequest's
         // barrier queued ahead of this message then also came before this time, so a sender

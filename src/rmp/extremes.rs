@@ -110,6 +110,7 @@ fn policy() -> impl Strategy<Value = Policy> {
             buffer_max_messages: 1000,
             buffer_max_bytes,
             answer_polls_for,
+            max_open_groups_per_source: 1,
         },
     )
 }
@@ -164,7 +165,12 @@ proptest! {
             group_lifetime: horizon,
             ..Agreement::everything()
         };
-        let msg = |r| Incoming { request: r, channel: "c", body_bytes: u64::MAX };
+        let msg = |r| Incoming {
+            request: r,
+            channel: "c",
+            body_bytes: u64::MAX,
+            open_groups_of_source: u64::MAX,
+        };
         let mut state = None;
         for now in &times {
             let _ = agreement.check(&r1, *now);

@@ -25,6 +25,10 @@ pub struct Policy {
     /// its message was delivered (an unknown ID is answered with nothing, which the sender
     /// takes as "not delivered" once the message has expired).
     pub answer_polls_for: chrono::Duration,
+    /// Most open groups one source (the peer address, until partners authenticate) may have
+    /// at once: every group's state is kept until it ends, so without a quota one partner
+    /// could fill the disk with new groups (D13).
+    pub max_open_groups_per_source: u64,
 }
 
 impl Default for Policy {
@@ -38,6 +42,7 @@ impl Default for Policy {
             buffer_max_messages: 1000,
             buffer_max_bytes: 64 * 1024 * 1024,
             answer_polls_for: chrono::Duration::hours(1),
+            max_open_groups_per_source: 10_000,
         }
     }
 }

@@ -16,6 +16,9 @@ pub struct Incoming<'a> {
     pub channel: &'a str,
     /// Size of the payload, for the buffer limit.
     pub body_bytes: u64,
+    /// How many open groups the message's source already has (for a new sequenced group's
+    /// quota; the store counts them only when that is what the message would start).
+    pub open_groups_of_source: u64,
 }
 
 /// What to answer for this message, by its reply pattern.
@@ -113,6 +116,12 @@ pub fn answer_route(verdict: Verdict, request: &Request) -> AnswerRoute {
     }
 }
 
+/// Whether a message of a group not yet stored would open a group that counts against its
+/// source's quota: a sequenced group stays open until it ends; a singleton ends on delivery.
+pub fn starts_counted_group(request: &Request) -> bool {
+    request.message_id.sequence.is_some()
+}
+
 /// Decides what to do with `msg`, given the stored state of its group (if any).
 pub fn receive(
     stored: Option<&GroupState>,
@@ -136,6 +145,15 @@ pub fn receive(
         let mut state = GroupState::new(request.message_id.group_id.clone(), params, now);
         if state.time_limit(policy).is_some_and(|t| t <= now) {
             return Outcome::fault(FaultCode::GroupAborted, "the group's time limit has passed");
+        }
+        if starts_counted_group(request)
+            && msg.open_groups_of_source >= policy.max_open_groups_per_source
+        {
+            // Transient: the sender resends later, when one of its groups has ended.
+            return Outcome::fault(
+                FaultCode::MessageProcessingFailure,
+                "too many open groups from this source; end some groups, then resend",
+            );
         }
         return accept(&mut state, msg, n, now, policy);
     };
@@ -441,6 +459,7 @@ mod tests {
                 request: r,
                 channel: "c",
                 body_bytes: 10,
+                open_groups_of_source: 0,
             },
             now,
             &Policy::default(),
@@ -621,6 +640,7 @@ mod tests {
                     request: &r,
                     channel: "c",
                     body_bytes: 1,
+                    open_groups_of_source: 0,
                 },
                 t0(),
                 &policy,

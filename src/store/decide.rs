@@ -11,7 +11,7 @@ use super::staged::{InboxRow, Staged};
 use super::writer::Effects;
 use super::{Received, ReceivedMessage, StoreError, SweepReport};
 use crate::rmp::group::{Buffered, GroupState, Policy, Swept, slot, sweep};
-use crate::rmp::receiver::{Action, Incoming, Verdict, receive};
+use crate::rmp::receiver::{Action, Incoming, Verdict, receive, starts_counted_group};
 use crate::wsr::{FaultCode, GroupId, MessageKey, ReplyPattern};
 
 /// Most groups one sweep pass handles; the rest are due again at once.
@@ -77,12 +77,19 @@ pub(super) async fn apply_receive(
     let request = &m.request;
     let key = request.key();
     let stored = staged.load_group(conn, key.group_id.as_str()).await?;
+    // Counted only when the message would open a group: one indexed count, not per message.
+    let open_groups_of_source = if stored.is_none() && starts_counted_group(request) {
+        staged.open_groups_of(conn, &m.source).await?
+    } else {
+        0
+    };
     let outcome = receive(
         stored.as_ref(),
         Incoming {
             request,
             channel: &m.channel,
             body_bytes: m.payload.len() as u64,
+            open_groups_of_source,
         },
         m.now,
         policy,
@@ -153,7 +160,7 @@ pub(super) async fn apply_receive(
     .await?;
     if let Some(state) = &outcome.state {
         let deadline = group_deadline(state, policy, m.now);
-        staged.save_group(state, deadline, m.now, effects);
+        staged.save_group(state, &m.source, deadline, m.now, effects);
     }
     // A Poll-pattern sender learns of a fault when it polls: keep it in this same
     // transaction when the group state does not (D4, D11).

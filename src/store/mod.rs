@@ -101,6 +101,9 @@ pub struct ReceivedMessage {
     pub namespaces: String,
     /// `{channel}/{local name of the first Body child}`.
     pub topic: String,
+    /// Who sent it, as far as we know (the peer's IP address): the source a new group is
+    /// counted against (`max_open_groups_per_source`).
+    pub source: String,
     /// Callback acks go out in the SOAP version of the message they acknowledge.
     pub soap12: bool,
     /// When it arrived (the decision's clock).

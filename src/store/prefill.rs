@@ -13,6 +13,9 @@ use super::{Payload, Store, StoreError};
 use crate::rmp::receiver::{Incoming, receive};
 use crate::wsr::{GroupId, MessageId, ReplyPattern, Request, SequenceNum};
 
+/// The source prefilled groups are counted against.
+const PREFILL_SOURCE: &str = "prefill";
+
 /// Rows per statement.
 const CHUNK: usize = 2_000;
 
@@ -63,6 +66,8 @@ impl Store {
                     request: &request,
                     channel,
                     body_bytes: payload.len() as u64,
+                    // The fixture is the operator's own filling, not a partner's.
+                    open_groups_of_source: 0,
                 };
                 let outcome = receive(state.as_ref(), incoming, now, &policy);
                 state = outcome.state;
@@ -81,7 +86,13 @@ impl Store {
             }
             if let Some(state) = state {
                 let deadline = group_deadline(&state, &policy, now);
-                staged.save_group(&state, deadline, now, &mut Effects::default());
+                staged.save_group(
+                    &state,
+                    PREFILL_SOURCE,
+                    deadline,
+                    now,
+                    &mut Effects::default(),
+                );
             }
             if pending >= CHUNK {
                 self.write_prefill(&mut staged).await?;

@@ -62,6 +62,8 @@ pub(super) struct Staged {
     group_rows: Vec<String>,
     group_values: HashMap<String, Value>,
     inbox: Vec<InboxRow>,
+    /// Groups this batch opened and has not written yet, per source (the quota's count).
+    opened_unwritten: HashMap<String, u64>,
 }
 
 impl Staged {
@@ -113,14 +115,21 @@ impl Staged {
     }
 
     /// Stages the group's new state; `deadline` is when the sweeper must look at it next.
+    /// `source` is recorded when the group is new (who opened it, for the quota).
     pub(super) fn save_group(
         &mut self,
         state: &GroupState,
+        source: &str,
         deadline: Option<DateTime<Utc>>,
         now: DateTime<Utc>,
         effects: &mut Effects,
     ) {
         let id = state.group_id.as_str().to_owned();
+        let opened = matches!(self.groups.get(&id), Some(Ok(None)) | None)
+            && state.status == crate::rmp::group::GroupStatus::Open;
+        if opened {
+            *self.opened_unwritten.entry(source.to_owned()).or_default() += 1;
+        }
         let row = json!([
             id,
             state.params.channel,
@@ -128,6 +137,7 @@ impl Staged {
             deadline.map(millis),
             millis(now),
             encode(state),
+            source,
         ]);
         if self.group_values.insert(id.clone(), row).is_none() {
             self.group_rows.push(id.clone());
@@ -187,9 +197,9 @@ impl Staged {
                 .collect();
             // `WHERE true`: SQLite needs it to tell the upsert's ON from a join's.
             sqlx::query(
-                "INSERT INTO groups (group_id, channel, status, next_deadline, updated_at, state) \
-                 SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5 \
-                 FROM json_each(?) WHERE true ON CONFLICT (group_id) DO UPDATE SET \
+                "INSERT INTO groups (group_id, channel, status, next_deadline, updated_at, state, \
+                 source) SELECT value->>0, value->>1, value->>2, value->>3, value->>4, \
+                 value->>5, value->>6 FROM json_each(?) WHERE true ON CONFLICT (group_id) DO UPDATE SET \
                  status = excluded.status, next_deadline = excluded.next_deadline, \
                  updated_at = excluded.updated_at, state = excluded.state",
             )
@@ -197,12 +207,29 @@ impl Staged {
             .execute(&mut *conn)
             .await?;
         }
+        self.opened_unwritten.clear();
         Ok(())
+    }
+
+    /// How many groups `source` has open as of this point of the batch: those stored, and
+    /// those this batch opened but has not written yet.
+    pub(super) async fn open_groups_of(
+        &self,
+        conn: &mut SqliteConnection,
+        source: &str,
+    ) -> Result<u64, StoreError> {
+        let stored: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM groups WHERE source = ? AND status = 'open'")
+                .bind(source)
+                .fetch_one(&mut *conn)
+                .await?;
+        let unwritten = self.opened_unwritten.get(source).copied().unwrap_or(0);
+        Ok(u64::try_from(stored).unwrap_or(0).saturating_add(unwritten))
     }
 
     /// Whether nothing is waiting to be written.
     pub(super) fn is_clear(&self) -> bool {
-        self.inbox.is_empty() && self.group_rows.is_empty()
+        self.inbox.is_empty() && self.group_rows.is_empty() && self.opened_unwritten.is_empty()
     }
 
     /// Forgets the read-ahead: the next job may change groups behind our back.

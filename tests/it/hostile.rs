@@ -22,12 +22,22 @@ fn message(
     expiry: DateTime<Utc>,
     limit: Option<GroupLimit>,
 ) -> String {
+    message_last(group, number, false, expiry, limit)
+}
+
+fn message_last(
+    group: &str,
+    number: Option<u64>,
+    last: bool,
+    expiry: DateTime<Utc>,
+    limit: Option<GroupLimit>,
+) -> String {
     let request = Request {
         message_id: MessageId {
             group_id: GroupId::parse(group).expect("group id"),
             sequence: number.map(|number| SequenceNum {
                 number,
-                last: false,
+                last,
                 group_limit: limit,
             }),
         },
@@ -428,5 +438,45 @@ async fn an_overlong_group_id_is_refused_with_invalid_message_id() {
     let fits = format!("mid:{}@t", "g".repeat(1024 - 6));
     assert_eq!(fits.len(), 1024);
     acked(&app, &fits).await;
+    app.stop().await;
+}
+
+/// Item 8: one source may keep only so many groups open (each is kept until it ends); beyond
+/// the quota a new group is refused transiently, and room comes back as groups end.
+#[tokio::test]
+async fn new_groups_beyond_the_per_source_quota_are_refused_until_one_ends() {
+    let app = spawn_app_with(|c| c.policy.max_open_groups_per_source = 2).await;
+    let expiry = app.clock.now_utc() + Duration::hours(1);
+    let send = |group: &str, n: u64, last: bool| {
+        app.send(V, message_last(group, Some(n), last, expiry, None))
+    };
+    assert_eq!(fault_of(&send("mid:q-a@test", 0, false).await), None);
+    assert_eq!(fault_of(&send("mid:q-b@test", 0, false).await), None);
+    let third = send("mid:q-c@test", 0, false).await;
+    assert_eq!(
+        fault_of(&third),
+        Some(FaultCode::MessageProcessingFailure),
+        "{}",
+        third.body
+    );
+    // Open groups still take their messages, and singletons are not groups that stay open.
+    assert_eq!(fault_of(&send("mid:q-b@test", 1, false).await), None);
+    acked(&app, "mid:q-single@test").await;
+    // Group a ends: the resend of c's first message is taken.
+    assert_eq!(fault_of(&send("mid:q-a@test", 1, true).await), None);
+    assert_eq!(fault_of(&send("mid:q-c@test", 0, false).await), None);
+    let groups: Vec<String> = app
+        .inbox()
+        .await
+        .iter()
+        .map(|m| m.group_id.to_string())
+        .collect();
+    assert_eq!(
+        groups
+            .iter()
+            .filter(|g| g.as_str() == "mid:q-c@test")
+            .count(),
+        1
+    );
     app.stop().await;
 }
