@@ -163,6 +163,7 @@ impl App {
             state.config.limits.max_bytes,
         ));
         let perimeter = state.config.perimeter.clone();
+        let store = state.store.clone();
         http::serve::serve(
             self.listener,
             http::router(state),
@@ -172,8 +173,12 @@ impl App {
         )
         .await;
         // The workers stop; what they had handed to the group-commit writer is committed or
-        // rolled back whole.
+        // rolled back whole. Then the writer is flushed: whatever is still in its queue is
+        // committed before we return.
         background.shutdown().await;
+        if let Err(e) = store.flush().await {
+            tracing::warn!(error = %e, "the store could not be flushed at shutdown");
+        }
         Ok(())
     }
 }

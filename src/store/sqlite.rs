@@ -508,6 +508,17 @@ impl Store {
         insert_message_fault(&mut conn, key, code, expiry, now).await
     }
 
+    /// A barrier through the writer's queue: returns once everything queued before it has
+    /// been committed (or failed). Shutdown flushes the writer with it.
+    pub async fn flush(&self) -> Result<(), StoreError> {
+        self.in_writer(|_| Box::pin(async { Ok(((), false)) }))
+            .await
+            .map_err(|e| match e {
+                DeliveryError::Store(e) => e,
+                other => StoreError::Failed(other.to_string()),
+            })
+    }
+
     /// The answer to a PollRequest from stored state (D11); `None` when there is nothing to
     /// say.
     ///
@@ -519,12 +530,7 @@ impl Store {
         &self,
         refs: &[RefToMessageIds],
     ) -> Result<Option<Response>, StoreError> {
-        self.in_writer(|_| Box::pin(async { Ok(((), false)) }))
-            .await
-            .map_err(|e| match e {
-                DeliveryError::Store(e) => e,
-                other => StoreError::Failed(other.to_string()),
-            })?;
+        self.flush().await?;
         // Each group once, however many references name it; two reads in all, not two per
         // reference.
         let asked = Asked::new(refs);

@@ -6,10 +6,9 @@ use std::time::Duration;
 
 use chrono::Utc;
 use serde_json::{Value, json};
-use wsr_gateway::config::{Scope, TokenConfig};
 use wsr_gateway::wsr::{
-    FaultCode, GroupId, Headers, MessageId, PollRequest, RefToMessageIds, Reply, ReplyPattern,
-    ReplyRange, Request, Response, SeqRange, SequenceNum, SoapVersion, write_envelope,
+    FaultCode, GroupId, Headers, MessageId, RefToMessageIds, Reply, ReplyPattern, ReplyRange,
+    Request, Response, SeqRange, SequenceNum, SoapVersion, write_envelope,
 };
 
 use super::support::{free_port, mock_partner, spawn_app, spawn_app_with, start_gateway};
@@ -18,18 +17,7 @@ use super::support::{free_port, mock_partner, spawn_app, spawn_app_with, start_g
 const CAP: usize = 10_000;
 
 fn poll_xml(refs: Vec<RefToMessageIds>) -> String {
-    let poll = PollRequest {
-        refs,
-        reply_to: None,
-    };
-    write_envelope(
-        SoapVersion::Soap11,
-        Headers {
-            poll_request: Some(&poll),
-            ..Headers::default()
-        },
-        "",
-    )
+    super::support::poll_envelope(refs)
 }
 
 fn response_xml(replies: Vec<Reply>) -> String {
@@ -160,13 +148,7 @@ async fn a_poll_answer_beyond_the_cap_is_refused_not_cut_short() {
 }
 
 fn status_mib(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .expect("a kB figure")
-        / 1024
+    super::support::proc_status_kib(pid, field) / 1024
 }
 
 fn message(g: &GroupId, n: u64) -> String {
@@ -185,12 +167,8 @@ fn message(g: &GroupId, n: u64) -> String {
         duplicate_elimination: true,
         message_order: false,
     };
-    write_envelope(
-        SoapVersion::Soap11,
-        Headers {
-            request: Some(&request),
-            ..Headers::default()
-        },
+    super::support::request_envelope(
+        &request,
         &format!("<b:Item xmlns:b=\"urn:bounded\">{n}</b:Item>"),
     )
 }
@@ -293,12 +271,7 @@ const TOKEN: &str = "producer-token-0123456789";
 async fn a_callback_beyond_the_cap_is_refused_and_one_within_is_applied() {
     let mut partner = mock_partner(Vec::new()).await;
     let app = spawn_app_with(|c| {
-        c.tokens = vec![TokenConfig {
-            token: TOKEN.into(),
-            principal: "app".into(),
-            scopes: vec![Scope::Produce],
-            topics: wsr_gateway::config::all_topics(),
-        }];
+        c.tokens = vec![super::support::producer_token(TOKEN)];
         super::support::allow_loopback_urls(c);
     })
     .await;

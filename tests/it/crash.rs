@@ -10,9 +10,8 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use wsr_gateway::wsr::{
-    GroupId, Headers, Limits, MessageId, MessageKey, PollRequest, RefToMessageIds, Reply,
-    ReplyPattern, ReplyTo, Request, SeqRange, SequenceNum, SoapVersion, read_message,
-    write_envelope,
+    GroupId, Headers, Limits, MessageId, MessageKey, RefToMessageIds, Reply, ReplyPattern, ReplyTo,
+    Request, SeqRange, SequenceNum, SoapVersion, read_message, write_envelope,
 };
 
 use super::support::{mock_partner, start_gateway};
@@ -95,21 +94,10 @@ fn acks_in(body: &str, ct: Option<&str>) -> Vec<MessageKey> {
 
 fn poll_xml(key: &MessageKey) -> String {
     let number = key.number.expect("sequenced");
-    let poll = PollRequest {
-        refs: vec![RefToMessageIds {
-            group_id: key.group_id.clone(),
-            ranges: vec![SeqRange::single(number)],
-        }],
-        reply_to: None,
-    };
-    write_envelope(
-        SoapVersion::Soap11,
-        Headers {
-            poll_request: Some(&poll),
-            ..Headers::default()
-        },
-        "",
-    )
+    super::support::poll_envelope(vec![RefToMessageIds {
+        group_id: key.group_id.clone(),
+        ranges: vec![SeqRange::single(number)],
+    }])
 }
 
 /// Sends one group's messages in order, each until an ack for it is seen.

@@ -4,11 +4,9 @@
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use serde_json::{Value, json};
-use wsr_gateway::config::{Scope, TokenConfig};
 use wsr_gateway::wsr::datetime::XsDuration;
 use wsr_gateway::wsr::{
-    FaultCode, GroupId, GroupLimit, Headers, MessageId, ReplyPattern, Request, SequenceNum,
-    SoapVersion, write_envelope,
+    FaultCode, GroupId, GroupLimit, MessageId, ReplyPattern, Request, SequenceNum, SoapVersion,
 };
 
 use super::support::{Answer, ClockExt, TestApp, spawn_app, spawn_app_with};
@@ -47,14 +45,7 @@ fn message_last(
         duplicate_elimination: true,
         message_order: false,
     };
-    write_envelope(
-        V,
-        Headers {
-            request: Some(&request),
-            ..Headers::default()
-        },
-        "<p:Order xmlns:p=\"urn:p\">hostile</p:Order>",
-    )
+    super::support::request_envelope(&request, "<p:Order xmlns:p=\"urn:p\">hostile</p:Order>")
 }
 
 fn fault_of(answer: &Answer) -> Option<FaultCode> {
@@ -339,12 +330,7 @@ const TOKEN: &str = "producer-token-0123456789";
 
 async fn producer() -> TestApp {
     spawn_app_with(|c| {
-        c.tokens = vec![TokenConfig {
-            token: TOKEN.into(),
-            principal: "app".into(),
-            scopes: vec![Scope::Produce],
-            topics: wsr_gateway::config::all_topics(),
-        }];
+        c.tokens = vec![super::support::producer_token(TOKEN)];
         c.partners
             .insert("peer".into(), "http://127.0.0.1:9/wsr/default".into());
     })
@@ -352,16 +338,7 @@ async fn producer() -> TestApp {
 }
 
 async fn submit(app: &TestApp, body: Value) -> (u16, Value) {
-    let r = app
-        .client
-        .post(app.url("/api/v1/messages"))
-        .bearer_auth(TOKEN)
-        .json(&body)
-        .send()
-        .await
-        .expect("API answers");
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
+    super::support::submit_as(app, TOKEN, body).await
 }
 
 /// Item 2: retry schedules are bounded at submit, with a 400 naming the field.

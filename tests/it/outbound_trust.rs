@@ -12,7 +12,6 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use serde_json::{Value, json};
 use wsr_gateway::Config;
-use wsr_gateway::config::{Scope, TokenConfig};
 use wsr_gateway::outbound::destination::DestinationRules;
 use wsr_gateway::wsr::{
     GroupId, Headers, MessageId, ReplyPattern, ReplyTo, Request, SoapVersion, write_envelope,
@@ -23,12 +22,7 @@ use super::support::{ClockExt, TestApp, free_port, serve_local, spawn_app_with, 
 const TOKEN: &str = "outbound-trust-token-0123456789";
 
 fn producer(c: &mut Config) {
-    c.tokens = vec![TokenConfig {
-        token: TOKEN.into(),
-        principal: "app".into(),
-        scopes: vec![Scope::Produce],
-        topics: wsr_gateway::config::all_topics(),
-    }];
+    c.tokens = vec![super::support::producer_token(TOKEN)];
 }
 
 async fn submit_to(client: &reqwest::Client, api: &str, body: Value) -> (u16, Value) {
@@ -44,7 +38,7 @@ async fn submit_to(client: &reqwest::Client, api: &str, body: Value) -> (u16, Va
 }
 
 async fn submit(app: &TestApp, body: Value) -> (u16, Value) {
-    submit_to(&app.client, &app.url(""), body).await
+    super::support::submit_as(app, TOKEN, body).await
 }
 
 async fn message(client: &reqwest::Client, api: &str, id: &str) -> Value {
@@ -100,15 +94,6 @@ fn redirect_to(target: &str) -> impl Fn() -> axum::response::Response + Clone + 
     }
 }
 
-fn vm_kib(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("{field} in /proc/{pid}/status"))
-}
-
 /// Item 5: a destination answering 64 MiB (chunked, no length announced) made the sender read
 /// it all, on every attempt. Now it reads up to `max_message_bytes` (1 MiB here) and gives up:
 /// the gateway's peak memory stays within a fixed bound, and the message says why.
@@ -141,7 +126,7 @@ async fn a_huge_answer_is_cut_at_the_cap_and_memory_stays_bounded() {
     let pid = child.id();
     let api = format!("http://127.0.0.1:{port}");
     let client = reqwest::Client::new();
-    let before = vm_kib(pid, "VmRSS:");
+    let before = super::support::proc_status_kib(pid, "VmRSS");
     let (status, answer) = submit_to(
         &client,
         &api,
@@ -160,7 +145,7 @@ async fn a_huge_answer_is_cut_at_the_cap_and_memory_stays_bounded() {
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let peak = vm_kib(pid, "VmHWM:");
+    let peak = super::support::proc_status_kib(pid, "VmHWM");
     let _ = child.kill();
     let _ = child.wait();
     let grown_mib = peak.saturating_sub(before) / 1024;

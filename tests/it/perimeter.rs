@@ -7,9 +7,7 @@ use std::time::{Duration, Instant};
 use chrono::Utc;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
-use wsr_gateway::wsr::{
-    GroupId, Headers, MessageId, ReplyPattern, Request, SequenceNum, SoapVersion, write_envelope,
-};
+use wsr_gateway::wsr::{GroupId, MessageId, ReplyPattern, Request, SequenceNum};
 
 use super::support::{free_port, spawn_app_with, start_gateway};
 
@@ -250,14 +248,7 @@ fn held_message(group: &str) -> String {
         duplicate_elimination: true,
         message_order: true,
     };
-    write_envelope(
-        SoapVersion::Soap11,
-        Headers {
-            request: Some(&request),
-            ..Headers::default()
-        },
-        "<p:Item xmlns:p=\"urn:perimeter\">1</p:Item>",
-    )
+    super::support::request_envelope(&request, "<p:Item xmlns:p=\"urn:perimeter\">1</p:Item>")
 }
 
 const ADMIN: &str = "perimeter-admin-0123456789";
@@ -305,15 +296,6 @@ async fn exited(mut child: std::process::Child, within: Duration) -> std::proces
         .await
         .expect("waiter")
         .unwrap_or_else(|| panic!("the gateway did not exit within {within:?}"))
-}
-
-fn status_field(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
 }
 
 #[tokio::test]
@@ -395,8 +377,8 @@ async fn unfinished_bodies_do_not_pin_memory() {
         .await
         .expect("healthz");
     assert_eq!(warm.status(), 200);
-    let rss_before = status_field(pid, "VmRSS:");
-    let peak_before = status_field(pid, "VmHWM:");
+    let rss_before = super::support::proc_status_kib(pid, "VmRSS");
+    let peak_before = super::support::proc_status_kib(pid, "VmHWM");
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..CONNECTIONS {
         tasks.spawn(async move {
@@ -417,8 +399,8 @@ async fn unfinished_bodies_do_not_pin_memory() {
             .entry(status.expect("connection task"))
             .or_default() += 1;
     }
-    let rss_after = status_field(pid, "VmRSS:");
-    let peak_after = status_field(pid, "VmHWM:");
+    let rss_after = super::support::proc_status_kib(pid, "VmRSS");
+    let peak_after = super::support::proc_status_kib(pid, "VmHWM");
     let growth_mib = peak_after.saturating_sub(peak_before) as f64 / 1024.0;
     println!(
         "unfinished bodies: {CONNECTIONS} x {SENT} B sent of 16 MiB announced; answers {statuses:?}; \

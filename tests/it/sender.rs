@@ -14,12 +14,7 @@ const TOKEN: &str = "producer-token-0123456789";
 /// A sender whose ordered groups keep one message in flight.
 async fn sender_app_window_1() -> TestApp {
     spawn_app_with(|c| {
-        c.tokens = vec![TokenConfig {
-            token: TOKEN.into(),
-            principal: "app".into(),
-            scopes: vec![Scope::Produce],
-            topics: wsr_gateway::config::all_topics(),
-        }];
+        c.tokens = vec![super::support::producer_token(TOKEN)];
         c.send_window = 1;
         allow_loopback_urls(c);
     })
@@ -28,12 +23,7 @@ async fn sender_app_window_1() -> TestApp {
 
 async fn sender_app() -> TestApp {
     spawn_app_with(|c| {
-        c.tokens = vec![TokenConfig {
-            token: TOKEN.into(),
-            principal: "app".into(),
-            scopes: vec![Scope::Produce],
-            topics: wsr_gateway::config::all_topics(),
-        }];
+        c.tokens = vec![super::support::producer_token(TOKEN)];
         c.poll_interval = std::time::Duration::from_millis(200);
         // The receivers here are wsr-gateways: they keep delivered IDs an hour past expiry.
         c.partner_id_retention = std::time::Duration::from_secs(3600);
@@ -43,16 +33,7 @@ async fn sender_app() -> TestApp {
 }
 
 async fn submit(app: &TestApp, body: Value) -> (u16, Value) {
-    let r = app
-        .client
-        .post(app.url("/api/v1/messages"))
-        .bearer_auth(TOKEN)
-        .json(&body)
-        .send()
-        .await
-        .expect("API answers");
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
+    super::support::submit_as(app, TOKEN, body).await
 }
 
 /// Waits until every outbound message is final, moving the test clock so that polls and

@@ -398,3 +398,70 @@ pub fn allow_loopback_urls(c: &mut wsr_gateway::Config) {
         wsr_gateway::outbound::destination::DestinationRules::new(true, &["127.0.0.1".to_owned()])
             .expect("valid rules");
 }
+
+/// A figure of a process's `/proc/{pid}/status` in KiB (`field` like `"VmHWM"`): the memory
+/// tests' measure of a child gateway.
+pub fn proc_status_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
+
+/// A SOAP 1.1 envelope with `request` in its header and `body` as its Body.
+pub fn request_envelope(request: &wsr_gateway::wsr::Request, body: &str) -> String {
+    wsr_gateway::wsr::write_envelope(
+        SoapVersion::Soap11,
+        wsr_gateway::wsr::Headers {
+            request: Some(request),
+            ..wsr_gateway::wsr::Headers::default()
+        },
+        body,
+    )
+}
+
+/// A SOAP 1.1 envelope holding a PollRequest for `refs`.
+pub fn poll_envelope(refs: Vec<wsr_gateway::wsr::RefToMessageIds>) -> String {
+    let poll = wsr_gateway::wsr::PollRequest {
+        refs,
+        reply_to: None,
+    };
+    wsr_gateway::wsr::write_envelope(
+        SoapVersion::Soap11,
+        wsr_gateway::wsr::Headers {
+            poll_request: Some(&poll),
+            ..wsr_gateway::wsr::Headers::default()
+        },
+        "",
+    )
+}
+
+/// A bearer token of principal `app` with the `produce` scope.
+pub fn producer_token(token: &str) -> wsr_gateway::config::TokenConfig {
+    wsr_gateway::config::TokenConfig {
+        token: token.into(),
+        principal: "app".into(),
+        scopes: vec![wsr_gateway::config::Scope::Produce],
+        topics: wsr_gateway::config::all_topics(),
+    }
+}
+
+/// `POST /api/v1/messages` with `token`: the status and the JSON answer.
+pub async fn submit_as(
+    app: &TestApp,
+    token: &str,
+    body: serde_json::Value,
+) -> (u16, serde_json::Value) {
+    let r = app
+        .client
+        .post(app.url("/api/v1/messages"))
+        .bearer_auth(token)
+        .json(&body)
+        .send()
+        .await
+        .expect("API answers");
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(serde_json::Value::Null))
+}
