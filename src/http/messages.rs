@@ -432,7 +432,16 @@ pub async fn events(
 }
 
 /// `POST /wsr/_callback`: acks and faults partners send for our Callback-pattern messages.
-pub async fn callback(State(app): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+pub async fn callback(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> Response {
+    // Read like a message to a channel: memory follows the bytes received.
+    let body = match soap::read_body(&headers, body, app.config.limits.max_bytes).await {
+        Ok(body) => body,
+        Err(refusal) => return refusal,
+    };
     let env = match read_message(content_type(&headers), &body, &app.config.limits) {
         Ok(env) => env,
         Err(defect) => {
@@ -455,7 +464,7 @@ pub async fn callback(State(app): State<AppState>, headers: HeaderMap, body: Byt
     {
         Ok(_) => soap::accepted(),
         Err(e) => {
-            tracing::error!(error = %e, "cannot apply callback acks");
+            crate::store::health::log_store_failure("callback acks not applied", &e);
             soap::fault(
                 env.version,
                 crate::wsr::FaultCode::MessageProcessingFailure,

@@ -227,8 +227,8 @@ async fn handle(
             min_rate: perimeter.body_min_bytes_per_second,
             budget: limits.body_bytes.clone(),
             held: None,
-            started: None,
-            received: 0,
+            window_start: None,
+            window_bytes: 0,
             waiting: false,
             timer: Box::pin(tokio::time::sleep(Duration::ZERO)),
         })
@@ -421,30 +421,48 @@ impl HttpBody for Tracked {
 
 /// A request body under the body timeout, the minimum rate and the shared byte budget.
 ///
-/// The body is cut when the next piece takes longer than `pause` to come, or when, `pause`
-/// after the first read, fewer than `min_rate` bytes a second have come on average. Every
-/// byte received takes its share of `budget` until the body is dropped, so bodies that stall
-/// hold at most the budget between them, whatever they announced.
+/// The body is cut when the next piece takes longer than `pause` to come, or when fewer than
+/// `min_rate` × `pause` bytes come within one window of `pause`: the rate is kept in every
+/// window, not as an average since the start, which a fast start would bank for hours of
+/// trickling while holding its share of the budget. Every byte received takes its share of
+/// `budget` until the body is dropped, so bodies that stall hold at most the budget between
+/// them, whatever they announced.
 struct TimedBody {
     inner: Incoming,
     pause: Duration,
     min_rate: u64,
     budget: Arc<Semaphore>,
     held: Option<OwnedSemaphorePermit>,
-    started: Option<Instant>,
-    received: u64,
+    /// When the current window began (the first read, or when the last one met its quota).
+    window_start: Option<Instant>,
+    /// Bytes received in the current window.
+    window_bytes: u64,
     waiting: bool,
     timer: Pin<Box<Sleep>>,
 }
 
 impl TimedBody {
-    fn deadline(&self, now: Instant, started: Instant) -> Instant {
-        let next_piece = now + self.pause;
+    /// Bytes one window must bring.
+    fn window_quota(&self) -> u64 {
+        let millis = u64::try_from(self.pause.as_millis()).unwrap_or(u64::MAX);
+        self.min_rate.saturating_mul(millis) / 1000
+    }
+
+    fn deadline(&self, now: Instant, window_start: Instant) -> Instant {
         if self.min_rate == 0 {
-            return next_piece;
+            return now + self.pause;
         }
-        let earned = Duration::from_secs_f64(self.received as f64 / self.min_rate as f64);
-        next_piece.min(started + earned.max(self.pause))
+        // The window's end comes no later than `now + pause`: it also bounds the gap.
+        window_start + self.pause
+    }
+
+    /// Counts a piece into the window; a window whose quota is met starts the next one.
+    fn count(&mut self, bytes: usize, now: Instant) {
+        self.window_bytes = self.window_bytes.saturating_add(bytes as u64);
+        if self.window_bytes >= self.window_quota() {
+            self.window_start = Some(now);
+            self.window_bytes = 0;
+        }
     }
 }
 
@@ -459,8 +477,8 @@ impl HttpBody for TimedBody {
         let this = &mut *self;
         if !this.waiting {
             let now = Instant::now();
-            let started = *this.started.get_or_insert(now);
-            let deadline = this.deadline(now, started);
+            let window_start = *this.window_start.get_or_insert(now);
+            let deadline = this.deadline(now, window_start);
             this.timer.as_mut().reset(deadline);
             this.waiting = true;
         }
@@ -468,7 +486,7 @@ impl HttpBody for TimedBody {
             Poll::Ready(Some(Ok(frame))) => {
                 this.waiting = false;
                 if let Some(data) = frame.data_ref() {
-                    this.received = this.received.saturating_add(data.len() as u64);
+                    this.count(data.len(), Instant::now());
                     let share = u32::try_from(data.len()).unwrap_or(u32::MAX);
                     match this.budget.clone().try_acquire_many_owned(share) {
                         Ok(permit) => match &mut this.held {

@@ -90,8 +90,8 @@ pub fn fault(
 }
 
 /// Reads a request body into one buffer. Memory follows the bytes that actually arrive, not
-/// the announced Content-Length: the pieces are kept as received and copied once into the
-/// final buffer (not at all when the body came in one piece). More than `limit` + 1 bytes,
+/// the announced Content-Length: a body in one piece is kept as it is, one in several is
+/// copied into a growing buffer piece by piece. More than `limit` + 1 bytes,
 /// announced or received, is refused with 413 (the codec gives the exact limit its own
 /// fault); a body the perimeter cut is answered 408 (too slow) or 503 (busy).
 pub async fn read_body(
@@ -116,8 +116,14 @@ pub async fn read_body(
     if announced > cap {
         return Err(too_large());
     }
-    let mut pieces: Vec<axum::body::Bytes> = Vec::new();
+    // A body that comes in one piece is kept as it is; from the second piece on, pieces are
+    // copied into one buffer as they arrive. Keeping the pieces instead would keep each one's
+    // share of hyper's read buffer and a list entry per piece: a body sent as 1-byte chunks
+    // would pin tens of times its size.
+    let mut first: Option<axum::body::Bytes> = None;
+    let mut buffer: Vec<u8> = Vec::new();
     let mut total = 0usize;
+    let no_memory = || crate::http::serve::busy("not enough memory for this message now");
     let mut frames = body.into_data_stream();
     while let Some(frame) = frames.next().await {
         let chunk = frame.map_err(unreadable)?;
@@ -125,26 +131,29 @@ pub async fn read_body(
         if total > cap {
             return Err(too_large());
         }
-        if !chunk.is_empty() {
-            pieces.push(chunk);
+        if chunk.is_empty() {
+            continue;
         }
+        let Some(kept) = first.take() else {
+            if buffer.is_empty() {
+                first = Some(chunk);
+            } else {
+                // Only if the memory is there: a refusal is a 503, never an abort.
+                buffer.try_reserve(chunk.len()).map_err(|_| no_memory())?;
+                buffer.extend_from_slice(&chunk);
+            }
+            continue;
+        };
+        buffer
+            .try_reserve(kept.len() + chunk.len())
+            .map_err(|_| no_memory())?;
+        buffer.extend_from_slice(&kept);
+        buffer.extend_from_slice(&chunk);
     }
-    // The body's share of the perimeter's byte budget is given back before the copy.
-    drop(frames);
-    if pieces.len() <= 1 {
-        return Ok(pieces.pop().unwrap_or_default());
-    }
-    // The one copy, only if the memory is there: a refusal is a 503, never an abort.
-    let mut buffer: Vec<u8> = Vec::new();
-    if buffer.try_reserve_exact(total).is_err() {
-        return Err(crate::http::serve::busy(
-            "not enough memory for this message now",
-        ));
-    }
-    for piece in &pieces {
-        buffer.extend_from_slice(piece);
-    }
-    Ok(buffer.into())
+    Ok(match first {
+        Some(only) => only,
+        None => buffer.into(),
+    })
 }
 
 /// The answer to a body that could not be read: the perimeter's own refusals get their status.

@@ -131,11 +131,23 @@ enum RequestAnswer {
     Now(Response),
 }
 
-/// The source a request's new groups count against: the peer's IP address (any port).
+/// The source a request's new groups count against: the peer's IPv4 address, or its IPv6
+/// /64 (one host may hold a whole /64, so a single address would be no quota at all).
 fn source(peer: Option<axum::Extension<PeerAddr>>) -> String {
-    peer.map_or_else(String::new, |axum::Extension(PeerAddr(addr))| {
-        addr.ip().to_string()
-    })
+    use std::net::IpAddr;
+    let Some(axum::Extension(PeerAddr(addr))) = peer else {
+        return String::new();
+    };
+    match addr.ip() {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => {
+                let s = v6.segments();
+                format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+            }
+        },
+    }
 }
 
 async fn handle_request(
@@ -402,4 +414,29 @@ async fn handle_poll(
                 None,
             )
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn of(addr: &str) -> String {
+        source(Some(axum::Extension(PeerAddr(
+            addr.parse().expect("address"),
+        ))))
+    }
+
+    #[test]
+    fn a_source_is_an_ipv4_address_or_an_ipv6_64() {
+        assert_eq!(of("192.0.2.7:4000"), "192.0.2.7");
+        assert_eq!(of("192.0.2.7:4001"), "192.0.2.7", "any port");
+        assert_eq!(of("[2001:db8:1:2:aaaa::1]:80"), "2001:db8:1:2::/64");
+        assert_eq!(
+            of("[2001:db8:1:2:bbbb::9]:80"),
+            "2001:db8:1:2::/64",
+            "one /64"
+        );
+        assert_eq!(of("[::ffff:192.0.2.7]:80"), "192.0.2.7");
+        assert_eq!(source(None), "");
+    }
 }

@@ -238,6 +238,8 @@ fn v4_kind(ip: Ipv4Addr) -> Option<&'static str> {
         "broadcast"
     } else if ip.is_multicast() {
         "multicast"
+    } else if a == 198 && (18..20).contains(&b) {
+        "benchmarking (198.18/15)"
     } else if a >= 240 {
         "reserved"
     } else {
@@ -250,6 +252,16 @@ fn v6_kind(ip: Ipv6Addr) -> Option<&'static str> {
     // NAT64 (64:ff9b::/96) carries an IPv4 address in its last 32 bits.
     if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
         let [.., a, b, c, d] = ip.octets();
+        return v4_kind(Ipv4Addr::new(a, b, c, d));
+    }
+    // The deprecated IPv4-compatible form (::a.b.c.d, ::/96 beyond :: and ::1) and 6to4
+    // (2002:a.b.c.d::/48) carry an IPv4 address too.
+    if s[..6] == [0; 6] && !ip.is_unspecified() && !ip.is_loopback() {
+        let [.., a, b, c, d] = ip.octets();
+        return v4_kind(Ipv4Addr::new(a, b, c, d)).or(Some("IPv4-compatible"));
+    }
+    if s[0] == 0x2002 {
+        let [_, _, a, b, c, d, ..] = ip.octets();
         return v4_kind(Ipv4Addr::new(a, b, c, d));
     }
     Some(if ip.is_unspecified() {
@@ -350,6 +362,11 @@ mod tests {
             "http://localhost:8080/",
             "http://LOCALHOST./",
             "http://api.localhost/",
+            "http://[::127.0.0.1]/",
+            "http://[::8.8.8.8]/",
+            "http://[2002:7f00:1::]/",
+            "http://[2002:a00:1::1]/",
+            "http://198.18.0.1/",
         ] {
             assert!(none.check_url(url).is_err(), "{url}");
         }

@@ -28,9 +28,12 @@ pub fn guarded_client(
 }
 
 fn builder(timeout: Duration) -> reqwest::ClientBuilder {
+    // No proxy from the environment (HTTP(S)_PROXY): it would take every call somewhere
+    // nobody configured here, and the destination resolver would only ever see its name.
     reqwest::Client::builder()
         .timeout(timeout)
         .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
 }
 
 /// An answer read in full (within the cap).

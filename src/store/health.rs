@@ -20,33 +20,47 @@ pub struct Health {
 
 #[derive(Default)]
 struct HealthState {
-    /// Why the last commit attempt failed; `None` once one succeeds again.
-    failure: Option<String>,
+    /// The latest failed commit: why, and when.
+    failure: Option<(String, Instant)>,
     last_commit: Option<Instant>,
 }
 
+/// How long a failed commit keeps the store "not ready" unless a message commits since: a
+/// small write (the readiness probe, a sweep) may fit where messages do not, as on a nearly
+/// full disk, so only a delivered message — or this long without a failure — clears it.
+pub const FAILURE_HOLDS_FOR: Duration = Duration::from_secs(10);
+
 impl Health {
-    pub fn committed(&self) {
+    /// A commit succeeded; `carried_messages` when it delivered or decided messages.
+    pub fn committed(&self, carried_messages: bool) {
+        let now = Instant::now();
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        state.failure = None;
-        state.last_commit = Some(Instant::now());
+        let held = state
+            .failure
+            .as_ref()
+            .is_some_and(|(_, at)| now.saturating_duration_since(*at) < FAILURE_HOLDS_FOR);
+        if carried_messages || !held {
+            state.failure = None;
+        }
+        state.last_commit = Some(now);
     }
 
     pub fn failed(&self, why: &str) {
         let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        state.failure = Some(why.to_owned());
+        state.failure = Some((why.to_owned(), Instant::now()));
     }
 
-    /// `Err(reason)` while the last commit attempt failed.
+    /// `Err(reason)` while a failed commit holds (see `FAILURE_HOLDS_FOR`).
     pub fn state(&self) -> Result<(), String> {
         let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         match &state.failure {
-            Some(why) => Err(why.clone()),
+            Some((why, _)) => Err(why.clone()),
             None => Ok(()),
         }
     }
 
-    /// Whether a commit succeeded within `within` (then no probe is needed).
+    /// Whether a commit succeeded within `within` and no failure holds (then no probe is
+    /// needed).
     pub fn committed_within(&self, within: Duration) -> bool {
         let state = self.state.lock().unwrap_or_else(|p| p.into_inner());
         state.failure.is_none() && state.last_commit.is_some_and(|t| t.elapsed() < within)
@@ -134,6 +148,20 @@ mod tests {
     }
 
     #[test]
+    fn an_old_failure_is_cleared_by_any_commit() {
+        let health = Health::default();
+        {
+            let mut state = health.state.lock().expect("lock");
+            let long_ago = Instant::now()
+                .checked_sub(FAILURE_HOLDS_FOR * 2)
+                .expect("an earlier instant");
+            state.failure = Some(("disk full".into(), long_ago));
+        }
+        health.committed(false);
+        assert_eq!(health.state(), Ok(()));
+    }
+
+    #[test]
     fn many_distinct_texts_stay_bounded() {
         let bursts = Bursts::default();
         let t0 = Instant::now();
@@ -150,8 +178,14 @@ mod tests {
         assert!(!health.committed_within(Duration::from_secs(1)));
         health.failed("database or disk is full");
         assert_eq!(health.state(), Err("database or disk is full".into()));
-        health.committed();
-        assert_eq!(health.state(), Ok(()));
+        health.committed(false);
+        assert_eq!(
+            health.state(),
+            Err("database or disk is full".into()),
+            "a probe's small write does not clear a fresh failure"
+        );
+        health.committed(true);
+        assert_eq!(health.state(), Ok(()), "a delivered message does");
         assert!(health.committed_within(Duration::from_secs(1)));
     }
 }

@@ -273,6 +273,7 @@ impl Store {
     /// writer to find out, at most once per `PROBE_EVERY` however often this is asked.
     pub async fn readiness(&self) -> Result<(), String> {
         const PROBE_EVERY: Duration = Duration::from_secs(1);
+        const PROBE_WAIT: Duration = Duration::from_secs(2);
         if self.jobs.is_closed() {
             return Err("the store writer has stopped".into());
         }
@@ -287,8 +288,10 @@ impl Store {
             return health.state();
         }
         *last_probe = Some(std::time::Instant::now());
-        let probe = self
-            .in_writer(|conn| {
+        // A writer stuck reconnecting must not hang the probe: that is an answer too.
+        let probe = tokio::time::timeout(
+            PROBE_WAIT,
+            self.in_writer(|conn| {
                 Box::pin(async move {
                     sqlx::query(
                         "INSERT INTO settings (key, value) VALUES ('ready_probe', randomblob(8)) \
@@ -299,11 +302,16 @@ impl Store {
                     .map_err(StoreError::from)?;
                     Ok(((), false))
                 })
-            })
-            .await;
+            }),
+        )
+        .await;
         match probe {
-            Ok(()) => health.state(),
-            Err(e) => Err(health.state().err().unwrap_or_else(|| e.to_string())),
+            Ok(Ok(())) => health.state(),
+            Ok(Err(e)) => Err(health.state().err().unwrap_or_else(|| e.to_string())),
+            Err(_) => Err(format!(
+                "the store writer did not answer within {} s",
+                PROBE_WAIT.as_secs()
+            )),
         }
     }
 
@@ -651,7 +659,23 @@ const _: () = assert!(
 /// clean up. Opening the lock file first also names the OS's reason when the place is not
 /// writable (SQLite only says "unable to open database file").
 async fn lock_database(path: &std::path::Path) -> Result<std::fs::File, StoreError> {
-    let mut name = path.as_os_str().to_owned();
+    if let Err(e) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+    {
+        return Err(StoreError::Refused(format!(
+            "cannot open {} for reading and writing: {e}",
+            path.display()
+        )));
+    }
+    // The lock sits beside the real file, so two gateways reaching one database by other
+    // names (a symlink, a bind mount) still meet at one lock.
+    let real = std::fs::canonicalize(path)
+        .map_err(|e| StoreError::Refused(format!("cannot resolve {}: {e}", path.display())))?;
+    let mut name = real.into_os_string();
     name.push(".lock");
     let lock_path = std::path::PathBuf::from(name);
     let lock = std::fs::OpenOptions::new()
@@ -685,18 +709,6 @@ async fn lock_database(path: &std::path::Path) -> Result<std::fs::File, StoreErr
                 )));
             }
         }
-    }
-    if let Err(e) = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-    {
-        return Err(StoreError::Refused(format!(
-            "cannot open {} for reading and writing: {e}",
-            path.display()
-        )));
     }
     Ok(lock)
 }

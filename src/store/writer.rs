@@ -253,7 +253,7 @@ async fn commit_batch(
             }
         };
     }
-    shared.health.committed();
+    shared.health.committed(carries_message);
     // Durable now: announce, then answer.
     if !effects.delivered.is_empty() {
         let mut waiters = shared.waiters.lock().unwrap_or_else(|p| p.into_inner());

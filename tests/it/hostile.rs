@@ -249,6 +249,19 @@ async fn a_second_gateway_on_the_same_database_is_refused() {
     app.stop().await;
 }
 
+/// The lock is taken beside the real file: another name for the same database meets it.
+#[tokio::test]
+async fn a_second_gateway_through_a_symlink_is_refused_too() {
+    let app = spawn_app().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let alias = dir.path().join("alias.db");
+    std::os::unix::fs::symlink(&app.config.database, &alias).expect("symlink");
+    let second = wsr_gateway::App::build(wsr_gateway::Config::for_tests(alias)).await;
+    let error = format!("{:#}", second.err().expect("the second gateway is refused"));
+    assert!(error.contains("in use by another wsr-gateway"), "{error}");
+    app.stop().await;
+}
+
 #[test]
 fn a_second_gateway_process_exits_1_with_a_clear_error() {
     let dir = tempfile::tempdir().expect("temp dir");

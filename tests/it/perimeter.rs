@@ -118,6 +118,47 @@ async fn slow_drip_body_is_cut_by_the_minimum_rate() {
     assert!(seen.starts_with("HTTP/1.1 408"), "{seen}");
     app.stop().await;
 }
+
+/// The minimum rate holds in every window, not on average since the start: a fast start does
+/// not buy a long trickle (64 KiB at once, then a byte every 100 ms, was allowed ~64 s while
+/// holding its share of the body budget).
+#[tokio::test]
+async fn a_fast_start_does_not_buy_a_slow_trickle() {
+    let app = spawn_app_with(|c| {
+        c.perimeter.body_timeout = Duration::from_millis(300);
+        c.perimeter.body_min_bytes_per_second = 1000;
+    })
+    .await;
+    let stream = TcpStream::connect(app.addr).await.expect("connect");
+    let (mut reader, mut writer) = stream.into_split();
+    writer
+        .write_all(format!("{}{}", post_head(200_000), " ".repeat(64 * 1024)).as_bytes())
+        .await
+        .expect("write");
+    let started = Instant::now();
+    let trickling = tokio::spawn(async move {
+        for _ in 0..200 {
+            if writer.write_all(b" ").await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    });
+    let mut seen = String::new();
+    tokio::time::timeout(BOUND, reader.read_to_string(&mut seen))
+        .await
+        .expect("the gateway cut the trickle in time")
+        .ok();
+    trickling.abort();
+    assert!(seen.starts_with("HTTP/1.1 408"), "{seen}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn idle_keep_alive_connection_is_closed() {
     let app = spawn_app_with(|c| {
