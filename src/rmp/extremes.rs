@@ -146,8 +146,37 @@ fn event() -> impl Strategy<Value = Event> {
     ]
 }
 
+/// The case the properties below first found (kept here rather than in a regressions file at
+/// the top of the repository): the largest clock skew plus the purge's millisecond overflowed.
+#[test]
+fn the_largest_skew_does_not_overflow_the_purge() {
+    let policy = Policy {
+        clock_skew: Duration::MAX,
+        answer_polls_for: Duration::MAX,
+        ..Policy::default()
+    };
+    let r = request(None, false, None, DateTime::<Utc>::MIN_UTC);
+    let msg = Incoming {
+        request: &r,
+        channel: "c",
+        body_bytes: 0,
+        open_groups_of_source: 0,
+    };
+    let out = receive(None, msg, DateTime::<Utc>::MIN_UTC, &policy);
+    if let Some(mut s) = out.state {
+        let _ = s.purge_at(&policy);
+        let _ = s.next_deadline(&policy);
+        let _ = sweep(&mut s, DateTime::<Utc>::MAX_UTC, &policy);
+    }
+}
+
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(1_000))]
+    // No regressions file: a failing case is shrunk and printed, and kept as a test above.
+    #![proptest_config(ProptestConfig {
+        cases: 1_000,
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
 
     /// Receive, resend, sweep and purge a group at extreme times under an extreme policy.
     #[test]
