@@ -116,14 +116,13 @@ pub async fn read_body(
     if announced > cap {
         return Err(too_large());
     }
-    // A body that comes in one piece is kept as it is; from the second piece on, pieces are
-    // copied into one buffer as they arrive. Keeping the pieces instead would keep each one's
-    // share of hyper's read buffer and a list entry per piece: a body sent as 1-byte chunks
-    // would pin tens of times its size.
-    let mut first: Option<axum::body::Bytes> = None;
-    let mut buffer: Vec<u8> = Vec::new();
+    // Pieces of a fair size are kept as they came (no copy); small ones are copied into blocks
+    // of a fixed size as they arrive. Keeping every piece would keep a list entry and a share
+    // of hyper's read buffer per piece: a body sent as 1-byte chunks pinned tens of times its
+    // size. Once the body is complete it is copied into one buffer (not at all if it came in
+    // one piece).
+    let mut pieces = Pieces::default();
     let mut total = 0usize;
-    let no_memory = || crate::http::serve::busy("not enough memory for this message now");
     let mut frames = body.into_data_stream();
     while let Some(frame) = frames.next().await {
         let chunk = frame.map_err(unreadable)?;
@@ -131,29 +130,93 @@ pub async fn read_body(
         if total > cap {
             return Err(too_large());
         }
-        if chunk.is_empty() {
-            continue;
-        }
-        let Some(kept) = first.take() else {
-            if buffer.is_empty() {
-                first = Some(chunk);
-            } else {
-                // Only if the memory is there: a refusal is a 503, never an abort.
-                buffer.try_reserve(chunk.len()).map_err(|_| no_memory())?;
-                buffer.extend_from_slice(&chunk);
-            }
-            continue;
-        };
-        buffer
-            .try_reserve(kept.len() + chunk.len())
-            .map_err(|_| no_memory())?;
-        buffer.extend_from_slice(&kept);
-        buffer.extend_from_slice(&chunk);
+        pieces.add(chunk).map_err(|()| no_memory())?;
     }
-    Ok(match first {
-        Some(only) => only,
-        None => buffer.into(),
-    })
+    // The body's share of the perimeter's byte budget is given back before the copy.
+    drop(frames);
+    pieces.into_one(total).map_err(|()| no_memory())
+}
+
+/// The answer when a body cannot be held now: a 503, never an abort.
+fn no_memory() -> axum::response::Response {
+    crate::http::serve::busy("not enough memory for this message now")
+}
+
+/// A body being received (see `read_body`): kept pieces and filled blocks, in order, and the
+/// block being filled.
+#[derive(Default)]
+struct Pieces {
+    /// The first piece while it is the only one (a body in one piece is never copied).
+    only: Option<axum::body::Bytes>,
+    done: Vec<axum::body::Bytes>,
+    filling: Vec<u8>,
+}
+
+impl Pieces {
+    /// Blocks small pieces are copied into.
+    const BLOCK: usize = 64 * 1024;
+    /// Pieces this large are kept as they came.
+    const KEEP: usize = 16 * 1024;
+
+    /// Takes one piece in; `Err` when the memory for a block is not there.
+    fn add(&mut self, piece: axum::body::Bytes) -> Result<(), ()> {
+        if piece.is_empty() {
+            return Ok(());
+        }
+        if self.only.is_none() && self.done.is_empty() && self.filling.is_empty() {
+            self.only = Some(piece);
+            return Ok(());
+        }
+        if let Some(first) = self.only.take() {
+            self.store(first)?;
+        }
+        self.store(piece)
+    }
+
+    fn store(&mut self, piece: axum::body::Bytes) -> Result<(), ()> {
+        if piece.len() >= Self::KEEP {
+            self.close_block();
+            self.done.push(piece);
+            return Ok(());
+        }
+        let mut data = &piece[..];
+        while !data.is_empty() {
+            if self.filling.capacity() == self.filling.len() {
+                self.close_block();
+                self.filling
+                    .try_reserve_exact(Self::BLOCK)
+                    .map_err(|_| ())?;
+            }
+            let room = self.filling.capacity() - self.filling.len();
+            let (now, later) = data.split_at(room.min(data.len()));
+            self.filling.extend_from_slice(now);
+            data = later;
+        }
+        Ok(())
+    }
+
+    fn close_block(&mut self) {
+        if !self.filling.is_empty() {
+            self.done.push(std::mem::take(&mut self.filling).into());
+        }
+    }
+
+    /// The whole body of `total` bytes in one buffer; each piece is freed once copied.
+    fn into_one(mut self, total: usize) -> Result<axum::body::Bytes, ()> {
+        if let Some(only) = self.only.take() {
+            return Ok(only);
+        }
+        self.close_block();
+        if self.done.len() <= 1 {
+            return Ok(self.done.pop().unwrap_or_default());
+        }
+        let mut buffer: Vec<u8> = Vec::new();
+        buffer.try_reserve_exact(total).map_err(|_| ())?;
+        for piece in self.done.drain(..) {
+            buffer.extend_from_slice(&piece);
+        }
+        Ok(buffer.into())
+    }
 }
 
 /// The answer to a body that could not be read: the perimeter's own refusals get their status.
@@ -182,5 +245,59 @@ fn unreadable(e: axum::Error) -> axum::response::Response {
             format!("cannot read the request body: {cause}\n"),
         )
             .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn small_pieces_are_copied_into_whole_blocks_large_ones_kept() {
+        let mut pieces = Pieces::default();
+        let body: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        for byte in &body {
+            pieces
+                .add(axum::body::Bytes::copy_from_slice(std::slice::from_ref(
+                    byte,
+                )))
+                .expect("memory");
+        }
+        // 200 000 one-byte pieces take four 64 KiB blocks, not 200 000 entries.
+        pieces.close_block();
+        assert_eq!(pieces.done.len(), body.len().div_ceil(Pieces::BLOCK));
+        let large = axum::body::Bytes::from(vec![b'L'; Pieces::KEEP]);
+        pieces.add(large.clone()).expect("memory");
+        assert_eq!(
+            pieces.done.last().map(|p| p.as_ptr()),
+            Some(large.as_ptr()),
+            "kept"
+        );
+        let whole = pieces.into_one(body.len() + large.len()).expect("memory");
+        assert_eq!(&whole[..body.len()], &body[..]);
+        assert_eq!(&whole[body.len()..], &large[..]);
+    }
+
+    #[tokio::test]
+    async fn a_body_in_many_pieces_reads_whole_and_one_piece_is_kept_as_it_came() {
+        let pieces: Vec<Result<axum::body::Bytes, std::io::Error>> = (0..100_000u32)
+            .map(|i| Ok(axum::body::Bytes::from(vec![(i % 7) as u8 + b'a'])))
+            .collect();
+        let expected: Vec<u8> = (0..100_000u32).map(|i| (i % 7) as u8 + b'a').collect();
+        let body = axum::body::Body::from_stream(futures_util::stream::iter(pieces));
+        let read = read_body(&HeaderMap::new(), body, 1 << 20)
+            .await
+            .expect("read");
+        assert_eq!(&read[..], &expected[..]);
+        let one = axum::body::Bytes::from_static(b"<e/>");
+        let read = read_body(&HeaderMap::new(), axum::body::Body::from(one.clone()), 100)
+            .await
+            .expect("read");
+        assert_eq!(read.as_ptr(), one.as_ptr(), "not copied");
+        let over = axum::body::Body::from(vec![b'x'; 102]);
+        let refused = read_body(&HeaderMap::new(), over, 100)
+            .await
+            .expect_err("413");
+        assert_eq!(refused.status(), StatusCode::PAYLOAD_TOO_LARGE);
     }
 }
