@@ -34,6 +34,11 @@ use tower::ServiceExt as _;
 
 use crate::config::Perimeter;
 
+/// The most a connection's read buffer may grow to (hyper's default is about 400 KiB): it is
+/// memory per connection outside the body budget, so with `max_connections` it must stay
+/// small; 64 KiB reads still carry large bodies at full speed.
+const READ_BUFFER_BYTES: usize = 64 * 1024;
+
 /// What a client is told to wait before retrying a request refused for load.
 const RETRY_AFTER_SECONDS: &str = "1";
 
@@ -171,6 +176,7 @@ async fn connection(
     };
     let conn = hyper::server::conn::http1::Builder::new()
         .header_read_timeout(None)
+        .max_buf_size(READ_BUFFER_BYTES)
         .serve_connection(io, service);
     tokio::pin!(conn);
     let mut draining = false;
