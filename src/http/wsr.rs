@@ -12,9 +12,8 @@ use super::serve::PeerAddr;
 use super::soap::{self, content_type, version_hint};
 use crate::rmp::agreement::Agreement;
 use crate::rmp::receiver::{AnswerRoute, answer_route, may_hold};
-use crate::rmp::replies::{Replies, ReplyItem, items, reply_for, statements};
+use crate::rmp::replies::{Replies, ReplyItem, answer_fits, items, reply_for};
 use crate::store::{Endpoints, Payload, ReceivedMessage};
-use crate::wsr::datetime::saturating_add;
 use crate::wsr::{
     Defect, Envelope, FaultCode, FaultRoute, MessageKey, PollRequest, ReplyPattern, Request,
     SoapVersion, read_message, write_must_understand_fault,
@@ -176,11 +175,7 @@ async fn handle_request(
     });
     if let Some((code, reason)) = refusal {
         let pattern = &request.reply_pattern;
-        // The fault is kept (and a callback retried) until the message expires, but never
-        // beyond the channel's horizon: the refused ExpiryTime may be the year 262142.
-        let expiry = request
-            .expiry_time
-            .min(saturating_add(now, agreement.expiry_horizon));
+        let expiry = agreement.fault_kept_until(request.expiry_time, now);
         return by_reply_pattern(app, env.version, &key, pattern, code, reason, expiry).await;
     }
     let root = env
@@ -362,14 +357,7 @@ async fn handle_poll(
     let Some(answer) = answer else {
         return Ok(());
     };
-    // Never cut short: what a poll answer leaves out, the sender may take as "not held".
-    let made = statements(&answer);
-    let max = app.config.limits.max_references;
-    if made > max {
-        let reason = format!(
-            "the answer would make {made} statements, more than max_poll_references ({max}); \
-             ask about fewer messages or narrower ranges"
-        );
+    if let Err(reason) = answer_fits(&answer, app.config.limits.max_references) {
         return Err(soap::fault(
             version,
             FaultCode::InvalidPollRequest,

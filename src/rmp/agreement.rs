@@ -69,6 +69,13 @@ impl Agreement {
         }
     }
 
+    /// How long a fault decided before the store (a refusal by this agreement) is kept, and
+    /// its callback retried: until the message expires, but never beyond the horizon — the
+    /// refused ExpiryTime may be the year 262142.
+    pub fn fault_kept_until(&self, expiry: DateTime<Utc>, now: DateTime<Utc>) -> DateTime<Utc> {
+        expiry.min(saturating_add(now, self.expiry_horizon))
+    }
+
     /// Checks a message against the agreement.
     pub fn check(&self, request: &Request, now: DateTime<Utc>) -> Result<(), (FaultCode, String)> {
         let reply = match request.reply_pattern {
@@ -130,5 +137,27 @@ impl Agreement {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_messages_fault_is_kept_no_longer_than_the_horizon() {
+        let a = Agreement::everything();
+        let now = DateTime::<Utc>::UNIX_EPOCH;
+        let soon = now + chrono::Duration::hours(1);
+        assert_eq!(a.fault_kept_until(soon, now), soon);
+        assert_eq!(
+            a.fault_kept_until(DateTime::<Utc>::MAX_UTC, now),
+            now + DEFAULT_HORIZON
+        );
+        assert_eq!(
+            a.fault_kept_until(DateTime::<Utc>::MAX_UTC, DateTime::<Utc>::MAX_UTC),
+            DateTime::<Utc>::MAX_UTC,
+            "no overflow at the end of time"
+        );
     }
 }

@@ -291,6 +291,20 @@ pub fn answer_poll<'s>(
 
 /// How many statements (`NonSequenceReply`s and `ReplyRange`s) a Response makes: what
 /// `max_poll_references` bounds in a Response we read, and in a poll answer we write.
+/// Whether a poll answer may go out: never cut short, because what an answer leaves out the
+/// sender may take as "not held"; one that would make more than `max` statements is refused
+/// (`InvalidPollRequest`, with this reason) so the sender asks about less.
+pub fn answer_fits(answer: &Response, max: usize) -> Result<(), String> {
+    let made = statements(answer);
+    if made > max {
+        return Err(format!(
+            "the answer would make {made} statements, more than max_poll_references ({max}); \
+             ask about fewer messages or narrower ranges"
+        ));
+    }
+    Ok(())
+}
+
 pub fn statements(response: &Response) -> usize {
     response
         .replies
