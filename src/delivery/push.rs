@@ -177,8 +177,7 @@ async fn post(
     };
     let url = redacted(&url);
     tracing::warn!(%url, subscription = handed.receipt.subscription, error = %failure, "push attempt failed");
-    let status = None;
-    (handed, status)
+    (handed, None)
 }
 
 async fn settle(

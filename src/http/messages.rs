@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::AppState;
 use super::admin::{Caller, Problem};
-use super::soap::{self, content_type, version_hint};
+use super::soap::{self, SoapBody, content_type, version_hint};
 use crate::config::AgreementSpec;
 use crate::outbound::destination::check_destination;
 use crate::rmp::sender::OutState;
@@ -435,13 +435,8 @@ pub async fn events(
 pub async fn callback(
     State(app): State<AppState>,
     headers: HeaderMap,
-    body: axum::body::Body,
+    SoapBody(body): SoapBody,
 ) -> Response {
-    // Read like a message to a channel: memory follows the bytes received.
-    let body = match soap::read_body(&headers, body, app.config.limits.max_bytes).await {
-        Ok(body) => body,
-        Err(refusal) => return refusal,
-    };
     let env = match read_message(content_type(&headers), &body, &app.config.limits) {
         Ok(env) => env,
         Err(defect) => {

@@ -163,9 +163,9 @@ async fn require(
 
 /// List, register and remove one kind of registered endpoint.
 fn endpoints(kind: Endpoints) -> MethodRouter<AppState> {
-    get(move |c, s| admin::list_endpoints(kind, c, s))
-        .post(move |c, s, b| admin::add_endpoint(kind, c, s, b))
-        .delete(move |c, s, q, b| admin::remove_endpoint(kind, c, s, q, b))
+    get(move |s| admin::list_endpoints(kind, s))
+        .post(move |s, b| admin::add_endpoint(kind, s, b))
+        .delete(move |s, q, b| admin::remove_endpoint(kind, s, q, b))
 }
 
 /// Alive: the process answers.

@@ -89,11 +89,29 @@ pub fn fault(
     )
 }
 
+/// A SOAP request's body, read by `read_body` up to `max_message_bytes`: how `/wsr/{channel}`
+/// and `/wsr/_callback` take their bodies, so memory follows the bytes received on both.
+pub struct SoapBody(pub axum::body::Bytes);
+
+impl axum::extract::FromRequest<super::AppState> for SoapBody {
+    type Rejection = Response;
+
+    async fn from_request(
+        request: axum::extract::Request,
+        app: &super::AppState,
+    ) -> Result<SoapBody, Response> {
+        let (parts, body) = request.into_parts();
+        read_body(&parts.headers, body, app.config.limits.max_bytes)
+            .await
+            .map(SoapBody)
+    }
+}
+
 /// Reads a request body into one buffer. Memory follows the bytes that actually arrive, not
-/// the announced Content-Length: a body in one piece is kept as it is, one in several is
-/// copied into a growing buffer piece by piece. More than `limit` + 1 bytes,
-/// announced or received, is refused with 413 (the codec gives the exact limit its own
-/// fault); a body the perimeter cut is answered 408 (too slow) or 503 (busy).
+/// the announced Content-Length (see `Pieces`): a body in one piece is kept as it is. More
+/// than `limit` + 1 bytes, announced or received, is refused with 413 (the codec gives the
+/// exact limit its own fault); a body the perimeter cut is answered 408 (too slow) or 503
+/// (busy).
 pub async fn read_body(
     headers: &HeaderMap,
     body: axum::body::Body,

@@ -116,17 +116,22 @@ fn within_topics(caller: &Caller, filter: &str) -> Result<(), Problem> {
     }
 }
 
-/// The subscription, if `caller` may see it: an operator, or its owner or a grantee within
-/// its own topics.
+/// Whether `caller` may take messages from `sub`: its owner or a grantee, and only within its
+/// own topics (checked each time, so a token whose topics were narrowed takes nothing beyond
+/// them). Operators inspect, but take messages only where this holds too.
+fn may_take(caller: &Caller, sub: &Subscription) -> Result<(), Problem> {
+    if !sub.admits(&caller.principal) {
+        return Err(forbidden(caller, sub));
+    }
+    within_topics(caller, &sub.filter)
+}
+
+/// The subscription, if `caller` may see it: an operator, or one who may take from it.
 async fn visible(app: &AppState, caller: &Caller, id: i64) -> Result<Subscription, Problem> {
     let sub = existing(app, id).await?;
-    if caller.admin {
-        return Ok(sub);
+    if !caller.admin {
+        may_take(caller, &sub)?;
     }
-    if !sub.admits(&caller.principal) {
-        return Err(forbidden(caller, &sub));
-    }
-    within_topics(caller, &sub.filter)?;
     Ok(sub)
 }
 
@@ -207,7 +212,7 @@ pub async fn list(
         .subscriptions()
         .await?
         .iter()
-        .filter(|s| caller.admin || (s.admits(&caller.principal) && caller.may_consume(&s.filter)))
+        .filter(|s| caller.admin || may_take(&caller, s).is_ok())
         .map(subscription_json)
         .collect();
     Ok(Json(json!({ "subscriptions": subs })))
@@ -280,11 +285,7 @@ pub async fn join(
 ) -> Result<Response, Problem> {
     let request: JoinBody = body(&bytes)?;
     let sub = existing(&app, id).await?;
-    // Operators inspect; only owners and grantees take messages, each within its own topics.
-    if !sub.admits(&caller.principal) {
-        return Err(forbidden(&caller, &sub));
-    }
-    within_topics(&caller, &sub.filter)?;
+    may_take(&caller, &sub)?;
     if matches!(sub.rules.mode, Mode::Push { .. }) {
         return Err(Problem(
             StatusCode::CONFLICT,
@@ -366,11 +367,7 @@ async fn own_session(
         .subscription(session.subscription_id)
         .await?
         .ok_or_else(gone)?;
-    if !sub.admits(&caller.principal) {
-        return Err(forbidden(caller, &sub));
-    }
-    // Checked on every fetch, so a token whose topics were narrowed takes nothing beyond them.
-    within_topics(caller, &sub.filter)?;
+    may_take(caller, &sub)?;
     if matches!(sub.rules.mode, Mode::Push { .. }) {
         return Err(Problem(
             StatusCode::CONFLICT,

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::AppState;
 use super::serve::PeerAddr;
-use super::soap::{self, content_type, version_hint};
+use super::soap::{self, SoapBody, content_type, version_hint};
 use crate::rmp::agreement::Agreement;
 use crate::rmp::receiver::{AnswerRoute, answer_route, may_hold};
 use crate::rmp::replies::{Replies, ReplyItem, answer_fits, items, reply_for};
@@ -28,12 +28,8 @@ pub async fn receive(
     Path(channel): Path<String>,
     peer: Option<axum::Extension<PeerAddr>>,
     headers: HeaderMap,
-    body: axum::body::Body,
+    SoapBody(body): SoapBody,
 ) -> Response {
-    let body = match soap::read_body(&headers, body, app.config.limits.max_bytes).await {
-        Ok(body) => body,
-        Err(refusal) => return refusal,
-    };
     let Some(agreement) = app.config.channels.get(&channel) else {
         return (
             StatusCode::NOT_FOUND,
@@ -137,15 +133,13 @@ fn source(peer: Option<axum::Extension<PeerAddr>>) -> String {
     let Some(axum::Extension(PeerAddr(addr))) = peer else {
         return String::new();
     };
-    match addr.ip() {
+    // An IPv4 address written as IPv6 (`::ffff:192.0.2.7`) is that IPv4 address.
+    match addr.ip().to_canonical() {
         IpAddr::V4(v4) => v4.to_string(),
-        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
-            Some(v4) => v4.to_string(),
-            None => {
-                let s = v6.segments();
-                format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
-            }
-        },
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+        }
     }
 }
 

@@ -127,10 +127,10 @@ impl DestinationRules {
 
     /// `port: None` (the connect-time resolver does not know it): only entries for any port.
     fn address_listed(&self, ip: IpAddr, port: Option<u16>) -> bool {
-        let ip = canonical(ip);
+        let ip = ip.to_canonical();
         self.allowed.iter().any(|a| match a {
             Allowed::Net { base, prefix } => in_net(ip, *base, *prefix),
-            Allowed::Addr(sa) => canonical(sa.ip()) == ip && port == Some(sa.port()),
+            Allowed::Addr(sa) => sa.ip().to_canonical() == ip && port == Some(sa.port()),
             Allowed::Host { .. } => false,
         })
     }
@@ -162,7 +162,7 @@ fn parse_entry(entry: &str) -> Option<Allowed> {
         let prefix: u8 = prefix.parse().ok()?;
         let max = if base.is_ipv4() { 32 } else { 128 };
         return (prefix <= max).then_some(Allowed::Net {
-            base: canonical(base),
+            base: base.to_canonical(),
             prefix,
         });
     }
@@ -170,7 +170,7 @@ fn parse_entry(entry: &str) -> Option<Allowed> {
         return Some(Allowed::Addr(sa));
     }
     if let Ok(ip) = entry.parse::<IpAddr>() {
-        let ip = canonical(ip);
+        let ip = ip.to_canonical();
         let prefix = if ip.is_ipv4() { 32 } else { 128 };
         return Some(Allowed::Net { base: ip, prefix });
     }
@@ -192,14 +192,6 @@ fn normal_name(name: &str) -> String {
     name.trim_end_matches('.').to_ascii_lowercase()
 }
 
-/// An IPv4 address written as IPv6 (`::ffff:127.0.0.1`) is that IPv4 address.
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
-        v4 => v4,
-    }
-}
-
 fn in_net(ip: IpAddr, base: IpAddr, prefix: u8) -> bool {
     match (ip, base) {
         (IpAddr::V4(ip), IpAddr::V4(base)) => {
@@ -216,7 +208,7 @@ fn in_net(ip: IpAddr, base: IpAddr, prefix: u8) -> bool {
 
 /// What kind of internal address `ip` is; `None` for a public one.
 pub fn internal_kind(ip: IpAddr) -> Option<&'static str> {
-    match canonical(ip) {
+    match ip.to_canonical() {
         IpAddr::V4(v4) => v4_kind(v4),
         IpAddr::V6(v6) => v6_kind(v6),
     }

@@ -289,8 +289,6 @@ pub fn answer_poll<'s>(
     replies
 }
 
-/// How many statements (`NonSequenceReply`s and `ReplyRange`s) a Response makes: what
-/// `max_poll_references` bounds in a Response we read, and in a poll answer we write.
 /// Whether a poll answer may go out: never cut short, because what an answer leaves out the
 /// sender may take as "not held"; one that would make more than `max` statements is refused
 /// (`InvalidPollRequest`, with this reason) so the sender asks about less.
@@ -305,6 +303,8 @@ pub fn answer_fits(answer: &Response, max: usize) -> Result<(), String> {
     Ok(())
 }
 
+/// How many statements (`NonSequenceReply`s and `ReplyRange`s) a Response makes: what
+/// `max_poll_references` bounds in a Response we read, and in a poll answer we write.
 pub fn statements(response: &Response) -> usize {
     response
         .replies

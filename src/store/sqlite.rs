@@ -262,10 +262,7 @@ impl Store {
             })
         })
         .await
-        .map_err(|e| match e {
-            DeliveryError::Store(e) => e,
-            other => StoreError::Failed(other.to_string()),
-        })
+        .map_err(store_failure)
     }
 
     /// Whether the store can commit now (`/readyz`): `Err(reason)` while the writer is gone
@@ -521,10 +518,7 @@ impl Store {
     pub async fn flush(&self) -> Result<(), StoreError> {
         self.in_writer(|_| Box::pin(async { Ok(((), false)) }))
             .await
-            .map_err(|e| match e {
-                DeliveryError::Store(e) => e,
-                other => StoreError::Failed(other.to_string()),
-            })
+            .map_err(store_failure)
     }
 
     /// The answer to a PollRequest from stored state (D11); `None` when there is nothing to
@@ -643,6 +637,15 @@ pub(super) fn inbox_from_row(r: &sqlx::sqlite::SqliteRow) -> InboxEntry {
         namespaces: r.get(6),
         received_at: from_millis(r.get(7)),
         expiry: from_millis(r.get(8)),
+    }
+}
+
+/// The error of a writer change that refuses nothing (a barrier, a pragma): only ever a store
+/// failure.
+fn store_failure(e: DeliveryError) -> StoreError {
+    match e {
+        DeliveryError::Store(e) => e,
+        other => StoreError::Failed(other.to_string()),
     }
 }
 

@@ -103,9 +103,10 @@ pub(super) async fn run_writer(
                 // Outside any one job (jobs catch their own): the batch's callers were answered
                 // "not stored" when their jobs were dropped; its transaction dies with the
                 // connection.
-                let cause = panic_message(&panic);
-                tracing::error!(%cause, "the writer caught a panic; its batch was not committed");
-                shared.health.failed(&format!("a commit panicked: {cause}"));
+                batch_failed(
+                    &shared,
+                    &format!("a commit panicked: {}", panic_message(&panic)),
+                );
                 true
             }
         };
@@ -117,9 +118,11 @@ pub(super) async fn run_writer(
     }
 }
 
-/// Logs a failed batch once per burst of identical failures (a full disk fails every batch).
-fn log_burst(why: &str) {
-    super::health::log_store_failure("writer: no request of the batch is acknowledged", &why);
+/// A batch that was not committed: logged once per burst of identical failures (a full disk
+/// fails every batch), and the store is not ready until commits work again.
+fn batch_failed(shared: &Shared, why: &str) {
+    super::health::log_store_failure("no request of the batch is acknowledged", &why);
+    shared.health.failed(why);
 }
 
 /// The text a panic carried, for the log.
@@ -170,8 +173,7 @@ async fn commit_batch(
     let (results, effects, poisoned) = loop {
         if let Err(e) = sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await {
             let why = format!("cannot begin a transaction: {e}");
-            log_burst(&why);
-            shared.health.failed(&why);
+            batch_failed(shared, &why);
             fail_all(batch, &why);
             return WriterConnection::Usable;
         }
@@ -238,9 +240,7 @@ async fn commit_batch(
             .map_err(StoreError::from),
     };
     if let Err(e) = committed {
-        let why = format!("transaction failed: {e}");
-        log_burst(&why);
-        shared.health.failed(&why);
+        batch_failed(shared, &format!("transaction failed: {e}"));
         let rolled_back = sqlx::query("ROLLBACK").execute(&mut *conn).await;
         fail_all(batch, &e.to_string());
         return match rolled_back {
