@@ -10,9 +10,13 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use serde::Deserialize;
 
+use std::collections::BTreeSet;
+
 use crate::outbound::destination::DestinationRules;
+use crate::partners::{PartnerConfig, Partners, address_only};
 use crate::rmp::agreement::{Agreement, Feature};
 use crate::rmp::group::Policy;
+use crate::secrets::{Stored, Verifier, load_secret, relative_to};
 use crate::store::Durability;
 use crate::wsr::Limits;
 use crate::wsr::datetime::XsDuration;
@@ -32,7 +36,8 @@ const MAX_HORIZON_SECONDS: u64 = 3_660 * 86_400;
 const MAX_BACKOFF: u32 = 10;
 
 /// The file format. Every field has a default; unknown keys are errors, not silently ignored.
-#[derive(Debug, Clone, Deserialize)]
+/// No `Debug`: tokens and partners' secrets may be inline.
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FileConfig {
     pub listen: SocketAddr,
@@ -93,8 +98,17 @@ pub struct FileConfig {
     /// Where partners reach us, for the ReplyTo of our Callback-pattern messages
     /// (`{public_url}/wsr/_callback`); default: the listen address.
     pub public_url: Option<String>,
-    /// Sending: named destinations, named agreements, the default agreement.
-    pub partners: BTreeMap<String, String>,
+    /// Partners (D14): `[partners.NAME]` tables (`partners::PartnerConfig`), or the old
+    /// `NAME = "URL"` form (a destination only).
+    pub partners: BTreeMap<String, toml::Value>,
+    /// Whether anonymous channels and anonymous callbacks are allowed on a listener that is
+    /// not loopback. Off: the gateway refuses to start with one (D14).
+    pub allow_anonymous_beyond_loopback: bool,
+    /// HTTPS on the listener.
+    pub tls: Option<TlsFileConfig>,
+    /// A reverse proxy in front that terminates TLS: which peers are trusted to say, in
+    /// which headers, who the client is.
+    pub trusted_proxy: Option<TrustedProxyConfig>,
     /// Sending: whether a submission may name a URL instead of a configured partner (D15).
     /// Off by default: any produce token could otherwise make the gateway POST anywhere.
     pub allow_url_destinations: bool,
@@ -276,10 +290,119 @@ impl AgreementSpec {
     }
 }
 
+/// `[tls]`: the listener's certificate and, for mutual TLS, the CA of partners' client
+/// certificates. The files are read again on SIGHUP and when they change.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFileConfig {
+    /// PEM certificate chain, leaf first.
+    pub cert_file: PathBuf,
+    /// PEM private key (PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
+    /// PEM CA bundle: client certificates are asked for and, when sent, must chain to it
+    /// (or be pinned by a partner's `cert_sha256`). Without it no client certificate is asked.
+    pub client_ca_file: Option<PathBuf>,
+    /// How often the files are checked for a change (default 10 s; 0: only on SIGHUP).
+    #[serde(default = "default_tls_reload_seconds")]
+    pub reload_check_seconds: u64,
+}
+
+fn default_tls_reload_seconds() -> u64 {
+    10
+}
+
+/// `[trusted_proxy]`: requests whose TCP peer is one of `addresses` may say who the client is.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TrustedProxyConfig {
+    /// IP addresses or CIDR blocks of the proxies (`"10.0.0.5"`, `"10.1.0.0/16"`).
+    pub addresses: Vec<String>,
+    /// The header carrying the client's verified certificate as URL-encoded PEM (nginx
+    /// `$ssl_client_escaped_cert`); a certificate there counts as chain-verified by the proxy.
+    pub client_cert_header: Option<String>,
+    /// The header carrying the client's address (`X-Forwarded-For`: its last entry, the one
+    /// the proxy added, is taken).
+    pub peer_address_header: Option<String>,
+}
+
+/// `[trusted_proxy]`, checked.
+#[derive(Debug, Clone)]
+pub struct TrustedProxy {
+    /// (network, prefix length).
+    pub networks: Vec<(std::net::IpAddr, u8)>,
+    pub client_cert_header: Option<axum::http::HeaderName>,
+    pub peer_address_header: Option<axum::http::HeaderName>,
+}
+
+impl TrustedProxy {
+    fn check(c: TrustedProxyConfig) -> anyhow::Result<TrustedProxy> {
+        if c.addresses.is_empty() {
+            bail!("trusted_proxy.addresses: name at least one proxy");
+        }
+        let networks = c
+            .addresses
+            .iter()
+            .map(|a| {
+                let (ip, prefix) = match a.split_once('/') {
+                    Some((ip, p)) => (ip, Some(p)),
+                    None => (a.as_str(), None),
+                };
+                let ip: std::net::IpAddr = ip.trim().parse().with_context(|| {
+                    format!("trusted_proxy.addresses: {a:?} is not an IP address or CIDR block")
+                })?;
+                let longest = if ip.is_ipv4() { 32 } else { 128 };
+                let prefix = match prefix {
+                    None => longest,
+                    Some(p) => p
+                        .trim()
+                        .parse::<u8>()
+                        .ok()
+                        .filter(|p| *p <= longest)
+                        .with_context(|| format!("trusted_proxy.addresses: {a:?}: bad prefix"))?,
+                };
+                Ok((ip, prefix))
+            })
+            .collect::<anyhow::Result<_>>()?;
+        let header = |key: &str, name: &Option<String>| {
+            name.as_deref()
+                .map(|n| {
+                    axum::http::HeaderName::try_from(n)
+                        .with_context(|| format!("trusted_proxy.{key}: {n:?} is not a header name"))
+                })
+                .transpose()
+        };
+        Ok(TrustedProxy {
+            networks,
+            client_cert_header: header("client_cert_header", &c.client_cert_header)?,
+            peer_address_header: header("peer_address_header", &c.peer_address_header)?,
+        })
+    }
+
+    /// Whether `ip` is one of the proxies.
+    pub fn trusts(&self, ip: std::net::IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.networks.iter().any(|(net, prefix)| match (ip, net) {
+            (std::net::IpAddr::V4(a), std::net::IpAddr::V4(b)) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(*prefix)).unwrap_or(0);
+                u32::from(a) & mask == u32::from(*b) & mask
+            }
+            (std::net::IpAddr::V6(a), std::net::IpAddr::V6(b)) => {
+                let mask = u128::MAX.checked_shl(128 - u32::from(*prefix)).unwrap_or(0);
+                u128::from(a) & mask == u128::from(*b) & mask
+            }
+            _ => false,
+        })
+    }
+}
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ChannelConfig {
     pub name: String,
+    /// Whether requests without credentials may post here (default: no; the built-in
+    /// `default` channel is anonymous while the listener is loopback).
+    #[serde(default)]
+    pub anonymous: bool,
     /// Features offered; absent = all.
     pub offers: Option<Vec<String>>,
     #[serde(default)]
@@ -290,10 +413,21 @@ pub struct ChannelConfig {
     pub max_group_lifetime_seconds: Option<u64>,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+/// An API token: inline (`token`), in a file or an environment variable (`token_file`,
+/// `token_env`), or only its hash (`token_hash`: PHC from `hash-secret`; `token_sha256`).
+#[derive(Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TokenConfig {
-    pub token: String,
+    #[serde(default)]
+    pub token: Option<String>,
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+    #[serde(default)]
+    pub token_env: Option<String>,
+    #[serde(default)]
+    pub token_hash: Option<String>,
+    #[serde(default)]
+    pub token_sha256: Option<String>,
     pub principal: String,
     pub scopes: Vec<Scope>,
     /// The topics this token may consume, as MQTT-style filters (`orders/#`): it may create,
@@ -302,14 +436,49 @@ pub struct TokenConfig {
     pub topics: Vec<String>,
 }
 
+impl ApiToken {
+    /// A token kept as given, as tests use them.
+    pub fn plain(token: &str, principal: &str, scopes: Vec<Scope>) -> ApiToken {
+        ApiToken {
+            secret: Stored::Plain(crate::secrets::Secret::new(token)),
+            principal: principal.to_owned(),
+            scopes,
+            topics: all_topics(),
+        }
+    }
+}
+
+impl TokenConfig {
+    /// A token given inline, as tests and `WSR_ADMIN_TOKEN` do.
+    pub fn plain(token: &str, principal: &str, scopes: Vec<Scope>) -> TokenConfig {
+        TokenConfig {
+            token: Some(token.to_owned()),
+            principal: principal.to_owned(),
+            scopes,
+            topics: all_topics(),
+            ..TokenConfig::default()
+        }
+    }
+}
+
+/// A checked API token.
+#[derive(Debug, Clone)]
+pub struct ApiToken {
+    pub secret: Stored,
+    pub principal: String,
+    pub scopes: Vec<Scope>,
+    pub topics: Vec<String>,
+}
+
 /// Every topic: the allow-list of a token that names none.
 pub fn all_topics() -> Vec<String> {
     vec!["#".to_owned()]
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Scope {
+    #[default]
     Admin,
     Produce,
     Consume,
@@ -346,6 +515,9 @@ impl Default for FileConfig {
             callback_endpoints: Vec::new(),
             public_url: None,
             partners: BTreeMap::new(),
+            allow_anonymous_beyond_loopback: false,
+            tls: None,
+            trusted_proxy: None,
             allow_url_destinations: false,
             allowed_destination_hosts: Vec::new(),
             agreements: BTreeMap::new(),
@@ -375,10 +547,19 @@ pub struct Config {
     pub callback_retry_initial: Duration,
     pub callback_retry_max: Duration,
     pub channels: BTreeMap<String, Agreement>,
-    pub tokens: Vec<TokenConfig>,
+    /// Channels requests without credentials may post to.
+    pub anonymous_channels: BTreeSet<String>,
+    /// Whether `/wsr/_callback` takes acks without credentials (for messages to partners
+    /// that have none): on a loopback listener, or where the operator allows it.
+    pub anonymous_callbacks: bool,
+    pub tokens: Vec<ApiToken>,
+    /// Checks presented secrets against hashed ones (API tokens, partners), with one cache.
+    pub verifier: Verifier,
     pub callback_endpoints: Vec<String>,
     pub public_url: Option<String>,
-    pub partners: BTreeMap<String, String>,
+    pub partners: Partners,
+    pub tls: Option<TlsFileConfig>,
+    pub trusted_proxy: Option<TrustedProxy>,
     /// `allow_url_destinations` and `allowed_destination_hosts`, checked.
     pub destinations: DestinationRules,
     pub agreements: BTreeMap<String, AgreementSpec>,
@@ -414,7 +595,7 @@ pub struct DeliverySettings {
 impl Default for Config {
     fn default() -> Self {
         FileConfig::default()
-            .check()
+            .check(None)
             .unwrap_or_else(|e| unreachable!("the built-in defaults are valid: {e}"))
     }
 }
@@ -438,7 +619,11 @@ impl Config {
             file.apply_env(&key, &value)
                 .with_context(|| format!("invalid environment override {key}"))?;
         }
-        file.check()
+        // Relative `…_file` paths are read from the config file's folder.
+        let base = path
+            .and_then(Path::parent)
+            .filter(|d| !d.as_os_str().is_empty());
+        file.check(base)
     }
 
     /// A configuration for tests: port 0, the given database, defaults otherwise.
@@ -475,12 +660,13 @@ impl FileConfig {
             "WSR_MAX_CONNECTIONS" => self.max_connections = value.parse()?,
             "WSR_MAX_REQUESTS_IN_FLIGHT" => self.max_requests_in_flight = value.parse()?,
             "WSR_MAX_BODY_BYTES_IN_FLIGHT" => self.max_body_bytes_in_flight = Some(value.parse()?),
-            "WSR_ADMIN_TOKEN" => self.tokens.push(TokenConfig {
-                token: value.to_owned(),
-                principal: "admin".into(),
-                scopes: vec![Scope::Admin],
-                topics: all_topics(),
-            }),
+            "WSR_ADMIN_TOKEN" => {
+                self.tokens
+                    .push(TokenConfig::plain(value, "admin", vec![Scope::Admin]))
+            }
+            "WSR_ALLOW_ANONYMOUS_BEYOND_LOOPBACK" => {
+                self.allow_anonymous_beyond_loopback = value.parse()?
+            }
             "WSR_CALLBACK_ENDPOINTS" => self.callback_endpoints.extend(url_list(value)),
             "WSR_PUSH_ENDPOINTS" => self.push_endpoints.extend(url_list(value)),
             "WSR_INBOX_RETENTION_SECONDS" => self.inbox_retention_seconds = value.parse()?,
@@ -496,7 +682,7 @@ impl FileConfig {
         Ok(())
     }
 
-    fn check(self) -> anyhow::Result<Config> {
+    fn check(self, base: Option<&Path>) -> anyhow::Result<Config> {
         let durability = match self.durability.as_str() {
             "full" => Durability::Full,
             "os" => Durability::Os,
@@ -531,7 +717,12 @@ impl FileConfig {
             bail!("default_group_idle must be at most {MAX_HORIZON_SECONDS} seconds");
         }
         let mut channels = BTreeMap::new();
+        let mut anonymous_channels = BTreeSet::new();
+        let loopback = self.listen.ip().is_loopback();
         for c in &self.channels {
+            if c.anonymous {
+                anonymous_channels.insert(c.name.clone());
+            }
             if c.name.is_empty() || c.name.starts_with('_') || c.name.contains('/') {
                 bail!(
                     "channel name {:?} is not allowed (empty, '/', or a leading '_')",
@@ -593,25 +784,106 @@ impl FileConfig {
                     ..Agreement::everything()
                 },
             );
-        }
-        for t in &self.tokens {
-            if t.token.len() < 16 {
-                bail!("token of {} is shorter than 16 characters", t.principal);
+            // Anyone who can reach a loopback listener is on this machine already; beyond
+            // it, the built-in channel takes nobody until partners or `anonymous` say so.
+            if loopback || self.allow_anonymous_beyond_loopback {
+                anonymous_channels.insert("default".to_owned());
             }
+        }
+        if !loopback && !self.allow_anonymous_beyond_loopback {
+            if let Some(c) = anonymous_channels.first() {
+                bail!(
+                    "channel {c} is anonymous but the listener {} is not loopback: give its \
+                     partners credentials, or set allow_anonymous_beyond_loopback = true",
+                    self.listen
+                );
+            }
+        }
+        let verifier = Verifier::default();
+        let mut tokens = Vec::new();
+        for t in self.tokens {
+            let who = format!("token of {}", t.principal);
+            let inline = load_secret(
+                &who,
+                t.token.as_deref(),
+                t.token_file
+                    .as_deref()
+                    .map(|p| relative_to(base, p))
+                    .as_deref(),
+                t.token_env.as_deref(),
+            )?;
+            let secret = match (inline, &t.token_hash, &t.token_sha256) {
+                (Some(secret), None, None) => {
+                    if secret.expose().len() < 16 {
+                        bail!("{who} is shorter than 16 characters");
+                    }
+                    Stored::Plain(secret)
+                }
+                (None, Some(phc), None) => Stored::hash(&format!("{who}: token_hash"), phc)?,
+                (None, None, Some(hex)) => Stored::sha256(&format!("{who}: token_sha256"), hex)?,
+                _ => bail!(
+                    "{who}: give exactly one of token, token_file, token_env, token_hash, \
+                     token_sha256"
+                ),
+            };
             for topic in &t.topics {
                 crate::delivery::filter::Filter::parse(topic)
-                    .map_err(|e| anyhow::anyhow!("token of {}: topics: {e}", t.principal))?;
+                    .map_err(|e| anyhow::anyhow!("{who}: topics: {e}"))?;
+            }
+            tokens.push(ApiToken {
+                secret,
+                principal: t.principal,
+                scopes: t.scopes,
+                topics: t.topics,
+            });
+        }
+        let channel_names: BTreeSet<String> = channels.keys().cloned().collect();
+        let mut partners = Vec::new();
+        for (name, value) in self.partners {
+            let partner = match value {
+                toml::Value::String(url) => {
+                    check_endpoint(&url).with_context(|| format!("partners: {name}"))?;
+                    address_only(&name, url)
+                }
+                table @ toml::Value::Table(_) => table
+                    .try_into::<PartnerConfig>()
+                    .with_context(|| format!("partners.{name}"))?
+                    .check(&name, base, &channel_names)?,
+                _ => bail!("partners.{name}: give a URL or a [partners.{name}] table"),
+            };
+            if let Some(agreement) = &partner.outbound.agreement {
+                if !self.agreements.contains_key(agreement) {
+                    bail!("partner {name}: agreement: there is no agreement {agreement:?}");
+                }
+            }
+            partners.push(partner);
+        }
+        for (name, _) in &channels {
+            let used = anonymous_channels.contains(name)
+                || partners.iter().any(|p| p.inbound.channels.contains(name));
+            if !used {
+                bail!(
+                    "channel {name} takes no one: it is not anonymous and no partner lists it \
+                     in its channels (add anonymous = true, or a partner)"
+                );
             }
         }
+        let partners = Partners::new(partners, verifier.clone());
         let urls = (self
             .callback_endpoints
             .iter()
             .map(|u| ("callback_endpoints", u)))
-        .chain(self.push_endpoints.iter().map(|u| ("push_endpoints", u)))
-        .chain(self.partners.values().map(|u| ("partners", u)));
+        .chain(self.push_endpoints.iter().map(|u| ("push_endpoints", u)));
         for (field, url) in urls {
             check_endpoint(url).with_context(|| field.to_owned())?;
         }
+        let trusted_proxy = self.trusted_proxy.map(TrustedProxy::check).transpose()?;
+        let tls = self.tls.map(|t| TlsFileConfig {
+            cert_file: relative_to(base, &t.cert_file),
+            key_file: relative_to(base, &t.key_file),
+            client_ca_file: t.client_ca_file.map(|p| relative_to(base, &p)),
+            reload_check_seconds: t.reload_check_seconds,
+        });
         let destinations =
             DestinationRules::new(self.allow_url_destinations, &self.allowed_destination_hosts)
                 .map_err(|e| anyhow::anyhow!("allowed_destination_hosts: {e}"))?;
@@ -671,10 +943,15 @@ impl FileConfig {
             callback_retry_initial: Duration::from_millis(self.callback_retry_initial_ms.max(1)),
             callback_retry_max: Duration::from_millis(self.callback_retry_max_ms.max(1)),
             channels,
-            tokens: self.tokens,
+            anonymous_callbacks: loopback || self.allow_anonymous_beyond_loopback,
+            anonymous_channels,
+            tokens,
+            verifier,
             callback_endpoints: self.callback_endpoints,
             public_url: self.public_url,
-            partners: self.partners,
+            partners,
+            tls,
+            trusted_proxy,
             destinations,
             agreements: self.agreements,
             default_agreement: self.default_agreement,
@@ -777,6 +1054,7 @@ mod tests {
 durability = "os"
 [[channels]]
 name = "orders"
+anonymous = true
 offers = ["AckRequested", "DuplicateElimination", "Response"]
 requires = ["AckRequested"]
 "#,
@@ -792,6 +1070,119 @@ requires = ["AckRequested"]
         assert_eq!(c.durability, Durability::Os);
         assert_eq!(c.channels["orders"].requires, vec![Feature::AckRequested]);
         assert_eq!(c.tokens.len(), 1);
+    }
+
+    #[test]
+    fn anonymous_channels_only_on_loopback_unless_allowed() {
+        let env = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<Vec<_>>()
+        };
+        let c = Config::load(None, []).expect("loopback default");
+        assert!(c.anonymous_channels.contains("default") && c.anonymous_callbacks);
+        let outside = env(&[("WSR_LISTEN", "0.0.0.0:8080")]);
+        let err = Config::load(None, outside.clone()).expect_err("no partner, not loopback");
+        assert!(format!("{err:#}").contains("takes no one"), "{err:#}");
+        let mut allowed = outside;
+        allowed.push(("WSR_ALLOW_ANONYMOUS_BEYOND_LOOPBACK".into(), "true".into()));
+        let c = Config::load(None, allowed).expect("the operator said so");
+        assert!(c.anonymous_channels.contains("default") && c.anonymous_callbacks);
+
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("gw.toml");
+        std::fs::write(
+            &path,
+            "listen = \"0.0.0.0:8080\"\n[[channels]]\nname = \"open\"\nanonymous = true\n",
+        )
+        .expect("write config");
+        let err = Config::load(Some(&path), []).expect_err("anonymous beyond loopback");
+        assert!(format!("{err:#}").contains("not loopback"), "{err:#}");
+    }
+
+    #[test]
+    fn partners_in_both_forms() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("gw.toml");
+        std::fs::write(dir.path().join("our.pass"), "s3cret\n").expect("write secret");
+        let hash = crate::secrets::hash_secret("pw").expect("hash");
+        std::fs::write(
+            &path,
+            format!(
+                r#"
+listen = "0.0.0.0:8443"
+[[channels]]
+name = "orders"
+[partners]
+old = "https://old.example/wsr"
+[partners.acme]
+channels = ["orders"]
+password_hash = "{hash}"
+address = "https://acme.example/wsr/in"
+send_window = 1
+our_username = "us"
+our_password_file = "our.pass"
+"#
+            ),
+        )
+        .expect("write config");
+        let c = Config::load(Some(&path), []).expect("valid");
+        assert!(c.anonymous_channels.is_empty() && !c.anonymous_callbacks);
+        let old = c.partners.get("old").expect("old form");
+        assert_eq!(
+            old.outbound.address.as_deref(),
+            Some("https://old.example/wsr")
+        );
+        assert!(!old.inbound.has_credentials());
+        let acme = c.partners.get("acme").expect("table form");
+        assert!(acme.inbound.channels.contains("orders"));
+        assert_eq!(acme.outbound.send_window, Some(1));
+        assert_eq!(
+            acme.outbound.credentials.as_ref().map(|c| c.header()),
+            Some(format!(
+                "Basic {}",
+                crate::partners::base64_encode(b"us:s3cret")
+            )),
+            "the secret file is read relative to the config file, newline dropped"
+        );
+        for bad in [
+            "[partners.x]\nchannels = [\"nope\"]\n",
+            "[partners.x]\nunknown_key = 1\n",
+            "[partners]\nx = 3\n",
+            "[partners.x]\nagreement = \"missing\"\n",
+        ] {
+            std::fs::write(&path, bad).expect("write config");
+            assert!(Config::load(Some(&path), []).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn api_tokens_may_be_hashes_files_or_variables() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("gw.toml");
+        let sha = crate::secrets::sha256_hex(b"a-long-random-token-0123");
+        std::fs::write(dir.path().join("tok"), "token-from-a-file-0123\n").expect("write");
+        std::fs::write(
+            &path,
+            format!(
+                "[[tokens]]\ntoken_sha256 = \"{sha}\"\nprincipal = \"a\"\nscopes = [\"admin\"]\n\
+                 [[tokens]]\ntoken_file = \"tok\"\nprincipal = \"b\"\nscopes = [\"admin\"]\n"
+            ),
+        )
+        .expect("write config");
+        let c = Config::load(Some(&path), []).expect("valid");
+        assert!(matches!(c.tokens[0].secret, Stored::Sha256(_)));
+        assert_eq!(
+            c.tokens[1].secret,
+            Stored::Plain(crate::secrets::Secret::new("token-from-a-file-0123"))
+        );
+        std::fs::write(
+            &path,
+            "[[tokens]]\ntoken = \"0123456789abcdef\"\ntoken_sha256 = \"00\"\nprincipal = \"a\"\nscopes = []\n",
+        )
+        .expect("write config");
+        assert!(Config::load(Some(&path), []).is_err(), "two sources");
     }
 
     #[test]

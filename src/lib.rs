@@ -13,7 +13,9 @@ pub mod config;
 pub mod delivery;
 pub mod http;
 pub mod outbound;
+pub mod partners;
 pub mod rmp;
+pub mod secrets;
 pub mod store;
 pub mod wsr;
 
@@ -148,7 +150,12 @@ impl App {
                 resolve_in_doubt: state.config.resolve_in_doubt,
                 partner_id_retention: state.config.partner_id_retention,
                 answer_cap: state.config.limits.max_bytes,
-                partner_urls: state.config.partners.values().cloned().collect(),
+                partner_urls: state
+                    .config
+                    .partners
+                    .iter()
+                    .filter_map(|p| p.outbound.address.clone())
+                    .collect(),
                 destinations: Arc::new(state.config.destinations.clone()),
             },
         ));

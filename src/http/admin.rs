@@ -67,7 +67,7 @@ impl Caller {
 
 /// Checks the bearer token and that it carries one of `scopes`. The one place tokens are
 /// checked; every `/api/v1` route runs it (in `router`'s guard) before reading the request.
-pub(super) fn authorize(
+pub(super) async fn authorize(
     app: &AppState,
     headers: &HeaderMap,
     scopes: &[Scope],
@@ -83,18 +83,20 @@ pub(super) fn authorize(
                 "send Authorization: Bearer <token>".into(),
             )
         })?;
-    let token = app
-        .config
-        .tokens
-        .iter()
-        .find(|t| constant_time_eq(t.token.as_bytes(), presented.as_bytes()))
-        .ok_or_else(|| {
-            Problem(
-                StatusCode::UNAUTHORIZED,
-                "unauthorized",
-                "unknown token".into(),
-            )
-        })?;
+    let mut found = None;
+    for t in &app.config.tokens {
+        if app.config.verifier.matches(&t.secret, presented).await {
+            found = Some(t);
+            break;
+        }
+    }
+    let token = found.ok_or_else(|| {
+        Problem(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "unknown token".into(),
+        )
+    })?;
     if !token.scopes.iter().any(|s| scopes.contains(s)) {
         return Err(Problem(
             StatusCode::FORBIDDEN,
@@ -115,9 +117,6 @@ pub(super) fn authorize(
 }
 
 /// Compares secrets without revealing where they differ.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
 
 #[derive(Deserialize)]
 pub struct EndpointBody {

@@ -147,8 +147,14 @@ pub async fn submit(
     // D15: configured partners, or a URL only where the operator allows them — and never an
     // internal address it did not list. Refused here, before anything is stored or sent, so
     // that message fates cannot tell what answers where.
-    let destination = match app.config.partners.get(&req.destination) {
-        Some(url) => url.clone(),
+    let partner = app.config.partners.get(&req.destination);
+    let destination = match partner {
+        Some(p) => p.outbound.address.clone().ok_or_else(|| {
+            invalid(
+                "destination",
+                format!("partner {:?} has no address to send to", req.destination),
+            )
+        })?,
         None if !app.config.destinations.allow_urls() => {
             return Err(invalid(
                 "destination",
@@ -167,8 +173,13 @@ pub async fn submit(
         }
     };
     let base = &app.config.default_agreement;
+    let partner_agreement = partner.and_then(|p| p.outbound.agreement.as_ref());
     let agreement = match req.agreement {
-        None => base.clone(),
+        // A partner's own agreement, where the submission names none.
+        None => match partner_agreement.and_then(|name| app.config.agreements.get(name)) {
+            Some(spec) => spec.over(base),
+            None => base.clone(),
+        },
         Some(AgreementRef::Named(name)) => app
             .config
             .agreements

@@ -152,7 +152,7 @@ async fn require(
     mut request: Request,
     next: Next,
 ) -> Response {
-    match admin::authorize(&app, request.headers(), scopes) {
+    match admin::authorize(&app, request.headers(), scopes).await {
         Ok(caller) => {
             request.extensions_mut().insert(caller);
             next.run(request).await

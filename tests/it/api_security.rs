@@ -6,7 +6,7 @@
 use chrono::{Duration, Utc};
 use reqwest::Method;
 use serde_json::{Value, json};
-use wsr_gateway::config::{Config, MAX_URL_BYTES, Scope, TokenConfig, all_topics};
+use wsr_gateway::config::{ApiToken, Config, MAX_URL_BYTES, Scope, all_topics};
 use wsr_gateway::rmp::agreement::Agreement;
 use wsr_gateway::wsr::{
     GroupId, Headers, MessageId, ReplyPattern, Request, SoapVersion, write_envelope,
@@ -20,9 +20,9 @@ const PRODUCE_BOB: &str = "bob-producer-00000000003";
 const CONSUME_ALICE: &str = "alice-consumer-000000004";
 const CONSUME_BOB: &str = "bob-consumer-00000000005";
 
-fn token(token: &str, principal: &str, scopes: &[Scope], topics: &[&str]) -> TokenConfig {
-    TokenConfig {
-        token: token.into(),
+fn token(token: &str, principal: &str, scopes: &[Scope], topics: &[&str]) -> ApiToken {
+    ApiToken {
+        secret: wsr_gateway::secrets::Stored::Plain(wsr_gateway::secrets::Secret::new(token)),
         principal: principal.into(),
         scopes: scopes.to_vec(),
         topics: if topics.is_empty() {
@@ -47,7 +47,7 @@ fn configure(c: &mut Config) {
         c.channels.insert(channel.into(), Agreement::everything());
     }
     c.partners
-        .insert("nowhere".into(), "http://127.0.0.1:9/wsr".into());
+        .insert_address("nowhere", "http://127.0.0.1:9/wsr");
 }
 
 async fn gateway() -> TestApp {

@@ -4,7 +4,7 @@
 
 use clap::Parser;
 use wsr_gateway::bench::{BenchArgs, Mode, run};
-use wsr_gateway::config::{Scope, TokenConfig};
+use wsr_gateway::config::{ApiToken, Scope};
 
 use super::support::spawn_app_with;
 
@@ -19,8 +19,8 @@ struct Cli {
 #[tokio::test]
 async fn every_bench_mode_gets_acks_and_no_errors() {
     let app = spawn_app_with(|c| {
-        c.tokens = vec![TokenConfig {
-            token: TOKEN.into(),
+        c.tokens = vec![ApiToken {
+            secret: wsr_gateway::secrets::Stored::Plain(wsr_gateway::secrets::Secret::new(TOKEN)),
             principal: "bench".into(),
             scopes: vec![Scope::Admin, Scope::Consume],
             topics: wsr_gateway::config::all_topics(),

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use chrono::{Duration, Utc};
 use serde_json::{Value, json};
-use wsr_gateway::config::{Scope, TokenConfig};
+use wsr_gateway::config::{ApiToken, Scope};
 use wsr_gateway::store::Endpoints;
 use wsr_gateway::wsr::{
     GroupId, Headers, MessageId, ReplyPattern, Request, SequenceNum, SoapVersion, write_envelope,
@@ -21,22 +21,22 @@ const OWNER: &str = "billing-token-0000000001";
 const OTHER: &str = "shipping-token-000000002";
 const ADMIN: &str = "operator-token-000000003";
 
-fn tokens() -> Vec<TokenConfig> {
+fn tokens() -> Vec<ApiToken> {
     vec![
-        TokenConfig {
-            token: OWNER.into(),
+        ApiToken {
+            secret: wsr_gateway::secrets::Stored::Plain(wsr_gateway::secrets::Secret::new(OWNER)),
             principal: "billing".into(),
             scopes: vec![Scope::Consume],
             topics: wsr_gateway::config::all_topics(),
         },
-        TokenConfig {
-            token: OTHER.into(),
+        ApiToken {
+            secret: wsr_gateway::secrets::Stored::Plain(wsr_gateway::secrets::Secret::new(OTHER)),
             principal: "shipping".into(),
             scopes: vec![Scope::Consume],
             topics: wsr_gateway::config::all_topics(),
         },
-        TokenConfig {
-            token: ADMIN.into(),
+        ApiToken {
+            secret: wsr_gateway::secrets::Stored::Plain(wsr_gateway::secrets::Secret::new(ADMIN)),
             principal: "operator".into(),
             scopes: vec![Scope::Admin],
             topics: wsr_gateway::config::all_topics(),

@@ -345,7 +345,7 @@ async fn producer() -> TestApp {
     spawn_app_with(|c| {
         c.tokens = vec![super::support::producer_token(TOKEN)];
         c.partners
-            .insert("peer".into(), "http://127.0.0.1:9/wsr/default".into());
+            .insert_address("peer", "http://127.0.0.1:9/wsr/default");
     })
     .await
 }

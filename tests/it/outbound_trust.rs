@@ -174,7 +174,7 @@ async fn a_redirect_from_a_destination_is_not_followed() {
     let (redirecting, redirecting_seen) = counting_server(redirect_to(&target)).await;
     let sender = spawn_app_with(|c| {
         producer(c);
-        c.partners.insert("p".into(), redirecting.clone());
+        c.partners.insert_address("p", redirecting.clone());
     })
     .await;
     let (status, answer) = submit(
@@ -339,7 +339,7 @@ async fn an_unregistered_notify_url_is_refused_naming_notify_url() {
     let sender = spawn_app_with(|c| {
         producer(c);
         c.partners
-            .insert("p".into(), format!("http://127.0.0.1:{}/", free_port()));
+            .insert_address("p", format!("http://127.0.0.1:{}/", free_port()));
     })
     .await;
     let body =
@@ -378,7 +378,7 @@ async fn an_unreachable_partner_leaves_its_cause_as_last_error() {
     let sender = spawn_app_with(|c| {
         producer(c);
         c.partners
-            .insert("gone".into(), format!("http://127.0.0.1:{port}/wsr"));
+            .insert_address("gone", format!("http://127.0.0.1:{port}/wsr"));
     })
     .await;
     let (status, answer) = submit(

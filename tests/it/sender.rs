@@ -4,7 +4,7 @@
 //! message acked.
 
 use serde_json::{Value, json};
-use wsr_gateway::config::{Scope, TokenConfig};
+use wsr_gateway::config::{ApiToken, Scope};
 use wsr_gateway::store::outbound::OutMessage;
 
 use super::support::{TestApp, allow_loopback_urls, spawn_app_with};
@@ -897,14 +897,18 @@ const OTHER_TOKEN: &str = "other-producer-token-0123456789";
 async fn two_app_sender() -> TestApp {
     spawn_app_with(|c| {
         c.tokens = vec![
-            TokenConfig {
-                token: TOKEN.into(),
+            ApiToken {
+                secret: wsr_gateway::secrets::Stored::Plain(wsr_gateway::secrets::Secret::new(
+                    TOKEN,
+                )),
                 principal: "app".into(),
                 scopes: vec![Scope::Produce],
                 topics: wsr_gateway::config::all_topics(),
             },
-            TokenConfig {
-                token: OTHER_TOKEN.into(),
+            ApiToken {
+                secret: wsr_gateway::secrets::Stored::Plain(wsr_gateway::secrets::Secret::new(
+                    OTHER_TOKEN,
+                )),
                 principal: "other".into(),
                 scopes: vec![Scope::Produce],
                 topics: wsr_gateway::config::all_topics(),
@@ -912,7 +916,7 @@ async fn two_app_sender() -> TestApp {
         ];
         c.send_window = 1;
         c.partners
-            .insert("far".into(), "http://127.0.0.1:9/wsr/default".into());
+            .insert_address("far", "http://127.0.0.1:9/wsr/default");
         allow_loopback_urls(c);
     })
     .await

@@ -439,9 +439,9 @@ pub fn poll_envelope(refs: Vec<wsr_gateway::wsr::RefToMessageIds>) -> String {
 }
 
 /// A bearer token of principal `app` with the `produce` scope.
-pub fn producer_token(token: &str) -> wsr_gateway::config::TokenConfig {
-    wsr_gateway::config::TokenConfig {
-        token: token.into(),
+pub fn producer_token(token: &str) -> wsr_gateway::config::ApiToken {
+    wsr_gateway::config::ApiToken {
+        secret: wsr_gateway::secrets::Stored::Plain(wsr_gateway::secrets::Secret::new(token)),
         principal: "app".into(),
         scopes: vec![wsr_gateway::config::Scope::Produce],
         topics: wsr_gateway::config::all_topics(),

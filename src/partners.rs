@@ -1,0 +1,648 @@
+//! Partners (D14): who may post to which channel and ack which of our messages, how each one
+//! proves it (HTTP Basic, a bearer token, a TLS client certificate), what its messages may ask
+//! for, and how we reach it (address, poll address, send window, agreement, our credentials,
+//! the CA that verifies it). `[partners.NAME]` in the config; the old `NAME = "URL"` form is a
+//! partner with an address and nothing else.
+//!
+//! Identification is decided here from what a request presented; the HTTP guard (`http::auth`)
+//! only gathers the headers and the connection's certificate, and turns the outcome into a
+//! status.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, bail};
+use serde::Deserialize;
+
+use crate::rmp::agreement::Feature;
+use crate::secrets::{Secret, Stored, Verifier, load_secret, normal_fingerprint, relative_to};
+
+/// The file format of one `[partners.NAME]` table. No `Debug`: it may hold secrets inline.
+#[derive(Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PartnerConfig {
+    // ---- inbound: how the partner proves it, and where it may post ----
+    /// Channels it may post to (any channel marked `anonymous` it may use anyway).
+    pub channels: Vec<String>,
+    /// HTTP Basic user name (default: the partner's name) and its password's PHC hash.
+    pub username: Option<String>,
+    pub password_hash: Option<String>,
+    /// A bearer token it sends: as a PHC hash (argon2id) or as the SHA-256 of the token in hex
+    /// (fine for long random tokens, and fast).
+    pub token_hash: Option<String>,
+    pub token_sha256: Option<String>,
+    /// Client certificates it may present: by SHA-256 fingerprint (any CA, self-signed too),
+    /// or by a DNS name or IP address in its subjectAltName, under `tls.client_ca`.
+    pub cert_sha256: Vec<String>,
+    pub cert_names: Vec<String>,
+    /// ReplyTo URLs its Callback-pattern messages and polls may name.
+    pub callback_endpoints: Vec<String>,
+    /// What its messages may ask for and must ask for, on top of the channel's agreement.
+    pub offers: Option<Vec<String>>,
+    pub requires: Vec<String>,
+    // ---- outbound: how we reach it ----
+    /// Where our messages to it go (`destination = "NAME"` in a submission).
+    pub address: Option<String>,
+    /// Where PollRequests for our Poll-pattern messages go (default: `address`).
+    pub poll_address: Option<String>,
+    /// Messages of one ordered group in flight at once (default: the global `send_window`).
+    pub send_window: Option<u64>,
+    /// The `[agreements]` entry used when a submission names none.
+    pub agreement: Option<String>,
+    /// PEM CA bundle that verifies its server certificate (default: the system roots).
+    pub ca_file: Option<PathBuf>,
+    /// Our client certificate chain and key (PEM) towards it.
+    pub client_cert_file: Option<PathBuf>,
+    pub client_key_file: Option<PathBuf>,
+    /// Our HTTP Basic credentials towards it…
+    pub our_username: Option<String>,
+    pub our_password: Option<String>,
+    pub our_password_file: Option<PathBuf>,
+    pub our_password_env: Option<String>,
+    /// …or our bearer token towards it.
+    pub our_token: Option<String>,
+    pub our_token_file: Option<PathBuf>,
+    pub our_token_env: Option<String>,
+}
+
+/// A checked partner.
+#[derive(Debug, Clone)]
+pub struct Partner {
+    pub name: String,
+    pub inbound: Inbound,
+    pub outbound: Outbound,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Inbound {
+    pub channels: BTreeSet<String>,
+    pub username: String,
+    pub password: Option<Stored>,
+    pub token: Option<Stored>,
+    /// Lowercase hex.
+    pub cert_sha256: BTreeSet<String>,
+    pub cert_names: Vec<String>,
+    pub callback_endpoints: Vec<String>,
+    /// `None`: the channel's agreement alone.
+    pub offers: Option<Vec<Feature>>,
+    pub requires: Vec<Feature>,
+}
+
+impl Inbound {
+    /// Whether the partner can prove who it is at all. One that cannot (an address-only
+    /// partner) is reached by us but can only ever call in anonymously.
+    pub fn has_credentials(&self) -> bool {
+        self.password.is_some()
+            || self.token.is_some()
+            || !self.cert_sha256.is_empty()
+            || !self.cert_names.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Outbound {
+    pub address: Option<String>,
+    pub poll_address: Option<String>,
+    pub send_window: Option<u64>,
+    pub agreement: Option<String>,
+    pub tls: PartnerTls,
+    pub credentials: Option<OurCredentials>,
+}
+
+/// TLS towards a partner: files, read when the sender builds the partner's client.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PartnerTls {
+    pub ca_file: Option<PathBuf>,
+    pub client_cert_file: Option<PathBuf>,
+    pub client_key_file: Option<PathBuf>,
+}
+
+impl PartnerTls {
+    pub fn is_default(&self) -> bool {
+        *self == PartnerTls::default()
+    }
+}
+
+/// What we present to a partner on every request we send it (messages, polls, callbacks).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OurCredentials {
+    Basic { username: String, password: Secret },
+    Bearer(Secret),
+}
+
+impl OurCredentials {
+    /// The `Authorization` header value.
+    pub fn header(&self) -> String {
+        match self {
+            OurCredentials::Basic { username, password } => format!(
+                "Basic {}",
+                base64_encode(format!("{username}:{}", password.expose()).as_bytes())
+            ),
+            OurCredentials::Bearer(token) => format!("Bearer {}", token.expose()),
+        }
+    }
+}
+
+impl PartnerConfig {
+    /// Checks one partner. `base` is the config file's folder (relative `…_file` paths);
+    /// `channels` the configured channel names.
+    pub fn check(
+        self,
+        name: &str,
+        base: Option<&Path>,
+        channels: &BTreeSet<String>,
+    ) -> anyhow::Result<Partner> {
+        let ctx = |what: &str| format!("partner {name}: {what}");
+        if name.is_empty() || name.contains(['/', ':']) || name.chars().any(char::is_whitespace) {
+            bail!("partner name {name:?} is not allowed (empty, '/', ':' or whitespace)");
+        }
+        for c in &self.channels {
+            if !channels.contains(c) {
+                bail!("partner {name}: channels: there is no channel {c:?}");
+            }
+        }
+        let password = self
+            .password_hash
+            .as_deref()
+            .map(|h| Stored::hash(&ctx("password_hash"), h))
+            .transpose()?;
+        let token = match (&self.token_hash, &self.token_sha256) {
+            (Some(_), Some(_)) => {
+                bail!("partner {name}: give token_hash or token_sha256, not both")
+            }
+            (Some(h), None) => Some(Stored::hash(&ctx("token_hash"), h)?),
+            (None, Some(hex)) => Some(Stored::sha256(&ctx("token_sha256"), hex)?),
+            (None, None) => None,
+        };
+        let mut cert_sha256 = BTreeSet::new();
+        for f in &self.cert_sha256 {
+            let hex = normal_fingerprint(f).with_context(|| {
+                ctx(&format!("cert_sha256: {f:?} is not a SHA-256 fingerprint"))
+            })?;
+            cert_sha256.insert(hex);
+        }
+        for n in &self.cert_names {
+            if rustls::pki_types::ServerName::try_from(n.as_str()).is_err() {
+                bail!("partner {name}: cert_names: {n:?} is not a DNS name or IP address");
+            }
+        }
+        for url in self
+            .callback_endpoints
+            .iter()
+            .chain(&self.address)
+            .chain(&self.poll_address)
+        {
+            crate::config::check_endpoint(url).with_context(|| ctx("URL"))?;
+        }
+        let features = |names: &[String]| -> anyhow::Result<Vec<Feature>> {
+            names
+                .iter()
+                .map(|n| Feature::parse(n).with_context(|| ctx(&format!("unknown feature {n:?}"))))
+                .collect()
+        };
+        let offers = self.offers.as_deref().map(features).transpose()?;
+        let requires = features(&self.requires)?;
+        let our_password = load_secret(
+            &ctx("our_password"),
+            self.our_password.as_deref(),
+            self.our_password_file
+                .as_deref()
+                .map(|p| relative_to(base, p))
+                .as_deref(),
+            self.our_password_env.as_deref(),
+        )?;
+        let our_token = load_secret(
+            &ctx("our_token"),
+            self.our_token.as_deref(),
+            self.our_token_file
+                .as_deref()
+                .map(|p| relative_to(base, p))
+                .as_deref(),
+            self.our_token_env.as_deref(),
+        )?;
+        let credentials = match (self.our_username, our_password, our_token) {
+            (_, Some(_), Some(_)) => {
+                bail!("partner {name}: give our_password or our_token, not both")
+            }
+            (Some(username), Some(password), None) => {
+                if username.contains(':') {
+                    bail!("partner {name}: our_username may not contain ':'");
+                }
+                Some(OurCredentials::Basic { username, password })
+            }
+            (None, Some(_), None) => bail!("partner {name}: our_password needs our_username"),
+            (Some(_), None, _) => bail!("partner {name}: our_username needs our_password"),
+            (None, None, Some(token)) => Some(OurCredentials::Bearer(token)),
+            (None, None, None) => None,
+        };
+        if self.client_cert_file.is_some() != self.client_key_file.is_some() {
+            bail!("partner {name}: client_cert_file and client_key_file go together");
+        }
+        if self.send_window == Some(0) {
+            bail!("partner {name}: send_window must be at least 1");
+        }
+        let username = self.username.unwrap_or_else(|| name.to_owned());
+        if username.contains(':') {
+            bail!("partner {name}: username may not contain ':'");
+        }
+        Ok(Partner {
+            name: name.to_owned(),
+            inbound: Inbound {
+                channels: self.channels.into_iter().collect(),
+                username,
+                password,
+                token,
+                cert_sha256,
+                cert_names: self.cert_names,
+                callback_endpoints: self.callback_endpoints,
+                offers,
+                requires,
+            },
+            outbound: Outbound {
+                address: self.address,
+                poll_address: self.poll_address,
+                send_window: self.send_window,
+                agreement: self.agreement,
+                tls: PartnerTls {
+                    ca_file: self.ca_file.map(|p| relative_to(base, &p)),
+                    client_cert_file: self.client_cert_file.map(|p| relative_to(base, &p)),
+                    client_key_file: self.client_key_file.map(|p| relative_to(base, &p)),
+                },
+                credentials,
+            },
+        })
+    }
+}
+
+/// A partner in the old form: a name for an address, nothing else.
+pub fn address_only(name: &str, address: String) -> Partner {
+    Partner {
+        name: name.to_owned(),
+        inbound: Inbound {
+            username: name.to_owned(),
+            ..Inbound::default()
+        },
+        outbound: Outbound {
+            address: Some(address),
+            ..Outbound::default()
+        },
+    }
+}
+
+/// The client certificate a request came with: from this connection's TLS handshake, or
+/// from a trusted proxy's header.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientCertificate {
+    /// The end-entity certificate, DER.
+    pub der: Vec<u8>,
+    /// Whether it chains to `tls.client_ca` (checked in the handshake, or by the proxy).
+    /// Only then do `cert_names` count; a fingerprint counts either way.
+    pub chain_verified: bool,
+}
+
+/// What a request presented.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Presented<'a> {
+    /// The `Authorization` header, if any (not valid UTF-8: counted as wrong).
+    pub authorization: Option<&'a [u8]>,
+    pub certificate: Option<&'a ClientCertificate>,
+}
+
+/// Why a request could not be identified: both are 401, with a reason for the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unidentified {
+    /// Credentials were presented and matched no partner (or two different ones).
+    Wrong(&'static str),
+}
+
+impl std::fmt::Display for Unidentified {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Unidentified::Wrong(why) => f.write_str(why),
+        }
+    }
+}
+
+/// Every configured partner, by name; what identifies a request.
+#[derive(Debug, Clone, Default)]
+pub struct Partners {
+    by_name: BTreeMap<String, Partner>,
+    verifier: Verifier,
+}
+
+impl std::fmt::Debug for Verifier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Verifier")
+    }
+}
+
+impl Partners {
+    pub fn new(partners: impl IntoIterator<Item = Partner>, verifier: Verifier) -> Partners {
+        Partners {
+            by_name: partners.into_iter().map(|p| (p.name.clone(), p)).collect(),
+            verifier,
+        }
+    }
+
+    /// Adds (or replaces) a partner in the old form: a name for an address.
+    pub fn insert_address(&mut self, name: &str, address: impl Into<String>) {
+        self.by_name
+            .insert(name.to_owned(), address_only(name, address.into()));
+    }
+
+    /// Adds (or replaces) a partner.
+    pub fn insert(&mut self, partner: Partner) {
+        self.by_name.insert(partner.name.clone(), partner);
+    }
+
+    pub fn clear(&mut self) {
+        self.by_name.clear();
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Partner> {
+        self.by_name.get(name)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Partner> {
+        self.by_name.values()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+
+    /// The partner whose configured address is `url`, if any.
+    pub fn by_address(&self, url: &str) -> Option<&Partner> {
+        self.iter()
+            .find(|p| p.outbound.address.as_deref() == Some(url))
+    }
+
+    /// Who presented this: `Ok(None)` if nothing was presented (an anonymous request; whether
+    /// it may go on is the caller's rule), the partner whose credentials match, or
+    /// `Unidentified` when what was presented matches nobody. A certificate and an
+    /// `Authorization` header that both match must match the same partner.
+    pub async fn identify(
+        &self,
+        presented: Presented<'_>,
+    ) -> Result<Option<&Partner>, Unidentified> {
+        let by_cert = match presented.certificate {
+            None => None,
+            Some(cert) => Some(self.by_certificate(cert).ok_or(Unidentified::Wrong(
+                "the client certificate is not a partner's",
+            ))?),
+        };
+        let by_header = match presented.authorization {
+            None => None,
+            Some(raw) => {
+                let value = std::str::from_utf8(raw)
+                    .map_err(|_| Unidentified::Wrong("unreadable Authorization header"))?;
+                Some(self.by_authorization(value).await?)
+            }
+        };
+        match (by_cert, by_header) {
+            (Some(a), Some(b)) if a.name != b.name => Err(Unidentified::Wrong(
+                "the certificate and the Authorization header name different partners",
+            )),
+            (Some(p), _) | (None, Some(p)) => Ok(Some(p)),
+            (None, None) => Ok(None),
+        }
+    }
+
+    fn by_certificate(&self, cert: &ClientCertificate) -> Option<&Partner> {
+        let fingerprint = crate::secrets::sha256_hex(&cert.der);
+        if let Some(p) = self
+            .iter()
+            .find(|p| p.inbound.cert_sha256.contains(&fingerprint))
+        {
+            return Some(p);
+        }
+        if !cert.chain_verified {
+            return None;
+        }
+        let der = rustls::pki_types::CertificateDer::from(cert.der.as_slice());
+        let end_entity = webpki::EndEntityCert::try_from(&der).ok()?;
+        self.iter().find(|p| {
+            p.inbound.cert_names.iter().any(|n| {
+                rustls::pki_types::ServerName::try_from(n.as_str())
+                    .is_ok_and(|name| end_entity.verify_is_valid_for_subject_name(&name).is_ok())
+            })
+        })
+    }
+
+    async fn by_authorization(&self, value: &str) -> Result<&Partner, Unidentified> {
+        let wrong = Unidentified::Wrong("wrong credentials");
+        let (scheme, rest) = value.trim().split_once(' ').ok_or(wrong)?;
+        let rest = rest.trim();
+        if scheme.eq_ignore_ascii_case("basic") {
+            let decoded =
+                base64_decode(rest).ok_or(Unidentified::Wrong("unreadable Basic credentials"))?;
+            let decoded = String::from_utf8(decoded)
+                .map_err(|_| Unidentified::Wrong("unreadable Basic credentials"))?;
+            let (user, password) = decoded
+                .split_once(':')
+                .ok_or(Unidentified::Wrong("unreadable Basic credentials"))?;
+            let partner = self
+                .iter()
+                .find(|p| p.inbound.username == user && p.inbound.password.is_some())
+                .ok_or(wrong)?;
+            match &partner.inbound.password {
+                Some(stored) if self.verifier.matches(stored, password).await => Ok(partner),
+                _ => Err(wrong),
+            }
+        } else if scheme.eq_ignore_ascii_case("bearer") {
+            for partner in self.iter() {
+                if let Some(stored) = &partner.inbound.token
+                    && self.verifier.matches(stored, rest).await
+                {
+                    return Ok(partner);
+                }
+            }
+            Err(wrong)
+        } else {
+            Err(Unidentified::Wrong("unsupported Authorization scheme"))
+        }
+    }
+}
+
+const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// Standard base64 with padding (HTTP Basic, RFC 7617).
+pub fn base64_encode(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(BASE64[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// The inverse of `base64_encode`; `None` for anything that is not standard padded base64.
+pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    let text = text.as_bytes();
+    if text.len() % 4 != 0 || text.len() > 8192 {
+        return None;
+    }
+    let value = |c: u8| BASE64.iter().position(|b| *b == c).map(|v| v as u32);
+    let mut out = Vec::with_capacity(text.len() / 4 * 3);
+    for (i, chunk) in text.chunks(4).enumerate() {
+        let last = i + 1 == text.len() / 4;
+        let pad = chunk.iter().rev().take_while(|c| **c == b'=').count();
+        if pad > 2 || (pad > 0 && !last) {
+            return None;
+        }
+        let mut n = 0u32;
+        for (j, c) in chunk.iter().enumerate() {
+            let v = if j >= 4 - pad { 0 } else { value(*c)? };
+            n = (n << 6) | v;
+        }
+        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        out.extend_from_slice(&bytes[..3 - pad]);
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_round_trips_and_refuses_junk() {
+        for s in ["", "a", "ab", "abc", "abcd", "acme:pä ss"] {
+            let e = base64_encode(s.as_bytes());
+            assert_eq!(base64_decode(&e).as_deref(), Some(s.as_bytes()), "{s}");
+        }
+        assert_eq!(base64_encode(b"acme:secret"), "YWNtZTpzZWNyZXQ=");
+        for bad in ["YWN", "YW=j", "Y===", "!!!!"] {
+            assert_eq!(base64_decode(bad), None, "{bad}");
+        }
+    }
+
+    fn partner(name: &str, config: PartnerConfig) -> Partner {
+        let channels: BTreeSet<String> = ["orders".to_owned()].into();
+        config.check(name, None, &channels).expect("valid partner")
+    }
+
+    #[tokio::test]
+    async fn requests_are_identified_by_what_they_present() {
+        let hash = crate::secrets::hash_secret("pw-of-acme").expect("hash");
+        let token = "tok-of-globex-0123456789";
+        let acme = partner(
+            "acme",
+            PartnerConfig {
+                channels: vec!["orders".into()],
+                password_hash: Some(hash),
+                cert_sha256: vec![crate::secrets::sha256_hex(b"acme-cert")],
+                ..PartnerConfig::default()
+            },
+        );
+        let globex = partner(
+            "globex",
+            PartnerConfig {
+                token_sha256: Some(crate::secrets::sha256_hex(token.as_bytes())),
+                ..PartnerConfig::default()
+            },
+        );
+        let partners = Partners::new([acme, globex], Verifier::default());
+        let basic = |user: &str, pw: &str| {
+            format!("Basic {}", base64_encode(format!("{user}:{pw}").as_bytes()))
+        };
+        let who = |auth: Option<String>, cert: Option<ClientCertificate>| {
+            let partners = &partners;
+            async move {
+                partners
+                    .identify(Presented {
+                        authorization: auth.as_deref().map(str::as_bytes),
+                        certificate: cert.as_ref(),
+                    })
+                    .await
+                    .map(|p| p.map(|p| p.name.clone()))
+            }
+        };
+        assert_eq!(who(None, None).await, Ok(None));
+        assert_eq!(
+            who(Some(basic("acme", "pw-of-acme")), None).await,
+            Ok(Some("acme".into()))
+        );
+        assert!(who(Some(basic("acme", "wrong")), None).await.is_err());
+        assert!(
+            who(Some(basic("globex", "pw-of-acme")), None)
+                .await
+                .is_err()
+        );
+        assert_eq!(
+            who(Some(format!("Bearer {token}")), None).await,
+            Ok(Some("globex".into()))
+        );
+        assert!(who(Some("Bearer nope".into()), None).await.is_err());
+        assert!(who(Some("Digest x".into()), None).await.is_err());
+        let cert = |der: &[u8]| ClientCertificate {
+            der: der.to_vec(),
+            chain_verified: false,
+        };
+        assert_eq!(
+            who(None, Some(cert(b"acme-cert"))).await,
+            Ok(Some("acme".into()))
+        );
+        assert!(who(None, Some(cert(b"other-cert"))).await.is_err());
+        assert!(
+            who(Some(format!("Bearer {token}")), Some(cert(b"acme-cert")))
+                .await
+                .is_err(),
+            "two different partners"
+        );
+    }
+
+    #[test]
+    fn partner_mistakes_are_refused() {
+        let channels: BTreeSet<String> = ["orders".to_owned()].into();
+        let bad = [
+            PartnerConfig {
+                channels: vec!["nowhere".into()],
+                ..Default::default()
+            },
+            PartnerConfig {
+                password_hash: Some("plain".into()),
+                ..Default::default()
+            },
+            PartnerConfig {
+                cert_sha256: vec!["abcd".into()],
+                ..Default::default()
+            },
+            PartnerConfig {
+                our_password: Some("x".into()),
+                ..Default::default()
+            },
+            PartnerConfig {
+                client_cert_file: Some("c.pem".into()),
+                ..Default::default()
+            },
+            PartnerConfig {
+                address: Some("ftp://x".into()),
+                ..Default::default()
+            },
+            PartnerConfig {
+                send_window: Some(0),
+                ..Default::default()
+            },
+        ];
+        for (i, config) in bad.into_iter().enumerate() {
+            assert!(config.check("p", None, &channels).is_err(), "case {i}");
+        }
+        assert!(
+            PartnerConfig::default()
+                .check("a/b", None, &channels)
+                .is_err()
+        );
+    }
+}
