@@ -723,9 +723,10 @@ impl FileConfig {
             if c.anonymous {
                 anonymous_channels.insert(c.name.clone());
             }
-            if c.name.is_empty() || c.name.starts_with('_') || c.name.contains('/') {
+            // No '%': the guard matches the path as sent, and no escape may name a channel.
+            if c.name.is_empty() || c.name.starts_with('_') || c.name.contains(['/', '%']) {
                 bail!(
-                    "channel name {:?} is not allowed (empty, '/', or a leading '_')",
+                    "channel name {:?} is not allowed (empty, '/', '%', or a leading '_')",
                     c.name
                 );
             }

@@ -34,6 +34,14 @@ enum Command {
     /// Load a running gateway (modes response, ordered, callback, poll, e2e) and report acked
     /// msgs/s and latency percentiles.
     Bench(BenchArgs),
+    /// Print the hash of a secret for the configuration: a partner's `password_hash` or
+    /// `token_hash`, an API token's `token_hash` (argon2id, PHC format), or with --sha256 the
+    /// `token_sha256` of a long random token. The secret is read from standard input (one
+    /// line), so that it stays out of the shell history and the process list.
+    HashSecret {
+        #[arg(long)]
+        sha256: bool,
+    },
     /// Benchmark fixture: fill the configured store (gateway stopped) with delivered messages
     /// in ordered groups, for the growth benchmark and the restart time.
     Prefill {
@@ -133,6 +141,22 @@ async fn main() -> anyhow::Result<()> {
                 "added {added} delivered messages in {groups} groups in {:.1} s",
                 started.elapsed().as_secs_f64()
             );
+            Ok(())
+        }
+        Command::HashSecret { sha256 } => {
+            let mut line = String::new();
+            std::io::stdin()
+                .read_line(&mut line)
+                .context("cannot read the secret from standard input")?;
+            let secret = line.trim_end_matches(['\r', '\n']);
+            if secret.is_empty() {
+                anyhow::bail!("no secret on standard input");
+            }
+            if sha256 {
+                println!("{}", wsr_gateway::secrets::sha256_hex(secret.as_bytes()));
+            } else {
+                println!("{}", wsr_gateway::secrets::hash_secret(secret)?);
+            }
             Ok(())
         }
         Command::Bench(args) => {

@@ -289,6 +289,18 @@ pub fn address_only(name: &str, address: String) -> Partner {
     }
 }
 
+/// Who made a request to /wsr: a configured partner, or anonymous ("" in the store).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Caller {
+    pub partner: Option<String>,
+}
+
+impl Caller {
+    pub fn key(&self) -> &str {
+        self.partner.as_deref().unwrap_or("")
+    }
+}
+
 /// The client certificate a request came with: from this connection's TLS handshake, or
 /// from a trusted proxy's header.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -3,6 +3,7 @@
 //! `/healthz` and `/readyz`.
 
 mod admin;
+pub mod auth;
 pub mod messages;
 pub mod serve;
 pub mod soap;
@@ -51,9 +52,19 @@ pub fn router(state: AppState) -> Router {
     let api = |scopes: &'static [Scope], route: MethodRouter<AppState>| {
         route.route_layer(from_fn_with_state((state.clone(), scopes), require))
     };
+    // Partners are identified before any extractor reads the body (D14).
+    let partners = |door: auth::Door, route: MethodRouter<AppState>| {
+        route.route_layer(from_fn_with_state((state.clone(), door), auth::guard))
+    };
     Router::new()
-        .route("/wsr/_callback", post(messages::callback))
-        .route("/wsr/{channel}", post(wsr::receive))
+        .route(
+            "/wsr/_callback",
+            partners(auth::Door::Callback, post(messages::callback)),
+        )
+        .route(
+            "/wsr/{channel}",
+            partners(auth::Door::Channel, post(wsr::receive)),
+        )
         .route(
             "/api/v1/messages",
             api(PRODUCE, get(messages::list_messages).post(messages::submit)),

@@ -8,8 +8,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
+use super::auth::Access;
 use super::serve::PeerAddr;
 use super::soap::{self, SoapBody, content_type, version_hint};
+use crate::partners::Caller;
 use crate::rmp::agreement::Agreement;
 use crate::rmp::receiver::{AnswerRoute, answer_route, may_hold};
 use crate::rmp::replies::{Replies, ReplyItem, answer_fits, items, reply_for};
@@ -27,15 +29,33 @@ pub async fn receive(
     State(app): State<AppState>,
     Path(channel): Path<String>,
     peer: Option<axum::Extension<PeerAddr>>,
+    caller: Option<axum::Extension<Caller>>,
+    access: Option<axum::Extension<Access>>,
     headers: HeaderMap,
     SoapBody(body): SoapBody,
 ) -> Response {
-    let Some(agreement) = app.config.channels.get(&channel) else {
+    let caller = caller.map(|c| c.0).unwrap_or_default();
+    let access = access.map(|a| a.0).unwrap_or_default();
+    let Some(channel_agreement) = app.config.channels.get(&channel) else {
         return (
             StatusCode::NOT_FOUND,
             format!("no channel named {channel:?}\n"),
         )
             .into_response();
+    };
+    // A partner's own agreement narrows the channel's (D14).
+    let partner = caller
+        .partner
+        .as_deref()
+        .and_then(|p| app.config.partners.get(p));
+    let agreement = &match partner {
+        Some(p) => channel_agreement.for_partner(p.inbound.offers.as_deref(), &p.inbound.requires),
+        None => channel_agreement.clone(),
+    };
+    // New groups count against the partner's quota, or the peer address's when anonymous.
+    let source = match &caller.partner {
+        Some(name) => format!("partner:{name}"),
+        None => source(peer),
     };
     let env = match read_message(content_type(&headers), &body, &app.config.limits) {
         Ok(env) => env,
@@ -74,14 +94,16 @@ pub async fn receive(
     let mut replies = Replies::new();
     let mut own_fault: Option<(FaultCode, String)> = None;
     if let Some(request) = &env.request {
+        access.note(|n| {
+            n.group_id = Some(request.message_id.group_id.as_str().to_owned());
+            n.number = request.key().number;
+        });
+        if let Some((code, reason)) = agreement.unusable_reply_pattern(request) {
+            access.note(|n| n.verdict = Some(code.local_name().to_owned()));
+            return soap::fault(version, code, &reason, None);
+        }
         match handle_request(
-            &app,
-            &channel,
-            source(peer),
-            agreement,
-            &body,
-            &env,
-            request,
+            &app, &channel, source, agreement, &access, &body, &env, request,
         )
         .await
         {
@@ -99,6 +121,9 @@ pub async fn receive(
             RequestAnswer::Elsewhere => {}
             RequestAnswer::Now(response) => return response,
         }
+    }
+    if env.request.is_none() {
+        access.note(|n| n.verdict = Some("poll".into()));
     }
     if let Some(poll) = &env.poll_request
         && let Err(response) = handle_poll(&app, version, poll, &mut replies).await
@@ -148,6 +173,7 @@ async fn handle_request(
     channel: &str,
     source: String,
     agreement: &Agreement,
+    access: &Access,
     body: &Bytes,
     env: &Envelope<'_>,
     request: &Request,
@@ -168,6 +194,7 @@ async fn handle_request(
         })
     });
     if let Some((code, reason)) = refusal {
+        access.note(|n| n.verdict = Some(code.local_name().to_owned()));
         let pattern = &request.reply_pattern;
         let expiry = agreement.fault_kept_until(request.expiry_time, now);
         return by_reply_pattern(app, env.version, &key, pattern, code, reason, expiry).await;
@@ -201,21 +228,28 @@ async fn handle_request(
     let watching = may_hold(request) && !app.config.hold.is_zero();
     let mut hold = watching.then(|| app.store.watch_delivery(&key));
     let answer = match app.store.receive(message).await {
-        Err(e) => store_failed(env.version, &key, &e),
-        Ok(r) => match answer_route(r.verdict, request) {
-            AnswerRoute::InResponse(fault) => RequestAnswer::InResponse(fault),
-            AnswerRoute::MayHold => match hold.take() {
-                Some(delivered) => match tokio::time::timeout(app.config.hold, delivered).await {
-                    Ok(Ok(())) => RequestAnswer::InResponse(None),
-                    _ => RequestAnswer::Elsewhere,
+        Err(e) => {
+            access.note(|n| n.verdict = Some("not stored".into()));
+            store_failed(env.version, &key, &e)
+        }
+        Ok(r) => {
+            access.note(|n| n.verdict = Some(verdict_name(&r.verdict)));
+            match answer_route(r.verdict, request) {
+                AnswerRoute::InResponse(fault) => RequestAnswer::InResponse(fault),
+                AnswerRoute::MayHold => match hold.take() {
+                    Some(delivered) => match tokio::time::timeout(app.config.hold, delivered).await
+                    {
+                        Ok(Ok(())) => RequestAnswer::InResponse(None),
+                        _ => RequestAnswer::Elsewhere,
+                    },
+                    None => RequestAnswer::Elsewhere,
                 },
-                None => RequestAnswer::Elsewhere,
-            },
-            AnswerRoute::Elsewhere => RequestAnswer::Elsewhere,
-            AnswerRoute::Synchronous(code, reason) => {
-                RequestAnswer::Now(soap::fault(env.version, code, &reason, None))
+                AnswerRoute::Elsewhere => RequestAnswer::Elsewhere,
+                AnswerRoute::Synchronous(code, reason) => {
+                    RequestAnswer::Now(soap::fault(env.version, code, &reason, None))
+                }
             }
-        },
+        }
     };
     // Our receiver must be gone before the map is cleaned, or the entry would stay.
     drop(hold);
@@ -223,6 +257,16 @@ async fn handle_request(
         app.store.forget_watchers(&key);
     }
     answer
+}
+
+/// The verdict as the access log shows it.
+fn verdict_name(verdict: &crate::rmp::receiver::Verdict) -> String {
+    use crate::rmp::receiver::Verdict;
+    match verdict {
+        Verdict::Ack => "ack".into(),
+        Verdict::NoAck => "no-ack".into(),
+        Verdict::Fault(code, _) => code.local_name().into(),
+    }
 }
 
 fn store_failed(

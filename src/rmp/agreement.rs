@@ -55,6 +55,14 @@ pub struct Agreement {
     pub group_lifetime: chrono::Duration,
 }
 
+fn reply_feature(pattern: &ReplyPattern) -> Feature {
+    match pattern {
+        ReplyPattern::Response => Feature::Response,
+        ReplyPattern::Callback(_) => Feature::Callback,
+        ReplyPattern::Poll => Feature::Poll,
+    }
+}
+
 /// The horizon and group lifetime of a channel that names none (30 days).
 pub const DEFAULT_HORIZON: chrono::Duration = chrono::Duration::days(30);
 
@@ -76,13 +84,41 @@ impl Agreement {
         expiry.min(saturating_add(now, self.expiry_horizon))
     }
 
+    /// This agreement as it applies to one partner (its own `offers`/`requires`, D14): only
+    /// what both offer, everything either requires.
+    pub fn for_partner(&self, offers: Option<&[Feature]>, requires: &[Feature]) -> Agreement {
+        let mut narrowed = self.clone();
+        if let Some(offers) = offers {
+            narrowed.offers.retain(|f| offers.contains(f));
+        }
+        for f in requires {
+            if !narrowed.requires.contains(f) {
+                narrowed.requires.push(*f);
+            }
+        }
+        narrowed
+    }
+
+    /// A message whose reply pattern is not offered cannot be answered by that pattern: its
+    /// `FeatureNotSupported` goes back synchronously, as a SOAP Fault (D4). Without this the
+    /// fault would go out by the very pattern refused (a callback nobody agreed to, or a
+    /// poll answer), and the HTTP answer would be a 202 that says all is well.
+    pub fn unusable_reply_pattern(&self, request: &Request) -> Option<(FaultCode, String)> {
+        let pattern = reply_feature(&request.reply_pattern);
+        (!self.offers.contains(&pattern)).then(|| {
+            (
+                FaultCode::FeatureNotSupported,
+                format!(
+                    "this channel does not offer the {} reply pattern",
+                    pattern.name()
+                ),
+            )
+        })
+    }
+
     /// Checks a message against the agreement.
     pub fn check(&self, request: &Request, now: DateTime<Utc>) -> Result<(), (FaultCode, String)> {
-        let reply = match request.reply_pattern {
-            ReplyPattern::Response => Feature::Response,
-            ReplyPattern::Callback(_) => Feature::Callback,
-            ReplyPattern::Poll => Feature::Poll,
-        };
+        let reply = reply_feature(&request.reply_pattern);
         let asked = [
             (request.ack_requested, Feature::AckRequested),
             (request.duplicate_elimination, Feature::DuplicateElimination),

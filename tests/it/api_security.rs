@@ -45,6 +45,7 @@ fn configure(c: &mut Config) {
     ];
     for channel in ["alice", "bob"] {
         c.channels.insert(channel.into(), Agreement::everything());
+        c.anonymous_channels.insert(channel.into());
     }
     c.partners
         .insert_address("nowhere", "http://127.0.0.1:9/wsr");

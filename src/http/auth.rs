@@ -1,0 +1,173 @@
+//! The partners' guard (D14) in front of `/wsr/{channel}` and `/wsr/_callback`: the request is
+//! identified from its `Authorization` header and its connection's client certificate before
+//! any of its body is read, refused with 401 (`WWW-Authenticate`) or 403, and otherwise handed
+//! on with its `Caller`. The same layer writes the access log: one line per request, with what
+//! the handler noted of it (`AccessNote`).
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::AppState;
+use super::serve::PeerAddr;
+use crate::partners::{Caller, ClientCertificate, Presented};
+
+/// The challenge of a 401: both ways a partner can authenticate over HTTP.
+const CHALLENGE: &str = "Basic realm=\"wsr-gateway\", Bearer realm=\"wsr-gateway\"";
+
+/// Which `/wsr` route is guarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Door {
+    /// `/wsr/{channel}`: reliable messages and polls.
+    Channel,
+    /// `/wsr/_callback`: acks and faults for our messages.
+    Callback,
+}
+
+/// What the handler tells the access log about a request: filled in as it decides.
+#[derive(Debug, Clone, Default)]
+pub struct AccessNote {
+    pub group_id: Option<String>,
+    pub number: Option<u64>,
+    /// What became of it: `delivered`, `duplicate`, `buffered`, a fault code, `poll`, …
+    pub verdict: Option<String>,
+}
+
+/// The handler's handle on its request's `AccessNote` (a request extension).
+#[derive(Debug, Clone, Default)]
+pub struct Access(Arc<Mutex<AccessNote>>);
+
+impl Access {
+    pub fn note(&self, change: impl FnOnce(&mut AccessNote)) {
+        if let Ok(mut note) = self.0.lock() {
+            change(&mut note);
+        }
+    }
+
+    fn taken(&self) -> AccessNote {
+        self.0.lock().map(|n| n.clone()).unwrap_or_default()
+    }
+}
+
+/// The guard: see the module comment.
+pub async fn guard(
+    State((app, door)): State<(AppState, Door)>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let started = Instant::now();
+    let peer = request
+        .extensions()
+        .get::<PeerAddr>()
+        .map(|p| p.0.to_string())
+        .unwrap_or_default();
+    let channel = match door {
+        Door::Channel => request
+            .uri()
+            .path()
+            .strip_prefix("/wsr/")
+            .map(str::to_owned)
+            .unwrap_or_default(),
+        Door::Callback => String::new(),
+    };
+    let access = Access::default();
+    // Taken out of the request, which is not `Sync` and so cannot be borrowed across awaits.
+    let authorization = request.headers().get(header::AUTHORIZATION).cloned();
+    let certificate = request.extensions().get::<ClientCertificate>().cloned();
+    let presented = Presented {
+        authorization: authorization.as_ref().map(HeaderValue::as_bytes),
+        certificate: certificate.as_ref(),
+    };
+    let peer_addr = request.extensions().get::<PeerAddr>().map(|p| p.0);
+    let decided = admit(&app, door, &channel, presented, peer_addr).await;
+    let (response, partner) = match decided {
+        Err(response) => (response, None),
+        Ok(caller) => {
+            let partner = caller.partner.clone();
+            request.extensions_mut().insert(caller);
+            request.extensions_mut().insert(access.clone());
+            (next.run(request).await, partner)
+        }
+    };
+    let note = access.taken();
+    tracing::info!(
+        target: "wsr_gateway::access",
+        peer = %peer,
+        partner = partner.as_deref().unwrap_or("-"),
+        route = match door { Door::Channel => "channel", Door::Callback => "callback" },
+        channel = %channel,
+        group_id = note.group_id.as_deref().unwrap_or("-"),
+        number = note.number,
+        verdict = note.verdict.as_deref().unwrap_or("-"),
+        status = response.status().as_u16(),
+        duration_ms = started.elapsed().as_secs_f64() * 1000.0,
+        "wsr request"
+    );
+    response
+}
+
+/// Who may go on, or the answer that stops the request here.
+async fn admit(
+    app: &AppState,
+    door: Door,
+    channel: &str,
+    presented: Presented<'_>,
+    peer: Option<std::net::SocketAddr>,
+) -> Result<Caller, Response> {
+    if door == Door::Channel && !app.config.channels.contains_key(channel) {
+        return Err((
+            StatusCode::NOT_FOUND,
+            format!("no channel named {channel:?}\n"),
+        )
+            .into_response());
+    }
+    let partner = match app.config.partners.identify(presented).await {
+        Ok(p) => p,
+        Err(why) => {
+            tracing::warn!(peer = ?peer, channel, reason = %why, "refused: not a partner");
+            return Err(unauthorized(&format!("{why}")));
+        }
+    };
+    let anonymous_ok = match door {
+        Door::Channel => app.config.anonymous_channels.contains(channel),
+        Door::Callback => app.config.anonymous_callbacks,
+    };
+    match partner {
+        Some(p) => {
+            let may_post =
+                door == Door::Callback || anonymous_ok || p.inbound.channels.contains(channel);
+            if !may_post {
+                tracing::warn!(peer = ?peer, partner = %p.name, channel, "refused: channel not allowed for this partner");
+                return Err((
+                    StatusCode::FORBIDDEN,
+                    format!("partner {} may not post to channel {channel}\n", p.name),
+                )
+                    .into_response());
+            }
+            Ok(Caller {
+                partner: Some(p.name.clone()),
+            })
+        }
+        None if anonymous_ok => Ok(Caller::default()),
+        None => {
+            tracing::warn!(peer = ?peer, channel, "refused: no credentials");
+            Err(unauthorized("credentials required"))
+        }
+    }
+}
+
+fn unauthorized(why: &str) -> Response {
+    (
+        StatusCode::UNAUTHORIZED,
+        [(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static(CHALLENGE),
+        )],
+        format!("{why}: authenticate as a configured partner\n"),
+    )
+        .into_response()
+}
