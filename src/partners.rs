@@ -397,12 +397,10 @@ impl Partners {
         &self,
         presented: Presented<'_>,
     ) -> Result<Option<&Partner>, Unidentified> {
-        let by_cert = match presented.certificate {
-            None => None,
-            Some(cert) => Some(self.by_certificate(cert).ok_or(Unidentified::Wrong(
-                "the client certificate is not a partner's",
-            ))?),
-        };
+        // A certificate no partner owns is no identity, but not a refusal by itself: under a
+        // shared CA a partner may hold a certificate it does not authenticate with here (it
+        // uses Basic). With nothing else presented, though, it is refused, not anonymous.
+        let by_cert = presented.certificate.and_then(|c| self.by_certificate(c));
         let by_header = match presented.authorization {
             None => None,
             Some(raw) => {
@@ -416,6 +414,9 @@ impl Partners {
                 "the certificate and the Authorization header name different partners",
             )),
             (Some(p), _) | (None, Some(p)) => Ok(Some(p)),
+            (None, None) if presented.certificate.is_some() => Err(Unidentified::Wrong(
+                "the client certificate is not a partner's",
+            )),
             (None, None) => Ok(None),
         }
     }
@@ -607,6 +608,11 @@ mod tests {
             Ok(Some("acme".into()))
         );
         assert!(who(None, Some(cert(b"other-cert"))).await.is_err());
+        assert_eq!(
+            who(Some(format!("Bearer {token}")), Some(cert(b"other-cert"))).await,
+            Ok(Some("globex".into())),
+            "a certificate nobody owns does not spoil valid Basic or bearer credentials"
+        );
         assert!(
             who(Some(format!("Bearer {token}")), Some(cert(b"acme-cert")))
                 .await
