@@ -11,6 +11,7 @@ mod consumer;
 mod proxy;
 mod run;
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -44,6 +45,22 @@ struct ProxyArgs {
     /// The fault rates as JSON (`proxy::FaultRates`).
     #[arg(long)]
     rates: String,
+    /// TLS towards clients: the proxy's certificate and key, and the CA that clients'
+    /// (required) certificates must chain to. All three or none.
+    #[arg(long, requires_all = ["tls_key", "tls_client_ca"])]
+    tls_cert: Option<PathBuf>,
+    #[arg(long, requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    #[arg(long, requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
+    /// TLS towards the upstream: the CA its certificate must chain to, and the client
+    /// certificate to present there (the sender's of this direction).
+    #[arg(long)]
+    upstream_ca: Option<PathBuf>,
+    #[arg(long, requires_all = ["upstream_ca", "upstream_client_key"])]
+    upstream_client_cert: Option<PathBuf>,
+    #[arg(long, requires = "upstream_client_cert")]
+    upstream_client_key: Option<PathBuf>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -78,6 +95,18 @@ fn main() -> std::process::ExitCode {
 
 async fn proxy_main(args: ProxyArgs) -> anyhow::Result<()> {
     let rates: proxy::FaultRates = serde_json::from_str(&args.rates)?;
+    let mut tls = proxy::ProxyTls::default();
+    if let (Some(cert), Some(key), Some(ca)) = (&args.tls_cert, &args.tls_key, &args.tls_client_ca)
+    {
+        tls.accept = Some(proxy::ProxyTls::server(cert, key, ca)?);
+    }
+    if let Some(ca) = &args.upstream_ca {
+        let client = match (&args.upstream_client_cert, &args.upstream_client_key) {
+            (Some(cert), Some(key)) => Some((cert.as_path(), key.as_path())),
+            _ => None,
+        };
+        tls.connect = Some(proxy::ProxyTls::client(ca, client)?);
+    }
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     let stats = Arc::new(proxy::ProxyStats::default());
     println!("proxy listening on {} → {}", args.listen, args.upstream);
@@ -89,6 +118,6 @@ async fn proxy_main(args: ProxyArgs) -> anyhow::Result<()> {
             println!("{}", report.summary());
         }
     });
-    proxy::serve(listener, args.upstream, rates, args.seed, stats).await?;
+    proxy::serve(listener, args.upstream, rates, args.seed, stats, tls).await?;
     Ok(())
 }

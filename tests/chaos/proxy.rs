@@ -37,6 +37,16 @@
 //! it. Runs with the same seed whose connections arrive in the same order therefore make
 //! the same choices, however the handling of those connections interleaves afterwards.
 //!
+//! # TLS
+//!
+//! With a [`ProxyTls`] the proxy terminates TLS on both sides, so that it can still see and
+//! fault whole HTTP requests: it accepts TLS from clients with its own server certificate and
+//! requires a client certificate chaining to the run's CA, and it connects to the upstream
+//! over TLS, verifying the upstream's certificate against that CA and presenting the client
+//! certificate of the *sender* of its direction. The upstream therefore authenticates the
+//! real partner, not the proxy; `Authorization` headers pass through unchanged. Without it
+//! (either side) that side is plain TCP.
+//!
 //! Nothing derived from the network is unwrapped; an error on one connection is logged
 //! with `tracing::debug!` and ends only that connection.
 
@@ -46,9 +56,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use anyhow::Context;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
+use tokio_rustls::rustls;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 /// Largest request or response head (request/status line plus header fields).
 const MAX_HEAD: usize = 64 * 1024;
@@ -149,6 +164,116 @@ fn bump(counter: &AtomicU64) {
     counter.fetch_add(1, Ordering::Relaxed);
 }
 
+/// A connection the proxy reads and writes: plain TCP or TLS over TCP.
+///
+/// The faults are HTTP-level and do not care which; only the reset fault needs the TCP
+/// socket underneath (`SO_LINGER` 0), hence [`Conn::tcp`].
+pub trait Conn: AsyncRead + AsyncWrite + Unpin + Send {
+    fn tcp(&self) -> &TcpStream;
+}
+
+impl Conn for TcpStream {
+    fn tcp(&self) -> &TcpStream {
+        self
+    }
+}
+
+impl Conn for tokio_rustls::server::TlsStream<TcpStream> {
+    fn tcp(&self) -> &TcpStream {
+        self.get_ref().0
+    }
+}
+
+impl Conn for tokio_rustls::client::TlsStream<TcpStream> {
+    fn tcp(&self) -> &TcpStream {
+        self.get_ref().0
+    }
+}
+
+/// TLS on the proxy's two sides; a side left `None` is plain TCP.
+#[derive(Clone, Default)]
+pub struct ProxyTls {
+    /// Towards clients: the proxy's server certificate; a client certificate chaining to the
+    /// run's CA is required.
+    pub accept: Option<TlsAcceptor>,
+    /// Towards the upstream: its certificate is checked against the CA, and the sender's
+    /// client certificate is presented.
+    pub connect: Option<TlsConnector>,
+}
+
+/// The crypto provider, named explicitly: more than one is compiled into the tree, and then
+/// rustls has no process default to pick.
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::aws_lc_rs::default_provider())
+}
+
+fn read_certs(path: &std::path::Path) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .with_context(|| format!("read {}", path.display()))?
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("parse {}", path.display()))?;
+    if certs.is_empty() {
+        anyhow::bail!("no certificate in {}", path.display());
+    }
+    Ok(certs)
+}
+
+fn read_key(path: &std::path::Path) -> anyhow::Result<PrivateKeyDer<'static>> {
+    PrivateKeyDer::from_pem_file(path)
+        .with_context(|| format!("read a key from {}", path.display()))
+}
+
+fn roots(ca: &std::path::Path) -> anyhow::Result<Arc<rustls::RootCertStore>> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in read_certs(ca)? {
+        roots
+            .add(cert)
+            .with_context(|| format!("a CA certificate in {}", ca.display()))?;
+    }
+    Ok(Arc::new(roots))
+}
+
+impl ProxyTls {
+    /// The accepting side: our certificate and key, and the CA client certificates must
+    /// chain to (one is required: the gateways behind the proxy always present theirs).
+    pub fn server(
+        cert: &std::path::Path,
+        key: &std::path::Path,
+        client_ca: &std::path::Path,
+    ) -> anyhow::Result<TlsAcceptor> {
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            roots(client_ca)?,
+            provider(),
+        )
+        .build()
+        .context("client certificate verifier")?;
+        let config = rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(read_certs(cert)?, read_key(key)?)
+            .context("the proxy's server certificate")?;
+        Ok(TlsAcceptor::from(Arc::new(config)))
+    }
+
+    /// The connecting side: the CA the upstream's certificate must chain to and, if given,
+    /// the client certificate to present (the sender's of this direction).
+    pub fn client(
+        ca: &std::path::Path,
+        client_cert: Option<(&std::path::Path, &std::path::Path)>,
+    ) -> anyhow::Result<TlsConnector> {
+        let builder = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots(ca)?);
+        let config = match client_cert {
+            Some((cert, key)) => builder
+                .with_client_auth_cert(read_certs(cert)?, read_key(key)?)
+                .context("the client certificate towards the upstream")?,
+            None => builder.with_no_client_auth(),
+        };
+        Ok(TlsConnector::from(Arc::new(config)))
+    }
+}
+
 /// Serves until the task is dropped/aborted. `upstream` is host:port on 127.0.0.1.
 ///
 /// Connection tasks live in a `JoinSet` owned by this future, so aborting it also ends
@@ -160,9 +285,18 @@ pub async fn serve(
     rates: FaultRates,
     seed: u64,
     stats: Arc<ProxyStats>,
+    tls: ProxyTls,
 ) -> io::Result<()> {
     let local = listener.local_addr()?;
-    tracing::debug!(%local, %upstream, ?rates, seed, "chaos proxy listening");
+    tracing::debug!(
+        %local,
+        %upstream,
+        ?rates,
+        seed,
+        tls_in = tls.accept.is_some(),
+        tls_out = tls.connect.is_some(),
+        "chaos proxy listening"
+    );
     let mut tasks = JoinSet::new();
     let mut index: u64 = 0;
     loop {
@@ -180,7 +314,14 @@ pub async fn serve(
         let rng = fastrand::Rng::with_seed(connection_seed(seed, index));
         let stats = Arc::clone(&stats);
         tasks.spawn(handle_connection(
-            stream, peer, index, upstream, rates, rng, stats,
+            stream,
+            peer,
+            index,
+            upstream,
+            rates,
+            rng,
+            stats,
+            tls.clone(),
         ));
         index = index.wrapping_add(1);
     }
@@ -409,7 +550,7 @@ impl From<io::Error> for ReadError {
 }
 
 /// Reads one request; `Ok(None)` if the client closed before sending a byte.
-async fn read_request(conn: &mut BufConn<TcpStream>) -> Result<Option<Request>, ReadError> {
+async fn read_request<S: Conn>(conn: &mut BufConn<S>) -> Result<Option<Request>, ReadError> {
     let (method, target, headers, head_len) = loop {
         let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut parsed = httparse::Request::new(&mut slots);
@@ -465,6 +606,8 @@ async fn read_request(conn: &mut BufConn<TcpStream>) -> Result<Option<Request>, 
         header(&headers, "expect").any(|v| v.eq_ignore_ascii_case(b"100-continue"));
     if expects_continue && len > conn.buf.len() {
         conn.io.write_all(b"HTTP/1.1 100 Continue\r\n\r\n").await?;
+        // TLS holds written bytes until a flush; the client waits for these.
+        conn.io.flush().await?;
     }
     let body = conn.take(len).await?;
     Ok(Some(Request {
@@ -517,18 +660,26 @@ struct Response {
     body: Vec<u8>,
 }
 
-/// One whole upstream exchange on a fresh connection, bounded by [`UPSTREAM_TIMEOUT`].
+/// One whole upstream exchange on a fresh connection (TLS if `connector`), bounded by
+/// [`UPSTREAM_TIMEOUT`].
 async fn exchange(
     upstream: SocketAddr,
+    connector: Option<&TlsConnector>,
     request: &[u8],
     head_request: bool,
 ) -> io::Result<Response> {
     let attempt = async {
-        let mut stream = TcpStream::connect(upstream).await?;
+        let stream = TcpStream::connect(upstream).await?;
         let _ = stream.set_nodelay(true);
-        stream.write_all(request).await?;
-        // No write-side shutdown: some servers abort an answer in progress on seeing EOF.
-        read_response(&mut BufConn::new(stream), head_request).await
+        match connector {
+            Some(connector) => {
+                // The gateways' server certificates name 127.0.0.1.
+                let name = ServerName::IpAddress(upstream.ip().into());
+                let stream = connector.connect(name, stream).await?;
+                talk(stream, request, head_request).await
+            }
+            None => talk(stream, request, head_request).await,
+        }
     };
     match tokio::time::timeout(UPSTREAM_TIMEOUT, attempt).await {
         Ok(result) => result,
@@ -539,7 +690,16 @@ async fn exchange(
     }
 }
 
-async fn read_response(conn: &mut BufConn<TcpStream>, head_request: bool) -> io::Result<Response> {
+/// Sends the request, reads the final answer.
+async fn talk<S: Conn>(mut stream: S, request: &[u8], head_request: bool) -> io::Result<Response> {
+    stream.write_all(request).await?;
+    // TLS holds written bytes until a flush. No write-side shutdown: some servers abort an
+    // answer in progress on seeing EOF.
+    stream.flush().await?;
+    read_response(&mut BufConn::new(stream), head_request).await
+}
+
+async fn read_response<S: Conn>(conn: &mut BufConn<S>, head_request: bool) -> io::Result<Response> {
     let (status, reason, headers) = loop {
         let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut parsed = httparse::Response::new(&mut slots);
@@ -594,7 +754,7 @@ async fn read_response(conn: &mut BufConn<TcpStream>, head_request: bool) -> io:
     })
 }
 
-async fn read_chunked(conn: &mut BufConn<TcpStream>) -> io::Result<Vec<u8>> {
+async fn read_chunked<S: Conn>(conn: &mut BufConn<S>) -> io::Result<Vec<u8>> {
     let mut body = Vec::new();
     loop {
         let line = conn.line().await?;
@@ -670,7 +830,7 @@ fn simple_response(status: u16, text: &str) -> Vec<u8> {
 /// Writes the answer, then closes gracefully: write-side shutdown, then drain what the
 /// client still sends (bounded) so the close does not become a reset that could destroy
 /// the answer in flight.
-async fn answer_and_close(mut stream: TcpStream, answer: &[u8], conn: u64) {
+async fn answer_and_close<S: Conn>(mut stream: S, answer: &[u8], conn: u64) {
     let written = tokio::time::timeout(CLIENT_TIMEOUT, async {
         stream.write_all(answer).await?;
         stream.shutdown().await
@@ -703,12 +863,13 @@ async fn answer_and_close(mut stream: TcpStream, answer: &[u8], conn: u64) {
 /// One upstream copy, counted in the stats.
 async fn forward_once(
     upstream: SocketAddr,
+    connector: Option<&TlsConnector>,
     request: &[u8],
     head_request: bool,
     stats: &ProxyStats,
     conn: u64,
 ) -> Option<Response> {
-    match exchange(upstream, request, head_request).await {
+    match exchange(upstream, connector, request, head_request).await {
         Ok(resp) => {
             bump(&stats.forwarded);
             Some(resp)
@@ -721,16 +882,49 @@ async fn forward_once(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn handle_connection(
     stream: TcpStream,
     peer: SocketAddr,
     conn: u64,
     upstream: SocketAddr,
     rates: FaultRates,
+    rng: fastrand::Rng,
+    stats: Arc<ProxyStats>,
+    tls: ProxyTls,
+) {
+    let _ = stream.set_nodelay(true);
+    let connector = tls.connect.as_ref();
+    match &tls.accept {
+        None => handle_stream(stream, peer, conn, upstream, connector, rates, rng, stats).await,
+        Some(acceptor) => {
+            // A handshake that fails (no client certificate, one from another CA) or
+            // stalls ends the connection before any request: nothing to fault.
+            match tokio::time::timeout(CLIENT_TIMEOUT, acceptor.accept(stream)).await {
+                Ok(Ok(stream)) => {
+                    handle_stream(stream, peer, conn, upstream, connector, rates, rng, stats).await
+                }
+                Ok(Err(error)) => {
+                    tracing::debug!(conn, %peer, %error, "chaos proxy: TLS handshake failed");
+                }
+                Err(_) => tracing::debug!(conn, %peer, "chaos proxy: TLS handshake timed out"),
+            }
+        }
+    }
+}
+
+/// One client connection after its TLS handshake, if any: one request, one fault.
+#[allow(clippy::too_many_arguments)]
+async fn handle_stream<S: Conn>(
+    stream: S,
+    peer: SocketAddr,
+    conn: u64,
+    upstream: SocketAddr,
+    connector: Option<&TlsConnector>,
+    rates: FaultRates,
     mut rng: fastrand::Rng,
     stats: Arc<ProxyStats>,
 ) {
-    let _ = stream.set_nodelay(true);
     let mut client = BufConn::new(stream);
     let req = match tokio::time::timeout(CLIENT_TIMEOUT, read_request(&mut client)).await {
         Ok(Ok(Some(req))) => req,
@@ -768,7 +962,8 @@ async fn handle_connection(
                 target,
                 "chaos proxy: resetting the connection"
             );
-            if let Err(error) = client.io.set_zero_linger() {
+            // Under TLS too: the RST comes from the TCP socket, without a close_notify.
+            if let Err(error) = client.io.tcp().set_zero_linger() {
                 tracing::debug!(conn, %error, "chaos proxy: SO_LINGER failed");
             }
             return; // dropped with SO_LINGER 0: RST
@@ -813,7 +1008,7 @@ async fn handle_connection(
             concurrently = decision.duplicate_concurrently,
             "chaos proxy: forwarding the request twice"
         );
-        let once = || forward_once(upstream, &request, head_request, &stats, conn);
+        let once = || forward_once(upstream, connector, &request, head_request, &stats, conn);
         let (first, second) = if decision.duplicate_concurrently {
             tokio::join!(once(), once())
         } else {
@@ -826,7 +1021,7 @@ async fn handle_connection(
             first.or(second)
         }
     } else {
-        forward_once(upstream, &request, head_request, &stats, conn).await
+        forward_once(upstream, connector, &request, head_request, &stats, conn).await
     };
 
     if decision.fault == Fault::DropResponse {
@@ -972,7 +1167,14 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy addr");
         let stats = Arc::new(ProxyStats::default());
-        tokio::spawn(serve(listener, upstream, rates, 42, Arc::clone(&stats)));
+        tokio::spawn(serve(
+            listener,
+            upstream,
+            rates,
+            42,
+            Arc::clone(&stats),
+            ProxyTls::default(),
+        ));
         (addr, stats)
     }
 
@@ -1354,6 +1556,192 @@ mod tests {
                 .all(|d| d.delay.is_none_or(|t| t <= Duration::from_millis(50)))
         );
         assert!(a.iter().all(|d| [500, 502, 503].contains(&d.error_status)));
+    }
+
+    /// A test PKI: a CA and certificates it signs, written as PEM files.
+    struct Pki {
+        dir: tempfile::TempDir,
+        issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    }
+
+    impl Pki {
+        fn new() -> Pki {
+            let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA");
+            params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            let key = rcgen::KeyPair::generate().expect("CA key");
+            let cert = params.self_signed(&key).expect("CA cert");
+            let dir = tempfile::tempdir().expect("temp dir");
+            std::fs::write(dir.path().join("ca.pem"), cert.pem()).expect("write CA");
+            Pki {
+                dir,
+                issuer: rcgen::Issuer::new(params, key),
+            }
+        }
+
+        fn path(&self, file: &str) -> std::path::PathBuf {
+            self.dir.path().join(file)
+        }
+
+        /// `{name}.pem` and `{name}.key` for these subjectAltNames; returns the cert's DER.
+        fn issue(&self, name: &str, sans: &[&str]) -> Vec<u8> {
+            let sans: Vec<String> = sans.iter().map(|s| (*s).to_owned()).collect();
+            let params = rcgen::CertificateParams::new(sans).expect("params");
+            let key = rcgen::KeyPair::generate().expect("key");
+            let cert = params.signed_by(&key, &self.issuer).expect("sign");
+            std::fs::write(self.path(&format!("{name}.pem")), cert.pem()).expect("write cert");
+            std::fs::write(self.path(&format!("{name}.key")), key.serialize_pem())
+                .expect("write key");
+            cert.der().to_vec()
+        }
+    }
+
+    /// What the TLS upstream saw: the client certificate, the Authorization header, the body.
+    type TlsSeen = (Option<Vec<u8>>, Option<String>, Vec<u8>);
+
+    /// A TLS upstream that requires a client certificate under the CA, records what each
+    /// request presented and answers `200` with `echo:` + body.
+    async fn tls_upstream(pki: &Pki) -> (SocketAddr, mpsc::UnboundedReceiver<TlsSeen>) {
+        let acceptor = ProxyTls::server(
+            &pki.path("up.pem"),
+            &pki.path("up.key"),
+            &pki.path("ca.pem"),
+        )
+        .expect("upstream TLS");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let (tx, rx) = mpsc::unbounded_channel();
+        tokio::spawn(async move {
+            while let Ok((tcp, _)) = listener.accept().await {
+                let (acceptor, tx) = (acceptor.clone(), tx.clone());
+                tokio::spawn(async move {
+                    let Ok(stream) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let cert = stream
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|c| c.first())
+                        .map(|c| c.to_vec());
+                    let mut conn = BufConn::new(stream);
+                    let Ok(Some(req)) = read_request(&mut conn).await else {
+                        return;
+                    };
+                    let auth = header(&req.headers, "authorization")
+                        .next()
+                        .map(|v| String::from_utf8_lossy(v).into_owned());
+                    let mut body = b"echo:".to_vec();
+                    body.extend_from_slice(&req.body);
+                    tx.send((cert, auth, req.body))
+                        .expect("test receiver alive");
+                    let answer = Response {
+                        status: 200,
+                        reason: "OK".into(),
+                        headers: Vec::new(),
+                        body,
+                    };
+                    answer_and_close(conn.io, &render_response(&answer, false), 0).await;
+                });
+            }
+        });
+        (addr, rx)
+    }
+
+    #[tokio::test]
+    async fn tls_both_ways_presents_the_senders_certificate() {
+        let pki = Pki::new();
+        pki.issue("up", &["127.0.0.1", "localhost"]);
+        pki.issue("px", &["127.0.0.1", "localhost"]);
+        pki.issue("client", &["client.example"]);
+        let sender = pki.issue("sender", &["sender.example"]);
+        let (up, mut seen) = tls_upstream(&pki).await;
+        let tls = ProxyTls {
+            accept: Some(
+                ProxyTls::server(
+                    &pki.path("px.pem"),
+                    &pki.path("px.key"),
+                    &pki.path("ca.pem"),
+                )
+                .expect("proxy server TLS"),
+            ),
+            connect: Some(
+                ProxyTls::client(
+                    &pki.path("ca.pem"),
+                    Some((&pki.path("sender.pem"), &pki.path("sender.key"))),
+                )
+                .expect("proxy client TLS"),
+            ),
+        };
+        let start = |rates: FaultRates| {
+            let tls = tls.clone();
+            async move {
+                let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+                let addr = listener.local_addr().expect("proxy addr");
+                let stats = Arc::new(ProxyStats::default());
+                tokio::spawn(serve(listener, up, rates, 7, Arc::clone(&stats), tls));
+                (addr, stats)
+            }
+        };
+        let ca =
+            reqwest::Certificate::from_pem(&std::fs::read(pki.path("ca.pem")).expect("read CA"))
+                .expect("CA");
+        let mut identity = std::fs::read(pki.path("client.pem")).expect("client cert");
+        identity.extend(std::fs::read(pki.path("client.key")).expect("client key"));
+        let identity = reqwest::Identity::from_pem(&identity).expect("identity");
+        let with_cert = reqwest::Client::builder()
+            .no_proxy()
+            .tls_certs_only([ca.clone()])
+            .identity(identity)
+            .build()
+            .expect("client");
+
+        let (px, stats) = start(FaultRates::default()).await;
+        let resp = with_cert
+            .post(format!("https://127.0.0.1:{}/wsr/default", px.port()))
+            .basic_auth("gateway-a", Some("secret"))
+            .body("hello")
+            .send()
+            .await
+            .expect("request through the TLS proxy");
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.text().await.expect("body"), "echo:hello");
+        let (cert, auth, body) = seen.recv().await.expect("upstream saw it");
+        // The upstream sees the sender's certificate, not the client's or the proxy's, and
+        // the credentials unchanged.
+        assert_eq!(cert.as_deref(), Some(sender.as_slice()));
+        assert_eq!(auth.as_deref(), Some("Basic Z2F0ZXdheS1hOnNlY3JldA=="));
+        assert_eq!(body, b"hello");
+        assert_eq!(count(&stats.forwarded), 1);
+
+        // Without a client certificate the proxy refuses the handshake: nothing forwarded.
+        let without_cert = reqwest::Client::builder()
+            .no_proxy()
+            .tls_certs_only([ca.clone()])
+            .build()
+            .expect("client");
+        let refused = without_cert
+            .post(format!("https://127.0.0.1:{}/wsr/default", px.port()))
+            .body("nobody")
+            .send()
+            .await;
+        assert!(refused.is_err(), "{refused:?}");
+        assert!(seen.try_recv().is_err());
+        assert_eq!(count(&stats.requests), 1);
+
+        // The reset fault still reaches the TCP socket under TLS.
+        let (px, stats) = start(FaultRates {
+            reset: 1.0,
+            ..FaultRates::default()
+        })
+        .await;
+        let reset = with_cert
+            .post(format!("https://127.0.0.1:{}/wsr/default", px.port()))
+            .body("x")
+            .send()
+            .await;
+        assert!(reset.is_err(), "{reset:?}");
+        assert_eq!(count(&stats.resets), 1);
+        assert!(seen.try_recv().is_err());
     }
 
     #[test]
