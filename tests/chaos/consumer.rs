@@ -18,7 +18,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 
 #[derive(Debug, clap::Args)]
 pub struct ConsumeArgs {
-    /// B's base URL, e.g. http://127.0.0.1:8081
+    /// B's base URL, e.g. https://127.0.0.1:8081
     #[arg(long)]
     pub url: String,
     #[arg(long)]
@@ -37,6 +37,9 @@ pub struct ConsumeArgs {
     /// between processing and settling.
     #[arg(long, default_value_t = 100)]
     pub work_ms: u64,
+    /// The PEM CA that B's certificate chains to (the run's); the only one trusted.
+    #[arg(long)]
+    pub ca: PathBuf,
 }
 
 /// The application database: what the checker reads as "processed".
@@ -112,9 +115,8 @@ fn delivery_of(m: &Value) -> Result<Delivery> {
 
 pub async fn consume(args: ConsumeArgs) -> Result<()> {
     let db = open_app_db(&args.app_db).await?;
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(15))
-        .build()?;
+    let ca = std::fs::read(&args.ca).with_context(|| format!("read {}", args.ca.display()))?;
+    let http = crate::run::https_client(&ca, Duration::from_secs(15))?;
     let api = format!("{}/api/v1", args.url);
     let auth = format!("Bearer {}", args.token);
     let mut rng = fastrand::Rng::new();

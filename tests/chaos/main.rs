@@ -6,6 +6,7 @@
 //! `wsr-chaos run [--short]` orchestrates; `proxy` and `consume` are the child processes it
 //! starts (itself, with those subcommands).
 
+mod certs;
 mod check;
 mod consumer;
 mod proxy;

@@ -16,6 +16,7 @@ use sqlx::Row;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 
+use crate::certs;
 use crate::check::{self, Facts, Fate, Handed, Planned, Processed, Settled};
 use crate::consumer::{harness_id, open_app_db};
 use crate::proxy::FaultRates;
@@ -319,8 +320,73 @@ fn free_port() -> Result<u16> {
 struct Topology {
     a_url: String,
     b_url: String,
-    /// Where A sends: the proxy in front of B.
-    to_b: String,
+}
+
+/// B's Basic user name for A (B's `[partners.a]`, A's `our_username`).
+const A_USERNAME: &str = "gateway-a";
+
+/// A fresh password for A towards B, written to the file A's config names (not logged).
+fn write_password(dir: &Path) -> Result<(PathBuf, String)> {
+    // Not from the run's seed: the seed is printed.
+    let mut rng = fastrand::Rng::new();
+    let password: String = (0..32).map(|_| rng.alphanumeric()).collect();
+    let path = dir.join("a-to-b.pass");
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        // Readable by the run's user only, from the moment it exists.
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600);
+    }
+    let mut file = options
+        .open(&path)
+        .with_context(|| format!("create {}", path.display()))?;
+    std::io::Write::write_all(&mut file, password.as_bytes())
+        .with_context(|| format!("write {}", path.display()))?;
+    Ok((path, password))
+}
+
+/// The password's PHC hash for B's config, made by the gateway itself (`hash-secret`).
+async fn hash_secret(gateway: &Path, secret: &str) -> Result<String> {
+    let mut child = Command::new(gateway)
+        .arg("hash-secret")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .with_context(|| format!("start {} hash-secret", gateway.display()))?;
+    let mut stdin = child.stdin.take().context("hash-secret's stdin")?;
+    stdin.write_all(secret.as_bytes()).await?;
+    stdin.write_all(b"\n").await?;
+    drop(stdin);
+    let output = child.wait_with_output().await?;
+    if !output.status.success() {
+        bail!(
+            "{} hash-secret failed ({}): {}",
+            gateway.display(),
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        );
+    }
+    let hash = String::from_utf8(output.stdout)
+        .context("hash-secret printed something that is not UTF-8")?
+        .trim()
+        .to_owned();
+    if !hash.starts_with("$argon2") {
+        bail!("hash-secret printed no PHC hash");
+    }
+    Ok(hash)
+}
+
+/// An HTTPS client that trusts only the run's CA (the harness's and consumers' API calls).
+pub fn https_client(ca_pem: &[u8], timeout: Duration) -> Result<reqwest::Client> {
+    let ca = reqwest::Certificate::from_pem(ca_pem).context("the run's CA certificate")?;
+    Ok(reqwest::Client::builder()
+        .tls_certs_only([ca])
+        .timeout(timeout)
+        .build()?)
 }
 
 pub async fn run(args: RunArgs) -> Result<bool> {
@@ -360,38 +426,84 @@ pub async fn run(args: RunArgs) -> Result<bool> {
     let (a_port, b_port, to_b_port, to_a_port) =
         (free_port()?, free_port()?, free_port()?, free_port()?);
     let top = Topology {
-        a_url: format!("http://127.0.0.1:{a_port}"),
-        b_url: format!("http://127.0.0.1:{b_port}"),
-        to_b: format!("http://127.0.0.1:{to_b_port}"),
+        a_url: format!("https://127.0.0.1:{a_port}"),
+        b_url: format!("https://127.0.0.1:{b_port}"),
     };
-    let to_a = format!("http://127.0.0.1:{to_a_port}");
+    // Both gateways talk only through the proxies, over mutual TLS: A → proxy-to-b → B for
+    // messages and polls, B → proxy-to-a → A for callbacks.
+    let to_b = format!("https://127.0.0.1:{to_b_port}");
+    let to_a = format!("https://127.0.0.1:{to_a_port}");
+    let certs = certs::make(&dir.join("certs"))?;
+    let ca_pem = certs.ca_pem()?;
+    let (password_file, password) = write_password(&dir)?;
+    let password_hash = hash_secret(&gateway, &password).await?;
+    drop(password);
+    let path = |p: PathBuf| p.display().to_string();
+    let tls = |name: &str| {
+        format!(
+            "[tls]\ncert_file = {:?}\nkey_file = {:?}\nclient_ca_file = {:?}\n\n",
+            path(certs.cert(name)),
+            path(certs.key(name)),
+            path(certs.ca()),
+        )
+    };
     std::fs::write(
         dir.join("a.toml"),
         format!(
-            "listen = \"127.0.0.1:{a_port}\"\ndatabase = {:?}\npublic_url = {to_a:?}\n\
+            "listen = \"127.0.0.1:{a_port}\"\ndatabase = {:?}\n\
+             # The ReplyTo of A's Callback-pattern messages: B calls back through proxy-to-a.\n\
+             public_url = {to_a:?}\n\
              poll_interval_ms = 500\n\
-             # The harness names B's proxy by URL, on loopback (D15 refuses both by default).\n\
-             allow_url_destinations = true\nallowed_destination_hosts = [\"127.0.0.1\"]\n\
              # B is a wsr-gateway: it keeps delivered IDs an hour past expiry.\n\
-             partner_id_retention_seconds = 3600\n\n[[tokens]]\ntoken = {PRODUCER_TOKEN:?}\n\
-             principal = \"chaos-app\"\nscopes = [\"produce\"]\n",
-            dir.join("a.db").display().to_string()
+             partner_id_retention_seconds = 3600\n\n{}\
+             [[tokens]]\ntoken = {PRODUCER_TOKEN:?}\n\
+             principal = \"chaos-app\"\nscopes = [\"produce\"]\n\n\
+             [partners.b]\n\
+             # B's callbacks arrive through proxy-to-a, which presents B's client certificate.\n\
+             cert_names = [\"gateway-b.example\"]\n\
+             # Messages and polls go to proxy-to-b, which presents A's client certificate; A\n\
+             # adds Basic credentials, which the proxy passes on unchanged.\n\
+             address = \"{to_b}/wsr/default\"\nca_file = {:?}\n\
+             client_cert_file = {:?}\nclient_key_file = {:?}\n\
+             our_username = {A_USERNAME:?}\nour_password_file = {:?}\n",
+            path(dir.join("a.db")),
+            tls("a"),
+            path(certs.ca()),
+            path(certs.cert("a-client")),
+            path(certs.key("a-client")),
+            path(password_file),
         ),
     )?;
     std::fs::write(
         dir.join("b.toml"),
         format!(
             "listen = \"127.0.0.1:{b_port}\"\ndatabase = {:?}\n\
-             callback_endpoints = [\"{to_a}/wsr/_callback\"]\n\
-             callback_retry_initial_ms = 200\ncallback_retry_max_ms = 2000\n\n\
+             callback_retry_initial_ms = 200\ncallback_retry_max_ms = 2000\n\n{}\
+             # Not anonymous: only partner a may post here.\n\
+             [[channels]]\nname = \"default\"\n\n\
              [[tokens]]\ntoken = {CONSUMER_TOKEN:?}\nprincipal = \"chaos-consumer\"\n\
-             scopes = [\"consume\"]\n",
-            dir.join("b.db").display().to_string()
+             scopes = [\"consume\"]\n\n\
+             [partners.a]\nchannels = [\"default\"]\n\
+             # A proves itself twice: Basic, and its client certificate (via proxy-to-b).\n\
+             username = {A_USERNAME:?}\npassword_hash = {password_hash:?}\n\
+             cert_names = [\"gateway-a.example\"]\n\
+             callback_endpoints = [\"{to_a}/wsr/_callback\"]\n\
+             # Callbacks towards A: proxy-to-a's certificate is checked against the CA, and\n\
+             # B presents its own client certificate.\n\
+             ca_file = {:?}\nclient_cert_file = {:?}\nclient_key_file = {:?}\n",
+            path(dir.join("b.db")),
+            tls("b"),
+            path(certs.ca()),
+            path(certs.cert("b-client")),
+            path(certs.key("b-client")),
         ),
     )?;
 
     let rates = serde_json::to_string(&args.rates())?;
-    let proxy_args = |listen: u16, upstream: u16, seed: u64| {
+    // Each proxy terminates TLS (its own certificate; a client certificate required) and
+    // presents the sender's client certificate upstream, so that the receiving gateway
+    // still authenticates the real partner.
+    let proxy_args = |name: &str, listen: u16, upstream: u16, sender: &str, seed: u64| {
         vec![
             "proxy".to_owned(),
             "--listen".into(),
@@ -402,20 +514,44 @@ pub async fn run(args: RunArgs) -> Result<bool> {
             seed.to_string(),
             "--rates".into(),
             rates.clone(),
+            "--tls-cert".into(),
+            path(certs.cert(name)),
+            "--tls-key".into(),
+            path(certs.key(name)),
+            "--tls-client-ca".into(),
+            path(certs.ca()),
+            "--upstream-ca".into(),
+            path(certs.ca()),
+            "--upstream-client-cert".into(),
+            path(certs.cert(sender)),
+            "--upstream-client-key".into(),
+            path(certs.key(sender)),
         ]
     };
     let mut proxies = vec![
         Proc::new(
             "proxy-to-b",
             &me,
-            proxy_args(to_b_port, b_port, settings.seed ^ 1),
+            proxy_args(
+                "proxy-to-b",
+                to_b_port,
+                b_port,
+                "a-client",
+                settings.seed ^ 1,
+            ),
             "listening",
             &dir,
         ),
         Proc::new(
             "proxy-to-a",
             &me,
-            proxy_args(to_a_port, a_port, settings.seed ^ 2),
+            proxy_args(
+                "proxy-to-a",
+                to_a_port,
+                a_port,
+                "b-client",
+                settings.seed ^ 2,
+            ),
             "listening",
             &dir,
         ),
@@ -438,9 +574,7 @@ pub async fn run(args: RunArgs) -> Result<bool> {
         g.start().await?;
     }
 
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(20))
-        .build()?;
+    let http = https_client(&ca_pem, Duration::from_secs(20))?;
     let subscription = create_subscription(&http, &top.b_url).await?;
     let app_db = dir.join("app.db");
     drop(open_app_db(&app_db).await?);
@@ -458,6 +592,8 @@ pub async fn run(args: RunArgs) -> Result<bool> {
                 app_db.display().to_string(),
                 "--name".into(),
                 format!("c{i}"),
+                "--ca".into(),
+                path(certs.ca()),
             ];
             Proc::new(&format!("c{i}"), &me, args, "running", &dir)
         })
@@ -472,15 +608,10 @@ pub async fn run(args: RunArgs) -> Result<bool> {
     let started = Instant::now();
     let mut drivers = tokio::task::JoinSet::new();
     for g in plan.clone() {
-        let (http, top_a, to_b, refused) = (
-            http.clone(),
-            top.a_url.clone(),
-            top.to_b.clone(),
-            refused.clone(),
-        );
+        let (http, top_a, refused) = (http.clone(), top.a_url.clone(), refused.clone());
         let spread = settings.active.mul_f64(0.7);
         let seed = rng.u64(..);
-        drivers.spawn(async move { drive(&http, &top_a, &to_b, &g, spread, seed, &refused).await });
+        drivers.spawn(async move { drive(&http, &top_a, &g, spread, seed, &refused).await });
     }
 
     // Kills, spread over the active period, round-robin over A, B and a random consumer so
@@ -614,7 +745,6 @@ async fn create_subscription(http: &reqwest::Client, b: &str) -> Result<i64> {
 async fn drive(
     http: &reqwest::Client,
     a: &str,
-    to_b: &str,
     g: &GroupPlan,
     spread: Duration,
     seed: u64,
@@ -627,7 +757,8 @@ async fn drive(
         tokio::time::sleep(step.mul_f64(rng.f64() * 2.0)).await;
         let id = hid(g, seq);
         let mut request = json!({
-            "destination": format!("{to_b}/wsr/default"),
+            // The partner by name: A sends to its address with its TLS and credentials.
+            "destination": "b",
             "agreement": {
                 "ack_requested": true,
                 "duplicate_elimination": g.duplicate_elimination,
