@@ -68,6 +68,17 @@ pub struct BenchArgs {
     /// Print one JSON object instead of text.
     #[arg(long)]
     pub json: bool,
+    /// HTTPS: a PEM CA bundle that verifies the gateway (instead of the system roots).
+    #[arg(long)]
+    pub ca_file: Option<std::path::PathBuf>,
+    /// HTTPS: our client certificate chain and key (PEM), for a partner known by certificate.
+    #[arg(long, requires = "client_key")]
+    pub client_cert: Option<std::path::PathBuf>,
+    #[arg(long, requires = "client_cert")]
+    pub client_key: Option<std::path::PathBuf>,
+    /// The Authorization header of every message (a partner's `Basic …` or `Bearer …`).
+    #[arg(long, env = "WSR_BENCH_AUTHORIZATION", hide_env_values = true)]
+    pub authorization: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -193,11 +204,23 @@ struct Shared {
 type Waiters = Arc<Mutex<HashMap<String, oneshot::Sender<Result<(), String>>>>>;
 
 pub async fn run(args: &BenchArgs) -> anyhow::Result<BenchReport> {
-    let client = reqwest::Client::builder()
+    let mut builder = reqwest::Client::builder()
         .pool_max_idle_per_host(args.connections)
-        .timeout(Duration::from_secs(30))
-        .build()
-        .context("cannot build the HTTP client")?;
+        .timeout(Duration::from_secs(30));
+    if let Some(path) = &args.ca_file {
+        let pem = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+        let roots = reqwest::Certificate::from_pem_bundle(&pem)
+            .with_context(|| format!("{} is not a PEM CA bundle", path.display()))?;
+        builder = builder.tls_certs_only(roots);
+    }
+    if let (Some(cert), Some(key)) = (&args.client_cert, &args.client_key) {
+        let mut pem =
+            std::fs::read(cert).with_context(|| format!("cannot read {}", cert.display()))?;
+        pem.extend(std::fs::read(key).with_context(|| format!("cannot read {}", key.display()))?);
+        builder = builder
+            .identity(reqwest::Identity::from_pem(&pem).context("not a PEM certificate and key")?);
+    }
+    let client = builder.build().context("cannot build the HTTP client")?;
     let version = match args.soap.as_str() {
         "1.2" => SoapVersion::Soap12,
         _ => SoapVersion::Soap11,
@@ -352,22 +375,22 @@ fn envelope(shared: &Shared, key: &MessageKey, reply: ReplyPattern, ordered: boo
 
 /// POSTs an envelope; the answer body, or the kind of failure.
 async fn post(shared: &Shared, xml: String) -> Result<(u16, axum::body::Bytes), String> {
-    let answer = shared
+    let mut request = shared
         .client
         .post(&shared.args.url)
-        .header("Content-Type", shared.version.content_type())
-        .body(xml)
-        .send()
-        .await
-        .map_err(|e| {
-            if e.is_timeout() {
-                "timeout".to_owned()
-            } else if e.is_connect() {
-                "connect".to_owned()
-            } else {
-                "transport".to_owned()
-            }
-        })?;
+        .header("Content-Type", shared.version.content_type());
+    if let Some(value) = &shared.args.authorization {
+        request = request.header("Authorization", value);
+    }
+    let answer = request.body(xml).send().await.map_err(|e| {
+        if e.is_timeout() {
+            "timeout".to_owned()
+        } else if e.is_connect() {
+            "connect".to_owned()
+        } else {
+            "transport".to_owned()
+        }
+    })?;
     let status = answer.status().as_u16();
     let body = answer.bytes().await.map_err(|_| "transport".to_owned())?;
     Ok((status, body))

@@ -806,11 +806,9 @@ impl FileConfig {
             let who = format!("token of {}", t.principal);
             let inline = load_secret(
                 &who,
+                base,
                 t.token.as_deref(),
-                t.token_file
-                    .as_deref()
-                    .map(|p| relative_to(base, p))
-                    .as_deref(),
+                t.token_file.as_deref(),
                 t.token_env.as_deref(),
             )?;
             let secret = match (inline, &t.token_hash, &t.token_sha256) {

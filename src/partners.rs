@@ -204,20 +204,16 @@ impl PartnerConfig {
         let requires = features(&self.requires)?;
         let our_password = load_secret(
             &ctx("our_password"),
+            base,
             self.our_password.as_deref(),
-            self.our_password_file
-                .as_deref()
-                .map(|p| relative_to(base, p))
-                .as_deref(),
+            self.our_password_file.as_deref(),
             self.our_password_env.as_deref(),
         )?;
         let our_token = load_secret(
             &ctx("our_token"),
+            base,
             self.our_token.as_deref(),
-            self.our_token_file
-                .as_deref()
-                .map(|p| relative_to(base, p))
-                .as_deref(),
+            self.our_token_file.as_deref(),
             self.our_token_env.as_deref(),
         )?;
         let credentials = match (self.our_username, our_password, our_token) {

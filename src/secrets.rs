@@ -34,14 +34,18 @@ impl std::fmt::Debug for Secret {
     }
 }
 
-/// A secret given inline, in a file (`…_file`, trailing newline removed) or in an environment
-/// variable (`…_env`): at most one of the three. `key` names the setting in errors.
+/// A secret given inline, in a file (`…_file`, trailing newline removed; relative to `base`,
+/// the config file's folder) or in an environment variable (`…_env`): at most one of the
+/// three. `key` names the setting in errors.
 pub fn load_secret(
     key: &str,
+    base: Option<&Path>,
     inline: Option<&str>,
     file: Option<&Path>,
     env: Option<&str>,
 ) -> anyhow::Result<Option<Secret>> {
+    let file = file.map(|p| relative_to(base, p));
+    let file = file.as_deref();
     let given = [inline.is_some(), file.is_some(), env.is_some()];
     if given.iter().filter(|g| **g).count() > 1 {
         bail!("{key}: give at most one of {key}, {key}_file and {key}_env");
@@ -287,12 +291,12 @@ mod tests {
         let dir = tempfile::tempdir().expect("temp dir");
         let file = dir.path().join("s");
         std::fs::write(&file, "from-file\n").expect("write");
-        let s = load_secret("token", None, Some(&file), None).expect("file");
+        let s = load_secret("token", None, None, Some(&file), None).expect("file");
         assert_eq!(s.as_ref().map(Secret::expose), Some("from-file"));
         assert_eq!(format!("{s:?}"), "Some(Secret(…))");
-        assert!(load_secret("token", Some("a"), Some(&file), None).is_err());
-        assert!(load_secret("token", None, None, Some("WSR_SURELY_UNSET_VAR")).is_err());
-        assert!(load_secret("token", Some(""), None, None).is_err());
+        assert!(load_secret("token", None, Some("a"), Some(&file), None).is_err());
+        assert!(load_secret("token", None, None, None, Some("WSR_SURELY_UNSET_VAR")).is_err());
+        assert!(load_secret("token", None, Some(""), None, None).is_err());
         assert!(
             load_secret("token", None, None, None)
                 .expect("none")

@@ -1,10 +1,11 @@
 #!/bin/sh
-# Makes the test CA and the four certificates the pair uses, in ./certs (openssl 1.1.1+).
-# Server certificates name 127.0.0.1 and localhost; client certificates name the gateway.
+# Makes the test CA and the four certificates the pair uses (openssl 1.1.1+), in the folder
+# given (default: certs/ beside this script). Server certificates name 127.0.0.1 and
+# localhost; client certificates name their gateway.
 set -eu
-cd "$(dirname "$0")"
-mkdir -p certs
-cd certs
+out="${1:-$(dirname "$0")/certs}"
+mkdir -p "$out"
+cd "$out"
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 365 \
   -subj "/CN=wsr-gateway example CA" -keyout ca.key -out ca.pem 2>/dev/null
 issue() { # name subjectAltName

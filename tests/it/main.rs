@@ -7,6 +7,7 @@ mod bounded;
 mod chaos;
 mod crash;
 mod delivery;
+mod example_pair;
 mod health;
 mod hostile;
 mod interop;

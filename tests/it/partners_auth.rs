@@ -215,35 +215,30 @@ async fn a_reply_pattern_nobody_offers_is_a_synchronous_fault() {
     let app = gateway().await;
     let acme = basic("acme", ACME_PASSWORD);
     let callback = ReplyPattern::Callback(ReplyTo::bare("http://127.0.0.1:9/cb"));
-    // The channel offers only Response: a Callback message's fault cannot go by callback.
-    let (status, _, body) = post_as(
-        &app,
-        "billing",
-        Some(&acme),
-        singleton("mid:cb-1@test", callback),
-    )
-    .await;
-    assert_eq!(status, 500, "{body}");
-    assert!(body.contains("FeatureNotSupported"), "{body}");
-    // The channel offers Poll, but acme's own agreement does not.
-    let (status, _, body) = post_as(
-        &app,
-        "orders",
-        Some(&acme),
-        singleton("mid:poll-1@test", ReplyPattern::Poll),
-    )
-    .await;
-    assert_eq!(status, 500, "{body}");
-    assert!(body.contains("FeatureNotSupported"), "{body}");
-    // globex has no agreement of its own: the channel's Poll is fine.
-    let (status, _, body) = post_as(
-        &app,
-        "orders",
-        Some(&format!("Bearer {GLOBEX_TOKEN}")),
-        singleton("mid:poll-2@test", ReplyPattern::Poll),
-    )
-    .await;
-    assert_eq!(status, 202, "{body}");
+    let globex = format!("Bearer {GLOBEX_TOKEN}");
+    let cases = [
+        // The channel offers only Response: a Callback message's fault cannot go by callback.
+        ("billing", &acme, "mid:cb-1@test", callback, 500),
+        // The channel offers Poll, but acme's own agreement does not.
+        ("orders", &acme, "mid:poll-1@test", ReplyPattern::Poll, 500),
+        // globex has no agreement of its own: the channel's Poll is fine.
+        (
+            "orders",
+            &globex,
+            "mid:poll-2@test",
+            ReplyPattern::Poll,
+            202,
+        ),
+    ];
+    for (channel, auth, group, pattern, expected) in cases {
+        let (status, _, body) = post_as(&app, channel, Some(auth), singleton(group, pattern)).await;
+        assert_eq!(status, expected, "{group}: {body}");
+        assert_eq!(
+            body.contains("FeatureNotSupported"),
+            expected == 500,
+            "{body}"
+        );
+    }
     let delivered: Vec<String> = app
         .inbox()
         .await
