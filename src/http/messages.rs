@@ -231,6 +231,7 @@ pub async fn submit(
     let submission = Submission {
         id: new_id(now),
         destination,
+        partner: partner.map(|p| p.name.clone()).unwrap_or_default(),
         group_id,
         sequenced,
         last: req.group.as_ref().is_some_and(|g| g.last),
@@ -445,6 +446,7 @@ pub async fn events(
 /// `POST /wsr/_callback`: acks and faults partners send for our Callback-pattern messages.
 pub async fn callback(
     State(app): State<AppState>,
+    caller: Option<axum::Extension<crate::partners::Caller>>,
     headers: HeaderMap,
     SoapBody(body): SoapBody,
 ) -> Response {
@@ -462,7 +464,10 @@ pub async fn callback(
             None,
         );
     };
-    let source = ReplySource::Callback;
+    let partners = callback_partners(&app, caller.map(|c| c.0).unwrap_or_default());
+    let source = ReplySource::Callback {
+        partners: &partners,
+    };
     match app
         .store
         .apply_replies(&response.replies, source, app.clock.now())
@@ -481,6 +486,24 @@ pub async fn callback(
     }
 }
 
+/// Whose messages a callback caller may settle (D14): an authenticated partner only its own;
+/// an anonymous caller those sent to URL destinations ("") and to partners that cannot
+/// authenticate (they can only ever call in anonymously) — never a credentialed partner's.
+fn callback_partners(app: &AppState, caller: crate::partners::Caller) -> Vec<String> {
+    match caller.partner {
+        Some(partner) => vec![partner],
+        None => std::iter::once(String::new())
+            .chain(
+                app.config
+                    .partners
+                    .iter()
+                    .filter(|p| !p.inbound.has_credentials())
+                    .map(|p| p.name.clone()),
+            )
+            .collect(),
+    }
+}
+
 /// The JSON view of an outbound message (API answers, notify webhooks).
 pub fn message_json(m: &OutMessage) -> Value {
     let (fault, reason) = match &m.outbound.state {
@@ -493,6 +516,7 @@ pub fn message_json(m: &OutMessage) -> Value {
         "group_id": m.group_id.as_str(),
         "number": m.number,
         "destination": m.destination,
+        "partner": m.partner,
         "reply_pattern": m.reply,
         "soap_version": if m.version == SoapVersion::Soap12 { "1.2" } else { "1.1" },
         "state": m.outbound.state.name(),

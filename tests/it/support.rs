@@ -249,7 +249,7 @@ impl TestApp {
 
     pub async fn register_callback(&self, url: &str) {
         self.store
-            .add_endpoint(Endpoints::Callback, url, Utc::now())
+            .add_endpoint(Endpoints::Callback, None, url, Utc::now())
             .await
             .expect("register endpoint");
     }
