@@ -231,7 +231,13 @@ pub async fn remove_endpoint(
             ));
         }
     };
-    endpoint_partner(&app, kind, partner.as_deref())?;
+    // Any partner name: a partner removed from the configuration may leave registrations.
+    if kind == Endpoints::Push && partner.is_some() {
+        return Err(Problem::field(
+            "partner",
+            "push endpoints belong to no partner".into(),
+        ));
+    }
     if app
         .store
         .remove_endpoint(kind, partner.as_deref(), &url)

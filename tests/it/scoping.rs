@@ -24,6 +24,7 @@ use super::support::{
 const GROUP: &str = "mid:shared@partners";
 const PRODUCER: &str = "producer-token-000000001";
 const CONSUMER: &str = "consumer-token-000000002";
+const ADMIN: &str = "operator-token-000000003";
 
 /// POSTs `xml` to `path` as `partner` (`None`: anonymous), the way the guard will hand it on.
 async fn post_as(app: &TestApp, partner: Option<&str>, path: &str, xml: String) -> Answer {
@@ -107,12 +108,20 @@ async fn gateway() -> TestApp {
     spawn_app_with(|c| {
         // Answer at once instead of holding a buffered message's request.
         c.hold = std::time::Duration::ZERO;
-        c.tokens = vec![token(CONSUMER, "reader", Scope::Consume)];
-        c.partners.insert(credentialed("alpha", None));
+        c.tokens = vec![
+            token(CONSUMER, "reader", Scope::Consume),
+            token(ADMIN, "operator", Scope::Admin),
+        ];
+        let mut alpha = credentialed("alpha", None);
+        alpha.inbound.callback_endpoints = vec![CONFIGURED_CALLBACK.into()];
+        c.partners.insert(alpha);
         c.partners.insert(credentialed("beta", None));
     })
     .await
 }
+
+/// alpha's `inbound.callback_endpoints` in the configuration.
+const CONFIGURED_CALLBACK: &str = "http://127.0.0.1:9/alpha-configured";
 
 /// The replies of an answer's wsrm:Response (none without one).
 fn replies(answer: &Answer) -> Vec<Reply> {
@@ -335,6 +344,10 @@ async fn a_partner_may_name_only_its_own_callback_endpoints() {
             .await
             .expect("read")
     );
+    // A partner's configured endpoints are registered for it alone at startup.
+    let configured = |p: &'static str| app.store.is_callback_endpoint(p, CONFIGURED_CALLBACK);
+    assert!(configured("alpha").await.expect("read"));
+    assert!(!configured("").await.expect("read"));
     let callback = |partner: Option<&'static str>| {
         let xml = message(
             &app,
@@ -666,4 +679,68 @@ async fn scratch_group_state() -> String {
         .expect("group");
     app.stop().await;
     wsr_gateway::store::group_json::encode(&state)
+}
+
+#[tokio::test]
+async fn the_admin_api_registers_lists_and_removes_a_partners_callback_endpoints() {
+    let app = gateway().await;
+    let url = "http://127.0.0.1:9/alpha-cb";
+    let call = |method: reqwest::Method, body: Value| {
+        app.client
+            .request(method, app.url("/api/v1/callback-endpoints"))
+            .bearer_auth(ADMIN)
+            .json(&body)
+            .send()
+    };
+    let status = |r: reqwest::Response| r.status().as_u16();
+    let post = call(
+        reqwest::Method::POST,
+        json!({ "url": url, "partner": "alpha" }),
+    );
+    assert_eq!(status(post.await.expect("answer")), 201);
+    let unknown = call(
+        reqwest::Method::POST,
+        json!({ "url": url, "partner": "nobody" }),
+    );
+    assert_eq!(status(unknown.await.expect("answer")), 400, "not a partner");
+    assert!(
+        app.store
+            .is_callback_endpoint("alpha", url)
+            .await
+            .expect("read")
+    );
+    assert!(!app.store.is_callback_endpoint("", url).await.expect("read"));
+    let listed: Value = app
+        .client
+        .get(app.url("/api/v1/callback-endpoints"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .expect("answer")
+        .json()
+        .await
+        .expect("json");
+    assert_eq!(listed["endpoints"], json!([url, CONFIGURED_CALLBACK]));
+    assert_eq!(
+        listed["registrations"],
+        json!([
+            { "partner": "alpha", "url": url },
+            { "partner": "alpha", "url": CONFIGURED_CALLBACK },
+        ])
+    );
+    // Without a partner, the anonymous callers' registration is meant: there is none.
+    let anonymous = call(reqwest::Method::DELETE, json!({ "url": url }));
+    assert_eq!(status(anonymous.await.expect("answer")), 404);
+    let alpha = call(
+        reqwest::Method::DELETE,
+        json!({ "url": url, "partner": "alpha" }),
+    );
+    assert_eq!(status(alpha.await.expect("answer")), 204);
+    assert!(
+        !app.store
+            .is_callback_endpoint("alpha", url)
+            .await
+            .expect("read")
+    );
+    app.stop().await;
 }
