@@ -61,17 +61,28 @@ impl App {
         })
         .await
         .with_context(|| format!("cannot open the store at {}", config.database.display()))?;
+        // The global callback list is for anonymous callers; each partner's own list is for
+        // that partner alone (a partner may name only its own endpoints, D14).
         let registered = [
-            (Endpoints::Callback, &config.callback_endpoints),
-            (Endpoints::Push, &config.delivery.push_endpoints),
-        ];
-        for (kind, urls) in registered {
+            (Endpoints::Callback, None, &config.callback_endpoints),
+            (Endpoints::Push, None, &config.delivery.push_endpoints),
+        ]
+        .into_iter()
+        .chain(config.partners.iter().map(|p| {
+            (
+                Endpoints::Callback,
+                Some(p.name.as_str()),
+                &p.inbound.callback_endpoints,
+            )
+        }));
+        for (kind, partner, urls) in registered {
             for url in urls {
                 store
-                    .add_endpoint(kind, url, clock.now())
+                    .add_endpoint(kind, partner, url, clock.now())
                     .await
-                    .with_context(|| {
-                        format!("cannot register the configured {kind:?} endpoints")
+                    .with_context(|| match partner {
+                        None => format!("cannot register the configured {kind:?} endpoints"),
+                        Some(p) => format!("cannot register partner {p}'s callback endpoints"),
                     })?;
             }
         }
@@ -113,6 +124,12 @@ impl App {
     /// The store, for inspection and test hooks.
     pub fn store(&self) -> &Store {
         &self.state.store
+    }
+
+    /// The routes over this gateway's state, for driving in-process with `oneshot` (tests
+    /// insert the request extensions a guard would, such as `partners::Caller`).
+    pub fn router(&self) -> axum::Router {
+        http::router(self.state.clone())
     }
 
     /// Serves until `shutdown` completes; requests in flight are answered before it returns.

@@ -18,6 +18,7 @@ mod perimeter;
 mod receiver;
 mod roundtrip;
 mod schema;
+mod scoping;
 mod sender;
 mod support;
 mod valid;
