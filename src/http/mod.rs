@@ -3,11 +3,13 @@
 //! `/healthz` and `/readyz`.
 
 mod admin;
+mod forwarded;
 pub mod messages;
 pub mod serve;
 pub mod soap;
 pub mod streams;
 mod subscriptions;
+pub mod tls;
 mod wsr;
 
 use std::sync::Arc;
