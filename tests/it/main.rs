@@ -18,4 +18,5 @@ mod roundtrip;
 mod schema;
 mod sender;
 mod support;
+mod tls;
 mod valid;
