@@ -543,3 +543,23 @@ async fn sighup_reloads_the_certificate_of_a_running_gateway() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+#[tokio::test]
+async fn an_idle_tls_connection_is_closed_like_a_plain_one() {
+    let pki = TestPki::new();
+    pki.write_server(&pki.server_cert());
+    let app = TlsApp::start(&pki, |c| {
+        c.perimeter.idle_timeout = Duration::from_millis(300)
+    })
+    .await;
+    let mut stream = connect(app.addr, client_config(&pki, both_versions(), None))
+        .await
+        .expect("handshake");
+    health(&mut stream).await.expect("answer");
+    let mut buf = [0u8; 64];
+    let closed = tokio::time::timeout(BOUND, stream.read(&mut buf))
+        .await
+        .expect("closed within the bound");
+    // EOF, or a reset: either way no more bytes.
+    assert!(matches!(closed, Ok(0) | Err(_)), "{closed:?}");
+}
