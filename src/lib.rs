@@ -45,6 +45,7 @@ pub struct App {
     listener: TcpListener,
     addr: SocketAddr,
     state: AppState,
+    tls: Option<http::tls::Tls>,
 }
 
 impl App {
@@ -92,20 +93,34 @@ impl App {
                 .await
                 .context("cannot read the receipt key")?,
         ));
+        // Before binding: a certificate that cannot be used stops the start with its reason.
+        let tls = config
+            .tls
+            .as_ref()
+            .map(|files| {
+                let pinned = config
+                    .partners
+                    .iter()
+                    .flat_map(|p| p.inbound.cert_sha256.iter().cloned())
+                    .collect();
+                http::tls::Tls::new(files, pinned).context("cannot set up TLS on the listener")
+            })
+            .transpose()?;
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("cannot listen on {}", config.listen))?;
         let addr = listener
             .local_addr()
             .context("listener has no local address")?;
-        let base = config
-            .public_url
-            .clone()
-            .unwrap_or_else(|| format!("http://{addr}"));
+        let base = config.public_url.clone().unwrap_or_else(|| {
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            format!("{scheme}://{addr}")
+        });
         let callback_url = format!("{}/wsr/_callback", base.trim_end_matches('/'));
         Ok(App {
             listener,
             addr,
+            tls,
             state: AppState {
                 store,
                 config: Arc::new(config),
@@ -119,6 +134,12 @@ impl App {
 
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// Reloads the listener's certificate (SIGHUP in `main`, tests); `None` without TLS.
+    /// It stays usable while `run_until` serves.
+    pub fn tls_reloader(&self) -> Option<http::tls::TlsReloader> {
+        self.tls.as_ref().map(http::tls::Tls::reloader)
     }
 
     /// The store, for inspection and test hooks.
@@ -186,12 +207,22 @@ impl App {
             state.clock.clone(),
             state.config.limits.max_bytes,
         ));
-        let perimeter = state.config.perimeter.clone();
+        if let (Some(tls), Some(files)) = (&self.tls, &state.config.tls)
+            && files.reload_check_seconds > 0
+        {
+            let every = Duration::from_secs(files.reload_check_seconds);
+            background.spawn(tls.reloader().watch_files(every));
+        }
+        let edge = http::serve::Edge {
+            perimeter: state.config.perimeter.clone(),
+            tls: self.tls,
+            trusted_proxy: state.config.trusted_proxy.clone(),
+        };
         let store = state.store.clone();
         http::serve::serve(
             self.listener,
             http::router(state),
-            perimeter,
+            edge,
             shutdown,
             SHUTDOWN_GRACE,
         )

@@ -21,4 +21,5 @@ mod schema;
 mod scoping;
 mod sender;
 mod support;
+mod tls;
 mod valid;
