@@ -791,14 +791,15 @@ impl FileConfig {
                 anonymous_channels.insert("default".to_owned());
             }
         }
-        if !loopback && !self.allow_anonymous_beyond_loopback {
-            if let Some(c) = anonymous_channels.first() {
-                bail!(
-                    "channel {c} is anonymous but the listener {} is not loopback: give its \
-                     partners credentials, or set allow_anonymous_beyond_loopback = true",
-                    self.listen
-                );
-            }
+        if !loopback
+            && !self.allow_anonymous_beyond_loopback
+            && let Some(c) = anonymous_channels.first()
+        {
+            bail!(
+                "channel {c} is anonymous but the listener {} is not loopback: give its \
+                 partners credentials, or set allow_anonymous_beyond_loopback = true",
+                self.listen
+            );
         }
         let verifier = Verifier::default();
         let mut tokens = Vec::new();
@@ -850,14 +851,14 @@ impl FileConfig {
                     .check(&name, base, &channel_names)?,
                 _ => bail!("partners.{name}: give a URL or a [partners.{name}] table"),
             };
-            if let Some(agreement) = &partner.outbound.agreement {
-                if !self.agreements.contains_key(agreement) {
-                    bail!("partner {name}: agreement: there is no agreement {agreement:?}");
-                }
+            if let Some(agreement) = &partner.outbound.agreement
+                && !self.agreements.contains_key(agreement)
+            {
+                bail!("partner {name}: agreement: there is no agreement {agreement:?}");
             }
             partners.push(partner);
         }
-        for (name, _) in &channels {
+        for name in channels.keys() {
             let used = anonymous_channels.contains(name)
                 || partners.iter().any(|p| p.inbound.channels.contains(name));
             if !used {

@@ -45,6 +45,7 @@ pub struct App {
     listener: TcpListener,
     addr: SocketAddr,
     state: AppState,
+    tls: Option<http::tls::Tls>,
 }
 
 impl App {
@@ -61,17 +62,28 @@ impl App {
         })
         .await
         .with_context(|| format!("cannot open the store at {}", config.database.display()))?;
+        // The global callback list is for anonymous callers; each partner's own list is for
+        // that partner alone (a partner may name only its own endpoints, D14).
         let registered = [
-            (Endpoints::Callback, &config.callback_endpoints),
-            (Endpoints::Push, &config.delivery.push_endpoints),
-        ];
-        for (kind, urls) in registered {
+            (Endpoints::Callback, None, &config.callback_endpoints),
+            (Endpoints::Push, None, &config.delivery.push_endpoints),
+        ]
+        .into_iter()
+        .chain(config.partners.iter().map(|p| {
+            (
+                Endpoints::Callback,
+                Some(p.name.as_str()),
+                &p.inbound.callback_endpoints,
+            )
+        }));
+        for (kind, partner, urls) in registered {
             for url in urls {
                 store
-                    .add_endpoint(kind, url, clock.now())
+                    .add_endpoint(kind, partner, url, clock.now())
                     .await
-                    .with_context(|| {
-                        format!("cannot register the configured {kind:?} endpoints")
+                    .with_context(|| match partner {
+                        None => format!("cannot register the configured {kind:?} endpoints"),
+                        Some(p) => format!("cannot register partner {p}'s callback endpoints"),
                     })?;
             }
         }
@@ -81,20 +93,34 @@ impl App {
                 .await
                 .context("cannot read the receipt key")?,
         ));
+        // Before binding: a certificate that cannot be used stops the start with its reason.
+        let tls = config
+            .tls
+            .as_ref()
+            .map(|files| {
+                let pinned = config
+                    .partners
+                    .iter()
+                    .flat_map(|p| p.inbound.cert_sha256.iter().cloned())
+                    .collect();
+                http::tls::Tls::new(files, pinned).context("cannot set up TLS on the listener")
+            })
+            .transpose()?;
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("cannot listen on {}", config.listen))?;
         let addr = listener
             .local_addr()
             .context("listener has no local address")?;
-        let base = config
-            .public_url
-            .clone()
-            .unwrap_or_else(|| format!("http://{addr}"));
+        let base = config.public_url.clone().unwrap_or_else(|| {
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            format!("{scheme}://{addr}")
+        });
         let callback_url = format!("{}/wsr/_callback", base.trim_end_matches('/'));
         Ok(App {
             listener,
             addr,
+            tls,
             state: AppState {
                 store,
                 config: Arc::new(config),
@@ -110,9 +136,21 @@ impl App {
         self.addr
     }
 
+    /// Reloads the listener's certificate (SIGHUP in `main`, tests); `None` without TLS.
+    /// It stays usable while `run_until` serves.
+    pub fn tls_reloader(&self) -> Option<http::tls::TlsReloader> {
+        self.tls.as_ref().map(http::tls::Tls::reloader)
+    }
+
     /// The store, for inspection and test hooks.
     pub fn store(&self) -> &Store {
         &self.state.store
+    }
+
+    /// The routes over this gateway's state, for driving in-process with `oneshot` (tests
+    /// insert the request extensions a guard would, such as `partners::Caller`).
+    pub fn router(&self) -> axum::Router {
+        http::router(self.state.clone())
     }
 
     /// Serves until `shutdown` completes; requests in flight are answered before it returns.
@@ -169,12 +207,22 @@ impl App {
             state.clock.clone(),
             state.config.limits.max_bytes,
         ));
-        let perimeter = state.config.perimeter.clone();
+        if let (Some(tls), Some(files)) = (&self.tls, &state.config.tls)
+            && files.reload_check_seconds > 0
+        {
+            let every = Duration::from_secs(files.reload_check_seconds);
+            background.spawn(tls.reloader().watch_files(every));
+        }
+        let edge = http::serve::Edge {
+            perimeter: state.config.perimeter.clone(),
+            tls: self.tls,
+            trusted_proxy: state.config.trusted_proxy.clone(),
+        };
         let store = state.store.clone();
         http::serve::serve(
             self.listener,
             http::router(state),
-            perimeter,
+            edge,
             shutdown,
             SHUTDOWN_GRACE,
         )

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use wsr_gateway::bench::BenchArgs;
+use wsr_gateway::http::tls::TlsReloader;
 use wsr_gateway::{App, Config};
 
 #[derive(Parser)]
@@ -56,32 +57,56 @@ enum Command {
     },
 }
 
-/// Completes at SIGTERM (systemd, containers) or SIGINT (Ctrl-C): both drain the gateway.
-/// SIGHUP is ignored, not fatal: the configuration is read only at start.
+/// The signals `serve` answers, installed before the gateway says it listens so that none
+/// sent after that line takes the default action (which kills).
 #[cfg(unix)]
-fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = ()> + Send + 'static> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut terminate = signal(SignalKind::terminate()).context("cannot handle SIGTERM")?;
-    let mut interrupt = signal(SignalKind::interrupt()).context("cannot handle SIGINT")?;
-    let mut hangup = signal(SignalKind::hangup()).context("cannot handle SIGHUP")?;
-    Ok(async move {
+struct Signals {
+    terminate: tokio::signal::unix::Signal,
+    interrupt: tokio::signal::unix::Signal,
+    hangup: tokio::signal::unix::Signal,
+}
+
+#[cfg(unix)]
+impl Signals {
+    fn install() -> anyhow::Result<Signals> {
+        use tokio::signal::unix::{SignalKind, signal};
+        Ok(Signals {
+            terminate: signal(SignalKind::terminate()).context("cannot handle SIGTERM")?,
+            interrupt: signal(SignalKind::interrupt()).context("cannot handle SIGINT")?,
+            hangup: signal(SignalKind::hangup()).context("cannot handle SIGHUP")?,
+        })
+    }
+
+    /// Completes at SIGTERM (systemd, containers) or SIGINT (Ctrl-C): both drain the gateway.
+    /// SIGHUP reloads the TLS certificate; the rest of the configuration is read only at start.
+    async fn stopped(mut self, tls: Option<TlsReloader>) {
         loop {
             tokio::select! {
-                _ = terminate.recv() => break tracing::info!("SIGTERM: draining"),
-                _ = interrupt.recv() => break tracing::info!("SIGINT: draining"),
-                _ = hangup.recv() => {
-                    tracing::info!("SIGHUP ignored; restart to reload configuration");
-                }
+                _ = self.terminate.recv() => break tracing::info!("SIGTERM: draining"),
+                _ = self.interrupt.recv() => break tracing::info!("SIGINT: draining"),
+                _ = self.hangup.recv() => match &tls {
+                    Some(tls) => tls.reload_logged(),
+                    None => tracing::info!(
+                        "SIGHUP: no TLS certificate to reload; restart to reload configuration"
+                    ),
+                },
             }
         }
-    })
+    }
 }
 
 #[cfg(not(unix))]
-fn stop_signal() -> anyhow::Result<impl std::future::Future<Output = ()> + Send + 'static> {
-    Ok(async {
+struct Signals;
+
+#[cfg(not(unix))]
+impl Signals {
+    fn install() -> anyhow::Result<Signals> {
+        Ok(Signals)
+    }
+
+    async fn stopped(self, _tls: Option<TlsReloader>) {
         let _ = tokio::signal::ctrl_c().await;
-    })
+    }
 }
 
 #[tokio::main]
@@ -97,10 +122,9 @@ async fn main() -> anyhow::Result<()> {
         Command::Serve { config } => {
             let env = std::env::vars().filter(|(k, _)| k != "WSR_CONFIG");
             let config = Config::load(config.as_deref(), env)?;
-            // The handlers are installed before we say we listen, so that no signal sent
-            // after that line takes the default action (which kills).
-            let stop = stop_signal()?;
+            let signals = Signals::install()?;
             let app = App::build(config).await?;
+            let stop = signals.stopped(app.tls_reloader());
             tracing::info!(addr = %app.local_addr(), "wsr-gateway listening");
             app.run_until(stop)
                 .await

@@ -21,6 +21,7 @@ use crate::wsr::datetime::date_time_string;
 pub fn message_json(e: &InboxEntry) -> Value {
     json!({
         "offset": e.offset,
+        "partner": e.partner,
         "channel": e.channel,
         "topic": e.topic,
         "group_id": e.group_id,

@@ -121,11 +121,30 @@ pub(super) async fn authorize(
 #[derive(Deserialize)]
 pub struct EndpointBody {
     url: String,
+    /// Callback endpoints only: the partner that may name it (absent: anonymous callers).
+    partner: Option<String>,
 }
 
 #[derive(Deserialize)]
 pub struct EndpointQuery {
     url: String,
+    partner: Option<String>,
+}
+
+/// A partner given with an endpoint: only callback endpoints belong to partners, and only to
+/// configured ones (a typo would register an endpoint nobody can use).
+fn endpoint_partner(app: &AppState, kind: Endpoints, partner: Option<&str>) -> Result<(), Problem> {
+    match (kind, partner) {
+        (_, None) => Ok(()),
+        (Endpoints::Push, Some(_)) => Err(Problem::field(
+            "partner",
+            "push endpoints belong to no partner".into(),
+        )),
+        (Endpoints::Callback, Some(name)) if app.config.partners.get(name).is_none() => Err(
+            Problem::field("partner", format!("{name:?} is not a configured partner")),
+        ),
+        (Endpoints::Callback, Some(_)) => Ok(()),
+    }
 }
 
 pub async fn add_endpoint(
@@ -134,16 +153,22 @@ pub async fn add_endpoint(
     Json(body): Json<EndpointBody>,
 ) -> Result<Response, Problem> {
     check_endpoint(&body.url).map_err(|e| Problem::field("url", e.to_string()))?;
+    let partner = body.partner.as_deref();
+    endpoint_partner(&app, kind, partner)?;
     let created = app
         .store
-        .add_endpoint(kind, &body.url, app.clock.now())
+        .add_endpoint(kind, partner, &body.url, app.clock.now())
         .await?;
     let status = if created {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
-    Ok((status, Json(json!({ "url": body.url }))).into_response())
+    let answer = match kind {
+        Endpoints::Callback => json!({ "url": body.url, "partner": partner.unwrap_or("") }),
+        Endpoints::Push => json!({ "url": body.url }),
+    };
+    Ok((status, Json(answer)).into_response())
 }
 
 pub async fn list_endpoints(
@@ -151,7 +176,20 @@ pub async fn list_endpoints(
     State(app): State<AppState>,
 ) -> Result<Json<Value>, Problem> {
     let urls = app.store.endpoints(kind).await?;
-    Ok(Json(json!({ "endpoints": urls })))
+    if kind == Endpoints::Push {
+        return Ok(Json(json!({ "endpoints": urls })));
+    }
+    // Each URL once in `endpoints`; who may name it in `registrations` ("" : anonymous).
+    let registrations: Vec<Value> = app
+        .store
+        .callback_endpoints()
+        .await?
+        .into_iter()
+        .map(|(partner, url)| json!({ "partner": partner, "url": url }))
+        .collect();
+    Ok(Json(
+        json!({ "endpoints": urls, "registrations": registrations }),
+    ))
 }
 
 /// `DELETE …?url=…`, or with the URL in a JSON body `{"url": …}` (for URLs too long for a
@@ -164,21 +202,21 @@ pub async fn remove_endpoint(
 ) -> Result<StatusCode, Problem> {
     let from_query = match uri.query() {
         None | Some("") => None,
-        Some(_) => Some(
-            Query::<EndpointQuery>::try_from_uri(&uri)
+        Some(_) => {
+            let q = Query::<EndpointQuery>::try_from_uri(&uri)
                 .map_err(|e| Problem::field("url", e.body_text()))?
-                .0
-                .url,
-        ),
+                .0;
+            Some((q.url, q.partner))
+        }
     };
     let from_body = if body.is_empty() {
         None
     } else {
         let body: EndpointBody =
             serde_json::from_slice(&body).map_err(|e| Problem::field("body", e.to_string()))?;
-        Some(body.url)
+        Some((body.url, body.partner))
     };
-    let url = match (from_query, from_body) {
+    let (url, partner) = match (from_query, from_body) {
         (Some(q), Some(b)) if q != b => {
             return Err(Problem::field(
                 "url",
@@ -193,7 +231,18 @@ pub async fn remove_endpoint(
             ));
         }
     };
-    if app.store.remove_endpoint(kind, &url).await? {
+    // Any partner name: a partner removed from the configuration may leave registrations.
+    if kind == Endpoints::Push && partner.is_some() {
+        return Err(Problem::field(
+            "partner",
+            "push endpoints belong to no partner".into(),
+        ));
+    }
+    if app
+        .store
+        .remove_endpoint(kind, partner.as_deref(), &url)
+        .await?
+    {
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(Problem(
@@ -207,7 +256,15 @@ pub async fn remove_endpoint(
 #[derive(Deserialize)]
 pub struct Page {
     after: Option<String>,
+    /// The partner of the `after` group ("" when absent: anonymous callers' groups).
+    after_partner: Option<String>,
     limit: Option<i64>,
+}
+
+#[derive(Deserialize)]
+pub struct GroupQuery {
+    /// Whose group (absent: an anonymous caller's).
+    partner: Option<String>,
 }
 
 fn limit(page: &Page) -> i64 {
@@ -218,21 +275,29 @@ pub async fn list_groups(
     State(app): State<AppState>,
     Query(page): Query<Page>,
 ) -> Result<Json<Value>, Problem> {
-    let groups = app
-        .store
-        .groups(page.after.as_deref(), limit(&page))
-        .await?;
-    let next = groups.last().map(|g| g.group_id.as_str().to_owned());
-    let groups: Vec<Value> = groups.iter().map(group_json).collect();
-    Ok(Json(json!({ "groups": groups, "next_after": next })))
+    let after = page
+        .after
+        .as_deref()
+        .map(|g| (page.after_partner.as_deref().unwrap_or(""), g));
+    let groups = app.store.groups(after, limit(&page)).await?;
+    let next = groups.last().map(|(_, g)| g.group_id.as_str().to_owned());
+    let next_partner = groups.last().map(|(p, _)| p.clone());
+    let groups: Vec<Value> = groups.iter().map(|(p, g)| group_json(p, g)).collect();
+    Ok(Json(json!({
+        "groups": groups,
+        "next_after": next,
+        "next_after_partner": next_partner,
+    })))
 }
 
 pub async fn get_group(
     State(app): State<AppState>,
     Path(id): Path<String>,
+    Query(query): Query<GroupQuery>,
 ) -> Result<Json<Value>, Problem> {
-    match app.store.group(&id).await? {
-        Some(g) => Ok(Json(group_json(&g))),
+    let partner = query.partner.unwrap_or_default();
+    match app.store.group(&partner, &id).await? {
+        Some(g) => Ok(Json(group_json(&partner, &g))),
         None => Err(Problem(
             StatusCode::NOT_FOUND,
             "not-found",
@@ -265,7 +330,7 @@ pub async fn read_inbox(
     Ok(Json(json!({ "messages": messages, "next_after": next })))
 }
 
-fn group_json(g: &GroupState) -> Value {
+fn group_json(partner: &str, g: &GroupState) -> Value {
     let delivered: Vec<[u64; 2]> = g.delivered.pairs().iter().map(|&(a, b)| [a, b]).collect();
     let faults: Vec<Value> = g
         .faults
@@ -273,6 +338,7 @@ fn group_json(g: &GroupState) -> Value {
         .map(|(n, c)| json!({ "number": n, "fault": c.local_name() }))
         .collect();
     json!({
+        "partner": partner,
         "group_id": g.group_id.as_str(),
         "channel": g.params.channel,
         "sequenced": g.params.sequenced,

@@ -231,6 +231,7 @@ pub async fn submit(
     let submission = Submission {
         id: new_id(now),
         destination,
+        partner: partner.map(|p| p.name.clone()).unwrap_or_default(),
         group_id,
         sequenced,
         last: req.group.as_ref().is_some_and(|g| g.last),
@@ -445,12 +446,16 @@ pub async fn events(
 /// `POST /wsr/_callback`: acks and faults partners send for our Callback-pattern messages.
 pub async fn callback(
     State(app): State<AppState>,
+    caller: Option<axum::Extension<crate::partners::Caller>>,
+    access: Option<axum::Extension<super::auth::Access>>,
     headers: HeaderMap,
     SoapBody(body): SoapBody,
 ) -> Response {
+    let access = access.map(|a| a.0).unwrap_or_default();
     let env = match read_message(content_type(&headers), &body, &app.config.limits) {
         Ok(env) => env,
         Err(defect) => {
+            access.note(|n| n.verdict = Some(defect.code.local_name().to_owned()));
             return soap::fault(version_hint(&headers), defect.code, &defect.reason, None);
         }
     };
@@ -462,13 +467,29 @@ pub async fn callback(
             None,
         );
     };
-    let source = ReplySource::Callback;
+    let caller = caller.map(|c| c.0).unwrap_or_default();
+    let partners = callback_partners(&app, caller.clone());
+    let source = ReplySource::Callback {
+        partners: &partners,
+    };
     match app
         .store
         .apply_replies(&response.replies, source, app.clock.now())
         .await
     {
-        Ok(_) => soap::accepted(),
+        Ok(settled) => {
+            access.note(|n| n.verdict = Some(format!("{} settled", settled.len())));
+            if settled.is_empty() {
+                // Acks for messages sent to someone else, unknown or already settled: the
+                // caller learns nothing from the answer, the operator learns of it here.
+                tracing::info!(
+                    partner = caller.key(),
+                    statements = response.replies.len(),
+                    "a callback settled nothing (not this caller's messages, or settled already)"
+                );
+            }
+            soap::accepted()
+        }
         Err(e) => {
             crate::store::health::log_store_failure("callback acks not applied", &e);
             soap::fault(
@@ -478,6 +499,24 @@ pub async fn callback(
                 None,
             )
         }
+    }
+}
+
+/// Whose messages a callback caller may settle (D14): an authenticated partner only its own;
+/// an anonymous caller those sent to URL destinations ("") and to partners that cannot
+/// authenticate (they can only ever call in anonymously) — never a credentialed partner's.
+fn callback_partners(app: &AppState, caller: crate::partners::Caller) -> Vec<String> {
+    match caller.partner {
+        Some(partner) => vec![partner],
+        None => std::iter::once(String::new())
+            .chain(
+                app.config
+                    .partners
+                    .iter()
+                    .filter(|p| !p.inbound.has_credentials())
+                    .map(|p| p.name.clone()),
+            )
+            .collect(),
     }
 }
 
@@ -493,6 +532,7 @@ pub fn message_json(m: &OutMessage) -> Value {
         "group_id": m.group_id.as_str(),
         "number": m.number,
         "destination": m.destination,
+        "partner": m.partner,
         "reply_pattern": m.reply,
         "soap_version": if m.version == SoapVersion::Soap12 { "1.2" } else { "1.1" },
         "state": m.outbound.state.name(),

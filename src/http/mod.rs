@@ -4,11 +4,13 @@
 
 mod admin;
 pub mod auth;
+mod forwarded;
 pub mod messages;
 pub mod serve;
 pub mod soap;
 pub mod streams;
 mod subscriptions;
+pub mod tls;
 mod wsr;
 
 use std::sync::Arc;

@@ -11,6 +11,10 @@
 //! for its next request, so it also cuts keep-alive connections that are merely idle and cannot
 //! give a short header timeout with a longer idle timeout. The per-connection `Watch` below
 //! tells the two apart.
+//!
+//! With TLS the handshake runs inside the connection's task, under the same watch: it counts
+//! against the first request's header timeout, so a client that never finishes it is cut
+//! like one that never finishes its head, and holds its connection slot no longer.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -32,7 +36,9 @@ use tokio::task::JoinSet;
 use tokio::time::{Instant, Sleep};
 use tower::ServiceExt as _;
 
-use crate::config::Perimeter;
+use crate::config::{Perimeter, TrustedProxy};
+use crate::http::tls::Tls;
+use crate::partners::ClientCertificate;
 
 /// The most a connection's read buffer may grow to (hyper's default is about 400 KiB): it is
 /// memory per connection outside the body budget, so with `max_connections` it must stay
@@ -42,10 +48,32 @@ const READ_BUFFER_BYTES: usize = 64 * 1024;
 /// What a client is told to wait before retrying a request refused for load.
 const RETRY_AFTER_SECONDS: &str = "1";
 
-/// The address a request came from (the TCP peer), in every request's extensions: the
-/// source that per-source quotas count against.
+/// The address a request came from, in every request's extensions: the TCP peer, or the
+/// client a trusted proxy names (port 0 when it gives none). Per-source quotas count against
+/// it. A request with a client certificate (from the TLS handshake, or a trusted proxy's
+/// header) also carries a `partners::ClientCertificate`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerAddr(pub std::net::SocketAddr);
+
+/// What the listener does besides HTTP: the perimeter's limits, TLS, and which peers are
+/// proxies whose headers say who the client is.
+#[derive(Debug, Clone)]
+pub struct Edge {
+    pub perimeter: Perimeter,
+    /// `None`: plain HTTP.
+    pub tls: Option<Tls>,
+    pub trusted_proxy: Option<TrustedProxy>,
+}
+
+impl From<Perimeter> for Edge {
+    fn from(perimeter: Perimeter) -> Edge {
+        Edge {
+            perimeter,
+            tls: None,
+            trusted_proxy: None,
+        }
+    }
+}
 
 /// Why the perimeter refused a request body; `read_body` turns it into its status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,15 +113,22 @@ pub fn busy(why: &str) -> axum::response::Response {
 pub async fn serve(
     listener: TcpListener,
     router: Router,
-    perimeter: Perimeter,
+    edge: impl Into<Edge>,
     shutdown: impl Future<Output = ()> + Send + 'static,
     grace: Duration,
 ) {
+    let Edge {
+        perimeter,
+        tls,
+        trusted_proxy,
+    } = edge.into();
     let limits = Arc::new(Limits {
         connections: Arc::new(Semaphore::new(perimeter.max_connections)),
         in_flight: Arc::new(Semaphore::new(perimeter.max_requests_in_flight)),
         body_bytes: Arc::new(Semaphore::new(perimeter.max_body_bytes_in_flight)),
         perimeter,
+        tls,
+        trusted_proxy,
     });
     let (stopping, stop) = watch::channel(false);
     let mut connections = JoinSet::new();
@@ -149,9 +184,12 @@ struct Limits {
     in_flight: Arc<Semaphore>,
     body_bytes: Arc<Semaphore>,
     perimeter: Perimeter,
+    tls: Option<Tls>,
+    trusted_proxy: Option<TrustedProxy>,
 }
 
-/// One connection: hyper's HTTP/1.1 with the watchdog beside it.
+/// One connection: the TLS handshake if any, then hyper's HTTP/1.1, with the watchdog beside
+/// both.
 async fn connection(
     stream: TcpStream,
     peer: PeerAddr,
@@ -162,22 +200,73 @@ async fn connection(
 ) {
     let _ = stream.set_nodelay(true);
     let watch = Arc::new(Watch::new());
-    let io = TokioIo::new(Watched {
+    let io = Watched {
         io: stream,
         watch: watch.clone(),
-    });
+    };
+    let Some(tls) = limits.tls.clone() else {
+        return http(io, peer, None, router, limits, watch, stop).await;
+    };
+    let perimeter = &limits.perimeter;
+    let (io, certificate) = tokio::select! {
+        accepted = tls.accept(io) => match accepted {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                tracing::debug!(peer = %peer.0, error = %e, "TLS handshake failed");
+                return;
+            }
+        },
+        why = watch.expired(perimeter.header_timeout, perimeter.idle_timeout) => {
+            tracing::debug!(peer = %peer.0, "closing a connection in its TLS handshake: {why}");
+            return;
+        }
+        // No request is open yet: nothing to finish.
+        _ = stop.wait_for(|s| *s) => return,
+    };
+    http(io, peer, certificate, router, limits, watch, stop).await
+}
+
+/// HTTP/1.1 on one connection until it ends, a timeout cuts it or the drain has closed it.
+async fn http<IO>(
+    io: IO,
+    peer: PeerAddr,
+    certificate: Option<ClientCertificate>,
+    router: Router,
+    limits: Arc<Limits>,
+    watch: Arc<Watch>,
+    mut stop: watch::Receiver<bool>,
+) where
+    IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let service = {
         let watch = watch.clone();
         let limits = limits.clone();
         hyper::service::service_fn(move |mut request: Request<Incoming>| {
-            request.extensions_mut().insert(peer);
+            let (addr, certificate) = crate::http::forwarded::client_of(
+                request.headers(),
+                peer.0,
+                certificate.as_ref(),
+                limits.trusted_proxy.as_ref(),
+            );
+            if let Some(name) = limits
+                .trusted_proxy
+                .as_ref()
+                .and_then(|p| p.client_cert_header.as_ref())
+            {
+                // Read above when it counts; gone so that nothing after us can mistake it.
+                request.headers_mut().remove(name);
+            }
+            request.extensions_mut().insert(PeerAddr(addr));
+            if let Some(certificate) = certificate {
+                request.extensions_mut().insert(certificate);
+            }
             handle(request, router.clone(), limits.clone(), watch.clone())
         })
     };
     let conn = hyper::server::conn::http1::Builder::new()
         .header_read_timeout(None)
         .max_buf_size(READ_BUFFER_BYTES)
-        .serve_connection(io, service);
+        .serve_connection(TokioIo::new(io), service);
     tokio::pin!(conn);
     let mut draining = false;
     loop {
@@ -349,12 +438,12 @@ impl Drop for OpenRequest {
 }
 
 /// The socket, telling the watch when bytes arrive.
-struct Watched {
-    io: TcpStream,
+struct Watched<IO> {
+    io: IO,
     watch: Arc<Watch>,
 }
 
-impl AsyncRead for Watched {
+impl<IO: AsyncRead + Unpin> AsyncRead for Watched<IO> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -369,7 +458,7 @@ impl AsyncRead for Watched {
     }
 }
 
-impl AsyncWrite for Watched {
+impl<IO: AsyncWrite + Unpin> AsyncWrite for Watched<IO> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,

@@ -15,7 +15,7 @@ use crate::partners::Caller;
 use crate::rmp::agreement::Agreement;
 use crate::rmp::receiver::{AnswerRoute, answer_route, may_hold};
 use crate::rmp::replies::{Replies, ReplyItem, answer_fits, items, reply_for};
-use crate::store::{Endpoints, Payload, ReceivedMessage};
+use crate::store::{Payload, ReceivedMessage};
 use crate::wsr::{
     Defect, Envelope, FaultCode, FaultRoute, MessageKey, PollRequest, ReplyPattern, Request,
     SoapVersion, read_message, write_must_understand_fault,
@@ -34,7 +34,9 @@ pub async fn receive(
     headers: HeaderMap,
     SoapBody(body): SoapBody,
 ) -> Response {
+    // Whose state the request may see and change ("" for an anonymous caller, D14).
     let caller = caller.map(|c| c.0).unwrap_or_default();
+    let partner = caller.key();
     let access = access.map(|a| a.0).unwrap_or_default();
     let Some(channel_agreement) = app.config.channels.get(&channel) else {
         return (
@@ -44,11 +46,11 @@ pub async fn receive(
             .into_response();
     };
     // A partner's own agreement narrows the channel's (D14).
-    let partner = caller
+    let profile = caller
         .partner
         .as_deref()
         .and_then(|p| app.config.partners.get(p));
-    let agreement = &match partner {
+    let agreement = &match profile {
         Some(p) => channel_agreement.for_partner(p.inbound.offers.as_deref(), &p.inbound.requires),
         None => channel_agreement.clone(),
     };
@@ -59,7 +61,9 @@ pub async fn receive(
     };
     let env = match read_message(content_type(&headers), &body, &app.config.limits) {
         Ok(env) => env,
-        Err(defect) => return answer_defect(&app, version_hint(&headers), &defect).await,
+        Err(defect) => {
+            return answer_defect(&app, partner, version_hint(&headers), &defect).await;
+        }
     };
     if !env.quirks.is_empty() {
         tracing::debug!(quirks = ?env.quirks, "tolerated peer quirks");
@@ -103,7 +107,7 @@ pub async fn receive(
             return soap::fault(version, code, &reason, None);
         }
         match handle_request(
-            &app, &channel, source, agreement, &access, &body, &env, request,
+            &app, partner, &channel, source, agreement, &access, &body, &env, request,
         )
         .await
         {
@@ -126,7 +130,7 @@ pub async fn receive(
         access.note(|n| n.verdict = Some("poll".into()));
     }
     if let Some(poll) = &env.poll_request
-        && let Err(response) = handle_poll(&app, version, poll, &mut replies).await
+        && let Err(response) = handle_poll(&app, partner, version, poll, &mut replies).await
     {
         if env.request.is_none() {
             return response;
@@ -168,8 +172,10 @@ fn source(peer: Option<axum::Extension<PeerAddr>>) -> String {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn handle_request(
     app: &AppState,
+    partner: &str,
     channel: &str,
     source: String,
     agreement: &Agreement,
@@ -181,7 +187,7 @@ async fn handle_request(
     let now = app.clock.now();
     let key = request.key();
     if let ReplyPattern::Callback(to) = &request.reply_pattern {
-        match app.store.is_endpoint(Endpoints::Callback, &to.uri).await {
+        match app.store.is_callback_endpoint(partner, &to.uri).await {
             Ok(true) => {}
             Ok(false) => return RequestAnswer::Now(unregistered(env.version, &to.uri)),
             Err(e) => return store_failed(env.version, &key, &e),
@@ -197,7 +203,8 @@ async fn handle_request(
         access.note(|n| n.verdict = Some(code.local_name().to_owned()));
         let pattern = &request.reply_pattern;
         let expiry = agreement.fault_kept_until(request.expiry_time, now);
-        return by_reply_pattern(app, env.version, &key, pattern, code, reason, expiry).await;
+        let version = env.version;
+        return by_reply_pattern(app, partner, version, &key, pattern, code, reason, expiry).await;
     }
     let root = env
         .body
@@ -211,6 +218,7 @@ async fn handle_request(
         .map(|d| (d.prefix, d.uri.as_ref()))
         .collect();
     let message = ReceivedMessage {
+        partner: partner.to_owned(),
         channel: channel.to_owned(),
         request: request.clone(),
         payload: Payload::within(body, env.body.content),
@@ -226,7 +234,7 @@ async fn handle_request(
     // A buffered Response-pattern message may be delivered while we wait (D6): watch before
     // submitting, so the delivery cannot slip by between the two.
     let watching = may_hold(request) && !app.config.hold.is_zero();
-    let mut hold = watching.then(|| app.store.watch_delivery(&key));
+    let mut hold = watching.then(|| app.store.watch_delivery(partner, &key));
     let answer = match app.store.receive(message).await {
         Err(e) => {
             access.note(|n| n.verdict = Some("not stored".into()));
@@ -254,7 +262,7 @@ async fn handle_request(
     // Our receiver must be gone before the map is cleaned, or the entry would stay.
     drop(hold);
     if watching {
-        app.store.forget_watchers(&key);
+        app.store.forget_watchers(partner, &key);
     }
     answer
 }
@@ -303,8 +311,10 @@ fn unregistered(version: SoapVersion, uri: &str) -> Response {
 }
 
 /// A fault decided before the store (defect, agreement): sent the way the message asked (D4).
+#[allow(clippy::too_many_arguments)]
 async fn by_reply_pattern(
     app: &AppState,
+    partner: &str,
     version: SoapVersion,
     key: &MessageKey,
     pattern: &ReplyPattern,
@@ -322,11 +332,11 @@ async fn by_reply_pattern(
             };
             let soap12 = version == SoapVersion::Soap12;
             let now = app.clock.now();
-            let registered = app.store.is_endpoint(Endpoints::Callback, &to.uri).await;
+            let registered = app.store.is_callback_endpoint(partner, &to.uri).await;
             match registered {
                 Ok(true) => match app
                     .store
-                    .owe_callbacks(&to.uri, soap12, &[owed], expiry, now)
+                    .owe_callbacks(partner, &to.uri, soap12, &[owed], expiry, now)
                     .await
                 {
                     Ok(()) => RequestAnswer::Elsewhere,
@@ -338,7 +348,7 @@ async fn by_reply_pattern(
         }
         ReplyPattern::Poll => match app
             .store
-            .record_fault(key, code, expiry, app.clock.now())
+            .record_fault(partner, key, code, expiry, app.clock.now())
             .await
         {
             Ok(()) => RequestAnswer::Elsewhere,
@@ -348,7 +358,12 @@ async fn by_reply_pattern(
 }
 
 /// Answers a defect found while reading: synchronously, or by the message's reply pattern.
-async fn answer_defect(app: &AppState, version: SoapVersion, defect: &Defect) -> Response {
+async fn answer_defect(
+    app: &AppState,
+    partner: &str,
+    version: SoapVersion,
+    defect: &Defect,
+) -> Response {
     tracing::info!(code = %defect.code, reason = %defect.reason, "refused a message");
     let FaultRoute::ReplyPattern { key, reply } = &defect.route else {
         return soap::fault(version, defect.code, &defect.reason, None);
@@ -356,6 +371,7 @@ async fn answer_defect(app: &AppState, version: SoapVersion, defect: &Defect) ->
     let expiry = app.clock.now() + UNKNOWN_EXPIRY_RETENTION;
     let answer = by_reply_pattern(
         app,
+        partner,
         version,
         key,
         reply,
@@ -379,19 +395,24 @@ async fn answer_defect(app: &AppState, version: SoapVersion, defect: &Defect) ->
 /// Answers a PollRequest: into this response, or by callback when it names a ReplyTo (D11).
 async fn handle_poll(
     app: &AppState,
+    partner: &str,
     version: SoapVersion,
     poll: &PollRequest,
     replies: &mut Replies,
 ) -> Result<(), Response> {
-    let answer = app.store.poll_answer(&poll.refs).await.map_err(|e| {
-        tracing::error!(error = %e, "cannot answer a poll");
-        soap::fault(
-            version,
-            FaultCode::MessageProcessingFailure,
-            "the poll could not be answered; poll again later",
-            None,
-        )
-    })?;
+    let answer = app
+        .store
+        .poll_answer(partner, &poll.refs)
+        .await
+        .map_err(|e| {
+            tracing::error!(error = %e, "cannot answer a poll");
+            soap::fault(
+                version,
+                FaultCode::MessageProcessingFailure,
+                "the poll could not be answered; poll again later",
+                None,
+            )
+        })?;
     let Some(answer) = answer else {
         return Ok(());
     };
@@ -411,7 +432,7 @@ async fn handle_poll(
     };
     let registered = app
         .store
-        .is_endpoint(Endpoints::Callback, &to.uri)
+        .is_callback_endpoint(partner, &to.uri)
         .await
         .map_err(|e| {
             tracing::error!(error = %e, "cannot check a callback endpoint");
@@ -429,7 +450,14 @@ async fn handle_poll(
     let now = app.clock.now();
     let expiry = now + UNKNOWN_EXPIRY_RETENTION;
     app.store
-        .owe_callbacks(&to.uri, version == SoapVersion::Soap12, &owed, expiry, now)
+        .owe_callbacks(
+            partner,
+            &to.uri,
+            version == SoapVersion::Soap12,
+            &owed,
+            expiry,
+            now,
+        )
         .await
         .map_err(|e| {
             tracing::error!(error = %e, "cannot queue a poll answer");

@@ -32,9 +32,10 @@ pub(super) fn group_deadline(
         .filter(|d| *d > now || state_due(state, now, policy))
 }
 
-/// Writes a group state at once (the sweep; messages stage theirs).
+/// Writes the state of `partner`'s group at once (the sweep; messages stage theirs).
 async fn save_group(
     conn: &mut SqliteConnection,
+    partner: &str,
     state: &GroupState,
     policy: &Policy,
     now: DateTime<Utc>,
@@ -42,11 +43,12 @@ async fn save_group(
 ) -> Result<(), StoreError> {
     let deadline = group_deadline(state, policy, now);
     sqlx::query(
-        "INSERT INTO groups (group_id, channel, status, next_deadline, updated_at, state) \
-         VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (group_id) DO UPDATE SET \
+        "INSERT INTO groups (partner, group_id, channel, status, next_deadline, updated_at, \
+         state) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (partner, group_id) DO UPDATE SET \
          status = excluded.status, next_deadline = excluded.next_deadline, \
          updated_at = excluded.updated_at, state = excluded.state",
     )
+    .bind(partner)
     .bind(state.group_id.as_str())
     .bind(&state.params.channel)
     .bind(state.status.as_str())
@@ -76,7 +78,10 @@ pub(super) async fn apply_receive(
 ) -> Result<Received, StoreError> {
     let request = &m.request;
     let key = request.key();
-    let stored = staged.load_group(conn, key.group_id.as_str()).await?;
+    let partner = m.partner.as_str();
+    let stored = staged
+        .load_group(conn, partner, key.group_id.as_str())
+        .await?;
     // Counted only when the message would open a group: one indexed count, not per message.
     let open_groups_of_source = if stored.is_none() && starts_counted_group(request) {
         staged.open_groups_of(conn, &m.source).await?
@@ -99,6 +104,7 @@ pub(super) async fn apply_receive(
     match outcome.action {
         Action::Deliver => {
             staged.append_inbox(InboxRow {
+                partner: m.partner.clone(),
                 channel: m.channel.clone(),
                 topic: m.topic.clone(),
                 group_id: key.group_id.as_str().to_owned(),
@@ -112,9 +118,10 @@ pub(super) async fn apply_receive(
         }
         Action::Buffer => {
             sqlx::query(
-                "INSERT INTO buffered (group_id, number, channel, topic, payload, namespaces, \
-                 received_at, expiry) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO buffered (partner, group_id, number, channel, topic, payload, \
+                 namespaces, received_at, expiry) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )
+            .bind(partner)
             .bind(key.group_id.as_str())
             .bind(number)
             .bind(&m.channel)
@@ -129,15 +136,19 @@ pub(super) async fn apply_receive(
         Action::Drop => {}
     }
     for (n, buffered) in &outcome.released {
-        release_buffered(conn, staged, &key.group_id, *n).await?;
+        release_buffered(conn, staged, partner, &key.group_id, *n).await?;
         effects.appended = true;
-        effects.delivered.push(MessageKey {
-            group_id: key.group_id.clone(),
-            number: Some(*n),
-        });
+        effects.delivered.push((
+            partner.to_owned(),
+            MessageKey {
+                group_id: key.group_id.clone(),
+                number: Some(*n),
+            },
+        ));
         if request.ack_requested {
             owe_callback(
                 conn,
+                partner,
                 &key.group_id,
                 Some(*n),
                 None,
@@ -151,6 +162,7 @@ pub(super) async fn apply_receive(
     }
     discard_buffered(
         conn,
+        partner,
         &key.group_id,
         &outcome.discarded,
         m.soap12,
@@ -160,7 +172,7 @@ pub(super) async fn apply_receive(
     .await?;
     if let Some(state) = &outcome.state {
         let deadline = group_deadline(state, policy, m.now);
-        staged.save_group(state, &m.source, deadline, m.now, effects);
+        staged.save_group(partner, state, &m.source, deadline, m.now, effects);
     }
     // A Poll-pattern sender learns of a fault when it polls: keep it in this same
     // transaction when the group state does not (D4, D11).
@@ -172,7 +184,7 @@ pub(super) async fn apply_receive(
             .as_ref()
             .is_some_and(|s| s.faults.contains_key(&slot(key.number)));
         if !code.is_transient() && !in_state {
-            insert_message_fault(conn, &key, *code, request.expiry_time, m.now).await?;
+            insert_message_fault(conn, partner, &key, *code, request.expiry_time, m.now).await?;
         }
     }
     // This message's own answer, when it travels by callback.
@@ -190,6 +202,7 @@ pub(super) async fn apply_receive(
             };
             owe_callback(
                 conn,
+                partner,
                 &key.group_id,
                 key.number,
                 fault,
@@ -206,18 +219,20 @@ pub(super) async fn apply_receive(
     })
 }
 
-/// Remembers the fault of a message for its sender's polls, for at least an hour.
+/// Remembers the fault of `partner`'s message for its sender's polls, for at least an hour.
 pub(super) async fn insert_message_fault(
     conn: &mut SqliteConnection,
+    partner: &str,
     key: &MessageKey,
     code: FaultCode,
     expiry: DateTime<Utc>,
     now: DateTime<Utc>,
 ) -> Result<(), StoreError> {
     sqlx::query(
-        "INSERT INTO message_faults (group_id, singleton, number, fault, expiry) \
-         VALUES (?, ?, ?, ?, ?) ON CONFLICT (group_id, singleton, number) DO NOTHING",
+        "INSERT INTO message_faults (partner, group_id, singleton, number, fault, expiry) \
+         VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (partner, group_id, singleton, number) DO NOTHING",
     )
+    .bind(partner)
     .bind(key.group_id.as_str())
     .bind(i64::from(key.number.is_none()))
     .bind(slot(key.number) as i64)
@@ -233,19 +248,22 @@ pub(super) async fn insert_message_fault(
 async fn release_buffered(
     conn: &mut SqliteConnection,
     staged: &mut Staged,
+    partner: &str,
     group_id: &GroupId,
     n: u64,
 ) -> Result<(), StoreError> {
     let row = sqlx::query(
-        "DELETE FROM buffered WHERE group_id = ? AND number = ? RETURNING channel, topic, \
-         payload, namespaces, received_at, expiry",
+        "DELETE FROM buffered WHERE partner = ? AND group_id = ? AND number = ? \
+         RETURNING channel, topic, payload, namespaces, received_at, expiry",
     )
+    .bind(partner)
     .bind(group_id.as_str())
     .bind(n as i64)
     .fetch_optional(&mut *conn)
     .await?
     .ok_or_else(|| StoreError::Corrupt(format!("buffered message {group_id}#{n} is missing")))?;
     staged.append_inbox(InboxRow {
+        partner: partner.to_owned(),
         channel: row.get(0),
         topic: row.get(1),
         group_id: group_id.as_str().to_owned(),
@@ -261,6 +279,7 @@ async fn release_buffered(
 /// Drops buffered messages of an aborted group and tells their senders, where a callback can.
 async fn discard_buffered(
     conn: &mut SqliteConnection,
+    partner: &str,
     group_id: &GroupId,
     discarded: &[(u64, Buffered)],
     soap12: bool,
@@ -268,7 +287,8 @@ async fn discard_buffered(
     effects: &mut Effects,
 ) -> Result<(), StoreError> {
     for (n, buffered) in discarded {
-        sqlx::query("DELETE FROM buffered WHERE group_id = ? AND number = ?")
+        sqlx::query("DELETE FROM buffered WHERE partner = ? AND group_id = ? AND number = ?")
+            .bind(partner)
             .bind(group_id.as_str())
             .bind(*n as i64)
             .execute(&mut *conn)
@@ -276,6 +296,7 @@ async fn discard_buffered(
         let aborted = Some(FaultCode::GroupAborted);
         owe_callback(
             conn,
+            partner,
             group_id,
             Some(*n),
             aborted,
@@ -289,10 +310,11 @@ async fn discard_buffered(
     Ok(())
 }
 
-/// Queues an ack (`fault` `None`) or fault for a Callback-pattern message.
+/// Queues an ack (`fault` `None`) or fault for `partner`'s Callback-pattern message.
 #[allow(clippy::too_many_arguments)]
 async fn owe_callback(
     conn: &mut SqliteConnection,
+    partner: &str,
     group_id: &GroupId,
     number: Option<u64>,
     fault: Option<FaultCode>,
@@ -309,9 +331,10 @@ async fn owe_callback(
         None => message.expiry,
     };
     sqlx::query(
-        "INSERT INTO pending_callbacks (endpoint, soap12, group_id, number, fault, expiry, \
-         next_attempt) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO pending_callbacks (partner, endpoint, soap12, group_id, number, fault, \
+         expiry, next_attempt) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
     )
+    .bind(partner)
     .bind(&to.uri)
     .bind(i64::from(soap12))
     .bind(group_id.as_str())
@@ -332,8 +355,8 @@ pub(super) async fn apply_sweep(
     effects: &mut Effects,
 ) -> Result<SweepReport, StoreError> {
     let rows = sqlx::query(
-        "SELECT group_id, state FROM groups WHERE next_deadline <= ? ORDER BY next_deadline \
-         LIMIT ?",
+        "SELECT partner, group_id, state FROM groups WHERE next_deadline <= ? \
+         ORDER BY next_deadline LIMIT ?",
     )
     .bind(millis(now))
     .bind(SWEEP_BATCH)
@@ -341,40 +364,48 @@ pub(super) async fn apply_sweep(
     .await?;
     let mut report = SweepReport::default();
     for row in rows {
-        let mut state = match decode(row.get::<&str, _>(1)) {
+        let partner: String = row.get(0);
+        let partner = partner.as_str();
+        let mut state = match decode(row.get::<&str, _>(2)) {
             Ok(state) => state,
             Err(why) => {
                 // One unreadable row must not stop every other group's deadlines: take it out
                 // of the sweep (kept for an operator to inspect) and go on.
-                let group_id: String = row.get(0);
-                tracing::error!(%group_id, reason = %why, "unreadable group state; no longer swept");
-                sqlx::query("UPDATE groups SET next_deadline = NULL WHERE group_id = ?")
-                    .bind(&group_id)
-                    .execute(&mut *conn)
-                    .await?;
+                let group_id: String = row.get(1);
+                tracing::error!(%partner, %group_id, reason = %why, "unreadable group state; no longer swept");
+                sqlx::query(
+                    "UPDATE groups SET next_deadline = NULL WHERE partner = ? AND group_id = ?",
+                )
+                .bind(partner)
+                .bind(&group_id)
+                .execute(&mut *conn)
+                .await?;
                 continue;
             }
         };
         match sweep(&mut state, now, policy) {
             Swept::Unchanged => {
                 // Due but nothing to do (a deadline computed before a change): re-arm it.
-                save_group(conn, &state, policy, now, &mut Effects::default()).await?;
+                save_group(conn, partner, &state, policy, now, &mut Effects::default()).await?;
             }
             Swept::Changed { discarded } => {
                 // Senders of discarded messages learn by callback in SOAP 1.1, the version
                 // every peer accepts; their own version is not kept for buffered messages.
-                discard_buffered(conn, &state.group_id, &discarded, false, now, effects).await?;
+                let group_id = &state.group_id;
+                discard_buffered(conn, partner, group_id, &discarded, false, now, effects).await?;
                 // The sweeper reads the next deadline itself after this pass.
-                save_group(conn, &state, policy, now, &mut Effects::default()).await?;
+                save_group(conn, partner, &state, policy, now, &mut Effects::default()).await?;
                 report.changed += 1;
                 report.discarded += discarded.len();
             }
             Swept::Purge => {
-                sqlx::query("DELETE FROM groups WHERE group_id = ?")
+                sqlx::query("DELETE FROM groups WHERE partner = ? AND group_id = ?")
+                    .bind(partner)
                     .bind(state.group_id.as_str())
                     .execute(&mut *conn)
                     .await?;
-                sqlx::query("DELETE FROM buffered WHERE group_id = ?")
+                sqlx::query("DELETE FROM buffered WHERE partner = ? AND group_id = ?")
+                    .bind(partner)
                     .bind(state.group_id.as_str())
                     .execute(&mut *conn)
                     .await?;

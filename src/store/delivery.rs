@@ -42,7 +42,7 @@ macro_rules! select_subscription {
 macro_rules! select_lease {
     ($rest:literal) => {
         concat!(
-            "SELECT offset, state, attempt, failures, consumer, due, avoid, reason, group_id, \
+            "SELECT offset, state, attempt, failures, consumer, due, avoid, reason, group_key, \
              NULL, subscription_id FROM deliveries ",
             $rest
         )
@@ -520,9 +520,9 @@ impl Store {
                     if change == DeadLetterChange::Replay {
                         // A replayed message of a group may come before the group's head.
                         sqlx::query(
-                            "INSERT INTO group_heads (subscription_id, group_id, head) \
-                             SELECT subscription_id, group_id, offset FROM deliveries \
-                             WHERE subscription_id = ?1 AND group_id IS NOT NULL \
+                            "INSERT INTO group_heads (subscription_id, group_key, head) \
+                             SELECT subscription_id, group_key, offset FROM deliveries \
+                             WHERE subscription_id = ?1 AND group_key IS NOT NULL \
                              AND state = 'available' AND due = ?3 AND failures = 0 \
                              AND (?2 IS NULL OR offset = ?2) \
                              ON CONFLICT DO UPDATE SET head = MIN(head, excluded.head)",
@@ -639,7 +639,7 @@ async fn maintain_in(
         sqlx::query(
             "DELETE FROM group_affinity WHERE NOT EXISTS (SELECT 1 FROM deliveries d \
              WHERE d.subscription_id = group_affinity.subscription_id \
-             AND d.group_id = group_affinity.group_id)",
+             AND d.group_key = group_affinity.group_key)",
         )
         .execute(&mut *conn)
         .await?;
@@ -667,7 +667,7 @@ async fn settle_in(
     // CROSS JOIN keeps the receipts as the outer loop: one primary-key probe each.
     let rows = sqlx::query(
         "SELECT d.offset, d.state, d.attempt, d.failures, d.consumer, d.due, d.avoid, d.reason, \
-         d.group_id, NULL, d.subscription_id FROM json_each(?) AS j CROSS JOIN deliveries AS d \
+         d.group_key, NULL, d.subscription_id FROM json_each(?) AS j CROSS JOIN deliveries AS d \
          ON d.subscription_id = j.value->>0 AND d.offset = j.value->>1",
     )
     .bind(serde_json::Value::Array(keys).to_string())
@@ -763,19 +763,19 @@ async fn fetch_in(
         // leased (a replayed dead letter can be a head behind a leased message).
         let sql = if sub.rules.ordering == Ordering::Group {
             "SELECT d.offset, d.state, d.attempt, d.failures, d.consumer, d.due, d.avoid, \
-             d.reason, d.group_id, a.consumer FROM group_heads h \
+             d.reason, d.group_key, a.consumer FROM group_heads h \
              JOIN deliveries d ON d.subscription_id = h.subscription_id AND d.offset = h.head \
              LEFT JOIN group_affinity a \
-             ON a.subscription_id = h.subscription_id AND a.group_id = h.group_id \
+             ON a.subscription_id = h.subscription_id AND a.group_key = h.group_key \
              WHERE h.subscription_id = ?1 AND h.head > ?4 \
              AND d.state = 'available' AND d.due <= ?2 \
              AND NOT EXISTS (SELECT 1 FROM deliveries e WHERE e.subscription_id = ?1 \
-                  AND e.group_id = h.group_id AND e.state = 'acquired') \
+                  AND e.group_key = h.group_key AND e.state = 'acquired') \
              ORDER BY h.head LIMIT ?3"
         } else {
             "SELECT d.offset, d.state, d.attempt, d.failures, d.consumer, d.due, d.avoid, \
-             d.reason, d.group_id, a.consumer FROM deliveries d LEFT JOIN group_affinity a \
-             ON a.subscription_id = d.subscription_id AND a.group_id = d.group_id \
+             d.reason, d.group_key, a.consumer FROM deliveries d LEFT JOIN group_affinity a \
+             ON a.subscription_id = d.subscription_id AND a.group_key = d.group_key \
              WHERE d.subscription_id = ?1 AND d.state = 'available' AND d.due <= ?2 \
              AND d.offset > ?4 ORDER BY d.offset LIMIT ?3"
         };
@@ -885,7 +885,7 @@ async fn hand_out(
     save_leases(conn, sub.id, &refs, now).await?;
     if !affinity.is_empty() {
         sqlx::query(
-            "INSERT INTO group_affinity (subscription_id, group_id, consumer) \
+            "INSERT INTO group_affinity (subscription_id, group_key, consumer) \
              SELECT ?1, value, ?2 FROM json_each(?3) WHERE true \
              ON CONFLICT DO UPDATE SET consumer = excluded.consumer",
         )
@@ -1122,7 +1122,9 @@ async fn match_new_messages(
         .fetch_one(&mut *conn)
         .await?;
     let rows = sqlx::query(
-        "SELECT offset, topic, group_id, received_at FROM inbox WHERE offset > ? \
+        // The ordering group is the sender's: (partner, group id), as one opaque key.
+        "SELECT offset, topic, json_array(partner, group_id), received_at FROM inbox \
+         WHERE offset > ? \
          ORDER BY offset LIMIT ?",
     )
     .bind(cursor)
@@ -1141,7 +1143,7 @@ async fn match_new_messages(
     if !matched.is_empty() {
         let matched = serde_json::Value::Array(matched).to_string();
         sqlx::query(
-            "INSERT INTO deliveries (subscription_id, offset, group_id, state, attempt, failures, \
+            "INSERT INTO deliveries (subscription_id, offset, group_key, state, attempt, failures, \
              due, avoid) SELECT ?1, value->>0, value->>1, 'available', 0, 0, value->>2, '[]' \
              FROM json_each(?2) WHERE true ON CONFLICT DO NOTHING",
         )
@@ -1152,7 +1154,7 @@ async fn match_new_messages(
         if grouped {
             // A group with nothing pending gets its first new message as head.
             sqlx::query(
-                "INSERT INTO group_heads (subscription_id, group_id, head) \
+                "INSERT INTO group_heads (subscription_id, group_key, head) \
                  SELECT ?1, value->>1, value->>0 FROM json_each(?2) WHERE true \
                  ON CONFLICT DO UPDATE SET head = MIN(head, excluded.head)",
             )
@@ -1324,7 +1326,7 @@ async fn advance_heads(
     sqlx::query(
         "UPDATE group_heads SET head = COALESCE((SELECT d.offset FROM deliveries d \
            WHERE d.subscription_id = group_heads.subscription_id \
-           AND d.group_id = group_heads.group_id AND d.offset > group_heads.head \
+           AND d.group_key = group_heads.group_key AND d.offset > group_heads.head \
            AND d.state IN ('available', 'acquired') ORDER BY d.offset LIMIT 1), -1) \
          WHERE subscription_id = ?1 AND head IN (SELECT value FROM json_each(?2))",
     )
@@ -1346,7 +1348,7 @@ async fn inbox_entries(
 ) -> Result<HashMap<i64, InboxEntry>, StoreError> {
     let rows = sqlx::query(
         "SELECT offset, channel, topic, group_id, number, payload, namespaces, received_at, \
-         expiry FROM inbox WHERE offset IN (SELECT value FROM json_each(?))",
+         expiry, partner FROM inbox WHERE offset IN (SELECT value FROM json_each(?))",
     )
     .bind(serde_json::json!(offsets).to_string())
     .fetch_all(&mut *conn)

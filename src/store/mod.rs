@@ -93,6 +93,9 @@ impl From<String> for Payload {
 /// A reliable message ready for the receiver's decision and, if accepted, the inbox.
 #[derive(Debug, Clone)]
 pub struct ReceivedMessage {
+    /// The partner it came from ("" for an anonymous caller): its group, duplicates and
+    /// order are that partner's alone (D14).
+    pub partner: String,
     pub channel: String,
     pub request: Request,
     /// The Body's children as received.
@@ -120,6 +123,8 @@ pub struct Received {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InboxEntry {
     pub offset: i64,
+    /// Who sent it ("" for an anonymous caller).
+    pub partner: String,
     pub channel: String,
     pub topic: String,
     pub group_id: String,
@@ -134,6 +139,9 @@ pub struct InboxEntry {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingCallback {
     pub id: i64,
+    /// The partner whose message this answers ("" for an anonymous caller): the callback
+    /// presents our credentials towards it.
+    pub partner: String,
     pub endpoint: String,
     pub soap12: bool,
     /// The ack or fault: a singleton, a number, or a range (poll answers sent by callback).

@@ -17,24 +17,38 @@ use crate::wsr::{
 };
 
 /// Where acks and faults came from: only messages sent to that destination (its HTTP
-/// answers and poll answers), or sent with the Callback pattern (our `/wsr/_callback`), can
-/// be acknowledged by them — and only once they were actually sent.
+/// answers and poll answers), or sent with the Callback pattern (our `/wsr/_callback`) to one
+/// of the partners the caller may speak for, can be acknowledged by them — and only once they
+/// were actually sent.
 #[derive(Debug, Clone, Copy)]
 pub enum ReplySource<'a> {
     Destination(&'a str),
-    Callback,
+    /// `partners`: whose messages the caller may settle (D14) — `[P]` for an authenticated
+    /// partner P; for an anonymous caller "" (URL destinations) and the partners that cannot
+    /// authenticate. Replies naming anyone else's messages change nothing.
+    Callback {
+        partners: &'a [String],
+    },
 }
 
 impl ReplySource<'_> {
     fn destination(&self) -> Option<&str> {
         match self {
             ReplySource::Destination(d) => Some(d),
-            ReplySource::Callback => None,
+            ReplySource::Callback { .. } => None,
         }
     }
 
     fn is_callback(&self) -> bool {
-        matches!(self, ReplySource::Callback)
+        matches!(self, ReplySource::Callback { .. })
+    }
+
+    /// The partners whose messages may be settled, as a JSON list (`None`: any).
+    fn partners(&self) -> Option<String> {
+        match self {
+            ReplySource::Destination(_) => None,
+            ReplySource::Callback { partners } => Some(serde_json::json!(partners).to_string()),
+        }
     }
 }
 
@@ -43,6 +57,9 @@ impl ReplySource<'_> {
 pub struct Submission {
     pub id: String,
     pub destination: String,
+    /// The configured partner `destination` names ("" for a URL destination): only its
+    /// callbacks may settle the message.
+    pub partner: String,
     /// Existing group to continue, or a new one (`None`).
     pub group_id: Option<GroupId>,
     /// Whether the message belongs to a sequenced group (else a singleton).
@@ -104,6 +121,8 @@ pub struct OutMessage {
     pub group_id: GroupId,
     pub number: Option<u64>,
     pub destination: String,
+    /// The configured partner it goes to ("" for a URL destination).
+    pub partner: String,
     pub version: SoapVersion,
     pub reply: String,
     pub envelope: String,
@@ -202,7 +221,7 @@ macro_rules! select_messages {
             "SELECT m.id, m.group_id, m.number, m.destination, m.soap12, m.reply_pattern, ",
             "m.envelope, m.expiry, m.schedule, m.state, m.fault, m.reason, m.attempts, ",
             "m.next_attempt, m.notify_url, g.ordered, m.idem_key, m.unreached, m.last_error, ",
-            "m.last_error_at, m.principal ",
+            "m.last_error_at, m.principal, m.partner ",
             "FROM out_messages m JOIN out_groups g USING (group_id) ",
             $tail
         )
@@ -232,6 +251,7 @@ fn row_to_message(r: &sqlx::sqlite::SqliteRow) -> Result<OutMessage, StoreError>
         group_id: GroupId::parse(&group).map_err(corrupt)?,
         number: r.get::<Option<i64>, _>(2).map(|n| n as u64),
         destination: r.get(3),
+        partner: r.get(21),
         version: if r.get::<i64, _>(4) != 0 {
             SoapVersion::Soap12
         } else {
@@ -442,8 +462,8 @@ impl Store {
         sqlx::query(
             "INSERT INTO out_messages (id, group_id, number, destination, soap12, reply_pattern, \
              envelope, expiry, schedule, state, attempts, next_attempt, notify_url, created_at, \
-             updated_at, idem_principal, idem_key, idem_fingerprint, principal) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', 0, ?, ?, ?, ?, ?, ?, ?, ?)",
+             updated_at, idem_principal, idem_key, idem_fingerprint, principal, partner) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, 'queued', 0, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&s.id)
         .bind(group_id.as_str())
@@ -462,6 +482,7 @@ impl Store {
         .bind(s.idempotency.as_ref().map(|i| &i.key))
         .bind(s.idempotency.as_ref().map(|i| &i.fingerprint))
         .bind(&s.principal)
+        .bind(&s.partner)
         .execute(&mut *tx)
         .await
         .map_err(StoreError::from)?;
@@ -740,11 +761,13 @@ impl Store {
                     "WHERE m.rowid IN (SELECT o.rowid FROM json_each(?1) AS j \
                      CROSS JOIN out_messages AS o WHERE o.group_id = j.value->>0 \
                      AND o.number BETWEEN j.value->>1 AND j.value->>2) AND +m.state = 'sent' \
-                     AND (?2 IS NULL OR m.destination = ?2) AND (?3 = 0 OR m.reply_pattern = 'Callback')"
+                     AND (?2 IS NULL OR m.destination = ?2) AND (?3 = 0 OR m.reply_pattern = 'Callback') \
+                     AND (?4 IS NULL OR m.partner IN (SELECT value FROM json_each(?4)))"
                 ))
                 .bind(serde_json::Value::Array(ranges).to_string())
                 .bind(source.destination())
                 .bind(i64::from(source.is_callback()))
+                .bind(source.partners())
                 .fetch_all(&self.pool)
                 .await?,
             );
@@ -754,11 +777,13 @@ impl Store {
                 sqlx::query(select_messages!(
                     "WHERE m.group_id IN (SELECT value FROM json_each(?1)) AND m.number IS NULL \
                      AND +m.state = 'sent' AND (?2 IS NULL OR m.destination = ?2) \
-                     AND (?3 = 0 OR m.reply_pattern = 'Callback')"
+                     AND (?3 = 0 OR m.reply_pattern = 'Callback') \
+                     AND (?4 IS NULL OR m.partner IN (SELECT value FROM json_each(?4)))"
                 ))
                 .bind(serde_json::json!(singletons).to_string())
                 .bind(source.destination())
                 .bind(i64::from(source.is_callback()))
+                .bind(source.partners())
                 .fetch_all(&self.pool)
                 .await?,
             );

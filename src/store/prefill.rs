@@ -72,6 +72,8 @@ impl Store {
                 let outcome = receive(state.as_ref(), incoming, now, &policy);
                 state = outcome.state;
                 staged.append_inbox(InboxRow {
+                    // Filled as if from anonymous callers.
+                    partner: String::new(),
                     channel: channel.to_owned(),
                     topic: format!("{channel}/Load"),
                     group_id: group_id.as_str().to_owned(),
@@ -87,6 +89,7 @@ impl Store {
             if let Some(state) = state {
                 let deadline = group_deadline(&state, &policy, now);
                 staged.save_group(
+                    "",
                     &state,
                     PREFILL_SOURCE,
                     deadline,

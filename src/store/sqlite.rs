@@ -38,11 +38,16 @@ pub struct Store {
     pub(super) shared: Arc<Shared>,
 }
 
+/// Held Response-pattern requests by (partner, message key), each told when its message is
+/// delivered.
+pub(super) type Waiters = HashMap<(String, MessageKey), Vec<oneshot::Sender<()>>>;
+
 /// State shared between handles and the writer task.
 pub(super) struct Shared {
     pub(super) policy: Policy,
-    /// Requests waiting for a buffered message of theirs to be delivered (Response pattern).
-    pub(super) waiters: Mutex<HashMap<MessageKey, Vec<oneshot::Sender<()>>>>,
+    /// Requests waiting for a buffered message of theirs to be delivered (Response pattern),
+    /// by (partner, key): another partner's message of the same key is not theirs.
+    pub(super) waiters: Mutex<Waiters>,
     /// Woken after a commit that queued callback acks.
     pub(super) callbacks_due: Notify,
     /// Woken when an outbound message was submitted or its schedule moved earlier.
@@ -187,32 +192,36 @@ impl Store {
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
-    /// A receiver that fires when the buffered message `key` is delivered. Register before
-    /// submitting the message, so that a delivery in the very next commit is not missed.
-    pub fn watch_delivery(&self, key: &MessageKey) -> oneshot::Receiver<()> {
+    /// A receiver that fires when `partner`'s buffered message `key` is delivered. Register
+    /// before submitting the message, so that a delivery in the very next commit is not
+    /// missed.
+    pub fn watch_delivery(&self, partner: &str, key: &MessageKey) -> oneshot::Receiver<()> {
         let (tx, rx) = oneshot::channel();
         let mut waiters = self
             .shared
             .waiters
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        let list = waiters.entry(key.clone()).or_default();
+        let list = waiters
+            .entry((partner.to_owned(), key.clone()))
+            .or_default();
         list.retain(|w| !w.is_closed());
         list.push(tx);
         rx
     }
 
     /// Forgets watchers that gave up (their receivers were dropped).
-    pub fn forget_watchers(&self, key: &MessageKey) {
+    pub fn forget_watchers(&self, partner: &str, key: &MessageKey) {
         let mut waiters = self
             .shared
             .waiters
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        if let Some(list) = waiters.get_mut(key) {
+        let watched = (partner.to_owned(), key.clone());
+        if let Some(list) = waiters.get_mut(&watched) {
             list.retain(|w| !w.is_closed());
             if list.is_empty() {
-                waiters.remove(key);
+                waiters.remove(&watched);
             }
         }
     }
@@ -316,8 +325,14 @@ impl Store {
         self.shared.failing_commits.store(n, Ordering::SeqCst);
     }
 
-    pub async fn group(&self, group_id: &str) -> Result<Option<GroupState>, StoreError> {
-        let row = sqlx::query("SELECT state FROM groups WHERE group_id = ?")
+    /// `partner`'s group `group_id` ("" for an anonymous caller's).
+    pub async fn group(
+        &self,
+        partner: &str,
+        group_id: &str,
+    ) -> Result<Option<GroupState>, StoreError> {
+        let row = sqlx::query("SELECT state FROM groups WHERE partner = ? AND group_id = ?")
+            .bind(partner)
             .bind(group_id)
             .fetch_optional(&self.pool)
             .await?;
@@ -325,20 +340,28 @@ impl Store {
             .transpose()
     }
 
-    /// Groups ordered by id, after `after`, at most `limit`.
+    /// Groups with their partners, ordered by (partner, group id), after `after` (a
+    /// (partner, group id) pair), at most `limit`.
     pub async fn groups(
         &self,
-        after: Option<&str>,
+        after: Option<(&str, &str)>,
         limit: i64,
-    ) -> Result<Vec<GroupState>, StoreError> {
-        let rows =
-            sqlx::query("SELECT state FROM groups WHERE group_id > ? ORDER BY group_id LIMIT ?")
-                .bind(after.unwrap_or(""))
-                .bind(limit)
-                .fetch_all(&self.pool)
-                .await?;
+    ) -> Result<Vec<(String, GroupState)>, StoreError> {
+        let (after_partner, after_group) = after.unwrap_or(("", ""));
+        let rows = sqlx::query(
+            "SELECT partner, state FROM groups WHERE (partner, group_id) > (?, ?) \
+             ORDER BY partner, group_id LIMIT ?",
+        )
+        .bind(after_partner)
+        .bind(after_group)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
         rows.iter()
-            .map(|r| decode(r.get::<&str, _>(0)).map_err(StoreError::Corrupt))
+            .map(|r| {
+                let state = decode(r.get::<&str, _>(1)).map_err(StoreError::Corrupt)?;
+                Ok((r.get(0), state))
+            })
             .collect()
     }
 
@@ -346,7 +369,7 @@ impl Store {
     pub async fn inbox(&self, after: i64, limit: i64) -> Result<Vec<InboxEntry>, StoreError> {
         let rows = sqlx::query(
             "SELECT offset, channel, topic, group_id, number, payload, namespaces, received_at, \
-             expiry FROM inbox WHERE offset > ? ORDER BY offset LIMIT ?",
+             expiry, partner FROM inbox WHERE offset > ? ORDER BY offset LIMIT ?",
         )
         .bind(after)
         .bind(limit)
@@ -369,54 +392,106 @@ impl Store {
     /// The registered endpoints of one kind.
     pub async fn endpoints(&self, kind: Endpoints) -> Result<Vec<String>, StoreError> {
         let sql = match kind {
-            Endpoints::Callback => "SELECT url FROM callback_endpoints ORDER BY url",
+            // Every partner's, each URL once.
+            Endpoints::Callback => "SELECT DISTINCT url FROM callback_endpoints ORDER BY url",
             Endpoints::Push => "SELECT url FROM push_endpoints ORDER BY url",
         };
         Ok(sqlx::query_scalar(sql).fetch_all(&self.pool).await?)
     }
 
+    /// Whether `url` is registered. A callback endpoint here is one registered for anonymous
+    /// callers; a partner's are asked with `is_callback_endpoint`.
     pub async fn is_endpoint(&self, kind: Endpoints, url: &str) -> Result<bool, StoreError> {
-        let sql = match kind {
-            Endpoints::Callback => "SELECT 1 FROM callback_endpoints WHERE url = ?",
-            Endpoints::Push => "SELECT 1 FROM push_endpoints WHERE url = ?",
-        };
-        let found: Option<i64> = sqlx::query_scalar(sql)
-            .bind(url)
-            .fetch_optional(&self.pool)
-            .await?;
+        match kind {
+            Endpoints::Callback => self.is_callback_endpoint("", url).await,
+            Endpoints::Push => {
+                let found: Option<i64> =
+                    sqlx::query_scalar("SELECT 1 FROM push_endpoints WHERE url = ?")
+                        .bind(url)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                Ok(found.is_some())
+            }
+        }
+    }
+
+    /// Whether `partner` ("" for an anonymous caller) may name `url` as a callback ReplyTo:
+    /// a partner may name only the endpoints registered for it (D10, D14).
+    pub async fn is_callback_endpoint(&self, partner: &str, url: &str) -> Result<bool, StoreError> {
+        let found: Option<i64> =
+            sqlx::query_scalar("SELECT 1 FROM callback_endpoints WHERE partner = ? AND url = ?")
+                .bind(partner)
+                .bind(url)
+                .fetch_optional(&self.pool)
+                .await?;
         Ok(found.is_some())
     }
 
-    /// Registers an endpoint; returns false if it was already registered.
+    /// Registers an endpoint (a callback one for `partner`, `None`: for anonymous callers;
+    /// push endpoints have no partner); returns false if it was already registered.
     pub async fn add_endpoint(
         &self,
         kind: Endpoints,
+        partner: Option<&str>,
         url: &str,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        let sql = match kind {
-            Endpoints::Callback => {
-                "INSERT INTO callback_endpoints (url, created_at) VALUES (?, ?) ON CONFLICT DO NOTHING"
-            }
-            Endpoints::Push => {
-                "INSERT INTO push_endpoints (url, created_at) VALUES (?, ?) ON CONFLICT DO NOTHING"
-            }
-        };
-        let done = sqlx::query(sql)
-            .bind(url)
-            .bind(millis(now))
-            .execute(&self.pool)
-            .await?;
+        let done =
+            match kind {
+                Endpoints::Callback => sqlx::query(
+                    "INSERT INTO callback_endpoints (partner, url, created_at) VALUES (?, ?, ?) \
+                     ON CONFLICT DO NOTHING",
+                )
+                .bind(partner.unwrap_or(""))
+                .bind(url)
+                .bind(millis(now))
+                .execute(&self.pool)
+                .await?,
+                Endpoints::Push => {
+                    sqlx::query(
+                        "INSERT INTO push_endpoints (url, created_at) VALUES (?, ?) \
+                     ON CONFLICT DO NOTHING",
+                    )
+                    .bind(url)
+                    .bind(millis(now))
+                    .execute(&self.pool)
+                    .await?
+                }
+            };
         Ok(done.rows_affected() == 1)
     }
 
-    pub async fn remove_endpoint(&self, kind: Endpoints, url: &str) -> Result<bool, StoreError> {
-        let sql = match kind {
-            Endpoints::Callback => "DELETE FROM callback_endpoints WHERE url = ?",
-            Endpoints::Push => "DELETE FROM push_endpoints WHERE url = ?",
+    /// Unregisters an endpoint (a callback one of `partner`, `None`: of anonymous callers).
+    pub async fn remove_endpoint(
+        &self,
+        kind: Endpoints,
+        partner: Option<&str>,
+        url: &str,
+    ) -> Result<bool, StoreError> {
+        let done = match kind {
+            Endpoints::Callback => {
+                sqlx::query("DELETE FROM callback_endpoints WHERE partner = ? AND url = ?")
+                    .bind(partner.unwrap_or(""))
+                    .bind(url)
+                    .execute(&self.pool)
+                    .await?
+            }
+            Endpoints::Push => {
+                sqlx::query("DELETE FROM push_endpoints WHERE url = ?")
+                    .bind(url)
+                    .execute(&self.pool)
+                    .await?
+            }
         };
-        let done = sqlx::query(sql).bind(url).execute(&self.pool).await?;
         Ok(done.rows_affected() == 1)
+    }
+
+    /// The registered callback endpoints as (partner, url), "" for anonymous callers'.
+    pub async fn callback_endpoints(&self) -> Result<Vec<(String, String)>, StoreError> {
+        let rows = sqlx::query("SELECT partner, url FROM callback_endpoints ORDER BY partner, url")
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
     }
 
     /// Callback acks due at `now`, oldest first.
@@ -426,8 +501,8 @@ impl Store {
         limit: i64,
     ) -> Result<Vec<PendingCallback>, StoreError> {
         let rows = sqlx::query(
-            "SELECT id, endpoint, soap12, group_id, number, fault, expiry, attempts, number_to \
-             FROM pending_callbacks WHERE next_attempt <= ? ORDER BY id LIMIT ?",
+            "SELECT id, endpoint, soap12, group_id, number, fault, expiry, attempts, number_to, \
+             partner FROM pending_callbacks WHERE next_attempt <= ? ORDER BY id LIMIT ?",
         )
         .bind(millis(now))
         .bind(limit)
@@ -439,6 +514,7 @@ impl Store {
                 let fault: Option<String> = r.get(5);
                 Ok(PendingCallback {
                     id: r.get(0),
+                    partner: r.get(9),
                     endpoint: r.get(1),
                     soap12: r.get::<i64, _>(2) != 0,
                     reply: ReplyItem {
@@ -469,10 +545,11 @@ impl Store {
             .collect()
     }
 
-    /// Queues replies for a callback endpoint outside the receive path (faults of messages
-    /// refused on arrival, poll answers sent by callback).
+    /// Queues replies about `partner`'s messages for a callback endpoint outside the receive
+    /// path (faults of messages refused on arrival, poll answers sent by callback).
     pub async fn owe_callbacks(
         &self,
+        partner: &str,
         endpoint: &str,
         soap12: bool,
         replies: &[ReplyItem],
@@ -482,9 +559,10 @@ impl Store {
         let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
         for r in replies {
             sqlx::query(
-                "INSERT INTO pending_callbacks (endpoint, soap12, group_id, number, number_to, \
-                 fault, expiry, next_attempt) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO pending_callbacks (partner, endpoint, soap12, group_id, number, \
+                 number_to, fault, expiry, next_attempt) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )
+            .bind(partner)
             .bind(endpoint)
             .bind(i64::from(soap12))
             .bind(r.group_id.as_str())
@@ -501,16 +579,18 @@ impl Store {
         Ok(())
     }
 
-    /// Remembers the fault of a message that left no group state, for its sender's polls.
+    /// Remembers the fault of `partner`'s message that left no group state, for its sender's
+    /// polls.
     pub async fn record_fault(
         &self,
+        partner: &str,
         key: &MessageKey,
         code: FaultCode,
         expiry: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         let mut conn = self.pool.acquire().await?;
-        insert_message_fault(&mut conn, key, code, expiry, now).await
+        insert_message_fault(&mut conn, partner, key, code, expiry, now).await
     }
 
     /// A barrier through the writer's queue: returns once everything queued before it has
@@ -521,8 +601,9 @@ impl Store {
             .map_err(store_failure)
     }
 
-    /// The answer to a PollRequest from stored state (D11); `None` when there is nothing to
-    /// say.
+    /// The answer to `partner`'s PollRequest from stored state (D11); `None` when there is
+    /// nothing to say. Only that partner's groups are read: a poll naming another partner's
+    /// group is answered as for an unknown group (D14).
     ///
     /// Read after a barrier through the writer's queue: every message whose decision was
     /// queued before the poll arrived is committed first, so a sender polling after its
@@ -530,6 +611,7 @@ impl Store {
     /// outside the writer, so a large poll does not hold up deliveries.
     pub async fn poll_answer(
         &self,
+        partner: &str,
         refs: &[RefToMessageIds],
     ) -> Result<Option<Response>, StoreError> {
         self.flush().await?;
@@ -540,8 +622,10 @@ impl Store {
             .to_string();
         let mut states = HashMap::new();
         let rows = sqlx::query(
-            "SELECT group_id, state FROM groups WHERE group_id IN (SELECT value FROM json_each(?))",
+            "SELECT group_id, state FROM groups \
+             WHERE partner = ? AND group_id IN (SELECT value FROM json_each(?))",
         )
+        .bind(partner)
         .bind(&ids)
         .fetch_all(&self.pool)
         .await?;
@@ -552,8 +636,9 @@ impl Store {
         let mut recorded: HashMap<GroupId, Vec<RecordedFault>> = HashMap::new();
         let rows = sqlx::query(
             "SELECT group_id, singleton, number, fault FROM message_faults \
-             WHERE group_id IN (SELECT value FROM json_each(?))",
+             WHERE partner = ? AND group_id IN (SELECT value FROM json_each(?))",
         )
+        .bind(partner)
         .bind(&ids)
         .fetch_all(&self.pool)
         .await?;
@@ -625,10 +710,11 @@ impl Store {
 }
 
 /// An inbox row: offset, channel, topic, group_id, number, payload, namespaces, received_at,
-/// expiry.
+/// expiry, partner.
 pub(super) fn inbox_from_row(r: &sqlx::sqlite::SqliteRow) -> InboxEntry {
     InboxEntry {
         offset: r.get(0),
+        partner: r.get(9),
         channel: r.get(1),
         topic: r.get(2),
         group_id: r.get(3),

@@ -21,6 +21,7 @@ use crate::rmp::group::GroupState;
 
 /// One inbox row to append.
 pub(super) struct InboxRow {
+    pub partner: String,
     pub channel: String,
     pub topic: String,
     pub group_id: String,
@@ -30,6 +31,9 @@ pub(super) struct InboxRow {
     pub received_at: i64,
     pub expiry: i64,
 }
+
+/// A receiver group: (partner, group id). Two partners' groups of one id are two groups.
+pub(super) type GroupKey = (String, String);
 
 /// Payloads above this go into the inbox one by one, bound as they are.
 const BIG_PAYLOAD: usize = 64 * 1024;
@@ -44,8 +48,8 @@ async fn insert_small(
     }
     sqlx::query(
         "INSERT INTO inbox (channel, topic, group_id, number, payload, namespaces, received_at, \
-         expiry) SELECT value->>0, value->>1, value->>2, value->>3, value->>4, value->>5, \
-         value->>6, value->>7 FROM json_each(?) ORDER BY key",
+         expiry, partner) SELECT value->>0, value->>1, value->>2, value->>3, value->>4, \
+         value->>5, value->>6, value->>7, value->>8 FROM json_each(?) ORDER BY key",
     )
     .bind(Value::Array(std::mem::take(rows)).to_string())
     .execute(&mut *conn)
@@ -57,81 +61,88 @@ async fn insert_small(
 pub(super) struct Staged {
     /// Group states as this batch sees them: read ahead, or written by an earlier job. An
     /// unreadable stored state is kept as its reason, to fail only the jobs that touch it.
-    groups: HashMap<String, Result<Option<GroupState>, String>>,
+    groups: HashMap<GroupKey, Result<Option<GroupState>, String>>,
     /// Group rows to write, latest state per group, in first-written order.
-    group_rows: Vec<String>,
-    group_values: HashMap<String, Value>,
+    group_rows: Vec<GroupKey>,
+    group_values: HashMap<GroupKey, Value>,
     inbox: Vec<InboxRow>,
     /// Groups this batch opened and has not written yet, per source (the quota's count).
     opened_unwritten: HashMap<String, u64>,
 }
 
 impl Staged {
-    /// Reads the stored state of every group in `ids` with one statement.
+    /// Reads the stored state of every group in `ids` (partner, group id) with one
+    /// statement.
     pub(super) async fn read_ahead(
         &mut self,
         conn: &mut SqliteConnection,
-        ids: &[&str],
+        ids: &[(&str, &str)],
     ) -> Result<(), StoreError> {
-        let wanted: Vec<&str> = ids
+        let wanted: Vec<GroupKey> = ids
             .iter()
-            .copied()
-            .filter(|id| !self.groups.contains_key(*id))
+            .map(|&(p, g)| (p.to_owned(), g.to_owned()))
+            .filter(|key| !self.groups.contains_key(key))
             .collect();
         if wanted.is_empty() {
             return Ok(());
         }
+        // CROSS JOIN keeps the wanted keys as the outer loop: one primary-key probe each.
         let rows = sqlx::query(
-            "SELECT group_id, state FROM groups WHERE group_id IN (SELECT value FROM json_each(?))",
+            "SELECT g.partner, g.group_id, g.state FROM json_each(?) AS j CROSS JOIN groups AS g \
+             ON g.partner = j.value->>0 AND g.group_id = j.value->>1",
         )
         .bind(json!(wanted).to_string())
         .fetch_all(&mut *conn)
         .await?;
-        for id in wanted {
-            self.groups.insert(id.to_owned(), Ok(None));
+        for key in wanted {
+            self.groups.insert(key, Ok(None));
         }
         for row in rows {
-            let id: String = row.get(0);
-            let state = decode(row.get::<&str, _>(1)).map(Some);
-            self.groups.insert(id, state);
+            let key: GroupKey = (row.get(0), row.get(1));
+            let state = decode(row.get::<&str, _>(2)).map(Some);
+            self.groups.insert(key, state);
         }
         Ok(())
     }
 
-    /// The group's state as of this point of the batch.
+    /// The state of `partner`'s group as of this point of the batch.
     pub(super) async fn load_group(
         &mut self,
         conn: &mut SqliteConnection,
+        partner: &str,
         group_id: &str,
     ) -> Result<Option<GroupState>, StoreError> {
-        if !self.groups.contains_key(group_id) {
-            self.read_ahead(conn, &[group_id]).await?;
+        let key: GroupKey = (partner.to_owned(), group_id.to_owned());
+        if !self.groups.contains_key(&key) {
+            self.read_ahead(conn, &[(partner, group_id)]).await?;
         }
-        match self.groups.get(group_id) {
+        match self.groups.get(&key) {
             Some(Ok(state)) => Ok(state.clone()),
             Some(Err(why)) => Err(StoreError::Corrupt(why.clone())),
             None => Ok(None),
         }
     }
 
-    /// Stages the group's new state; `deadline` is when the sweeper must look at it next.
-    /// `source` is recorded when the group is new (who opened it, for the quota).
+    /// Stages the new state of `partner`'s group; `deadline` is when the sweeper must look at
+    /// it next. `source` is recorded when the group is new (who opened it, for the quota).
     pub(super) fn save_group(
         &mut self,
+        partner: &str,
         state: &GroupState,
         source: &str,
         deadline: Option<DateTime<Utc>>,
         now: DateTime<Utc>,
         effects: &mut Effects,
     ) {
-        let id = state.group_id.as_str().to_owned();
+        let id: GroupKey = (partner.to_owned(), state.group_id.as_str().to_owned());
         let opened = matches!(self.groups.get(&id), Some(Ok(None)) | None)
             && state.status == crate::rmp::group::GroupStatus::Open;
         if opened {
             *self.opened_unwritten.entry(source.to_owned()).or_default() += 1;
         }
         let row = json!([
-            id,
+            partner,
+            state.group_id.as_str(),
             state.params.channel,
             state.status.as_str(),
             deadline.map(millis),
@@ -168,14 +179,15 @@ impl Staged {
                     r.payload.as_str(),
                     r.namespaces,
                     r.received_at,
-                    r.expiry
+                    r.expiry,
+                    r.partner
                 ]));
                 continue;
             }
             insert_small(conn, &mut small).await?;
             sqlx::query(
                 "INSERT INTO inbox (channel, topic, group_id, number, payload, namespaces, \
-                 received_at, expiry) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                 received_at, expiry, partner) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )
             .bind(r.channel)
             .bind(r.topic)
@@ -185,6 +197,7 @@ impl Staged {
             .bind(r.namespaces)
             .bind(r.received_at)
             .bind(r.expiry)
+            .bind(r.partner)
             .execute(&mut *conn)
             .await?;
         }
@@ -197,9 +210,10 @@ impl Staged {
                 .collect();
             // `WHERE true`: SQLite needs it to tell the upsert's ON from a join's.
             sqlx::query(
-                "INSERT INTO groups (group_id, channel, status, next_deadline, updated_at, state, \
-                 source) SELECT value->>0, value->>1, value->>2, value->>3, value->>4, \
-                 value->>5, value->>6 FROM json_each(?) WHERE true ON CONFLICT (group_id) DO UPDATE SET \
+                "INSERT INTO groups (partner, group_id, channel, status, next_deadline, updated_at, \
+                 state, source) SELECT value->>0, value->>1, value->>2, value->>3, value->>4, \
+                 value->>5, value->>6, value->>7 FROM json_each(?) WHERE true \
+                 ON CONFLICT (partner, group_id) DO UPDATE SET \
                  status = excluded.status, next_deadline = excluded.next_deadline, \
                  updated_at = excluded.updated_at, state = excluded.state",
             )

@@ -59,7 +59,8 @@ pub(super) type WriterFn = Box<
 /// What one job did inside the transaction, announced only after the commit.
 #[derive(Default)]
 pub(super) struct Effects {
-    pub(super) delivered: Vec<MessageKey>,
+    /// Buffered messages delivered, by (partner, key): their held requests may answer.
+    pub(super) delivered: Vec<(String, MessageKey)>,
     pub(super) callbacks: bool,
     /// Messages were appended to the inbox (subscriptions have news).
     pub(super) appended: bool,
@@ -184,10 +185,13 @@ async fn commit_batch(
         // One read of every group the batch's messages touch; their writes wait for the end.
         let mut staged = Staged::default();
         if savepoints == Savepoints::ForChangesOnly {
-            let ids: Vec<&str> = batch
+            // Two jobs touch the same group only when partner and group id are both the same.
+            let ids: Vec<(&str, &str)> = batch
                 .iter()
                 .filter_map(|j| match j {
-                    Job::Receive(m, _) => Some(m.request.message_id.group_id.as_str()),
+                    Job::Receive(m, _) => {
+                        Some((m.partner.as_str(), m.request.message_id.group_id.as_str()))
+                    }
                     _ => None,
                 })
                 .collect();
@@ -257,8 +261,8 @@ async fn commit_batch(
     // Durable now: announce, then answer.
     if !effects.delivered.is_empty() {
         let mut waiters = shared.waiters.lock().unwrap_or_else(|p| p.into_inner());
-        for key in &effects.delivered {
-            for waiter in waiters.remove(key).unwrap_or_default() {
+        for delivered in &effects.delivered {
+            for waiter in waiters.remove(delivered).unwrap_or_default() {
                 let _ = waiter.send(());
             }
         }
@@ -352,7 +356,9 @@ async fn run_job(
         // An unreadable group state is found before the job writes anything: it fails alone,
         // and the rest of the batch (delivery changes already applied included) stands.
         let group = message.request.message_id.group_id.as_str();
-        if let Err(StoreError::Corrupt(why)) = staged.load_group(conn, group).await {
+        if let Err(StoreError::Corrupt(why)) =
+            staged.load_group(conn, &message.partner, group).await
+        {
             tracing::error!(reason = %why, "message refused: its group's stored state is unreadable");
             return Ok(JobRun::Done(Err(StoreError::Corrupt(why))));
         }

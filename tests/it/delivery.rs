@@ -1059,7 +1059,7 @@ async fn push_concurrency_is_bounded() {
     let api = Api::of(&app, OWNER);
     let mut hook = webhook(vec![], 100).await;
     app.store
-        .add_endpoint(Endpoints::Push, &hook.url, app.clock.now_utc())
+        .add_endpoint(Endpoints::Push, None, &hook.url, app.clock.now_utc())
         .await
         .expect("register");
     api.create(json!({

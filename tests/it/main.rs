@@ -18,6 +18,8 @@ mod perimeter;
 mod receiver;
 mod roundtrip;
 mod schema;
+mod scoping;
 mod sender;
 mod support;
+mod tls;
 mod valid;

@@ -357,6 +357,7 @@ async fn an_unregistered_notify_url_is_refused_naming_notify_url() {
         .store
         .add_endpoint(
             wsr_gateway::store::Endpoints::Push,
+            None,
             &hook,
             chrono::Utc::now(),
         )

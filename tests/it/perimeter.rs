@@ -1,6 +1,7 @@
 //! The perimeter (issue 12 items 3 and 9): header, body and idle timeouts, the connection and
 //! in-flight caps, body memory that follows the bytes received (a child process's RSS), and
-//! the signals: SIGTERM drains, SIGHUP is ignored.
+//! the signals: SIGTERM drains, SIGHUP does not stop the gateway (without TLS it has nothing to
+//! reload).
 
 use std::time::{Duration, Instant};
 

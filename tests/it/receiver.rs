@@ -375,7 +375,7 @@ async fn s04_unordered_group_with_callback_acks_and_last() {
     assert_eq!(acked.into_iter().collect::<Vec<_>>(), vec![0, 1, 2, 3, 4]);
     let group = app
         .store
-        .group("mid:s4@test")
+        .group("", "mid:s4@test")
         .await
         .expect("read")
         .expect("group");
@@ -455,7 +455,7 @@ async fn s05_ordered_group_out_of_order() {
 
 async fn wait_until_buffered(app: &TestApp, group: &str, n: u64) {
     for _ in 0..500 {
-        if let Some(g) = app.store.group(group).await.expect("read")
+        if let Some(g) = app.store.group("", group).await.expect("read")
             && g.buffered.contains_key(&n)
         {
             return;
@@ -509,7 +509,7 @@ async fn s06_permanent_gap_aborts_the_group() {
     app.sweep().await;
     let group = app
         .store
-        .group("mid:s6@test")
+        .group("", "mid:s6@test")
         .await
         .expect("read")
         .expect("group");

@@ -156,7 +156,7 @@ async fn ordered_group_of_100_with_last() {
         );
         let state = receiver
             .store
-            .group(group.as_deref().expect("group"))
+            .group("", group.as_deref().expect("group"))
             .await
             .expect("read")
             .expect("group");
@@ -707,6 +707,7 @@ async fn notify_webhook_and_event_stream() {
         .store
         .add_endpoint(
             wsr_gateway::store::Endpoints::Push,
+            None,
             &hook.url,
             chrono::Utc::now(),
         )

@@ -123,6 +123,9 @@ pub struct TestApp {
     pub clock: ManualClock,
     pub client: reqwest::Client,
     pub config: Config,
+    /// The same gateway's routes in-process: requests sent with `oneshot` may carry the
+    /// extensions a guard would insert (`partners::Caller`).
+    pub router: axum::Router,
     _dir: Option<tempfile::TempDir>,
     stop: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<anyhow::Result<()>>>,
@@ -165,6 +168,7 @@ pub async fn start(config: Config, clock: ManualClock) -> TestApp {
         .expect("gateway builds");
     let addr = app.local_addr();
     let store = app.store().clone();
+    let router = app.router();
     let (stop, stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(app.run_until(async {
         let _ = stopped.await;
@@ -175,6 +179,7 @@ pub async fn start(config: Config, clock: ManualClock) -> TestApp {
         clock,
         client: reqwest::Client::new(),
         config,
+        router,
         _dir: None,
         stop: Some(stop),
         server: Some(server),
@@ -249,7 +254,7 @@ impl TestApp {
 
     pub async fn register_callback(&self, url: &str) {
         self.store
-            .add_endpoint(Endpoints::Callback, url, Utc::now())
+            .add_endpoint(Endpoints::Callback, None, url, Utc::now())
             .await
             .expect("register endpoint");
     }
@@ -464,4 +469,128 @@ pub async fn submit_as(
         .expect("API answers");
     let status = r.status().as_u16();
     (status, r.json().await.unwrap_or(serde_json::Value::Null))
+}
+
+/// A certificate and its key, PEM, with the leaf's DER.
+#[derive(Clone)]
+pub struct TestCert {
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub der: Vec<u8>,
+}
+
+impl TestCert {
+    /// The lowercase hex SHA-256 of the DER, as partners pin it.
+    pub fn sha256(&self) -> String {
+        wsr_gateway::secrets::sha256_hex(&self.der)
+    }
+}
+
+/// A test CA with its files in a temporary directory: `ca.pem`, and the listener's
+/// `cert.pem`/`key.pem` (written by `write_server`).
+pub struct TestPki {
+    pub dir: tempfile::TempDir,
+    ca: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+}
+
+impl TestPki {
+    pub fn new() -> TestPki {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "wsr-gateway test CA");
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            rcgen::KeyUsagePurpose::KeyCertSign,
+            rcgen::KeyUsagePurpose::DigitalSignature,
+        ];
+        let key = rcgen::KeyPair::generate().expect("CA key");
+        let ca = rcgen::CertifiedIssuer::self_signed(params, key).expect("CA certificate");
+        let pki = TestPki {
+            dir: tempfile::tempdir().expect("temp dir"),
+            ca,
+        };
+        std::fs::write(pki.path("ca.pem"), pki.ca_pem()).expect("write ca.pem");
+        pki
+    }
+
+    pub fn ca_pem(&self) -> String {
+        self.ca.pem()
+    }
+
+    pub fn ca_der(&self) -> Vec<u8> {
+        self.ca.der().to_vec()
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    fn leaf(&self, common_name: &str, sans: Vec<String>, server: bool) -> TestCert {
+        let mut params = rcgen::CertificateParams::new(sans).expect("params");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, common_name);
+        params.extended_key_usages = vec![if server {
+            rcgen::ExtendedKeyUsagePurpose::ServerAuth
+        } else {
+            rcgen::ExtendedKeyUsagePurpose::ClientAuth
+        }];
+        let key = rcgen::KeyPair::generate().expect("key");
+        let cert = params.signed_by(&key, &self.ca).expect("sign");
+        TestCert {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            der: cert.der().to_vec(),
+        }
+    }
+
+    /// A server certificate for 127.0.0.1 and localhost, signed by the CA.
+    pub fn server_cert(&self) -> TestCert {
+        self.leaf(
+            "wsr-gateway test server",
+            vec!["127.0.0.1".into(), "localhost".into()],
+            true,
+        )
+    }
+
+    /// A client certificate signed by the CA.
+    pub fn client_cert(&self, common_name: &str) -> TestCert {
+        self.leaf(common_name, vec![format!("{common_name}.example")], false)
+    }
+
+    /// A self-signed client certificate (a partner pins it, or nobody knows it).
+    pub fn self_signed_client(common_name: &str) -> TestCert {
+        let mut params =
+            rcgen::CertificateParams::new(vec![format!("{common_name}.example")]).expect("params");
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, common_name);
+        let key = rcgen::KeyPair::generate().expect("key");
+        let cert = params.self_signed(&key).expect("self-sign");
+        TestCert {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            der: cert.der().to_vec(),
+        }
+    }
+
+    /// Writes `cert` as the listener's `cert.pem` and `key.pem` (replacing, as a renewal does).
+    pub fn write_server(&self, cert: &TestCert) {
+        for (name, text) in [("cert.pem", &cert.cert_pem), ("key.pem", &cert.key_pem)] {
+            let temporary = self.path(&format!("{name}.new"));
+            std::fs::write(&temporary, text).expect("write");
+            std::fs::rename(&temporary, self.path(name)).expect("rename");
+        }
+    }
+
+    /// `[tls]` on the files of this PKI; with `client_ca`, `ca.pem` is the client CA.
+    pub fn tls_config(&self, client_ca: bool) -> wsr_gateway::config::TlsFileConfig {
+        wsr_gateway::config::TlsFileConfig {
+            cert_file: self.path("cert.pem"),
+            key_file: self.path("key.pem"),
+            client_ca_file: client_ca.then(|| self.path("ca.pem")),
+            reload_check_seconds: 0,
+        }
+    }
 }
