@@ -490,7 +490,7 @@ pub fn base64_encode(bytes: &[u8]) -> String {
 /// The inverse of `base64_encode`; `None` for anything that is not standard padded base64.
 pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
     let text = text.as_bytes();
-    if text.len() % 4 != 0 || text.len() > 8192 {
+    if !text.len().is_multiple_of(4) || text.len() > 8192 {
         return None;
     }
     let value = |c: u8| BASE64.iter().position(|b| *b == c).map(|v| v as u32);
