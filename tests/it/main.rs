@@ -12,6 +12,7 @@ mod hostile;
 mod interop;
 mod malformed;
 mod outbound_trust;
+mod partner_clients;
 mod perimeter;
 mod receiver;
 mod roundtrip;
