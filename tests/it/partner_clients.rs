@@ -626,7 +626,7 @@ fn clients_for(partners: Vec<Partner>) -> anyhow::Result<PartnerClients> {
 /// A SOAP 1.1 POST through the partner's route; its status, or the error's text.
 async fn post(clients: &PartnerClients, url: &str) -> Result<u16, String> {
     clients
-        .for_message(url)
+        .for_message("", url)
         .post_soap(url, SoapVersion::Soap11, "<x/>")
         .send()
         .await
