@@ -31,6 +31,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::delivery::receipt::ReceiptKey;
 use crate::http::AppState;
 use crate::outbound::callbacks::RetryPolicy;
+use crate::outbound::partner_clients::PartnerClients;
 use crate::outbound::sender::SenderConfig;
 use crate::store::{Endpoints, Store, StoreConfig};
 
@@ -38,6 +39,8 @@ pub use config::Config;
 
 /// How long a shutdown waits for requests in flight (SIGTERM/SIGINT in `main`).
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// Longest exchange with a partner or a callback endpoint, answer included.
+const OUTBOUND_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A gateway with its store open and its port bound, not yet serving. Binding happens in
 /// `build` so that a test can ask for port 0 and learn the real port first.
@@ -46,6 +49,8 @@ pub struct App {
     addr: SocketAddr,
     state: AppState,
     tls: Option<http::tls::Tls>,
+    /// The sender's and the callback worker's HTTP clients, built once.
+    clients: PartnerClients,
 }
 
 impl App {
@@ -55,6 +60,13 @@ impl App {
 
     /// Like `build`, with the clock every decision reads (tests set it instead of sleeping).
     pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::Result<App> {
+        // First: a partner's unusable CA or client certificate file fails the start before
+        // anything is opened or bound.
+        let clients = PartnerClients::new(
+            &config.partners,
+            OUTBOUND_TIMEOUT,
+            Arc::new(config.destinations.clone()),
+        )?;
         let store = Store::open(&StoreConfig {
             path: config.database.clone(),
             durability: config.durability,
@@ -121,6 +133,7 @@ impl App {
             listener,
             addr,
             tls,
+            clients,
             state: AppState {
                 store,
                 config: Arc::new(config),
@@ -173,29 +186,23 @@ impl App {
             RetryPolicy {
                 initial: state.config.callback_retry_initial,
                 max: state.config.callback_retry_max,
-                request_timeout: Duration::from_secs(30),
                 answer_cap: state.config.limits.max_bytes,
             },
+            self.clients.clone(),
         ));
         background.spawn(outbound::sender::run(
             state.store.clone(),
             state.clock.clone(),
             SenderConfig {
                 window: state.config.send_window,
+                windows: outbound::sender::send_windows(&state.config.partners),
                 poll_interval: state.config.poll_interval,
-                request_timeout: Duration::from_secs(30),
                 concurrency: 32,
                 resolve_in_doubt: state.config.resolve_in_doubt,
                 partner_id_retention: state.config.partner_id_retention,
                 answer_cap: state.config.limits.max_bytes,
-                partner_urls: state
-                    .config
-                    .partners
-                    .iter()
-                    .filter_map(|p| p.outbound.address.clone())
-                    .collect(),
-                destinations: Arc::new(state.config.destinations.clone()),
             },
+            self.clients,
         ));
         background.spawn(delivery::maintain::run(
             state.store.clone(),

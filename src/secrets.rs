@@ -298,7 +298,7 @@ mod tests {
         assert!(load_secret("token", None, None, None, Some("WSR_SURELY_UNSET_VAR")).is_err());
         assert!(load_secret("token", None, Some(""), None, None).is_err());
         assert!(
-            load_secret("token", None, None, None)
+            load_secret("token", None, None, None, None)
                 .expect("none")
                 .is_none()
         );

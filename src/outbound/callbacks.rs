@@ -6,9 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use reqwest::header::CONTENT_TYPE;
-
 use super::http_client::{exchange, redacted};
+use super::partner_clients::PartnerClients;
 use crate::clock::Clock;
 use crate::rmp::replies::Replies;
 use crate::store::{PendingCallback, Store};
@@ -23,7 +22,6 @@ const IDLE_RECHECK: Duration = Duration::from_secs(60);
 pub struct RetryPolicy {
     pub initial: Duration,
     pub max: Duration,
-    pub request_timeout: Duration,
     /// Longest answer read from a callback endpoint (`max_message_bytes`).
     pub answer_cap: usize,
 }
@@ -38,14 +36,9 @@ impl RetryPolicy {
     }
 }
 
-pub async fn run(store: Store, clock: Arc<dyn Clock>, policy: RetryPolicy) {
-    let client = match super::http_client::client(policy.request_timeout) {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot build the HTTP client; callbacks are not sent");
-            return;
-        }
-    };
+/// Sends callbacks until dropped, with the clients built at start (`App::build`): a
+/// partner's endpoint gets its TLS and our credentials towards it.
+pub async fn run(store: Store, clock: Arc<dyn Clock>, policy: RetryPolicy, client: PartnerClients) {
     loop {
         if let Err(e) = send_due(&store, &client, clock.as_ref(), &policy).await {
             // Pause, or a persistent store failure would repeat the same POSTs in a tight loop.
@@ -74,20 +67,21 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>, policy: RetryPolicy) {
 
 async fn send_due(
     store: &Store,
-    client: &reqwest::Client,
+    client: &PartnerClients,
     clock: &dyn Clock,
     policy: &RetryPolicy,
 ) -> Result<(), crate::store::StoreError> {
     let now = clock.now();
     let due = store.due_callbacks(now, BATCH).await?;
-    let mut by_target: BTreeMap<(String, bool), Vec<PendingCallback>> = BTreeMap::new();
+    // One POST per (partner, endpoint): each carries our credentials for that partner.
+    let mut by_target: BTreeMap<(String, String, bool), Vec<PendingCallback>> = BTreeMap::new();
     for p in due {
         by_target
-            .entry((p.endpoint.clone(), p.soap12))
+            .entry((p.partner.clone(), p.endpoint.clone(), p.soap12))
             .or_default()
             .push(p);
     }
-    for ((endpoint, soap12), pending) in by_target {
+    for ((partner, endpoint, soap12), pending) in by_target {
         let version = if soap12 {
             SoapVersion::Soap12
         } else {
@@ -99,10 +93,8 @@ async fn send_due(
             continue;
         };
         let request = client
-            .post(&endpoint)
-            .header(CONTENT_TYPE, version.content_type())
-            .header("SOAPAction", "\"\"")
-            .body(xml);
+            .for_callback(&partner, &endpoint)
+            .post_soap(&endpoint, version, xml);
         // A redirect is not followed (only the registered endpoint gets our acks, D10), and
         // the answer is read at most to the cap: both are failed attempts.
         match exchange(request, policy.answer_cap).await {

@@ -27,13 +27,15 @@ pub fn guarded_client(
         .build()
 }
 
-fn builder(timeout: Duration) -> reqwest::ClientBuilder {
+/// The settings every client shares (partners' own clients add their TLS to it).
+pub(crate) fn builder(timeout: Duration) -> reqwest::ClientBuilder {
     // No proxy from the environment (HTTP(S)_PROXY): it would take every call somewhere
     // nobody configured here, and the destination resolver would only ever see its name.
     reqwest::Client::builder()
         .timeout(timeout)
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
+        .tls_version_min(reqwest::tls::Version::TLS_1_2)
 }
 
 /// An answer read in full (within the cap).

@@ -3,15 +3,15 @@
 //! and tells notify webhooks when a message reaches its final state. Decisions are in
 //! `rmp::sender`; this task only does the I/O and sleeps until the next attempt is due.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use reqwest::header::CONTENT_TYPE;
 use tokio::task::JoinSet;
 
-use super::destination::DestinationRules;
-use super::http_client::{self, exchange, redacted};
+use super::http_client::{exchange, redacted};
+use super::partner_clients::PartnerClients;
 use crate::clock::Clock;
 use crate::rmp::replies::Verdicts;
 use crate::rmp::sender::{AttemptFailure, Event};
@@ -24,10 +24,13 @@ use crate::wsr::{
 
 #[derive(Debug, Clone)]
 pub struct SenderConfig {
-    /// Messages of one ordered group in flight at once.
+    /// Messages of one ordered group in flight at once…
     pub window: u64,
+    /// …unless the group's destination URL has its own (a partner's `send_window`: some
+    /// peers hold out-of-order requests open). Keyed by URL until messages carry their
+    /// partner's name; `send_windows` builds it.
+    pub windows: BTreeMap<String, u64>,
     pub poll_interval: Duration,
-    pub request_timeout: Duration,
     /// Concurrent sends.
     pub concurrency: usize,
     /// How long after ExpiryTime a message in doubt is polled for (`Outbound::due`).
@@ -36,30 +39,27 @@ pub struct SenderConfig {
     pub partner_id_retention: Duration,
     /// Longest answer read from a destination or notify URL (`max_message_bytes`).
     pub answer_cap: usize,
-    /// The configured partners' URLs: sent to as they are. Any other destination (a URL an
-    /// application named) goes through the client whose DNS answers obey `destinations`.
-    pub partner_urls: BTreeSet<String>,
-    pub destinations: Arc<DestinationRules>,
 }
 
-/// The HTTP clients of the sender (`http_client`: no redirects) and the answer cap.
-#[derive(Clone)]
-pub struct Clients {
-    partners: reqwest::Client,
-    urls: reqwest::Client,
-    partner_urls: Arc<BTreeSet<String>>,
-    cap: usize,
-}
-
-impl Clients {
-    /// The client for `destination`: a configured partner's, or the guarded one.
-    fn to(&self, destination: &str) -> &reqwest::Client {
-        if self.partner_urls.contains(destination) {
-            &self.partners
-        } else {
-            &self.urls
+/// The send windows of the partners that have their own, by their address (the destination
+/// URL their messages are stored with).
+pub fn send_windows(partners: &crate::partners::Partners) -> BTreeMap<String, u64> {
+    let mut windows = BTreeMap::new();
+    for p in partners.iter() {
+        if let (Some(address), Some(window)) = (&p.outbound.address, p.outbound.send_window) {
+            // First partner by name wins a URL two partners share, as `Partners::by_address`.
+            windows.entry(address.clone()).or_insert(window.max(1));
         }
     }
+    windows
+}
+
+/// The HTTP clients of the sender (`partner_clients`: the partner's TLS and our credentials
+/// for configured partners, the guarded client for URL destinations) and the answer cap.
+#[derive(Clone)]
+pub struct Clients {
+    routes: PartnerClients,
+    cap: usize,
 }
 
 /// Messages asked about in one PollRequest at most.
@@ -71,23 +71,16 @@ const NOT_A_POLL_ANSWER: &str = "not a poll answer (a SOAP Fault, an error page 
 /// Longest sleep without anything due.
 const IDLE_RECHECK: Duration = Duration::from_secs(60);
 
-pub async fn run(store: Store, clock: Arc<dyn Clock>, config: SenderConfig) {
-    let built = http_client::client(config.request_timeout).and_then(|partners| {
-        let urls =
-            http_client::guarded_client(config.request_timeout, config.destinations.clone())?;
-        Ok(Clients {
-            partners,
-            urls,
-            partner_urls: Arc::new(config.partner_urls.clone()),
-            cap: config.answer_cap,
-        })
-    });
-    let client = match built {
-        Ok(c) => c,
-        Err(e) => {
-            tracing::error!(error = %e, "cannot build the HTTP client; nothing is sent");
-            return;
-        }
+/// Sends and polls until dropped, with the clients built at start (`App::build`).
+pub async fn run(
+    store: Store,
+    clock: Arc<dyn Clock>,
+    config: SenderConfig,
+    clients: PartnerClients,
+) {
+    let client = Clients {
+        routes: clients,
+        cap: config.answer_cap,
     };
     // Polls run beside the sends, not between them: a long poll pass (many messages waiting
     // on polls, a slow partner) must not hold up first attempts until they expire.
@@ -154,7 +147,7 @@ async fn send_due(
     config: &SenderConfig,
 ) -> Result<usize, StoreError> {
     let due = store
-        .due_outbound(clock.now(), config.window.max(1), 500)
+        .due_outbound(clock.now(), config.window.max(1), &config.windows, 500)
         .await?;
     let found = due.len();
     let mut tasks = JoinSet::new();
@@ -208,11 +201,9 @@ async fn attempt(
         return Ok(());
     };
     let request = client
-        .to(&m.destination)
-        .post(&m.destination)
-        .header(CONTENT_TYPE, m.version.content_type())
-        .header("SOAPAction", "\"\"")
-        .body(envelope);
+        .routes
+        .for_message(&m.partner, &m.destination)
+        .post_soap(&m.destination, m.version, envelope);
     let heard = match exchange(request, client.cap).await {
         Ok(answer) => {
             let (heard, unreadable) =
@@ -353,14 +344,17 @@ async fn poll_page(
     partner_id_retention: Duration,
     waiting: Vec<OutMessage>,
 ) -> Result<(), StoreError> {
-    let mut by_destination: BTreeMap<(String, SoapVersion), Vec<OutMessage>> = BTreeMap::new();
+    // One PollRequest per (partner, destination, version): each carries our credentials for
+    // that partner, and asks only about messages sent to it.
+    let mut by_destination: BTreeMap<(String, String, SoapVersion), Vec<OutMessage>> =
+        BTreeMap::new();
     for m in waiting {
         by_destination
-            .entry((m.destination.clone(), m.version))
+            .entry((m.partner.clone(), m.destination.clone(), m.version))
             .or_default()
             .push(m);
     }
-    for ((destination, version), messages) in by_destination {
+    for ((partner, destination, version), messages) in by_destination {
         let refs = messages
             .iter()
             .map(|m| RefToMessageIds {
@@ -381,11 +375,10 @@ async fn poll_page(
             "",
         );
         let asked_at = clock.now();
-        let request = client
-            .to(&destination)
-            .post(&destination)
-            .header(CONTENT_TYPE, version.content_type())
-            .body(xml);
+        // Asked at the partner's poll address, if it has one; the answer still speaks for
+        // the destination (`ReplySource` below), where the messages went.
+        let route = client.routes.for_message(&partner, &destination);
+        let request = route.post_soap(route.poll_target(&destination), version, xml);
         let asked: Vec<String> = messages.iter().map(|m| m.id.clone()).collect();
         let (status, ct, body) = match exchange(request, client.cap).await {
             Ok(answer) => (answer.status, answer.content_type, answer.body),
@@ -463,7 +456,8 @@ pub async fn notify(store: &Store, client: &Clients, finished: &[String]) {
         }
         let body = crate::http::messages::message_json(&m).to_string();
         let request = client
-            .partners
+            .routes
+            .webhooks()
             .post(url)
             .header(CONTENT_TYPE, "application/json")
             .body(body);

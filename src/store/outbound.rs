@@ -1,6 +1,7 @@
 //! Stored state of the sending RMP: submitted messages with their envelopes (sent unchanged on
 //! every attempt), their groups and numbering, retry state and the event log.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -546,23 +547,36 @@ impl Store {
     /// Messages whose next attempt is due at `now`, longest due first (then by group and
     /// number): first come, first served, so that messages resent over and over cannot starve
     /// newer ones (ordering by group id did: ids grow with time, and new groups waited behind
-    /// every resend of older ones). For ordered groups only those within `window` of the lowest
-    /// number not yet acknowledged.
+    /// every resend of older ones). For ordered groups only those within the window of the
+    /// lowest number not yet acknowledged: `windows[destination]` where the destination has
+    /// its own, else `window`.
     pub async fn due_outbound(
         &self,
         now: DateTime<Utc>,
         window: u64,
+        windows: &BTreeMap<String, u64>,
         limit: i64,
     ) -> Result<Vec<OutMessage>, StoreError> {
+        let clamp = |w: u64| i64::try_from(w).unwrap_or(i64::MAX);
+        // One JSON object bound to one parameter, whatever the number of destinations.
+        let windows = serde_json::Value::Object(
+            windows
+                .iter()
+                .map(|(d, w)| (d.clone(), clamp(*w).into()))
+                .collect(),
+        )
+        .to_string();
         let rows = sqlx::query(select_messages!(
-            "WHERE m.next_attempt <= ?1 AND (g.ordered = 0 OR m.expiry <= ?1 OR m.number < ?2 + ( \
-               SELECT MIN(o.number) FROM out_messages o \
+            "WHERE m.next_attempt <= ?1 AND (g.ordered = 0 OR m.expiry <= ?1 OR m.number < \
+               COALESCE((SELECT w.value FROM json_each(?4) w WHERE w.key = m.destination), ?2) \
+               + (SELECT MIN(o.number) FROM out_messages o \
                WHERE o.group_id = m.group_id AND o.state NOT IN ('acked'))) \
              ORDER BY m.next_attempt, m.group_id, m.number LIMIT ?3"
         ))
         .bind(millis(now))
-        .bind(window.min(i64::MAX as u64) as i64)
+        .bind(clamp(window))
         .bind(limit)
+        .bind(windows)
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(row_to_message).collect()

@@ -39,6 +39,17 @@ impl SoapVersion {
             SoapVersion::Soap12 => "application/soap+xml; charset=utf-8",
         }
     }
+
+    /// The `SOAPAction` HTTP header a request of this version carries: SOAP 1.1 requires
+    /// the header, and WS-R 1.1 defines no action URI, so it is the empty `""`. SOAP 1.2 has
+    /// no such header (its action is an optional Content-Type parameter, which WS-R does not
+    /// use either).
+    pub fn soap_action(self) -> Option<&'static str> {
+        match self {
+            SoapVersion::Soap11 => Some("\"\""),
+            SoapVersion::Soap12 => None,
+        }
+    }
 }
 
 /// The longest groupId we keep. Every group's state is kept until it ends and its messages

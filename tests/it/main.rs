@@ -13,6 +13,7 @@ mod hostile;
 mod interop;
 mod malformed;
 mod outbound_trust;
+mod partner_clients;
 mod partners_auth;
 mod perimeter;
 mod receiver;

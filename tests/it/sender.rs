@@ -1368,7 +1368,11 @@ async fn the_longest_due_message_goes_first_whatever_its_group() {
     attempted(new_id.clone()).await;
     // A minute on, both are due: the new one since t0 + 2 s, the old one since t0 + 60 s.
     let now = t0 + chrono::Duration::seconds(61);
-    let first = sender.store.due_outbound(now, 8, 1).await.expect("due");
+    let first = sender
+        .store
+        .due_outbound(now, 8, &Default::default(), 1)
+        .await
+        .expect("due");
     assert_eq!(
         first.iter().map(|m| m.id.as_str()).collect::<Vec<_>>(),
         vec![new_id.as_str()],
