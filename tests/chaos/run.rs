@@ -3,6 +3,10 @@
 //! through one shared subscription with group ordering. The driver submits the planned
 //! messages to A while random processes are SIGKILLed and restarted; a quiet period lets
 //! retries drain; then the checker reads A's final states, B's inbox and the processing log.
+//!
+//! The gateways are each other's partners over mutual TLS (certificates made per run, see
+//! `certs`): B knows A by Basic and by A's client certificate, A knows B by B's client
+//! certificate; the proxies terminate TLS and present the sender's certificate upstream.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -1,6 +1,7 @@
-//! The short chaos run (README "Chaos run"): two gateways, a lossy proxy each way, consumers
-//! on a shared subscription, six kill -9s, 2 000 messages over 100 groups — and the checker
-//! finds nothing lost, doubled or out of order. The seed is new on every run and printed, so
+//! The short chaos run (README "Chaos run"): two gateways talking as partners over mutual TLS
+//! with credentials, a lossy (TLS-terminating) proxy each way, consumers on a shared
+//! subscription, six kill -9s, 2 000 messages over 100 groups — and the checker finds nothing
+//! lost, doubled or out of order. The seed is new on every run and printed, so
 //! a failure can be repeated with `wsr-chaos run --short --seed N`.
 
 use std::process::Command;
