@@ -391,9 +391,24 @@ async fn sent_to(app: &TestApp, partner: &mut MockPartner, destination: &str) ->
 }
 
 fn ack_for(app_message: &wsr_gateway::store::outbound::OutMessage) -> String {
+    verdict_for(app_message, None)
+}
+
+/// A callback faulting the message (as a partner refusing it would).
+fn fault_for(app_message: &wsr_gateway::store::outbound::OutMessage) -> String {
+    verdict_for(
+        app_message,
+        Some(wsr_gateway::wsr::FaultCode::InvalidMessageParameters),
+    )
+}
+
+fn verdict_for(
+    app_message: &wsr_gateway::store::outbound::OutMessage,
+    fault: Option<wsr_gateway::wsr::FaultCode>,
+) -> String {
     let key: MessageKey = app_message.key();
     let response = Response {
-        replies: vec![reply_for(&key, None)],
+        replies: vec![reply_for(&key, fault)],
     };
     write_envelope(
         SoapVersion::Soap11,
@@ -425,16 +440,31 @@ async fn a_callback_ack_settles_only_messages_to_partners_the_caller_speaks_for(
     let gamma_message = state(&app, &to_gamma).await;
     assert_eq!(gamma_message.partner, "gamma");
 
-    // beta cannot ack alpha's message, nor can an anonymous caller (alpha can authenticate).
+    // beta can neither ack nor fault alpha's message, nor can an anonymous caller (alpha can
+    // authenticate): the forged-callback attack changes nothing.
     for caller in [Some("beta"), None] {
-        let answer = post_as(&app, caller, "/wsr/_callback", ack_for(&alpha_message)).await;
-        assert_eq!(answer.status, 202, "{}", answer.body);
-        assert_eq!(
-            state(&app, &to_alpha).await.outbound.state.name(),
-            "sent",
-            "{caller:?} changed nothing"
-        );
+        for forged in [ack_for(&alpha_message), fault_for(&alpha_message)] {
+            let answer = post_as(&app, caller, "/wsr/_callback", forged).await;
+            assert_eq!(answer.status, 202, "{}", answer.body);
+            assert_eq!(
+                state(&app, &to_alpha).await.outbound.state.name(),
+                "sent",
+                "{caller:?} changed nothing"
+            );
+        }
     }
+    // Wrong credentials are refused outright.
+    let refused = app
+        .client
+        .post(app.url("/wsr/_callback"))
+        .header("content-type", SoapVersion::Soap11.content_type())
+        .bearer_auth("not-anybodys-token")
+        .body(ack_for(&alpha_message))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(refused.status(), 401);
+    assert_eq!(state(&app, &to_alpha).await.outbound.state.name(), "sent");
     // alpha can.
     let answer = post_as(
         &app,
