@@ -160,12 +160,6 @@ impl App {
         &self.state.store
     }
 
-    /// The routes over this gateway's state, for driving in-process with `oneshot` (tests
-    /// insert the request extensions a guard would, such as `partners::Caller`).
-    pub fn router(&self) -> axum::Router {
-        http::router(self.state.clone())
-    }
-
     /// Serves until `shutdown` completes; requests in flight are answered before it returns.
     /// The background workers (sweeper, callbacks, sender, delivery housekeeping, push) run
     /// alongside and stop with it.

@@ -15,6 +15,7 @@ mod malformed;
 mod outbound_trust;
 mod partner_clients;
 mod partners_auth;
+mod partners_tls;
 mod perimeter;
 mod receiver;
 mod roundtrip;

@@ -15,7 +15,7 @@ use super::support::{TestApp, request_envelope, spawn_app_with};
 const ACME_PASSWORD: &str = "acme-password-0123";
 const GLOBEX_TOKEN: &str = "globex-token-0123456789abcdef";
 
-fn singleton(group: &str, pattern: ReplyPattern) -> String {
+pub fn singleton(group: &str, pattern: ReplyPattern) -> String {
     let request = Request {
         message_id: MessageId {
             group_id: GroupId::parse(group).expect("group id"),

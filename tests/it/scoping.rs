@@ -1,14 +1,12 @@
 //! Per-partner scoping (D14): two partners using the same groupId never touch each other's
 //! state — duplicates, order, polls, ordering groups in subscriptions — and a callback caller
-//! settles only the messages it may speak for. No auth guard exists yet, so the requests carry
-//! the `partners::Caller` extension the guard will insert, sent in-process with `oneshot`.
+//! settles only the messages it may speak for. Partners authenticate by bearer token; the
+//! built-in `default` channel is anonymous on loopback, so anonymous callers are tested too.
 
-use axum::body::Body;
 use chrono::{Duration, Utc};
 use serde_json::{Value, json};
-use tower::ServiceExt as _;
 use wsr_gateway::config::{ApiToken, Scope};
-use wsr_gateway::partners::{Caller, Inbound, Outbound, Partner};
+use wsr_gateway::partners::{Inbound, Outbound, Partner};
 use wsr_gateway::rmp::replies::reply_for;
 use wsr_gateway::secrets::{Secret, Stored};
 use wsr_gateway::wsr::{
@@ -26,35 +24,22 @@ const PRODUCER: &str = "producer-token-000000001";
 const CONSUMER: &str = "consumer-token-000000002";
 const ADMIN: &str = "operator-token-000000003";
 
-/// POSTs `xml` to `path` as `partner` (`None`: anonymous), the way the guard will hand it on.
+/// POSTs `xml` to `path` as `partner` (`None`: anonymous), authenticated by its bearer token
+/// (`credentialed` below) through the guard.
 async fn post_as(app: &TestApp, partner: Option<&str>, path: &str, xml: String) -> Answer {
-    let request = axum::http::Request::post(path)
+    let mut request = app
+        .client
+        .post(app.url(path))
         .header("content-type", SoapVersion::Soap11.content_type())
-        .extension(Caller {
-            partner: partner.map(str::to_owned),
-        })
-        .body(Body::from(xml))
-        .expect("request");
-    let answer = app
-        .router
-        .clone()
-        .oneshot(request)
-        .await
-        .expect("the router answers");
-    let status = answer.status().as_u16();
-    let content_type = answer
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let body = axum::body::to_bytes(answer.into_body(), usize::MAX)
-        .await
-        .expect("answer body");
-    Answer {
-        status,
-        content_type,
-        body: String::from_utf8_lossy(&body).into_owned(),
+        .body(xml);
+    if let Some(name) = partner {
+        request = request.bearer_auth(inbound_token(name));
     }
+    Answer::read(request.send().await.expect("request reaches the gateway")).await
+}
+
+fn inbound_token(partner: &str) -> String {
+    format!("{partner}-inbound-token")
 }
 
 /// A reliable message of group `GROUP` (numbered, and ordered, when `number` is given).
@@ -94,7 +79,7 @@ fn credentialed(name: &str, address: Option<&str>) -> Partner {
     Partner {
         name: name.into(),
         inbound: Inbound {
-            token: Some(Stored::Plain(Secret::new(format!("{name}-inbound-token")))),
+            token: Some(Stored::Plain(Secret::new(inbound_token(name)))),
             ..Inbound::default()
         },
         outbound: Outbound {
@@ -406,9 +391,24 @@ async fn sent_to(app: &TestApp, partner: &mut MockPartner, destination: &str) ->
 }
 
 fn ack_for(app_message: &wsr_gateway::store::outbound::OutMessage) -> String {
+    verdict_for(app_message, None)
+}
+
+/// A callback faulting the message (as a partner refusing it would).
+fn fault_for(app_message: &wsr_gateway::store::outbound::OutMessage) -> String {
+    verdict_for(
+        app_message,
+        Some(wsr_gateway::wsr::FaultCode::InvalidMessageParameters),
+    )
+}
+
+fn verdict_for(
+    app_message: &wsr_gateway::store::outbound::OutMessage,
+    fault: Option<wsr_gateway::wsr::FaultCode>,
+) -> String {
     let key: MessageKey = app_message.key();
     let response = Response {
-        replies: vec![reply_for(&key, None)],
+        replies: vec![reply_for(&key, fault)],
     };
     write_envelope(
         SoapVersion::Soap11,
@@ -440,16 +440,31 @@ async fn a_callback_ack_settles_only_messages_to_partners_the_caller_speaks_for(
     let gamma_message = state(&app, &to_gamma).await;
     assert_eq!(gamma_message.partner, "gamma");
 
-    // beta cannot ack alpha's message, nor can an anonymous caller (alpha can authenticate).
+    // beta can neither ack nor fault alpha's message, nor can an anonymous caller (alpha can
+    // authenticate): the forged-callback attack changes nothing.
     for caller in [Some("beta"), None] {
-        let answer = post_as(&app, caller, "/wsr/_callback", ack_for(&alpha_message)).await;
-        assert_eq!(answer.status, 202, "{}", answer.body);
-        assert_eq!(
-            state(&app, &to_alpha).await.outbound.state.name(),
-            "sent",
-            "{caller:?} changed nothing"
-        );
+        for forged in [ack_for(&alpha_message), fault_for(&alpha_message)] {
+            let answer = post_as(&app, caller, "/wsr/_callback", forged).await;
+            assert_eq!(answer.status, 202, "{}", answer.body);
+            assert_eq!(
+                state(&app, &to_alpha).await.outbound.state.name(),
+                "sent",
+                "{caller:?} changed nothing"
+            );
+        }
     }
+    // Wrong credentials are refused outright.
+    let refused = app
+        .client
+        .post(app.url("/wsr/_callback"))
+        .header("content-type", SoapVersion::Soap11.content_type())
+        .bearer_auth("not-anybodys-token")
+        .body(ack_for(&alpha_message))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(refused.status(), 401);
+    assert_eq!(state(&app, &to_alpha).await.outbound.state.name(), "sent");
     // alpha can.
     let answer = post_as(
         &app,

@@ -123,9 +123,6 @@ pub struct TestApp {
     pub clock: ManualClock,
     pub client: reqwest::Client,
     pub config: Config,
-    /// The same gateway's routes in-process: requests sent with `oneshot` may carry the
-    /// extensions a guard would insert (`partners::Caller`).
-    pub router: axum::Router,
     _dir: Option<tempfile::TempDir>,
     stop: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<anyhow::Result<()>>>,
@@ -168,7 +165,6 @@ pub async fn start(config: Config, clock: ManualClock) -> TestApp {
         .expect("gateway builds");
     let addr = app.local_addr();
     let store = app.store().clone();
-    let router = app.router();
     let (stop, stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(app.run_until(async {
         let _ = stopped.await;
@@ -179,7 +175,6 @@ pub async fn start(config: Config, clock: ManualClock) -> TestApp {
         clock,
         client: reqwest::Client::new(),
         config,
-        router,
         _dir: None,
         stop: Some(stop),
         server: Some(server),
