@@ -7,8 +7,8 @@ use std::time::Duration;
 use chrono::Utc;
 use serde_json::{Value, json};
 use wsr_gateway::wsr::{
-    FaultCode, GroupId, Headers, MessageId, RefToMessageIds, Reply, ReplyPattern, ReplyRange,
-    Request, Response, SeqRange, SequenceNum, SoapVersion, write_envelope,
+    FaultCode, GroupId, MessageId, RefToMessageIds, Reply, ReplyPattern, ReplyRange, Request,
+    SeqRange, SequenceNum, SoapVersion,
 };
 
 use super::support::{free_port, mock_partner, spawn_app, spawn_app_with, start_gateway};
@@ -21,15 +21,7 @@ fn poll_xml(refs: Vec<RefToMessageIds>) -> String {
 }
 
 fn response_xml(replies: Vec<Reply>) -> String {
-    let response = Response { replies };
-    write_envelope(
-        SoapVersion::Soap11,
-        Headers {
-            response: Some(&response),
-            ..Headers::default()
-        },
-        "",
-    )
+    super::support::response_envelope(replies)
 }
 
 fn group(s: &str) -> GroupId {

@@ -151,12 +151,7 @@ async fn partners_post_only_where_allowed_and_others_are_refused() {
     let (status, _, _) = post_as(&app, "nowhere", Some(&acme), msg(7)).await;
     assert_eq!(status, 404);
 
-    let delivered: Vec<String> = app
-        .inbox()
-        .await
-        .iter()
-        .map(|e| e.group_id.clone())
-        .collect();
+    let delivered = app.inbox_groups().await;
     assert_eq!(
         delivered,
         [
@@ -239,12 +234,7 @@ async fn a_reply_pattern_nobody_offers_is_a_synchronous_fault() {
             "{body}"
         );
     }
-    let delivered: Vec<String> = app
-        .inbox()
-        .await
-        .iter()
-        .map(|e| e.group_id.clone())
-        .collect();
+    let delivered = app.inbox_groups().await;
     assert_eq!(delivered, ["mid:poll-2@test"]);
     app.stop().await;
 }

@@ -10,8 +10,8 @@ use wsr_gateway::partners::{Inbound, Outbound, Partner};
 use wsr_gateway::rmp::replies::reply_for;
 use wsr_gateway::secrets::{Secret, Stored};
 use wsr_gateway::wsr::{
-    GroupId, Headers, MessageId, MessageKey, RefToMessageIds, Reply, ReplyPattern, Request,
-    Response, SeqRange, SequenceNum, SoapVersion, write_envelope,
+    GroupId, MessageId, MessageKey, RefToMessageIds, Reply, ReplyPattern, Request, SeqRange,
+    SequenceNum, SoapVersion,
 };
 
 use super::support::{
@@ -407,17 +407,7 @@ fn verdict_for(
     fault: Option<wsr_gateway::wsr::FaultCode>,
 ) -> String {
     let key: MessageKey = app_message.key();
-    let response = Response {
-        replies: vec![reply_for(&key, fault)],
-    };
-    write_envelope(
-        SoapVersion::Soap11,
-        Headers {
-            response: Some(&response),
-            ..Headers::default()
-        },
-        "",
-    )
+    super::support::response_envelope(vec![reply_for(&key, fault)])
 }
 
 async fn state(app: &TestApp, id: &str) -> wsr_gateway::store::outbound::OutMessage {

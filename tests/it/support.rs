@@ -238,6 +238,15 @@ impl TestApp {
         self.post("/wsr/default", version.content_type(), xml).await
     }
 
+    /// The groupIds of the inbox, in delivery order.
+    pub async fn inbox_groups(&self) -> Vec<String> {
+        self.inbox()
+            .await
+            .iter()
+            .map(|e| e.group_id.clone())
+            .collect()
+    }
+
     pub async fn inbox(&self) -> Vec<InboxEntry> {
         self.store.inbox(0, 100_000).await.expect("inbox reads")
     }
@@ -419,6 +428,19 @@ pub fn request_envelope(request: &wsr_gateway::wsr::Request, body: &str) -> Stri
             ..wsr_gateway::wsr::Headers::default()
         },
         body,
+    )
+}
+
+/// A SOAP 1.1 envelope holding a `wsrm:Response` with `replies` (a callback's acks).
+pub fn response_envelope(replies: Vec<wsr_gateway::wsr::Reply>) -> String {
+    let response = wsr_gateway::wsr::Response { replies };
+    wsr_gateway::wsr::write_envelope(
+        SoapVersion::Soap11,
+        wsr_gateway::wsr::Headers {
+            response: Some(&response),
+            ..wsr_gateway::wsr::Headers::default()
+        },
+        "",
     )
 }
 
