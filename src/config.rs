@@ -399,10 +399,11 @@ impl TrustedProxy {
 #[serde(deny_unknown_fields)]
 pub struct ChannelConfig {
     pub name: String,
-    /// Whether requests without credentials may post here (default: no; the built-in
-    /// `default` channel is anonymous while the listener is loopback).
+    /// Whether requests without credentials may post here. Unset: only on a loopback
+    /// listener, and only while no partner lists the channel (as the built-in `default`
+    /// channel); `false`: never.
     #[serde(default)]
-    pub anonymous: bool,
+    pub anonymous: Option<bool>,
     /// Features offered; absent = all.
     pub offers: Option<Vec<String>>,
     #[serde(default)]
@@ -720,7 +721,7 @@ impl FileConfig {
         let mut anonymous_channels = BTreeSet::new();
         let loopback = self.listen.ip().is_loopback();
         for c in &self.channels {
-            if c.anonymous {
+            if c.anonymous == Some(true) {
                 anonymous_channels.insert(c.name.clone());
             }
             // No '%': the guard matches the path as sent, and no escape may name a channel.
@@ -858,15 +859,27 @@ impl FileConfig {
             }
             partners.push(partner);
         }
+        let explicit: BTreeMap<&str, Option<bool>> = self
+            .channels
+            .iter()
+            .map(|c| (c.name.as_str(), c.anonymous))
+            .collect();
         for name in channels.keys() {
-            let used = anonymous_channels.contains(name)
-                || partners.iter().any(|p| p.inbound.channels.contains(name));
-            if !used {
-                bail!(
-                    "channel {name} takes no one: it is not anonymous and no partner lists it \
-                     in its channels (add anonymous = true, or a partner)"
-                );
+            let listed = partners.iter().any(|p| p.inbound.channels.contains(name));
+            if anonymous_channels.contains(name) || listed {
+                continue;
             }
+            // A configured channel no partner lists, on a listener only this machine
+            // reaches, takes anyone here, as the built-in channel does (and as every channel
+            // did before partners existed). Beyond loopback it would take no one: a mistake.
+            if loopback && explicit.get(name.as_str()) == Some(&None) {
+                anonymous_channels.insert(name.clone());
+                continue;
+            }
+            bail!(
+                "channel {name} takes no one: it is not anonymous and no partner lists it in \
+                 its channels (add anonymous = true, or a partner)"
+            );
         }
         let partners = Partners::new(partners, verifier.clone());
         let urls = (self
@@ -1099,6 +1112,19 @@ requires = ["AckRequested"]
         .expect("write config");
         let err = Config::load(Some(&path), []).expect_err("anonymous beyond loopback");
         assert!(format!("{err:#}").contains("not loopback"), "{err:#}");
+        // On loopback, a channel no partner lists takes anyone unless it says otherwise.
+        for (text, anonymous) in [
+            ("[[channels]]\nname = \"open\"\n", Some(true)),
+            ("[[channels]]\nname = \"shut\"\nanonymous = false\n", None),
+        ] {
+            std::fs::write(&path, text).expect("write config");
+            let loaded = Config::load(Some(&path), []);
+            assert_eq!(
+                loaded.ok().map(|c| c.anonymous_channels.contains("open")),
+                anonymous,
+                "{text}"
+            );
+        }
     }
 
     #[test]
