@@ -343,24 +343,9 @@ impl TrustedProxy {
             .addresses
             .iter()
             .map(|a| {
-                let (ip, prefix) = match a.split_once('/') {
-                    Some((ip, p)) => (ip, Some(p)),
-                    None => (a.as_str(), None),
-                };
-                let ip: std::net::IpAddr = ip.trim().parse().with_context(|| {
+                crate::outbound::destination::parse_network(a).with_context(|| {
                     format!("trusted_proxy.addresses: {a:?} is not an IP address or CIDR block")
-                })?;
-                let longest = if ip.is_ipv4() { 32 } else { 128 };
-                let prefix = match prefix {
-                    None => longest,
-                    Some(p) => p
-                        .trim()
-                        .parse::<u8>()
-                        .ok()
-                        .filter(|p| *p <= longest)
-                        .with_context(|| format!("trusted_proxy.addresses: {a:?}: bad prefix"))?,
-                };
-                Ok((ip, prefix))
+                })
             })
             .collect::<anyhow::Result<_>>()?;
         let header = |key: &str, name: &Option<String>| {
@@ -381,17 +366,9 @@ impl TrustedProxy {
     /// Whether `ip` is one of the proxies.
     pub fn trusts(&self, ip: std::net::IpAddr) -> bool {
         let ip = ip.to_canonical();
-        self.networks.iter().any(|(net, prefix)| match (ip, net) {
-            (std::net::IpAddr::V4(a), std::net::IpAddr::V4(b)) => {
-                let mask = u32::MAX.checked_shl(32 - u32::from(*prefix)).unwrap_or(0);
-                u32::from(a) & mask == u32::from(*b) & mask
-            }
-            (std::net::IpAddr::V6(a), std::net::IpAddr::V6(b)) => {
-                let mask = u128::MAX.checked_shl(128 - u32::from(*prefix)).unwrap_or(0);
-                u128::from(a) & mask == u128::from(*b) & mask
-            }
-            _ => false,
-        })
+        self.networks
+            .iter()
+            .any(|(net, prefix)| crate::outbound::destination::in_net(ip, *net, *prefix))
     }
 }
 

@@ -375,16 +375,6 @@ impl Partners {
         self.by_name.values()
     }
 
-    pub fn is_empty(&self) -> bool {
-        self.by_name.is_empty()
-    }
-
-    /// The partner whose configured address is `url`, if any.
-    pub fn by_address(&self, url: &str) -> Option<&Partner> {
-        self.iter()
-            .find(|p| p.outbound.address.as_deref() == Some(url))
-    }
-
     /// Who presented this: `Ok(None)` if nothing was presented (an anonymous request; whether
     /// it may go on is the caller's rule), the partner whose credentials match, or
     /// `Unidentified` when what was presented matches nobody. A certificate and an

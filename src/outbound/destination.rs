@@ -155,24 +155,34 @@ const ENTRY_FORMS: &str = "expected an address (127.0.0.1, ::1), an address and 
      (127.0.0.1:9000, [::1]:9000), a prefix (10.0.0.0/8, fd00::/8) or a host name \
      (partner.internal, localhost:9000)";
 
+/// A prefix (`10.0.0.0/8`, `fd00::/8`) or a bare address (a prefix of its full length), as
+/// (network, prefix length); `None` for anything else. Also what `[trusted_proxy]` lists.
+pub fn parse_network(entry: &str) -> Option<(IpAddr, u8)> {
+    let entry = entry.trim();
+    let (base, prefix) = match entry.split_once('/') {
+        Some((base, prefix)) => (base.trim().parse::<IpAddr>().ok()?, Some(prefix.trim())),
+        None => (entry.parse::<IpAddr>().ok()?, None),
+    };
+    let base = base.to_canonical();
+    let max = if base.is_ipv4() { 32 } else { 128 };
+    let prefix = match prefix {
+        None => max,
+        Some(p) => p.parse::<u8>().ok().filter(|p| *p <= max)?,
+    };
+    Some((base, prefix))
+}
+
 fn parse_entry(entry: &str) -> Option<Allowed> {
     let entry = entry.trim();
-    if let Some((base, prefix)) = entry.split_once('/') {
-        let base: IpAddr = base.parse().ok()?;
-        let prefix: u8 = prefix.parse().ok()?;
-        let max = if base.is_ipv4() { 32 } else { 128 };
-        return (prefix <= max).then_some(Allowed::Net {
-            base: base.to_canonical(),
-            prefix,
-        });
+    if entry.contains('/') {
+        let (base, prefix) = parse_network(entry)?;
+        return Some(Allowed::Net { base, prefix });
     }
     if let Ok(sa) = entry.parse::<SocketAddr>() {
         return Some(Allowed::Addr(sa));
     }
-    if let Ok(ip) = entry.parse::<IpAddr>() {
-        let ip = ip.to_canonical();
-        let prefix = if ip.is_ipv4() { 32 } else { 128 };
-        return Some(Allowed::Net { base: ip, prefix });
+    if let Some((base, prefix)) = parse_network(entry) {
+        return Some(Allowed::Net { base, prefix });
     }
     let (name, port) = match entry.rsplit_once(':') {
         Some((name, port)) => (name, Some(port.parse::<u16>().ok()?)),
@@ -192,7 +202,8 @@ fn normal_name(name: &str) -> String {
     name.trim_end_matches('.').to_ascii_lowercase()
 }
 
-fn in_net(ip: IpAddr, base: IpAddr, prefix: u8) -> bool {
+/// Whether `ip` lies in the network `base`/`prefix` (same address family only).
+pub fn in_net(ip: IpAddr, base: IpAddr, prefix: u8) -> bool {
     match (ip, base) {
         (IpAddr::V4(ip), IpAddr::V4(base)) => {
             let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
