@@ -463,52 +463,20 @@ impl Partners {
     }
 }
 
-const BASE64: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
 /// Standard base64 with padding (HTTP Basic, RFC 7617).
 pub fn base64_encode(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(BASE64[(n >> (18 - 6 * i)) as usize & 63] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
-/// The inverse of `base64_encode`; `None` for anything that is not standard padded base64.
+/// The inverse of `base64_encode`; `None` for anything that is not standard padded base64,
+/// or longer than any credentials we accept.
 pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
-    let text = text.as_bytes();
-    if !text.len().is_multiple_of(4) || text.len() > 8192 {
+    use base64::Engine as _;
+    if text.len() > 8192 {
         return None;
     }
-    let value = |c: u8| BASE64.iter().position(|b| *b == c).map(|v| v as u32);
-    let mut out = Vec::with_capacity(text.len() / 4 * 3);
-    for (i, chunk) in text.chunks(4).enumerate() {
-        let last = i + 1 == text.len() / 4;
-        let pad = chunk.iter().rev().take_while(|c| **c == b'=').count();
-        if pad > 2 || (pad > 0 && !last) {
-            return None;
-        }
-        let mut n = 0u32;
-        for (j, c) in chunk.iter().enumerate() {
-            let v = if j >= 4 - pad { 0 } else { value(*c)? };
-            n = (n << 6) | v;
-        }
-        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
-        out.extend_from_slice(&bytes[..3 - pad]);
-    }
-    Some(out)
+    base64::engine::general_purpose::STANDARD.decode(text).ok()
 }
 
 #[cfg(test)]
