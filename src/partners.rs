@@ -367,6 +367,23 @@ impl Partners {
         self.by_name.clear();
     }
 
+    /// Whose messages a callback from `caller` may settle (D14): an authenticated partner
+    /// only its own; an anonymous caller those sent to URL destinations ("") and to partners
+    /// that cannot authenticate (they can only ever call in anonymously), never a
+    /// credentialed partner's.
+    pub fn settled_by(&self, caller: &Caller) -> Vec<String> {
+        match &caller.partner {
+            Some(partner) => vec![partner.clone()],
+            None => std::iter::once(String::new())
+                .chain(
+                    self.iter()
+                        .filter(|p| !p.inbound.has_credentials())
+                        .map(|p| p.name.clone()),
+                )
+                .collect(),
+        }
+    }
+
     pub fn get(&self, name: &str) -> Option<&Partner> {
         self.by_name.get(name)
     }

@@ -468,7 +468,7 @@ pub async fn callback(
         );
     };
     let caller = caller.map(|c| c.0).unwrap_or_default();
-    let partners = callback_partners(&app, caller.clone());
+    let partners = app.config.partners.settled_by(&caller);
     let source = ReplySource::Callback {
         partners: &partners,
     };
@@ -499,24 +499,6 @@ pub async fn callback(
                 None,
             )
         }
-    }
-}
-
-/// Whose messages a callback caller may settle (D14): an authenticated partner only its own;
-/// an anonymous caller those sent to URL destinations ("") and to partners that cannot
-/// authenticate (they can only ever call in anonymously) — never a credentialed partner's.
-fn callback_partners(app: &AppState, caller: crate::partners::Caller) -> Vec<String> {
-    match caller.partner {
-        Some(partner) => vec![partner],
-        None => std::iter::once(String::new())
-            .chain(
-                app.config
-                    .partners
-                    .iter()
-                    .filter(|p| !p.inbound.has_credentials())
-                    .map(|p| p.name.clone()),
-            )
-            .collect(),
     }
 }
 
