@@ -13,8 +13,9 @@ use chrono::{DateTime, Duration, Utc};
 use sqlx::Row;
 use sqlx::sqlite::{SqliteConnection, SqliteRow};
 
-use super::group_json::{from_millis, millis};
-use super::{InboxEntry, Store, StoreError};
+use super::sqlite::SqliteStore;
+use super::sqlite::group_json::{from_millis, millis};
+use super::{InboxEntry, StoreError};
 use crate::delivery::filter::Filter;
 use crate::delivery::lease::{Lease, Outcome, Policy, Stale, State};
 use crate::delivery::pick::{Candidate, Members, pick};
@@ -133,7 +134,7 @@ pub enum DeliveryError {
 
 impl From<sqlx::Error> for DeliveryError {
     fn from(e: sqlx::Error) -> DeliveryError {
-        DeliveryError::Store(StoreError::Db(e))
+        DeliveryError::Store(StoreError::from(e))
     }
 }
 
@@ -144,7 +145,7 @@ pub enum DeadLetterChange {
     Purge,
 }
 
-impl Store {
+impl SqliteStore {
     /// Wakes when subscriptions may have something new to hand out.
     pub fn delivery_changes(&self) -> tokio::sync::watch::Receiver<u64> {
         self.shared.deliveries_changed.subscribe()

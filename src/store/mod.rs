@@ -5,16 +5,14 @@
 //! requests together (group commit); each request learns its verdict only after the commit
 //! that made it durable. Reads go to a separate pool.
 
-mod decide;
 pub mod delivery;
-pub mod group_json;
+mod error;
 pub mod health;
 pub mod outbound;
-mod prefill;
 mod sqlite;
-mod staged;
 pub mod sweeper;
-mod writer;
+
+pub use sqlite::group_json;
 
 use std::path::PathBuf;
 
@@ -25,7 +23,34 @@ use crate::rmp::receiver::Verdict;
 use crate::rmp::replies::ReplyItem;
 use crate::wsr::Request;
 
-pub use sqlite::Store;
+pub use error::StoreError;
+pub use sqlite::SqliteStore;
+
+/// What every storage trait method returns: a boxed future, so that the traits stay
+/// dyn-compatible and `Store` can hold any backend.
+pub type StoreFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
+
+/// The store as the rest of the gateway sees it: cheap to clone, whatever the backend.
+///
+/// Transitional: it derefs to the SQLite backend while its methods move into the three
+/// storage traits (receiver, delivery, outbound); then it holds `Arc<dyn Backend>`.
+#[derive(Clone)]
+pub struct Store(std::sync::Arc<SqliteStore>);
+
+impl Store {
+    /// Opens the store the configuration names (SQLite: the embedded default).
+    pub async fn open(config: &StoreConfig) -> Result<Store, StoreError> {
+        Ok(Store(std::sync::Arc::new(SqliteStore::open(config).await?)))
+    }
+}
+
+impl std::ops::Deref for Store {
+    type Target = SqliteStore;
+
+    fn deref(&self) -> &SqliteStore {
+        &self.0
+    }
+}
 
 /// Registered URLs the gateway may POST to: partners' Callback ReplyTo addresses (D10), and
 /// the webhooks of push subscriptions. Nothing else is ever a target.
@@ -156,32 +181,6 @@ pub struct SweepReport {
     pub changed: usize,
     pub purged: usize,
     pub discarded: usize,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum StoreError {
-    #[error("database error: {0}")]
-    Db(#[from] sqlx::Error),
-    #[error("database migration failed: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
-    #[error("stored data is corrupt: {0}")]
-    Corrupt(String),
-    /// The request was not stored (its transaction failed or the store cannot be reached).
-    #[error("not stored: {0}")]
-    Failed(String),
-    #[error("commit failed (injected fault)")]
-    Injected,
-    /// A bug: the job panicked. It failed alone; the writer carries on.
-    #[error("the store job failed unexpectedly: {0}")]
-    Panicked(String),
-    /// Another gateway (or another store in this process) holds the database.
-    #[error("{0}")]
-    Locked(String),
-    /// The database belongs to something else, or cannot be opened.
-    #[error("{0}")]
-    Refused(String),
-    #[error("the store is shut down")]
-    Closed,
 }
 
 #[cfg(test)]

@@ -8,8 +8,9 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use sqlx::Row;
 
-use super::group_json::{from_millis, millis};
-use super::{Store, StoreError};
+use super::StoreError;
+use super::sqlite::SqliteStore;
+use super::sqlite::group_json::{from_millis, millis};
 use crate::rmp::replies::Verdicts;
 use crate::rmp::sender::{OutState, Outbound, RetrySchedule};
 use crate::wsr::{
@@ -317,7 +318,7 @@ async fn earlier_submission(
     }))
 }
 
-impl Store {
+impl SqliteStore {
     /// The answer to a retried submit, looked up before the request is checked against the
     /// configuration: a retry must get its message back even if a partner or agreement it
     /// named has changed since.

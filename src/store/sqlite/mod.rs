@@ -15,53 +15,61 @@ use sqlx::sqlite::{
 use sqlx::{Connection, Row};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
-use super::decide::insert_message_fault;
-use super::delivery::DeliveryError;
-use super::group_json::{decode, from_millis, millis};
-use super::health::Health;
-use super::writer::{Completion, Job, MAX_BATCH, Ran, WriterFn, run_writer};
-use super::{
+mod change;
+mod decide;
+pub mod group_json;
+mod prefill;
+mod staged;
+mod writer;
+
+pub(crate) use self::change::{Change, Wakes};
+use self::decide::insert_message_fault;
+use self::group_json::{decode, from_millis, millis};
+use self::writer::{Completion, Job, MAX_BATCH, Ran, WriterFn, run_writer};
+use crate::rmp::group::{GroupState, Policy};
+use crate::rmp::replies::{Asked, RecordedFault, ReplyItem, answer_poll};
+use crate::store::delivery::DeliveryError;
+use crate::store::health::Health;
+use crate::store::{
     Durability, Endpoints, InboxEntry, PendingCallback, Received, ReceivedMessage, StoreConfig,
     StoreError, SweepReport,
 };
-use crate::rmp::group::{GroupState, Policy};
-use crate::rmp::replies::{Asked, RecordedFault, ReplyItem, answer_poll};
 use crate::wsr::{FaultCode, GroupId, MessageKey, RefToMessageIds, Response, SeqRange};
 
 /// A handle to the store; cheap to clone. Write transactions outside the writer task start
 /// with `BEGIN IMMEDIATE`: a deferred one that later wants to write fails at once with "database
 /// is locked" when another writer got there first, whatever the busy timeout.
 #[derive(Clone)]
-pub struct Store {
-    pub(super) pool: SqlitePool,
+pub struct SqliteStore {
+    pub(in crate::store) pool: SqlitePool,
     jobs: mpsc::Sender<Job>,
-    pub(super) shared: Arc<Shared>,
+    pub(in crate::store) shared: Arc<Shared>,
 }
 
 /// Held Response-pattern requests by (partner, message key), each told when its message is
 /// delivered.
-pub(super) type Waiters = HashMap<(String, MessageKey), Vec<oneshot::Sender<()>>>;
+pub(in crate::store) type Waiters = HashMap<(String, MessageKey), Vec<oneshot::Sender<()>>>;
 
 /// State shared between handles and the writer task.
-pub(super) struct Shared {
-    pub(super) policy: Policy,
+pub(in crate::store) struct Shared {
+    pub(in crate::store) policy: Policy,
     /// Requests waiting for a buffered message of theirs to be delivered (Response pattern),
     /// by (partner, key): another partner's message of the same key is not theirs.
-    pub(super) waiters: Mutex<Waiters>,
+    pub(in crate::store) waiters: Mutex<Waiters>,
     /// Woken after a commit that queued callback acks.
-    pub(super) callbacks_due: Notify,
+    pub(in crate::store) callbacks_due: Notify,
     /// Woken when an outbound message was submitted or its schedule moved earlier.
-    pub(super) outbound_due: Notify,
+    pub(in crate::store) outbound_due: Notify,
     /// Woken after a commit that moved a group deadline before the sweeper's next wake-up.
-    pub(super) deadlines_changed: Notify,
+    pub(in crate::store) deadlines_changed: Notify,
     /// When the sweeper plans to wake next (Unix ms).
-    pub(super) sweeper_wakeup: AtomicI64,
+    pub(in crate::store) sweeper_wakeup: AtomicI64,
     /// Test hook: the next N commits fail as if the disk refused them.
-    pub(super) failing_commits: AtomicUsize,
+    pub(in crate::store) failing_commits: AtomicUsize,
     /// Test hook: messages of this group panic inside the writer (a bug, simulated).
-    pub(super) panicking_group: Mutex<Option<String>>,
+    pub(in crate::store) panicking_group: Mutex<Option<String>>,
     /// Whether the writer's last commit attempt worked (readiness).
-    pub(super) health: Health,
+    pub(in crate::store) health: Health,
     /// One readiness probe at a time, and when the last one ran.
     probe: tokio::sync::Mutex<Option<std::time::Instant>>,
     /// This process's exclusive hold on the database (`{file}.lock`), released when the last
@@ -69,18 +77,34 @@ pub(super) struct Shared {
     _lock: std::fs::File,
     /// Bumped whenever subscriptions may have something new to hand out (inbox appends,
     /// releases, lapsed leases); long-polling fetches wait on it.
-    pub(super) deliveries_changed: watch::Sender<u64>,
+    pub(in crate::store) deliveries_changed: watch::Sender<u64>,
+    /// The connection `Store::change` runs on (transitional: the batching writer thread will
+    /// own it).
+    change_conn: Mutex<rusqlite::Connection>,
 }
 
 impl Shared {
-    pub(super) fn announce_deliveries(&self) {
+    /// Wakes whoever waits for what a commit made possible.
+    pub(in crate::store) fn wake(&self, wakes: Wakes) {
+        if wakes.deliveries {
+            self.announce_deliveries();
+        }
+        if wakes.outbound {
+            self.outbound_due.notify_one();
+        }
+        if wakes.callbacks {
+            self.callbacks_due.notify_one();
+        }
+    }
+
+    pub(in crate::store) fn announce_deliveries(&self) {
         self.deliveries_changed
             .send_modify(|n| *n = n.wrapping_add(1));
     }
 }
 
-impl Store {
-    pub async fn open(config: &StoreConfig) -> Result<Store, StoreError> {
+impl SqliteStore {
+    pub async fn open(config: &StoreConfig) -> Result<SqliteStore, StoreError> {
         if let Some(dir) = config.path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)
                 .map_err(|e| StoreError::Failed(format!("cannot create {}: {e}", dir.display())))?;
@@ -115,11 +139,15 @@ impl Store {
             health: Health::default(),
             probe: tokio::sync::Mutex::new(None),
             deliveries_changed: watch::channel(0).0,
+            change_conn: Mutex::new(change::open_writer_connection(
+                &config.path,
+                config.durability,
+            )?),
             _lock: lock,
         });
         let (jobs, rx) = mpsc::channel(4 * MAX_BATCH);
         tokio::spawn(run_writer(writer, options, rx, shared.clone()));
-        Ok(Store { pool, jobs, shared })
+        Ok(SqliteStore { pool, jobs, shared })
     }
 
     pub fn policy(&self) -> &Policy {
@@ -141,7 +169,7 @@ impl Store {
     /// commit that made it durable. A refusal (`DeliveryError` other than a store failure) rolls
     /// back what the change did and is answered as it is. The change says whether it may have
     /// made messages available (`true` wakes waiting fetches).
-    pub(super) async fn in_writer<T, F>(&self, change: F) -> Result<T, DeliveryError>
+    pub(in crate::store) async fn in_writer<T, F>(&self, change: F) -> Result<T, DeliveryError>
     where
         T: Send + 'static,
         F: for<'c> FnOnce(
@@ -673,14 +701,18 @@ impl Store {
 
     /// The acks were POSTed: forget them.
     pub async fn callbacks_sent(&self, ids: &[i64]) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        for id in ids {
-            sqlx::query("DELETE FROM pending_callbacks WHERE id = ?")
-                .bind(id)
-                .execute(&mut *tx)
-                .await?;
-        }
-        tx.commit().await?;
+        let ids = ids.to_vec();
+        let kept: Result<(), std::convert::Infallible> = self
+            .change(move |conn| {
+                let mut delete =
+                    conn.prepare_cached("DELETE FROM pending_callbacks WHERE id = ?1")?;
+                for id in &ids {
+                    delete.execute([id])?;
+                }
+                Ok(Change::Keep((), Wakes::NONE))
+            })
+            .await?;
+        let Ok(()) = kept;
         Ok(())
     }
 
@@ -711,7 +743,7 @@ impl Store {
 
 /// An inbox row: offset, channel, topic, group_id, number, payload, namespaces, received_at,
 /// expiry, partner.
-pub(super) fn inbox_from_row(r: &sqlx::sqlite::SqliteRow) -> InboxEntry {
+pub(in crate::store) fn inbox_from_row(r: &sqlx::sqlite::SqliteRow) -> InboxEntry {
     InboxEntry {
         offset: r.get(0),
         partner: r.get(9),
@@ -845,4 +877,22 @@ async fn claim_database(pool: &SqlitePool, path: &std::path::Path) -> Result<(),
         .execute(pool)
         .await?;
     Ok(())
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> StoreError {
+        StoreError::Backend(e.to_string())
+    }
+}
+
+impl From<sqlx::migrate::MigrateError> for StoreError {
+    fn from(e: sqlx::migrate::MigrateError) -> StoreError {
+        StoreError::Migrate(e.to_string())
+    }
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> StoreError {
+        StoreError::Backend(e.to_string())
+    }
 }

@@ -9,9 +9,9 @@ use sqlx::sqlite::SqliteConnection;
 use super::group_json::{decode, encode, millis};
 use super::staged::{InboxRow, Staged};
 use super::writer::Effects;
-use super::{Received, ReceivedMessage, StoreError, SweepReport};
 use crate::rmp::group::{Buffered, GroupState, Policy, Swept, slot, sweep};
 use crate::rmp::receiver::{Action, Incoming, Verdict, receive, starts_counted_group};
+use crate::store::{Received, ReceivedMessage, StoreError, SweepReport};
 use crate::wsr::{FaultCode, GroupId, MessageKey, ReplyPattern};
 
 /// Most groups one sweep pass handles; the rest are due again at once.

@@ -12,10 +12,10 @@ use sqlx::Connection;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
 use tokio::sync::{mpsc, oneshot};
 
+use super::Shared;
 use super::decide::{apply_receive, apply_sweep};
-use super::sqlite::Shared;
 use super::staged::Staged;
-use super::{Received, ReceivedMessage, StoreError, SweepReport};
+use crate::store::{Received, ReceivedMessage, StoreError, SweepReport};
 use crate::wsr::MessageKey;
 
 /// Most requests one commit takes; more wait for the next one.
@@ -122,7 +122,7 @@ pub(super) async fn run_writer(
 /// A batch that was not committed: logged once per burst of identical failures (a full disk
 /// fails every batch), and the store is not ready until commits work again.
 fn batch_failed(shared: &Shared, why: &str) {
-    super::health::log_store_failure("no request of the batch is acknowledged", &why);
+    crate::store::health::log_store_failure("no request of the batch is acknowledged", &why);
     shared.health.failed(why);
 }
 

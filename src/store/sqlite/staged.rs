@@ -14,10 +14,10 @@ use serde_json::{Value, json};
 use sqlx::Row;
 use sqlx::sqlite::SqliteConnection;
 
-use super::StoreError;
 use super::group_json::{decode, encode, millis};
 use super::writer::Effects;
 use crate::rmp::group::GroupState;
+use crate::store::StoreError;
 
 /// One inbox row to append.
 pub(super) struct InboxRow {
@@ -26,7 +26,7 @@ pub(super) struct InboxRow {
     pub topic: String,
     pub group_id: String,
     pub number: Option<i64>,
-    pub payload: super::Payload,
+    pub payload: crate::store::Payload,
     pub namespaces: String,
     pub received_at: i64,
     pub expiry: i64,

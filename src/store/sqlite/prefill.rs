@@ -5,12 +5,13 @@
 
 use chrono::{DateTime, Duration, Utc};
 
+use super::SqliteStore;
 use super::decide::group_deadline;
 use super::group_json::millis;
 use super::staged::{InboxRow, Staged};
 use super::writer::Effects;
-use super::{Payload, Store, StoreError};
 use crate::rmp::receiver::{Incoming, receive};
+use crate::store::{Payload, StoreError};
 use crate::wsr::{GroupId, MessageId, ReplyPattern, Request, SequenceNum};
 
 /// The source prefilled groups are counted against.
@@ -19,7 +20,7 @@ const PREFILL_SOURCE: &str = "prefill";
 /// Rows per statement.
 const CHUNK: usize = 2_000;
 
-impl Store {
+impl SqliteStore {
     /// Adds `groups` ordered groups of `per_group` delivered messages each (payload of
     /// `payload_bytes`), expiring a day after `now`. Returns how many messages were added.
     pub async fn prefill_delivered(

@@ -1,0 +1,29 @@
+//! The one error type of every storage trait. Its public face names no database crate: a
+//! backend turns its driver's errors into `Backend` (with what it was doing) at its edge.
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database refused or failed a statement (the text says what and why).
+    #[error("database error: {0}")]
+    Backend(String),
+    #[error("database migration failed: {0}")]
+    Migrate(String),
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+    /// The request was not stored (its transaction failed or the store cannot be reached).
+    #[error("not stored: {0}")]
+    Failed(String),
+    #[error("commit failed (injected fault)")]
+    Injected,
+    /// A bug: the job panicked. It failed alone; the writer carries on.
+    #[error("the store job failed unexpectedly: {0}")]
+    Panicked(String),
+    /// Another gateway (or another store in this process) holds the database.
+    #[error("{0}")]
+    Locked(String),
+    /// The database belongs to something else, or cannot be opened.
+    #[error("{0}")]
+    Refused(String),
+    #[error("the store is shut down")]
+    Closed,
+}
