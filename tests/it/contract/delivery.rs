@@ -1,0 +1,1 @@
+//! The delivery store trait's contract (see `contract/mod.rs`).

@@ -1,0 +1,1 @@
+//! The outbound store trait's contract (see `contract/mod.rs`).

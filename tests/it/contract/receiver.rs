@@ -1,0 +1,1 @@
+//! The receiver store trait's contract (see `contract/mod.rs`).
