@@ -1,16 +1,19 @@
-//! The HTTP ceiling: a trivial server on the gateway's own stack (axum on hyper, HTTP/1.1) that
-//! reads each request body and answers with a canned WS-R acknowledgement (echoing the request's
-//! groupId, nothing else is parsed or stored). Loaded by the
-//! gateway's load generator, it shows what the client and the HTTP stack alone can do on this
-//! machine.
+//! The HTTP ceiling: a trivial bare-hyper HTTP/1.1 server in this process (keep-alive, one
+//! task per connection) that reads each request body and answers with a canned WS-R
+//! acknowledgement echoing the request's groupId; nothing else is parsed or stored. Loaded by
+//! the same lean client as the gateway rows, it shows what that client and an HTTP stack alone
+//! can do on this machine.
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 
 use anyhow::Context as _;
-use axum::Router;
-use axum::body::Bytes;
-use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
+use bytes::Bytes;
+use http_body_util::{BodyExt as _, Full};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode, header};
+use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -22,7 +25,7 @@ const WSRM_NS: &str = "http://docs.oasis-open.org/wsrm/2004/06/ws-reliability-1.
 pub struct CeilingServer {
     pub addr: SocketAddr,
     stop: oneshot::Sender<()>,
-    task: JoinHandle<std::io::Result<()>>,
+    task: JoinHandle<()>,
 }
 
 impl CeilingServer {
@@ -34,14 +37,25 @@ impl CeilingServer {
         let addr = listener
             .local_addr()
             .context("the ceiling server's address")?;
-        let app = Router::new().fallback(ack);
-        let (stop, stopped) = oneshot::channel::<()>();
+        let (stop, mut stopped) = oneshot::channel::<()>();
         let task = tokio::spawn(async move {
-            axum::serve(listener, app)
-                .with_graceful_shutdown(async move {
-                    let _ = stopped.await;
-                })
-                .await
+            let mut connections = tokio::task::JoinSet::new();
+            loop {
+                let accepted = tokio::select! {
+                    _ = &mut stopped => break,
+                    accepted = listener.accept() => accepted,
+                };
+                let Ok((stream, _)) = accepted else {
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                connections.spawn(async move {
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service_fn(serve))
+                        .await;
+                });
+            }
+            connections.shutdown().await;
         });
         Ok(CeilingServer { addr, stop, task })
     }
@@ -52,23 +66,38 @@ impl CeilingServer {
 
     pub async fn stop(self) -> anyhow::Result<()> {
         let _ = self.stop.send(());
-        match tokio::time::timeout(std::time::Duration::from_secs(5), self.task).await {
-            Ok(joined) => joined
-                .context("ceiling server task")?
-                .context("ceiling server"),
-            // Connections still open after the load generator exited: nothing to wait for.
-            Err(_) => Ok(()),
-        }
+        tokio::time::timeout(std::time::Duration::from_secs(5), self.task)
+            .await
+            .context("ceiling server did not stop")?
+            .context("ceiling server task")
     }
+}
+
+async fn serve(request: Request<Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
+    let body = match request.into_body().collect().await {
+        Ok(body) => body.to_bytes(),
+        Err(_) => {
+            let mut answer = Response::new(Full::new(Bytes::new()));
+            *answer.status_mut() = StatusCode::BAD_REQUEST;
+            return Ok(answer);
+        }
+    };
+    let (content_type, xml) = ack(&body);
+    let mut answer = Response::new(Full::new(Bytes::from(xml)));
+    answer.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(content_type),
+    );
+    Ok(answer)
 }
 
 /// Every request: read the body (as the gateway must) and answer a canned ack, a
 /// `NonSequenceReply` without fault. The load generator only counts an ack that names its own
 /// message, so the request's first `groupId` is echoed; the SOAP version follows the request's.
-async fn ack(body: Bytes) -> impl IntoResponse {
-    let group_id = attribute(&body, b"groupId=\"").unwrap_or(b"x");
+fn ack(body: &[u8]) -> (&'static str, String) {
+    let group_id = attribute(body, b"groupId=\"").unwrap_or(b"x");
     let group_id = String::from_utf8_lossy(group_id);
-    let soap12 = find(&body, SOAP12_NS.as_bytes()).is_some();
+    let soap12 = find(body, SOAP12_NS.as_bytes()).is_some();
     let (ns, content_type) = if soap12 {
         (SOAP12_NS, "application/soap+xml; charset=utf-8")
     } else {
@@ -85,7 +114,7 @@ async fn ack(body: Bytes) -> impl IntoResponse {
         mu = if soap12 { "true" } else { "1" },
         group = group_id,
     );
-    (StatusCode::OK, [(header::CONTENT_TYPE, content_type)], xml)
+    (content_type, xml)
 }
 
 /// The value after the first `prefix` (e.g. `groupId="`) up to the closing quote. The value is

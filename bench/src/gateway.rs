@@ -1,5 +1,6 @@
 //! The gateway under test: a child process per configuration, each on a fresh store, loaded by
-//! the gateway's own load generator (`wsr-gateway bench --json`), whose figures are parsed here.
+//! the lean client (`lean.rs`) or, with `--client codec`, by the gateway's own full-codec load
+//! generator (`wsr-gateway bench --json`), whose figures are parsed here.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -60,6 +61,11 @@ pub struct Gateway {
 impl Gateway {
     /// Starts a gateway with `durability` on a fresh store and waits until `/healthz` answers.
     pub async fn start(bin: &Path, durability: &str) -> anyhow::Result<Gateway> {
+        Gateway::start_with(bin, durability, "").await
+    }
+
+    /// As [`Gateway::start`], with `extra` top-level settings (TOML lines) in the config.
+    pub async fn start_with(bin: &Path, durability: &str, extra: &str) -> anyhow::Result<Gateway> {
         let dir = tempfile::Builder::new()
             .prefix("wsr-compare-gw-")
             .tempdir()
@@ -73,6 +79,7 @@ impl Gateway {
                 "listen = \"127.0.0.1:{port}\"\n",
                 "database = {db}\n",
                 "durability = \"{durability}\"\n",
+                "{extra}",
                 "\n",
                 "[[tokens]]\n",
                 "token = \"{token}\"\n",
@@ -82,6 +89,7 @@ impl Gateway {
             port = port,
             db = toml_string(&db.to_string_lossy()),
             durability = durability,
+            extra = extra,
             token = CONSUMER_TOKEN,
         );
         std::fs::write(&config, text).with_context(|| format!("writing {}", config.display()))?;
@@ -147,13 +155,22 @@ impl Gateway {
 
     /// Peak resident set size so far (`VmHWM`), in KiB.
     pub fn peak_rss_kib(&self) -> anyhow::Result<u64> {
+        self.status_kib("VmHWM:")
+    }
+
+    /// Resident set size now (`VmRSS`), in KiB.
+    pub fn rss_kib(&self) -> anyhow::Result<u64> {
+        self.status_kib("VmRSS:")
+    }
+
+    fn status_kib(&self, field: &str) -> anyhow::Result<u64> {
         let path = format!("/proc/{}/status", self.pid);
         let status = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
         let line = status
             .lines()
-            .find(|l| l.starts_with("VmHWM:"))
-            .with_context(|| format!("no VmHWM in {path}"))?;
-        line.trim_start_matches("VmHWM:")
+            .find(|l| l.starts_with(field))
+            .with_context(|| format!("no {field} in {path}"))?;
+        line.trim_start_matches(field)
             .trim()
             .trim_end_matches("kB")
             .trim()

@@ -1,14 +1,21 @@
 //! `wsr-compare`: one run, one table. The same closed-loop load (C workers, one operation
 //! outstanding each, D seconds, a fixed payload) against:
 //!
-//! - an HTTP ceiling: a trivial axum server in this process, loaded by the gateway's own load
-//!   generator (`wsr-gateway bench`), so that the client is the same as for the gateway;
+//! - an HTTP ceiling: a trivial bare-hyper server in this process, loaded by the same lean
+//!   client as the gateway rows;
 //! - wsr-gateway itself, as a child process on a fresh store: Response pattern with
-//!   `durability = "full"` and `"os"`, ordered groups, and end-to-end (ingest → fetch → accept);
+//!   `durability = "full"` and `"os"`, ordered groups, and end-to-end (ingest → fetch → accept),
+//!   loaded by the lean client (`lean.rs`: bare hyper, template bodies, ack found by a byte
+//!   search), as cheap per request as the broker clients; `--client codec` uses the gateway's
+//!   full-codec generator (`wsr-gateway bench`) instead;
 //! - NATS JetStream (file storage, deduplication): publish, and publish + consume;
-//! - RabbitMQ: a quorum queue with publisher confirms.
+//! - RabbitMQ: a quorum queue with publisher confirms, and publish + consume;
+//! - one large message (`--large-mib`, 100 MiB) to a fresh gateway: its peak RSS.
 //!
+//! `--runs N` repeats everything but the large message and prints the median run of each row.
 //! Build the gateway first (`cargo build --release`); this tool only runs it.
+
+mod lean;
 
 mod ceiling;
 mod gateway;
@@ -19,7 +26,7 @@ mod table;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use clap::{Parser, ValueEnum};
@@ -28,7 +35,7 @@ use crate::gateway::{Gateway, Mode};
 use crate::jetstream::{AckStyle, JetStream};
 use crate::load::Params;
 use crate::rabbit::Rabbit;
-use crate::table::{Outcome, Report, RowKey};
+use crate::table::{Large, Outcome, Report, RowKey};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -69,6 +76,25 @@ struct Cli {
     /// RabbitMQ server.
     #[arg(long, default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
     amqp_url: String,
+    /// Which client loads the HTTP ceiling and the gateway rows.
+    #[arg(long, value_enum, default_value_t = Client::Lean)]
+    client: Client,
+    /// Run every phase (but the large message) this many times; each row shows its median run.
+    #[arg(long, default_value_t = 1)]
+    runs: usize,
+    /// The large-message phase: the payload in MiB.
+    #[arg(long, default_value_t = 100)]
+    large_mib: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Client {
+    /// Bare hyper, template bodies, the ack found by a byte search (as cheap as the broker
+    /// clients).
+    Lean,
+    /// `wsr-gateway bench`: the gateway's full-codec load generator (writes and reads every
+    /// envelope with the gateway's own codec).
+    Codec,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -79,8 +105,10 @@ enum Phase {
     Gateway,
     /// Both JetStream rows.
     Jetstream,
-    /// The RabbitMQ row.
+    /// Both RabbitMQ rows.
     Rabbit,
+    /// One large message to a fresh gateway: peak RSS against the payload.
+    Large,
 }
 
 impl Cli {
@@ -92,8 +120,13 @@ impl Cli {
     }
 
     fn params(&self) -> anyhow::Result<Params> {
-        if self.connections == 0 || self.duration == 0 || self.consumers == 0 || self.batch == 0 {
-            bail!("--connections, --duration, --consumers and --batch must be at least 1");
+        if self.connections == 0
+            || self.duration == 0
+            || self.consumers == 0
+            || self.batch == 0
+            || self.runs == 0
+        {
+            bail!("--connections, --duration, --consumers, --batch and --runs must be at least 1");
         }
         Ok(Params {
             connections: self.connections,
@@ -119,7 +152,7 @@ impl Cli {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     tokio::select! {
-        result = run(&cli) => match result {
+        result = run_all(&cli) => match result {
             Ok(report) => {
                 print!("{}", report.render());
                 ExitCode::SUCCESS
@@ -141,7 +174,56 @@ fn progress(msg: impl AsRef<str>) {
     eprintln!("[compare] {}", msg.as_ref());
 }
 
-async fn run(cli: &Cli) -> anyhow::Result<Report> {
+async fn run_all(cli: &Cli) -> anyhow::Result<Report> {
+    let mut reports = Vec::with_capacity(cli.runs);
+    for n in 0..cli.runs {
+        if cli.runs > 1 {
+            progress(format!("run {} of {}", n + 1, cli.runs));
+        }
+        reports.push(run(cli, n == 0).await?);
+    }
+    Ok(median(reports))
+}
+
+/// One report from several runs: each row is its median run (by msgs/s), RSS the highest seen.
+fn median(mut reports: Vec<Report>) -> Report {
+    if reports.len() <= 1 {
+        return reports.pop().unwrap_or_default();
+    }
+    let runs = reports.len();
+    let mut merged = reports.remove(0);
+    let mut per_row = Vec::new();
+    for key in RowKey::ALL {
+        let mut measured: Vec<load::Figures> = std::iter::once(&merged)
+            .chain(&reports)
+            .filter_map(|r| r.outcome_of(key).figures().cloned())
+            .collect();
+        if measured.is_empty() {
+            continue;
+        }
+        measured.sort_by(|a, b| a.msgs_per_s.total_cmp(&b.msgs_per_s));
+        let rates: Vec<String> = measured
+            .iter()
+            .map(|f| format!("{:.0}", f.msgs_per_s))
+            .collect();
+        per_row.push(format!("{}: {}", key.label(), rates.join(" / ")));
+        let mid = measured.swap_remove(measured.len() / 2);
+        merged.set(key, Outcome::Measured(mid));
+    }
+    for r in &reports {
+        merged.rss_full_kib = merged.rss_full_kib.max(r.rss_full_kib);
+        merged.rss_os_kib = merged.rss_os_kib.max(r.rss_os_kib);
+        merged.rss_response_kib = merged.rss_response_kib.max(r.rss_response_kib);
+    }
+    merged.heading.push_str(&format!("; median of {runs} runs"));
+    merged.notes.push(format!(
+        "Runs, msgs/s sorted (the median is shown): {}.",
+        per_row.join("; ")
+    ));
+    merged
+}
+
+async fn run(cli: &Cli, first: bool) -> anyhow::Result<Report> {
     let params = cli.params()?;
     let bin = cli.gateway_bin();
     let mut report = Report {
@@ -160,21 +242,24 @@ async fn run(cli: &Cli) -> anyhow::Result<Report> {
     let bin_ok = gateway::check_binary(&bin).map_err(|e| format!("{e:#}"));
 
     if cli.wants(Phase::Ceiling) {
-        let outcome = match &bin_ok {
-            Ok(()) => measured(ceiling_phase(&bin, &params).await),
-            Err(why) => Outcome::Unavailable(format!("needs the gateway's load generator: {why}")),
+        let outcome = match (&bin_ok, cli.client) {
+            (Err(why), Client::Codec) => {
+                Outcome::Unavailable(format!("needs the gateway's load generator: {why}"))
+            }
+            _ => measured(ceiling_phase(cli, &bin, &params).await),
         };
         report.set(RowKey::Ceiling, outcome);
     }
     if cli.wants(Phase::Ceiling) || cli.wants(Phase::Gateway) {
-        report.notes.push(
-            "HTTP ceiling and wsr-gateway rows are loaded by `wsr-gateway bench` (the same client, C keep-alive HTTP/1.1 connections); the broker rows by this tool's own closed loop.".into(),
-        );
+        report.notes.push(match cli.client {
+            Client::Lean => "HTTP ceiling and wsr-gateway rows are loaded by this tool's lean client (bare hyper, C keep-alive HTTP/1.1 connections, SOAP 1.1 envelopes spliced from a template, the ack checked by status 200 and a byte search for the message's groupId reply without fault=); the broker rows by this tool's own closed loop.".into(),
+            Client::Codec => "HTTP ceiling and wsr-gateway rows are loaded by `wsr-gateway bench` (the gateway's full-codec client, C keep-alive HTTP/1.1 connections); the broker rows by this tool's own closed loop.".into(),
+        });
     }
 
     if cli.wants(Phase::Gateway) {
         match &bin_ok {
-            Ok(()) => gateway_phases(&bin, &params, &mut report).await,
+            Ok(()) => gateway_phases(cli, &bin, &params, &mut report).await,
             Err(why) => {
                 for key in [
                     RowKey::GatewayFull,
@@ -196,7 +281,71 @@ async fn run(cli: &Cli) -> anyhow::Result<Report> {
         rabbit_phase(cli, &params, &mut report).await;
     }
 
+    if first && cli.wants(Phase::Large) {
+        report.large = Some(match &bin_ok {
+            Ok(()) => match large_phase(&bin, cli.large_mib).await {
+                Ok(large) => large,
+                Err(e) => {
+                    progress(format!("  failed: {e:#}"));
+                    Large::Failed(format!("{e:#}"))
+                }
+            },
+            Err(why) => Large::Failed(why.clone()),
+        });
+    }
+
     Ok(report)
+}
+
+/// POSTs one message of `mib` MiB to a fresh gateway (durability full, `max_message_bytes`
+/// raised to fit) with the lean client and reads the gateway's VmHWM afterwards.
+async fn large_phase(bin: &Path, mib: usize) -> anyhow::Result<Large> {
+    let payload = mib << 20;
+    let extra = format!("max_message_bytes = {}\n", payload + (1 << 20));
+    progress(format!(
+        "wsr-gateway large message: {mib} MiB to a fresh gateway"
+    ));
+    let gw = Gateway::start_with(bin, "full", &extra).await?;
+    let target = lean::Target::parse(&gw.url())?;
+    let template = lean::Template::new(lean::Shape::Response, payload);
+    let group = template.group(0, Some(0));
+    let body = template.body(&group, None, 0);
+    let before_kib = gw.rss_kib()?;
+    let started = Instant::now();
+    let outcome = async {
+        let mut conn = lean::Conn::open(&target).await?;
+        let (status, answer) = tokio::time::timeout(
+            Duration::from_secs(300),
+            conn.post(None, "text/xml; charset=utf-8", None, body),
+        )
+        .await
+        .context("no answer within 300 s")??;
+        if status != 200 {
+            bail!(
+                "http-{}: {}",
+                status.as_u16(),
+                String::from_utf8_lossy(&answer[..answer.len().min(300)])
+            );
+        }
+        lean::acked(&answer, &group, None).map_err(anyhow::Error::msg)
+    }
+    .await;
+    let seconds = started.elapsed().as_secs_f64();
+    let peak_kib = gw.peak_rss_kib()?;
+    let stopped = gw.stop().await;
+    outcome?;
+    stopped?;
+    progress(format!(
+        "  accepted in {seconds:.1} s; VmHWM {:.1} MB ({:.2}x payload)",
+        peak_kib as f64 / 1024.0,
+        peak_kib as f64 * 1024.0 / payload as f64
+    ));
+    Ok(Large::Measured {
+        payload: payload as u64,
+        before_kib,
+        peak_kib,
+        seconds,
+    })
 }
 
 fn measured(result: anyhow::Result<load::Figures>) -> Outcome {
@@ -220,19 +369,61 @@ fn measured(result: anyhow::Result<load::Figures>) -> Outcome {
     }
 }
 
-async fn ceiling_phase(bin: &Path, params: &Params) -> anyhow::Result<load::Figures> {
+async fn ceiling_phase(cli: &Cli, bin: &Path, params: &Params) -> anyhow::Result<load::Figures> {
     let server = ceiling::CeilingServer::start().await?;
     progress(format!(
         "HTTP ceiling: trivial server at {}, loaded for {} s",
         server.url(),
         params.duration.as_secs()
     ));
-    let result = gateway::bench(bin, &server.url(), None, params).await;
+    let result = match cli.client {
+        Client::Lean => {
+            lean::phase(
+                &lean::Target::parse(&server.url())?,
+                lean::Shape::Response,
+                params,
+            )
+            .await
+        }
+        Client::Codec => gateway::bench(bin, &server.url(), None, params)
+            .await
+            .map(|r| r.figures()),
+    };
     server.stop().await?;
-    Ok(result?.figures())
+    result
 }
 
-async fn gateway_phases(bin: &Path, params: &Params, report: &mut Report) {
+/// One gateway phase with the chosen client.
+async fn gateway_load(
+    cli: &Cli,
+    bin: &Path,
+    url: &str,
+    mode: Mode,
+    params: &Params,
+) -> anyhow::Result<load::Figures> {
+    match cli.client {
+        Client::Lean => {
+            let target = lean::Target::parse(url)?;
+            match mode {
+                Mode::Response => lean::phase(&target, lean::Shape::Response, params).await,
+                Mode::Ordered => lean::phase(&target, lean::Shape::Ordered, params).await,
+                Mode::E2e => lean::e2e_phase(&target, params, gateway::CONSUMER_TOKEN).await,
+            }
+        }
+        Client::Codec => {
+            let result = gateway::bench(bin, url, Some(mode), params).await;
+            match mode {
+                Mode::E2e => result.and_then(|r| {
+                    r.e2e_figures()
+                        .context("the e2e report has no \"e2e\" figures")
+                }),
+                _ => result.map(|r| r.figures()),
+            }
+        }
+    }
+}
+
+async fn gateway_phases(cli: &Cli, bin: &Path, params: &Params, report: &mut Report) {
     // durability = "full": response, ordered, e2e on one gateway (a fresh store).
     progress("wsr-gateway durability=full: starting");
     match Gateway::start(bin, "full").await {
@@ -247,15 +438,11 @@ async fn gateway_phases(bin: &Path, params: &Params, report: &mut Report) {
                     mode.arg(),
                     params.duration.as_secs()
                 ));
-                let result = gateway::bench(bin, &gw.url(), Some(mode), params).await;
-                let result = match mode {
-                    Mode::E2e => result.and_then(|r| {
-                        r.e2e_figures()
-                            .context("the e2e report has no \"e2e\" figures")
-                    }),
-                    _ => result.map(|r| r.figures()),
-                };
+                let result = gateway_load(cli, bin, &gw.url(), mode, params).await;
                 report.set(key, measured(result));
+                if let Mode::Response = mode {
+                    report.rss_response_kib = peak_rss(&gw);
+                }
             }
             report.notes.push(format!(
                 "wsr-gateway e2e: {} consumer sessions of one shared subscription fetching batches of {} and accepting each message (batched settles); figure = accepted msgs/s; latency = POST sent → accept answered.",
@@ -292,9 +479,7 @@ async fn gateway_phases(bin: &Path, params: &Params, report: &mut Report) {
                 "wsr-gateway durability=os: --mode response for {} s",
                 params.duration.as_secs()
             ));
-            let result = gateway::bench(bin, &gw.url(), Some(Mode::Response), params)
-                .await
-                .map(|r| r.figures());
+            let result = gateway_load(cli, bin, &gw.url(), Mode::Response, params).await;
             report.set(RowKey::GatewayOs, measured(result));
             report.rss_os_kib = peak_rss(&gw);
             if let Err(e) = gw.stop().await {
@@ -382,7 +567,8 @@ async fn rabbit_phase(cli: &Cli, params: &Params, report: &mut Report) {
         Err(e) => {
             let why = format!("{e:#}");
             progress(format!("  unavailable: {why}"));
-            report.set(RowKey::RabbitQuorum, Outcome::Unavailable(why));
+            report.set(RowKey::RabbitQuorum, Outcome::Unavailable(why.clone()));
+            report.set(RowKey::RabbitE2e, Outcome::Unavailable(why));
             return;
         }
     };
@@ -394,8 +580,18 @@ async fn rabbit_phase(cli: &Cli, params: &Params, report: &mut Report) {
         RowKey::RabbitQuorum,
         measured(rabbit.publish_phase(params).await),
     );
+    progress(format!(
+        "RabbitMQ: quorum queue publish + {} consumers for {} s",
+        params.consumers,
+        params.duration.as_secs()
+    ));
+    report.set(RowKey::RabbitE2e, measured(rabbit.e2e_phase(params).await));
     rabbit.cleanup().await;
     report.notes.push(
         "RabbitMQ: durable quorum queue, persistent messages (delivery_mode 2) to the default exchange, one channel per worker on one connection, each publish's confirm awaited; quorum queues fdatasync before confirming.".into(),
     );
+    report.notes.push(format!(
+        "RabbitMQ e2e: the same publishers and, concurrently, {} consumers, each on its own channel with basic.qos prefetch {} and manual acks (one basic.ack per delivery). Figure = messages acked by consumers per second; latency = publish → ack.",
+        params.consumers, params.batch
+    ));
 }

@@ -44,10 +44,11 @@ pub enum RowKey {
     JetStreamPublish,
     JetStreamE2e,
     RabbitQuorum,
+    RabbitE2e,
 }
 
 impl RowKey {
-    pub const ALL: [RowKey; 8] = [
+    pub const ALL: [RowKey; 9] = [
         RowKey::Ceiling,
         RowKey::GatewayFull,
         RowKey::GatewayOs,
@@ -56,11 +57,12 @@ impl RowKey {
         RowKey::JetStreamPublish,
         RowKey::JetStreamE2e,
         RowKey::RabbitQuorum,
+        RowKey::RabbitE2e,
     ];
 
     pub fn label(self) -> &'static str {
         match self {
-            RowKey::Ceiling => "HTTP ceiling (trivial axum \"ok\" server)",
+            RowKey::Ceiling => "HTTP ceiling (trivial hyper server)",
             RowKey::GatewayFull => "wsr-gateway response (fsync before ack)",
             RowKey::GatewayOs => "wsr-gateway response durability=os",
             RowKey::GatewayOrdered => "wsr-gateway ordered",
@@ -68,6 +70,7 @@ impl RowKey {
             RowKey::JetStreamPublish => "JetStream publish (file, dedup)",
             RowKey::JetStreamE2e => "JetStream publish+consume e2e",
             RowKey::RabbitQuorum => "RabbitMQ quorum publish (confirms)",
+            RowKey::RabbitE2e => "RabbitMQ quorum publish+consume e2e",
         }
     }
 
@@ -80,9 +83,22 @@ impl RowKey {
             }
             RowKey::GatewayOs => "no (WAL, OS cache)",
             RowKey::JetStreamPublish | RowKey::JetStreamE2e => "no (sync every 2 min)",
-            RowKey::RabbitQuorum => "yes (fdatasync)",
+            RowKey::RabbitQuorum | RowKey::RabbitE2e => "yes (fdatasync)",
         }
     }
+}
+
+/// One large message POSTed to a fresh gateway.
+#[derive(Debug, Clone)]
+pub enum Large {
+    Measured {
+        payload: u64,
+        /// VmRSS before the POST, VmHWM after it (KiB).
+        before_kib: u64,
+        peak_kib: u64,
+        seconds: f64,
+    },
+    Failed(String),
 }
 
 #[derive(Debug, Clone)]
@@ -99,6 +115,10 @@ pub struct Report {
     /// ordered and e2e, and of the `durability = "os"` one.
     pub rss_full_kib: Option<u64>,
     pub rss_os_kib: Option<u64>,
+    /// VmHWM of the `durability = "full"` gateway right after the `response` phase.
+    pub rss_response_kib: Option<u64>,
+    /// The large-message measurement, when it ran.
+    pub large: Option<Large>,
     /// Free-form notes printed under the table.
     pub notes: Vec<String>,
     /// The run's parameters, for the heading.
@@ -112,6 +132,10 @@ impl Report {
         } else {
             self.rows.push(Row { key, outcome });
         }
+    }
+
+    pub fn outcome_of(&self, key: RowKey) -> &Outcome {
+        self.outcome(key)
     }
 
     fn outcome(&self, key: RowKey) -> &Outcome {
@@ -204,34 +228,56 @@ impl Report {
         }
 
         out.push('\n');
-        for (name, num, den) in [
+        let rate = |k: RowKey| self.outcome(k).rate();
+        let p99 = |k: RowKey| {
+            self.outcome(k)
+                .figures()
+                .map(|f| f.p99_ms)
+                .filter(|v| v.is_finite() && *v > 0.0)
+        };
+        let throughput = |num: RowKey, den: RowKey| (rate(num), rate(den));
+        for (name, (a, b), target) in [
             (
-                "ours/RabbitMQ-quorum",
-                RowKey::GatewayFull,
-                RowKey::RabbitQuorum,
+                "response/RabbitMQ-quorum",
+                throughput(RowKey::GatewayFull, RowKey::RabbitQuorum),
+                ">= 1.25",
             ),
             (
-                "ours-os/JetStream",
-                RowKey::GatewayOs,
-                RowKey::JetStreamPublish,
+                "response p99/RabbitMQ p99",
+                (p99(RowKey::GatewayFull), p99(RowKey::RabbitQuorum)),
+                "<= 1.00",
             ),
-            ("ours/HTTP-ceiling", RowKey::GatewayFull, RowKey::Ceiling),
+            (
+                "response/HTTP-ceiling",
+                throughput(RowKey::GatewayFull, RowKey::Ceiling),
+                ">= 0.30",
+            ),
+            (
+                "os/JetStream-publish",
+                throughput(RowKey::GatewayOs, RowKey::JetStreamPublish),
+                ">= 0.60",
+            ),
             (
                 "ordered/response",
-                RowKey::GatewayOrdered,
-                RowKey::GatewayFull,
+                throughput(RowKey::GatewayOrdered, RowKey::GatewayFull),
+                ">= 0.90",
             ),
             (
-                "e2e ours/JetStream e2e",
-                RowKey::GatewayE2e,
-                RowKey::JetStreamE2e,
+                "e2e/RabbitMQ-e2e",
+                throughput(RowKey::GatewayE2e, RowKey::RabbitE2e),
+                ">= 1.00",
+            ),
+            (
+                "e2e/JetStream-e2e",
+                throughput(RowKey::GatewayE2e, RowKey::JetStreamE2e),
+                ">= 0.35",
             ),
         ] {
-            let value = match (self.outcome(num).rate(), self.outcome(den).rate()) {
+            let value = match (a, b) {
                 (Some(a), Some(b)) => format!("{:.2}", a / b),
                 _ => "n/a".to_owned(),
             };
-            let _ = writeln!(out, "{name:<24} {value}");
+            let _ = writeln!(out, "{name:<26} {value:>5}   (target {target})");
         }
         let mb = |kib: Option<u64>| {
             kib.map_or("n/a".to_owned(), |k| format!("{:.1} MB", k as f64 / 1024.0))
@@ -243,6 +289,34 @@ impl Report {
             mb(self.rss_full_kib),
             mb(self.rss_os_kib)
         );
+        let _ = writeln!(
+            out,
+            "{:<24} {} (VmHWM after the response phase; target < 150 MB)",
+            "RSS under response load",
+            mb(self.rss_response_kib)
+        );
+        match &self.large {
+            None => {}
+            Some(Large::Measured {
+                payload,
+                before_kib,
+                peak_kib,
+                seconds,
+            }) => {
+                let _ = writeln!(
+                    out,
+                    "{:<24} {:.0} MiB message accepted in {seconds:.1} s; gateway peak RSS (VmHWM) {} = {:.2}x payload (target < 1.5x); RSS before the POST {}",
+                    "large message",
+                    *payload as f64 / 1048576.0,
+                    mb(Some(*peak_kib)),
+                    (*peak_kib as f64 * 1024.0) / *payload as f64,
+                    mb(Some(*before_kib)),
+                );
+            }
+            Some(Large::Failed(why)) => {
+                let _ = writeln!(out, "{:<24} failed: {why}", "large message");
+            }
+        }
 
         if !self.notes.is_empty() || !footnotes.is_empty() {
             out.push_str("\nNotes:\n");

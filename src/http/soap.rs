@@ -107,11 +107,14 @@ impl axum::extract::FromRequest<super::AppState> for SoapBody {
     }
 }
 
-/// Reads a request body into one buffer. Memory follows the bytes that actually arrive, not
-/// the announced Content-Length (see `Pieces`): a body in one piece is kept as it is. More
-/// than `limit` + 1 bytes, announced or received, is refused with 413 (the codec gives the
-/// exact limit its own fault); a body the perimeter cut is answered 408 (too slow) or 503
-/// (busy).
+/// Reads a request body into one buffer, copying each byte at most once. A body that arrives
+/// in one piece is kept as it came (no copy). Otherwise the pieces are appended to one buffer
+/// reserved from the announced Content-Length, which is trusted only up to `limit` + 1 (more is
+/// refused before a byte is read); without one the buffer grows with the bytes received. The
+/// reservation is address space: resident memory still follows the bytes that actually
+/// arrive, which the perimeter's byte budget counts. More than `limit` + 1 bytes, announced or
+/// received, is refused with 413 (the codec gives the exact limit its own fault); a body the
+/// perimeter cut is answered 408 (too slow) or 503 (busy).
 pub async fn read_body(
     headers: &HeaderMap,
     body: axum::body::Body,
@@ -122,8 +125,7 @@ pub async fn read_body(
     let announced = headers
         .get(axum::http::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok())
-        .unwrap_or(0);
+        .and_then(|v| v.parse::<usize>().ok());
     let too_large = || {
         (
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -131,28 +133,21 @@ pub async fn read_body(
         )
             .into_response()
     };
-    if announced > cap {
+    if announced.is_some_and(|n| n > cap) {
         return Err(too_large());
     }
-    // Pieces of a fair size are kept as they came (no copy); small ones are copied into blocks
-    // of a fixed size as they arrive. Keeping every piece would keep a list entry and a share
-    // of hyper's read buffer per piece: a body sent as 1-byte chunks pinned tens of times its
-    // size. Once the body is complete it is copied into one buffer (not at all if it came in
-    // one piece).
-    let mut pieces = Pieces::default();
-    let mut total = 0usize;
+    let mut whole = Whole::new(announced);
     let mut frames = body.into_data_stream();
     while let Some(frame) = frames.next().await {
         let chunk = frame.map_err(unreadable)?;
-        total += chunk.len();
-        if total > cap {
+        if whole.len().saturating_add(chunk.len()) > cap {
             return Err(too_large());
         }
-        pieces.add(chunk).map_err(|()| no_memory())?;
+        whole.add(chunk).map_err(|()| no_memory())?;
     }
-    // The body's share of the perimeter's byte budget is given back before the copy.
+    // The body's share of the perimeter's byte budget is given back once it is complete.
     drop(frames);
-    pieces.into_one(total).map_err(|()| no_memory())
+    Ok(whole.into_bytes())
 }
 
 /// The answer when a body cannot be held now: a 503, never an abort.
@@ -160,80 +155,61 @@ fn no_memory() -> axum::response::Response {
     crate::http::serve::busy("not enough memory for this message now")
 }
 
-/// A body being received (see `read_body`): kept pieces and filled blocks, in order, and the
-/// block being filled.
-#[derive(Default)]
-struct Pieces {
+/// A body being received (see `read_body`): its first piece while it is the only one, then one
+/// buffer that every piece is appended to.
+struct Whole {
+    /// The announced length (already checked against the limit): what the buffer reserves.
+    announced: Option<usize>,
     /// The first piece while it is the only one (a body in one piece is never copied).
     only: Option<axum::body::Bytes>,
-    done: Vec<axum::body::Bytes>,
-    filling: Vec<u8>,
+    buffer: Vec<u8>,
 }
 
-impl Pieces {
-    /// Blocks small pieces are copied into.
-    const BLOCK: usize = 64 * 1024;
-    /// Pieces this large are kept as they came.
-    const KEEP: usize = 16 * 1024;
+impl Whole {
+    fn new(announced: Option<usize>) -> Whole {
+        Whole {
+            announced,
+            only: None,
+            buffer: Vec::new(),
+        }
+    }
 
-    /// Takes one piece in; `Err` when the memory for a block is not there.
+    fn len(&self) -> usize {
+        self.only.as_ref().map_or(self.buffer.len(), |b| b.len())
+    }
+
+    /// Takes one piece in; `Err` when the memory for the buffer is not there.
     fn add(&mut self, piece: axum::body::Bytes) -> Result<(), ()> {
         if piece.is_empty() {
             return Ok(());
         }
-        if self.only.is_none() && self.done.is_empty() && self.filling.is_empty() {
+        if self.only.is_none() && self.buffer.capacity() == 0 {
             self.only = Some(piece);
             return Ok(());
         }
         if let Some(first) = self.only.take() {
-            self.store(first)?;
+            // The second piece: the buffer is made now, once, for the whole announced body
+            // (or for what has come so far when nothing was announced).
+            let want = self
+                .announced
+                .unwrap_or(0)
+                .max(first.len().saturating_add(piece.len()));
+            self.buffer.try_reserve_exact(want).map_err(|_| ())?;
+            self.buffer.extend_from_slice(&first);
         }
-        self.store(piece)
-    }
-
-    fn store(&mut self, piece: axum::body::Bytes) -> Result<(), ()> {
-        if piece.len() >= Self::KEEP {
-            self.close_block();
-            self.done.push(piece);
-            return Ok(());
-        }
-        let mut data = &piece[..];
-        while !data.is_empty() {
-            if self.filling.capacity() == self.filling.len() {
-                self.close_block();
-                self.filling
-                    .try_reserve_exact(Self::BLOCK)
-                    .map_err(|_| ())?;
-            }
-            let room = self.filling.capacity() - self.filling.len();
-            let (now, later) = data.split_at(room.min(data.len()));
-            self.filling.extend_from_slice(now);
-            data = later;
-        }
+        // Grows only without (or beyond a lying) Content-Length; hyper stops a body at its
+        // announced length, so with one this never reallocates.
+        self.buffer.try_reserve(piece.len()).map_err(|_| ())?;
+        self.buffer.extend_from_slice(&piece);
         Ok(())
     }
 
-    fn close_block(&mut self) {
-        if !self.filling.is_empty() {
-            self.done.push(std::mem::take(&mut self.filling).into());
+    /// The whole body; a buffer is handed over as it is (no copy, spare capacity included).
+    fn into_bytes(self) -> axum::body::Bytes {
+        match self.only {
+            Some(only) => only,
+            None => self.buffer.into(),
         }
-    }
-
-    /// The whole body of `total` bytes in one buffer; each piece is freed once copied.
-    fn into_one(mut self, total: usize) -> Result<axum::body::Bytes, ()> {
-        if let Some(only) = self.only.take() {
-            return Ok(only);
-        }
-        self.close_block();
-        if self.done.len() <= 1 {
-            return Ok(self.done.pop().unwrap_or_default());
-        }
-        let mut buffer: Vec<u8> = Vec::new();
-        buffer.try_reserve_exact(total).map_err(|_| ())?;
-        for piece in self.done.drain(..) {
-            buffer.extend_from_slice(&piece);
-        }
-        Ok(buffer.into())
     }
 }
 
@@ -271,29 +247,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn small_pieces_are_copied_into_whole_blocks_large_ones_kept() {
-        let mut pieces = Pieces::default();
+    fn a_body_with_a_content_length_is_read_into_one_buffer_allocated_once() {
         let body: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
-        for byte in &body {
-            pieces
-                .add(axum::body::Bytes::copy_from_slice(std::slice::from_ref(
-                    byte,
-                )))
+        let mut whole = Whole::new(Some(body.len()));
+        for piece in body.chunks(1000) {
+            whole
+                .add(axum::body::Bytes::copy_from_slice(piece))
                 .expect("memory");
         }
-        // 200 000 one-byte pieces take four 64 KiB blocks, not 200 000 entries.
-        pieces.close_block();
-        assert_eq!(pieces.done.len(), body.len().div_ceil(Pieces::BLOCK));
-        let large = axum::body::Bytes::from(vec![b'L'; Pieces::KEEP]);
-        pieces.add(large.clone()).expect("memory");
-        assert_eq!(
-            pieces.done.last().map(|p| p.as_ptr()),
-            Some(large.as_ptr()),
-            "kept"
-        );
-        let whole = pieces.into_one(body.len() + large.len()).expect("memory");
-        assert_eq!(&whole[..body.len()], &body[..]);
-        assert_eq!(&whole[body.len()..], &large[..]);
+        // Reserved once for the announced length at the second piece and never grown: a
+        // buffer that had grown by doubling would have more capacity than the body.
+        assert_eq!(whole.buffer.capacity(), body.len(), "allocated once");
+        let at = whole.buffer.as_ptr();
+        let read = whole.into_bytes();
+        assert_eq!(read.as_ptr(), at, "handed over without a copy");
+        assert_eq!(&read[..], &body[..]);
+    }
+
+    #[test]
+    fn without_a_content_length_the_buffer_grows_with_the_bytes() {
+        let mut whole = Whole::new(None);
+        for _ in 0..1000 {
+            whole
+                .add(axum::body::Bytes::from_static(&[b'x'; 100]))
+                .expect("memory");
+        }
+        assert_eq!(whole.len(), 100_000);
+        assert!(whole.buffer.capacity() < 2 * 100_000 + 100);
+        assert!(whole.into_bytes().iter().all(|&b| b == b'x'));
     }
 
     #[tokio::test]
