@@ -8,6 +8,7 @@ use wsr_gateway::config::{ApiToken, Scope};
 use wsr_gateway::store::outbound::OutMessage;
 
 use super::support::{TestApp, allow_loopback_urls, spawn_app_with};
+use wsr_gateway::store::outbound::OutboundStore as _;
 
 const TOKEN: &str = "producer-token-0123456789";
 
@@ -1374,7 +1375,11 @@ async fn the_longest_due_message_goes_first_whatever_its_group() {
         .await
         .expect("due");
     assert_eq!(
-        first.iter().map(|m| m.id.as_str()).collect::<Vec<_>>(),
+        first
+            .messages
+            .iter()
+            .map(|m| m.id.as_str())
+            .collect::<Vec<_>>(),
         vec![new_id.as_str()],
         "the longest due goes first"
     );
