@@ -3,6 +3,7 @@
 
 mod read;
 mod rows;
+mod submit;
 mod write;
 
 use std::collections::BTreeMap;
@@ -67,7 +68,7 @@ impl OutboundStore for SqliteStore {
         now: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<Submitted, SubmitError>> {
         Box::pin(async move {
-            self.change(move |conn| write::submit(conn, &s, now))
+            self.change(move |conn| submit::submit(conn, &s, now))
                 .await
                 .map_err(submit_error)?
         })
@@ -217,7 +218,7 @@ impl OutboundStore for SqliteStore {
     ) -> StoreFuture<'a, Result<Option<u64>, SubmitError>> {
         let (group_id, principal) = (group_id.clone(), principal.map(str::to_owned));
         Box::pin(async move {
-            self.change(move |conn| write::close_group(conn, &group_id, principal.as_deref()))
+            self.change(move |conn| submit::close_group(conn, &group_id, principal.as_deref()))
                 .await
                 .map_err(submit_error)?
         })
