@@ -182,6 +182,13 @@ pub fn settle(
     after
 }
 
+/// Whether only a poll can settle a message: a Poll-pattern message waiting for its ack, or
+/// one of any pattern in doubt (`Outbound::in_doubt`: sent, no verdict, no resend to come
+/// before ExpiryTime).
+pub fn awaits_poll(reply_pattern: &str, out: &Outbound) -> bool {
+    out.state == OutState::Sent && (reply_pattern == "Poll" || out.in_doubt())
+}
+
 /// The group's most recent message, as closing the group reads it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Newest {
@@ -389,6 +396,20 @@ mod tests {
             in_window(&expired, 1, now),
             "expired: the stop rules settle it"
         );
+    }
+
+    #[test]
+    fn polls_ask_about_poll_pattern_messages_and_those_in_doubt() {
+        let schedule = RetrySchedule::Waits(vec![std::time::Duration::from_secs(5)]);
+        let mut m = Outbound::new(t0() + chrono::Duration::seconds(60), schedule, t0());
+        assert!(!awaits_poll("Poll", &m), "not sent yet");
+        m.apply(Event::Sent, t0());
+        assert!(awaits_poll("Poll", &m));
+        assert!(!awaits_poll("Response", &m), "a resend is to come");
+        m.apply(Event::Sent, t0() + chrono::Duration::seconds(5));
+        assert!(awaits_poll("Response", &m), "in doubt");
+        m.apply(Event::Acked, t0() + chrono::Duration::seconds(6));
+        assert!(!awaits_poll("Poll", &m), "settled");
     }
 
     #[test]

@@ -215,9 +215,9 @@ pub trait OutboundStore: Send + Sync {
         limit: i64,
     ) -> StoreFuture<'a, Result<Due, StoreError>>;
 
-    /// Messages only a poll can settle, by destination: Poll-pattern messages waiting for
-    /// their ack, and messages of any pattern in doubt (`Outbound::in_doubt`). A page of them
-    /// by id, after `after`: a pass goes through all, so that none is starved by others.
+    /// Messages only a poll can settle (`send_group::awaits_poll`): Poll-pattern messages
+    /// waiting for their ack, and messages of any pattern in doubt (`Outbound::in_doubt`). A
+    /// page of them by id, after `after`: a pass goes through all, so that none is starved.
     fn awaiting_poll<'a>(
         &'a self,
         after: &'a str,

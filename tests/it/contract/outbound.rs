@@ -162,9 +162,7 @@ async fn numbers_are_assigned_in_submit_order_per_group() {
 async fn a_group_refuses_what_does_not_fit_it_and_stores_nothing() {
     for b in backends().await {
         let store = &b.store;
-        let group = submit(store, first_of_group("g0", true))
-            .await
-            .group_id;
+        let group = submit(store, first_of_group("g0", true)).await.group_id;
         let elsewhere = Submission {
             destination: OTHER.into(),
             ..next_in("x1", &group, true)
@@ -292,15 +290,11 @@ async fn an_idempotency_key_returns_the_stored_message() {
 async fn the_send_window_holds_an_ordered_group_beyond_its_lowest_open_message() {
     for b in backends().await {
         let store = &b.store;
-        let group = submit(store, first_of_group("o0", true))
-            .await
-            .group_id;
+        let group = submit(store, first_of_group("o0", true)).await.group_id;
         for i in 1..5 {
             submit(store, next_in(&format!("o{i}"), &group, true)).await;
         }
-        let free = submit(store, first_of_group("u0", false))
-            .await
-            .group_id;
+        let free = submit(store, first_of_group("u0", false)).await.group_id;
         for i in 1..5 {
             submit(store, next_in(&format!("u{i}"), &free, false)).await;
         }
@@ -700,9 +694,7 @@ async fn a_message_without_a_verdict_is_in_doubt_until_a_poll_settles_it() {
 async fn a_failure_in_an_ordered_group_fails_the_rest_of_it() {
     for b in backends().await {
         let store = &b.store;
-        let group = submit(store, first_of_group("f0", true))
-            .await
-            .group_id;
+        let group = submit(store, first_of_group("f0", true)).await.group_id;
         for i in 1..4 {
             submit(store, next_in(&format!("f{i}"), &group, true)).await;
         }
@@ -743,9 +735,7 @@ async fn a_failure_in_an_ordered_group_fails_the_rest_of_it() {
             .expect_err("refused");
         assert!(conflict(refused).contains("failed"), "{}", b.name);
         // An unordered group carries on.
-        let free = submit(store, first_of_group("u0", false))
-            .await
-            .group_id;
+        let free = submit(store, first_of_group("u0", false)).await.group_id;
         submit(store, next_in("u1", &free, false)).await;
         claim(store, "u0", t0()).await;
         let finished = store
@@ -769,9 +759,7 @@ async fn a_failure_in_an_ordered_group_fails_the_rest_of_it() {
 async fn a_group_closes_with_last_only_before_its_newest_message_went_out() {
     for b in backends().await {
         let store = &b.store;
-        let group = submit(store, first_of_group("c0", false))
-            .await
-            .group_id;
+        let group = submit(store, first_of_group("c0", false)).await.group_id;
         submit(store, next_in("c1", &group, false)).await;
         assert_eq!(
             store
@@ -806,9 +794,7 @@ async fn a_group_closes_with_last_only_before_its_newest_message_went_out() {
             "closed before: {}",
             b.name
         );
-        let sent = submit(store, first_of_group("d0", false))
-            .await
-            .group_id;
+        let sent = submit(store, first_of_group("d0", false)).await.group_id;
         claim(store, "d0", t0()).await;
         let refused = store.close_group(&sent, None).await.expect_err("sent");
         assert!(conflict(refused).contains("already sent"), "{}", b.name);

@@ -9,7 +9,7 @@ use sqlx::Row;
 use sqlx::sqlite::SqlitePool;
 
 use super::rows::{COLUMNS, Columns, select_messages};
-use crate::rmp::send_group::{Candidate, in_window, window_for};
+use crate::rmp::send_group::{Candidate, awaits_poll, in_window, window_for};
 use crate::store::StoreError;
 use crate::store::group_json::{from_millis, millis};
 use crate::store::outbound::{Due, IdempotencyKey, OutEvent, OutMessage, SubmitError, Submitted};
@@ -137,22 +137,36 @@ pub(super) async fn due_outbound(
     Ok(due)
 }
 
+/// Sent messages are read a page at a time by id, and `send_group::awaits_poll` picks those
+/// only a poll can settle, until `limit` are picked or none are left.
 pub(super) async fn awaiting_poll(
     pool: &SqlitePool,
     after: &str,
     limit: i64,
 ) -> Result<Vec<OutMessage>, StoreError> {
-    // In doubt: sent, no verdict, and no resend to come before ExpiryTime (`next_attempt`
-    // at or after `expiry`, see `Outbound::in_doubt`).
-    let rows = sqlx::query(select_messages!(
-        "WHERE m.state = 'sent' AND (m.reply_pattern = 'Poll' OR m.next_attempt IS NULL \
-         OR m.next_attempt >= m.expiry) AND m.id > ? ORDER BY m.id LIMIT ?"
-    ))
-    .bind(after)
-    .bind(limit)
-    .fetch_all(pool)
-    .await?;
-    rows.iter().map(|r| Columns::of_pool(r).message()).collect()
+    let wanted = usize::try_from(limit.max(0)).unwrap_or(usize::MAX);
+    let mut picked = Vec::new();
+    let mut after = after.to_owned();
+    while picked.len() < wanted {
+        let rows = sqlx::query(select_messages!(
+            "WHERE m.state = 'sent' AND m.id > ? ORDER BY m.id LIMIT ?"
+        ))
+        .bind(&after)
+        .bind(limit)
+        .fetch_all(pool)
+        .await?;
+        for r in &rows {
+            let m = Columns::of_pool(r).message()?;
+            after.clone_from(&m.id);
+            if picked.len() < wanted && awaits_poll(&m.reply, &m.outbound) {
+                picked.push(m);
+            }
+        }
+        if (rows.len() as i64) < limit {
+            break;
+        }
+    }
+    Ok(picked)
 }
 
 pub(super) async fn next_outbound_due(
