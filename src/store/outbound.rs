@@ -319,3 +319,6 @@ pub trait OutboundStore: Send + Sync {
         principal: Option<&'a str>,
     ) -> StoreFuture<'a, Result<Option<u64>, SubmitError>>;
 }
+
+/// `Store` holds its backend as `dyn Backend`: the trait must stay dyn-compatible.
+const _: Option<&dyn OutboundStore> = None;
