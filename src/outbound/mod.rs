@@ -9,3 +9,4 @@ pub mod destination;
 pub mod http_client;
 pub mod partner_clients;
 pub mod sender;
+pub mod view;

@@ -1,7 +1,8 @@
 //! The sending RMP's worker: sends due messages (the stored envelope, unchanged, on every
 //! attempt), reads the partner's answer for acks and faults, polls for Poll-pattern messages,
 //! and tells notify webhooks when a message reaches its final state. Decisions are in
-//! `rmp::sender`; this task only does the I/O and sleeps until the next attempt is due.
+//! `rmp::sender` and `rmp::send_group`; this task only does the I/O, and waits for a commit
+//! that made something due or for the next deadline by the gateway's clock.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use super::partner_clients::PartnerClients;
 use crate::clock::Clock;
 use crate::rmp::replies::Verdicts;
 use crate::rmp::sender::{AttemptFailure, Event};
-use crate::store::outbound::{OutMessage, ReplySource};
+use crate::store::outbound::{OutMessage, OutboundStore as _, ReplySource};
 use crate::store::{Store, StoreError};
 use crate::wsr::{
     FaultCode, Headers, Limits, PollRequest, RefToMessageIds, Reply, SeqRange, SoapVersion,
@@ -68,8 +69,11 @@ const POLL_PAGE: i64 = 500;
 /// Why a 2xx poll answer told nothing (`read_poll_answer`).
 const NOT_A_POLL_ANSWER: &str = "not a poll answer (a SOAP Fault, an error page or unreadable)";
 
-/// Longest sleep without anything due.
-const IDLE_RECHECK: Duration = Duration::from_secs(60);
+/// Messages taken in one send pass at most.
+const SEND_PAGE: i64 = 500;
+
+/// The pause after a pass the store failed, before the next one.
+const AFTER_STORE_FAILURE: Duration = Duration::from_secs(1);
 
 /// Sends and polls until dropped, with the clients built at start (`App::build`).
 pub async fn run(
@@ -90,34 +94,52 @@ pub async fn run(
     );
 }
 
+/// Sends what is due, then waits for the next reason to look again: a commit that made a
+/// message due (`outbound_due`), the next attempt due, or the ExpiryTime of a message its
+/// window holds back — each by the gateway's clock.
 async fn send_loop(store: &Store, client: &Clients, clock: &Arc<dyn Clock>, config: &SenderConfig) {
     loop {
-        let found = match send_due(store, client, clock, config).await {
-            Ok(found) => found,
+        let now = clock.now();
+        let pass = match send_due(store, client, clock, config, now).await {
+            Ok(pass) => pass,
             Err(e) => {
                 tracing::error!(error = %e, "outbound pass failed; retrying shortly");
-                tokio::time::sleep(Duration::from_secs(1)).await;
+                tokio::time::sleep(AFTER_STORE_FAILURE).await;
                 continue;
             }
         };
-        let due = store.next_outbound_due().await.ok().flatten();
-        let now = clock.now();
-        let wait = due
-            .map(|t| (t - now).to_std().unwrap_or(Duration::ZERO))
-            .unwrap_or(IDLE_RECHECK)
-            .min(IDLE_RECHECK)
-            // The wait is wall time worked out from the gateway's clock: look again at least
-            // every poll interval in case that clock jumps (or a test moves it by hand).
-            .min(config.poll_interval)
-            // Messages due but held back by an ordered window wait for an ack (which wakes us),
-            // not for a timer: with nothing sendable, do not come back at once.
-            .max(if found == 0 {
-                Duration::from_secs(1)
-            } else {
-                Duration::from_millis(5)
-            });
+        if pass.full {
+            // More are due than one pass takes.
+            tokio::task::yield_now().await;
+            continue;
+        }
+        if pass.store_failed {
+            // An attempt could not be saved: it is still due; try again after a pause.
+            tokio::time::sleep(AFTER_STORE_FAILURE).await;
+            continue;
+        }
+        // Everything due at `now` was taken or is held by its window; attempts since have
+        // moved their own next attempt past `now`.
+        let next = match store.next_outbound_due(now).await {
+            Ok(next) => next,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot read the next attempt due; retrying shortly");
+                tokio::time::sleep(AFTER_STORE_FAILURE).await;
+                continue;
+            }
+        };
+        let deadline = match (next, pass.held_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let due = async {
+            match deadline {
+                Some(t) => clock.sleep_until(t).await,
+                None => std::future::pending().await,
+            }
+        };
         tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
+            _ = due => {}
             _ = store.outbound_due().notified() => {}
         }
     }
@@ -130,30 +152,38 @@ async fn poll_loop(store: &Store, client: &Clients, clock: &Arc<dyn Clock>, conf
             tracing::error!(error = %e, "poll pass failed");
         }
         let next = crate::wsr::datetime::saturating_add_std(clock.now(), config.poll_interval);
-        // Short naps, so that a test clock moved by hand is noticed too.
-        while clock.now() < next {
-            let left = (next - clock.now()).to_std().unwrap_or(Duration::ZERO);
-            tokio::time::sleep(left.min(Duration::from_millis(50))).await;
-        }
+        clock.sleep_until(next).await;
     }
 }
 
-/// One pass over the due messages; returns how many there were. One message's failure is
-/// logged and does not stop the others (it is retried on the next pass).
+/// What a send pass found.
+struct Pass {
+    /// It took as many as a pass takes: more may be due.
+    full: bool,
+    /// The store failed to save an attempt (logged).
+    store_failed: bool,
+    /// When a message its window holds back expires (`Due::held_until`).
+    held_until: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// One pass over the messages due at `now`. One message's failure is logged and does not
+/// stop the others (it is still due, and retried on the next pass).
 async fn send_due(
     store: &Store,
     client: &Clients,
     clock: &Arc<dyn Clock>,
     config: &SenderConfig,
-) -> Result<usize, StoreError> {
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<Pass, StoreError> {
     let due = store
-        .due_outbound(clock.now(), config.window.max(1), &config.windows, 500)
+        .due_outbound(now, config.window.max(1), &config.windows, SEND_PAGE)
         .await?;
-    let found = due.len();
+    let full = due.messages.len() as i64 >= SEND_PAGE;
+    let mut store_failed = false;
     let mut tasks = JoinSet::new();
-    for message in due {
+    for message in due.messages {
         while tasks.len() >= config.concurrency.max(1) {
-            log_failure(tasks.join_next().await);
+            store_failed |= log_failure(tasks.join_next().await);
         }
         let (store, client, clock) = (store.clone(), client.clone(), clock.clone());
         let resolve_in_doubt = config.resolve_in_doubt;
@@ -162,17 +192,23 @@ async fn send_due(
         });
     }
     while !tasks.is_empty() {
-        log_failure(tasks.join_next().await);
+        store_failed |= log_failure(tasks.join_next().await);
     }
-    Ok(found)
+    Ok(Pass {
+        full,
+        store_failed,
+        held_until: due.held_until,
+    })
 }
 
-fn log_failure(done: Option<Result<Result<(), StoreError>, tokio::task::JoinError>>) {
+/// Logs an attempt that failed in the store or as a task; whether it did.
+fn log_failure(done: Option<Result<Result<(), StoreError>, tokio::task::JoinError>>) -> bool {
     match done {
         Some(Ok(Err(e))) => tracing::error!(error = %e, "an attempt failed in the store"),
         Some(Err(e)) => tracing::error!(error = %e, "an attempt task failed"),
-        _ => {}
+        _ => return false,
     }
+    true
 }
 
 /// One attempt: counted and saved before the POST, so a crash can only cause a resend with
@@ -454,7 +490,7 @@ pub async fn notify(store: &Store, client: &Clients, finished: &[String]) {
                 continue;
             }
         }
-        let body = crate::http::messages::message_json(&m).to_string();
+        let body = super::view::message_json(&m).to_string();
         let request = client
             .routes
             .webhooks()

@@ -7,6 +7,7 @@ pub mod group;
 pub mod ranges;
 pub mod receiver;
 pub mod replies;
+pub mod send_group;
 pub mod sender;
 
 #[cfg(test)]

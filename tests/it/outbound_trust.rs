@@ -18,6 +18,7 @@ use wsr_gateway::wsr::{
 };
 
 use super::support::{ClockExt, TestApp, free_port, serve_local, spawn_app_with, start_gateway};
+use wsr_gateway::store::outbound::OutboundStore as _;
 
 const TOKEN: &str = "outbound-trust-token-0123456789";
 

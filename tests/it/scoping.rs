@@ -18,6 +18,7 @@ use super::support::{
     Answer, ClockExt as _, MockPartner, TestApp, allow_loopback_urls, mock_partner, poll_envelope,
     request_envelope, spawn_app_with, submit_as,
 };
+use wsr_gateway::store::outbound::OutboundStore as _;
 
 const GROUP: &str = "mid:shared@partners";
 const PRODUCER: &str = "producer-token-000000001";

@@ -8,6 +8,7 @@ use wsr_gateway::config::{ApiToken, Scope};
 use wsr_gateway::store::outbound::OutMessage;
 
 use super::support::{TestApp, allow_loopback_urls, spawn_app_with};
+use wsr_gateway::store::outbound::OutboundStore as _;
 
 const TOKEN: &str = "producer-token-0123456789";
 
@@ -1374,9 +1375,63 @@ async fn the_longest_due_message_goes_first_whatever_its_group() {
         .await
         .expect("due");
     assert_eq!(
-        first.iter().map(|m| m.id.as_str()).collect::<Vec<_>>(),
+        first
+            .messages
+            .iter()
+            .map(|m| m.id.as_str())
+            .collect::<Vec<_>>(),
         vec![new_id.as_str()],
         "the longest due goes first"
     );
+    sender.stop().await;
+}
+
+/// Waiting is by notification: with a window of 1, each message of an ordered group goes out
+/// when the ack of the one before it is committed — the test clock never moves, so no timer
+/// of the gateway's clock can be what sends them.
+#[tokio::test]
+async fn an_ack_opens_the_window_without_the_clock_moving() {
+    let receiver = spawn_app_with(|_| {}).await;
+    let sender = sender_app_window_1().await;
+    let agreement = json!({ "reply_pattern": "Response", "message_order": true });
+    let mut group: Option<String> = None;
+    for n in 0..10u64 {
+        let mut g = json!({ "last": n == 9 });
+        if let Some(id) = &group {
+            g["id"] = json!(id);
+        }
+        let (status, answer) = submit(
+            &sender,
+            json!({ "destination": receiver.url("/wsr/default"), "agreement": agreement, "group": g, "body": format!("<o:Line xmlns:o=\"urn:o\">{n}</o:Line>") }),
+        )
+        .await;
+        assert_eq!(status, 202, "{answer}");
+        group.get_or_insert_with(|| answer["group_id"].as_str().expect("group id").to_owned());
+    }
+    // Bounded: at most 20 s of wall time; the clock stays where it was.
+    let mut states = Vec::new();
+    for _ in 0..400 {
+        states = sender
+            .store
+            .out_messages(None, None, None, 100)
+            .await
+            .expect("list")
+            .into_iter()
+            .map(|m| m.outbound.state.name())
+            .collect::<Vec<_>>();
+        if states.len() == 10 && states.iter().all(|s| *s == "acked") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(states, vec!["acked"; 10]);
+    let numbers: Vec<Option<u64>> = receiver
+        .inbox()
+        .await
+        .into_iter()
+        .map(|e| e.number)
+        .collect();
+    assert_eq!(numbers, (0..10).map(Some).collect::<Vec<_>>());
+    receiver.stop().await;
     sender.stop().await;
 }

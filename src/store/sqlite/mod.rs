@@ -18,6 +18,7 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 mod change;
 mod decide;
 pub mod group_json;
+mod outbound;
 mod prefill;
 mod staged;
 mod writer;

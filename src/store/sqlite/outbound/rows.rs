@@ -1,0 +1,246 @@
+//! How outbound rows are stored: the column list every message read uses, one mapping from
+//! those columns to `OutMessage` for both connections (the sqlx pool's reads and the writer's
+//! rusqlite connection), and the stored form of a retry schedule.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use sqlx::Row;
+
+use crate::rmp::sender::{OutState, Outbound, RetrySchedule};
+use crate::store::StoreError;
+use crate::store::group_json::from_millis;
+use crate::store::outbound::{LastError, OutMessage};
+use crate::wsr::{FaultCode, GroupId, SoapVersion};
+
+/// A static query over messages joined with their group, in the column order `Columns`
+/// reads (static, so that no value is spliced into the SQL).
+macro_rules! select_messages {
+    ($tail:literal) => {
+        select_messages!("", $tail)
+    };
+    ($extra:literal, $tail:literal) => {
+        concat!(
+            "SELECT m.id, m.group_id, m.number, m.destination, m.soap12, m.reply_pattern, ",
+            "m.envelope, m.expiry, m.schedule, m.state, m.fault, m.reason, m.attempts, ",
+            "m.next_attempt, m.notify_url, g.ordered, m.idem_key, m.unreached, m.last_error, ",
+            "m.last_error_at, m.principal, m.partner",
+            $extra,
+            " FROM out_messages m JOIN out_groups g USING (group_id) ",
+            $tail
+        )
+    };
+}
+pub(super) use select_messages;
+
+/// How many columns `select_messages!` reads (extra columns of a query follow them).
+pub(super) const COLUMNS: usize = 22;
+
+/// One message's columns as stored, before they are checked.
+pub(super) struct Columns {
+    id: String,
+    group_id: String,
+    number: Option<i64>,
+    destination: String,
+    soap12: i64,
+    reply: String,
+    envelope: String,
+    expiry: i64,
+    schedule: String,
+    state: String,
+    fault: Option<String>,
+    reason: Option<String>,
+    attempts: i64,
+    next_attempt: Option<i64>,
+    notify_url: Option<String>,
+    ordered: i64,
+    idem_key: Option<String>,
+    unreached: i64,
+    last_error: Option<String>,
+    last_error_at: Option<i64>,
+    principal: Option<String>,
+    partner: String,
+}
+
+impl Columns {
+    /// From a row of the read pool.
+    pub(super) fn of_pool(r: &sqlx::sqlite::SqliteRow) -> Columns {
+        Columns {
+            id: r.get(0),
+            group_id: r.get(1),
+            number: r.get(2),
+            destination: r.get(3),
+            soap12: r.get(4),
+            reply: r.get(5),
+            envelope: r.get(6),
+            expiry: r.get(7),
+            schedule: r.get(8),
+            state: r.get(9),
+            fault: r.get(10),
+            reason: r.get(11),
+            attempts: r.get(12),
+            next_attempt: r.get(13),
+            notify_url: r.get(14),
+            ordered: r.get(15),
+            idem_key: r.get(16),
+            unreached: r.get(17),
+            last_error: r.get(18),
+            last_error_at: r.get(19),
+            principal: r.get(20),
+            partner: r.get(21),
+        }
+    }
+
+    /// From a row of the writer's connection (reads inside a change).
+    pub(super) fn of_writer(r: &rusqlite::Row<'_>) -> rusqlite::Result<Columns> {
+        Ok(Columns {
+            id: r.get(0)?,
+            group_id: r.get(1)?,
+            number: r.get(2)?,
+            destination: r.get(3)?,
+            soap12: r.get(4)?,
+            reply: r.get(5)?,
+            envelope: r.get(6)?,
+            expiry: r.get(7)?,
+            schedule: r.get(8)?,
+            state: r.get(9)?,
+            fault: r.get(10)?,
+            reason: r.get(11)?,
+            attempts: r.get(12)?,
+            next_attempt: r.get(13)?,
+            notify_url: r.get(14)?,
+            ordered: r.get(15)?,
+            idem_key: r.get(16)?,
+            unreached: r.get(17)?,
+            last_error: r.get(18)?,
+            last_error_at: r.get(19)?,
+            principal: r.get(20)?,
+            partner: r.get(21)?,
+        })
+    }
+
+    pub(super) fn message(self) -> Result<OutMessage, StoreError> {
+        Ok(OutMessage {
+            group_id: GroupId::parse(&self.group_id).map_err(StoreError::Corrupt)?,
+            number: self.number.map(|n| n as u64),
+            version: if self.soap12 != 0 {
+                SoapVersion::Soap12
+            } else {
+                SoapVersion::Soap11
+            },
+            outbound: Outbound {
+                state: state_of(&self.state, self.fault.as_deref(), self.reason)?,
+                attempts: self.attempts.try_into().unwrap_or(u32::MAX),
+                unreached: self.unreached.try_into().unwrap_or(0),
+                expiry: from_millis(self.expiry),
+                schedule: decode_schedule(&self.schedule)?,
+                next_attempt: self.next_attempt.map(from_millis),
+            },
+            ordered: self.ordered != 0,
+            last_error: match (self.last_error, self.last_error_at) {
+                (Some(cause), Some(at)) => Some(LastError {
+                    cause,
+                    at: from_millis(at),
+                }),
+                _ => None,
+            },
+            id: self.id,
+            destination: self.destination,
+            partner: self.partner,
+            reply: self.reply,
+            envelope: self.envelope,
+            notify_url: self.notify_url,
+            idempotency_key: self.idem_key,
+            principal: self.principal,
+        })
+    }
+}
+
+/// A stored state with its fault code or reason.
+pub(super) fn state_of(
+    name: &str,
+    fault: Option<&str>,
+    reason: Option<String>,
+) -> Result<OutState, StoreError> {
+    Ok(match name {
+        "queued" => OutState::Queued,
+        "sent" => OutState::Sent,
+        "acked" => OutState::Acked,
+        "faulted" => OutState::Faulted(
+            fault
+                .and_then(FaultCode::from_local_name)
+                .ok_or_else(|| StoreError::Corrupt("faulted without a known fault".into()))?,
+        ),
+        "failed" => OutState::Failed(reason.unwrap_or_default()),
+        other => {
+            return Err(StoreError::Corrupt(format!(
+                "unknown outbound state {other}"
+            )));
+        }
+    })
+}
+
+/// The fault code column of a state.
+pub(super) fn fault_of(state: &OutState) -> Option<&'static str> {
+    match state {
+        OutState::Faulted(code) => Some(code.local_name()),
+        _ => None,
+    }
+}
+
+/// The reason column of a state.
+pub(super) fn reason_of(state: &OutState) -> Option<&str> {
+    match state {
+        OutState::Failed(reason) => Some(reason.as_str()),
+        _ => None,
+    }
+}
+
+#[derive(Serialize, Deserialize)]
+enum StoredSchedule {
+    Interval {
+        max_attempts: u32,
+        interval_ms: u64,
+        backoff: u32,
+    },
+    Waits(Vec<u64>),
+}
+
+pub(super) fn encode_schedule(s: &RetrySchedule) -> String {
+    let stored = match s {
+        RetrySchedule::Interval {
+            max_attempts,
+            interval,
+            backoff,
+        } => StoredSchedule::Interval {
+            max_attempts: *max_attempts,
+            interval_ms: interval.as_millis().try_into().unwrap_or(u64::MAX),
+            backoff: *backoff,
+        },
+        RetrySchedule::Waits(w) => StoredSchedule::Waits(
+            w.iter()
+                .map(|d| d.as_millis().try_into().unwrap_or(u64::MAX))
+                .collect(),
+        ),
+    };
+    serde_json::to_string(&stored).unwrap_or_default()
+}
+
+fn decode_schedule(s: &str) -> Result<RetrySchedule, StoreError> {
+    let stored: StoredSchedule =
+        serde_json::from_str(s).map_err(|e| StoreError::Corrupt(format!("schedule: {e}")))?;
+    Ok(match stored {
+        StoredSchedule::Interval {
+            max_attempts,
+            interval_ms,
+            backoff,
+        } => RetrySchedule::Interval {
+            max_attempts,
+            interval: Duration::from_millis(interval_ms),
+            backoff,
+        },
+        StoredSchedule::Waits(w) => {
+            RetrySchedule::Waits(w.into_iter().map(Duration::from_millis).collect())
+        }
+    })
+}
