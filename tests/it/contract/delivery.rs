@@ -64,7 +64,14 @@ async fn singletons(store: &Store, n: usize, now: DateTime<Utc>) {
     static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     for _ in 0..n {
         let i = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        receive(store, "Order", &format!("mid:single-{i}@contract"), None, now).await;
+        receive(
+            store,
+            "Order",
+            &format!("mid:single-{i}@contract"),
+            None,
+            now,
+        )
+        .await;
     }
 }
 

@@ -141,6 +141,10 @@ impl DeliveryStore for SqliteStore {
         Box::pin(reads::subscriptions(&self.pool))
     }
 
+    fn push_subscriptions(&self) -> StoreFuture<'_, Result<Vec<Subscription>, StoreError>> {
+        Box::pin(reads::push_subscriptions(&self.pool))
+    }
+
     fn delete_subscription(&self, id: i64) -> StoreFuture<'_, Result<bool, DeliveryError>> {
         Box::pin(self.delivery_change(move |conn| {
             let removed = rows::remove_subscription(conn, id)?;

@@ -58,6 +58,22 @@ pub(super) async fn subscriptions(pool: &SqlitePool) -> Result<Vec<Subscription>
     Ok(subs)
 }
 
+/// The push subscriptions: one statement, so that the push supervisor, woken by every
+/// delivery change, costs next to nothing while there are none.
+pub(super) async fn push_subscriptions(pool: &SqlitePool) -> Result<Vec<Subscription>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT id, name, filter, owner, rules, created_at FROM subscriptions \
+         WHERE rules ->> '$.mode' = 'push' ORDER BY id",
+    )
+    .fetch_all(pool)
+    .await?;
+    let mut subs = Vec::with_capacity(rows.len());
+    for row in &rows {
+        subs.push(with_grants(pool, columns(row)).await?);
+    }
+    Ok(subs)
+}
+
 pub(super) async fn session(
     pool: &SqlitePool,
     id: &str,
