@@ -13,6 +13,7 @@ pub mod pick;
 pub mod pull;
 pub mod push;
 pub mod receipt;
+pub mod retention;
 pub mod session;
 pub mod settle;
 pub mod subscription;

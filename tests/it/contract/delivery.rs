@@ -897,3 +897,59 @@ async fn an_ephemeral_subscription_goes_after_its_grace_and_the_receipt_key_stay
         );
     }
 }
+
+#[tokio::test]
+async fn the_inbox_keeps_what_a_subscription_still_needs_and_purges_the_rest_after_the_retention() {
+    for b in backends().await {
+        let store = &b.store;
+        let s = spec(
+            serde_json::json!({ "name": "keep", "filter": "orders/#", "ack_wait_ms": 7_200_000, "start": "oldest" }),
+        );
+        let (sub, _) = store
+            .create_subscription(&s, OWNER, t0())
+            .await
+            .expect("create");
+        singletons(store, 2, t0()).await;
+        store
+            .join(sub.id, "a", OWNER, secs(7200), t0())
+            .await
+            .expect("join");
+        let got = store.fetch("a", 10, t0()).await.expect("fetch");
+        let settled_at = t0() + secs(600);
+        store
+            .settle(&got[0].receipt, None, settled_at)
+            .await
+            .expect("settle");
+        let hour = Duration::hours(1);
+        let report = store
+            .maintain_deliveries(t0() + secs(3601), secs(30), hour)
+            .await
+            .expect("maintain");
+        assert_eq!(
+            report.inbox_purged, 0,
+            "{}: settled less than an hour ago",
+            b.name
+        );
+        let later = settled_at + hour + secs(1);
+        store.heartbeat("a", later - secs(1)).await.expect("alive");
+        let report = store
+            .maintain_deliveries(later, secs(30), hour)
+            .await
+            .expect("maintain");
+        assert_eq!(
+            report.inbox_purged, 1,
+            "{}: the other one is still leased",
+            b.name
+        );
+        let all = store
+            .delivery_deadlines(None, later)
+            .await
+            .expect("deadlines");
+        assert_eq!(
+            all.oldest_inbox,
+            Some(t0()),
+            "{}: the leased one stays",
+            b.name
+        );
+    }
+}

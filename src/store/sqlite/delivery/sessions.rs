@@ -9,10 +9,11 @@ use rusqlite::{Connection, params};
 
 use super::rows::{self, select_lease};
 use crate::delivery::lease::Policy;
+use crate::delivery::retention::{self, Hold};
 use crate::delivery::{session, wake};
 use crate::store::StoreError;
 use crate::store::delivery::{DeliveryError, Maintenance, Session};
-use crate::store::sqlite::group_json::millis;
+use crate::store::sqlite::group_json::{from_millis, millis};
 
 /// Ends one session: its leases go back to the others at once (not counted as failures), its
 /// groups lose their affinity, and an ephemeral subscription left without members starts its
@@ -71,10 +72,7 @@ pub(super) fn lapse_sessions(conn: &Connection, now: DateTime<Utc>) -> Result<us
         .collect::<rusqlite::Result<_>>()?;
     let mut lapsed = 0;
     for (id, expires_at) in expiring {
-        if session::lapsed(
-            crate::store::sqlite::group_json::from_millis(expires_at),
-            now,
-        ) {
+        if session::lapsed(from_millis(expires_at), now) {
             end_session(conn, &id, now)?;
             lapsed += 1;
         }
@@ -218,33 +216,81 @@ pub(super) fn maintain(
         .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?
         .collect::<rusqlite::Result<_>>()?;
     for (id, since) in idle {
-        let since = crate::store::sqlite::group_json::from_millis(since);
+        let since = from_millis(since);
         if wake::abandoned(since, grace, now) && rows::remove_subscription(conn, id)? {
             report.subscriptions_removed += 1;
         }
     }
-    // Needed: beyond some subscription's cursor (not yet matched), or leased, waiting or
-    // dead-lettered in one. Purged once no longer needed and both its arrival and its last
-    // settling are older than the retention. Walked by arrival (the received_at index): by
-    // offset it would scan the whole inbox on every pass.
-    let before = now
-        .checked_sub_signed(retention)
-        .unwrap_or(DateTime::<Utc>::MIN_UTC);
-    report.inbox_purged = conn
-        .prepare_cached(
-            "DELETE FROM inbox WHERE offset IN (SELECT offset FROM inbox WHERE received_at < ?1 \
-             AND offset <= (SELECT COALESCE(MIN(cursor), 9223372036854775807) FROM subscriptions) \
-             AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.offset = inbox.offset \
-                             AND (d.state != 'done' OR d.due >= ?1)) \
-             ORDER BY received_at LIMIT 10000)",
-        )?
-        .execute([millis(before)])? as u64;
-    if report.inbox_purged > 0 {
-        conn.prepare_cached(
-            "DELETE FROM deliveries WHERE state = 'done' AND NOT EXISTS \
-             (SELECT 1 FROM inbox WHERE inbox.offset = deliveries.offset)",
-        )?
-        .execute([])?;
+    report.inbox_purged = purge_inbox(conn, now, retention)?;
+    Ok(report)
+}
+
+/// Inbox messages purged per pass at most.
+const PURGE_BATCH: u64 = 10_000;
+
+/// Purges the inbox messages `retention::purgeable` lets go (at most `PURGE_BATCH`), with
+/// their settled deliveries; how many. Walked by arrival (the received_at index), page by page.
+fn purge_inbox(
+    conn: &Connection,
+    now: DateTime<Utc>,
+    retention: Duration,
+) -> Result<u64, StoreError> {
+    let before = millis(retention::purge_before(now, retention));
+    let min_cursor: Option<i64> = conn
+        .prepare_cached("SELECT MIN(cursor) FROM subscriptions")?
+        .query_row([], |r| r.get(0))?;
+    let mut purged = 0;
+    let mut after: (i64, i64) = (i64::MIN, i64::MIN);
+    loop {
+        let page: Vec<(i64, i64)> = conn
+            .prepare_cached(
+                "SELECT received_at, offset FROM inbox WHERE received_at < ?1 \
+                 AND (received_at, offset) > (?2, ?3) ORDER BY received_at, offset LIMIT 1000",
+            )?
+            .query_map(params![before, after.0, after.1], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?
+            .collect::<rusqlite::Result<_>>()?;
+        let Some(last) = page.last() else {
+            break;
+        };
+        after = *last;
+        for (received_at, offset) in page {
+            let holds: Vec<Hold> = conn
+                .prepare_cached("SELECT state, due FROM deliveries WHERE offset = ?1")?
+                .query_map([offset], |r| {
+                    let state: String = r.get(0)?;
+                    let due: i64 = r.get(1)?;
+                    Ok(if state == "done" {
+                        Hold::Settled(from_millis(due))
+                    } else {
+                        Hold::Open
+                    })
+                })?
+                .collect::<rusqlite::Result<_>>()?;
+            let matched_by_all = min_cursor.is_none_or(|cursor| offset <= cursor);
+            if retention::purgeable(
+                from_millis(received_at),
+                matched_by_all,
+                &holds,
+                now,
+                retention,
+            ) {
+                conn.prepare_cached("DELETE FROM inbox WHERE offset = ?1")?
+                    .execute([offset])?;
+                conn.prepare_cached("DELETE FROM deliveries WHERE offset = ?1")?
+                    .execute([offset])?;
+                purged += 1;
+                if purged >= PURGE_BATCH {
+                    break;
+                }
+            }
+        }
+        if purged >= PURGE_BATCH {
+            break;
+        }
+    }
+    if purged > 0 {
         // A group keeps its member while any of its messages is retained.
         conn.prepare_cached(
             "DELETE FROM group_affinity WHERE NOT EXISTS (SELECT 1 FROM deliveries d \
@@ -253,5 +299,5 @@ pub(super) fn maintain(
         )?
         .execute([])?;
     }
-    Ok(report)
+    Ok(purged)
 }
