@@ -271,3 +271,6 @@ pub trait DeliveryStore: Send + Sync {
         now: DateTime<Utc>,
     ) -> StoreFuture<'_, Result<Deadlines, StoreError>>;
 }
+
+/// `DeliveryStore` stays dyn-compatible: the facade holds any backend behind `dyn`.
+const _: Option<&dyn DeliveryStore> = None;
