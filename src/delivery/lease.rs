@@ -251,6 +251,40 @@ impl Lease {
         }
     }
 
+    /// A dead letter replayed: back in the subscription as new — its failure count starts
+    /// over, nobody is avoided — keeping its attempt numbers (old receipts stay stale).
+    /// `false`: it was not dead-lettered, nothing changed.
+    pub fn replay(&mut self, now: DateTime<Utc>) -> bool {
+        if !matches!(self.state, State::DeadLettered { .. }) {
+            return false;
+        }
+        self.state = State::Available {
+            not_before: now,
+            avoid: BTreeSet::new(),
+        };
+        self.failures = 0;
+        true
+    }
+
+    /// A dead letter purged for good (settled as done). `false`: it was not dead-lettered.
+    pub fn purge(&mut self) -> bool {
+        if !matches!(self.state, State::DeadLettered { .. }) {
+            return false;
+        }
+        self.state = State::Done;
+        true
+    }
+
+    /// Settled or dead-lettered: nothing more happens to it (its group moves on).
+    pub fn finished(&self) -> bool {
+        matches!(self.state, State::Done | State::DeadLettered { .. })
+    }
+
+    /// The lease's deadline passed at `now` without a settle.
+    pub fn overdue(&self, now: DateTime<Utc>) -> bool {
+        matches!(&self.state, State::Acquired { deadline, .. } if *deadline < now)
+    }
+
     fn apply(&mut self, consumer: &str, outcome: Outcome, now: DateTime<Utc>, policy: &Policy) {
         let mut avoid = match &mut self.state {
             State::Acquired { avoid, .. } | State::Available { avoid, .. } => std::mem::take(avoid),
@@ -414,6 +448,44 @@ pub(crate) mod tests {
             m.available_to("B", false, t0() + Duration::seconds(1)),
             "well before the ack-wait"
         );
+    }
+
+    #[test]
+    fn max_deliveries_dead_letters_with_the_reason_and_a_replay_starts_over() {
+        let p = policy();
+        let mut m = Lease::new(t0());
+        let mut now = t0();
+        for _ in 0..3 {
+            now += Duration::seconds(60);
+            let attempt = m.acquire("A", now, &p);
+            m.settle(attempt, "A", nack(), now, &p).expect("live");
+        }
+        assert_eq!(
+            m.state,
+            State::DeadLettered {
+                reason: "3 failed deliveries (max_deliveries)".into()
+            }
+        );
+        assert!(m.finished());
+        assert!(m.replay(now));
+        assert_eq!(m.failures, 0);
+        assert_eq!(m.attempt, 3, "old receipts stay stale");
+        assert!(m.available_to("A", false, now), "nobody avoided");
+        assert!(!m.replay(now), "only a dead letter replays");
+        assert!(!m.purge());
+        let mut d = Lease::new(t0());
+        d.state = State::DeadLettered { reason: "x".into() };
+        assert!(d.purge());
+        assert_eq!(d.state, State::Done);
+    }
+
+    #[test]
+    fn a_lease_is_overdue_only_after_its_deadline() {
+        let p = policy();
+        let mut m = Lease::new(t0());
+        m.acquire("A", t0(), &p);
+        assert!(!m.overdue(t0() + Duration::seconds(30)));
+        assert!(m.overdue(t0() + Duration::seconds(31)));
     }
 
     #[test]

@@ -1,16 +1,24 @@
 //! Delivery to applications (DESIGN §5): subscriptions over the inbox. The pure parts —
 //! topic filters and identities, subscription rules, unforgeable per-attempt receipts, one
-//! message's lease/outcome state machine and the choice of what a member gets — and the
-//! workers over the store: long-poll fetch and push to webhooks.
+//! message's lease/outcome state machine, the choice of what a member gets, group heads,
+//! sessions coming and going, what handing out and settling do, and when time alone changes
+//! something — and the workers over the store: long-poll fetch, push to webhooks and
+//! housekeeping, which wait by notification (`wait`).
 
 pub mod filter;
+pub mod group;
 pub mod lease;
 pub mod maintain;
 pub mod pick;
 pub mod pull;
 pub mod push;
 pub mod receipt;
+pub mod retention;
+pub mod session;
+pub mod settle;
 pub mod subscription;
+pub mod wait;
+pub mod wake;
 
 use serde_json::{Value, json};
 

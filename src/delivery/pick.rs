@@ -16,6 +16,9 @@ pub struct Candidate {
     pub lease: Lease,
     /// The member its group is bound to (`ordering = group`), if any.
     pub affinity: Option<String>,
+    /// `ordering = group`: another message of its group is leased (a replayed dead letter can
+    /// be the head behind a leased one), so none of the group goes out until that is settled.
+    pub group_busy: bool,
 }
 
 /// Who is asking, and who else could take messages.
@@ -39,6 +42,10 @@ pub fn pick(
     for (i, candidate) in candidates.iter().enumerate() {
         if chosen.len() >= max {
             break;
+        }
+        // One message of a group in flight at a time.
+        if candidate.group_busy {
+            continue;
         }
         // A group stays with its member while that member lives — unless the message is to
         // be kept from that member (it nacked it, or let its lease lapse): then the group
@@ -91,6 +98,7 @@ mod tests {
             offset: 1,
             lease: Lease::new(t0()),
             affinity: Some("a".into()),
+            group_busy: false,
         }];
         let members = live(&["a", "b"]);
         let b = Members {
@@ -116,6 +124,7 @@ mod tests {
             offset: 1,
             lease: nacked_by("a"),
             affinity: Some("a".into()),
+            group_busy: false,
         }];
         let both = live(&["a", "b"]);
         let b = Members {
@@ -134,6 +143,7 @@ mod tests {
             offset: 1,
             lease: nacked_by("a"),
             affinity: None,
+            group_busy: false,
         }];
         let both = live(&["a", "b"]);
         let a = Members {
@@ -171,6 +181,7 @@ mod tests {
                 offset,
                 lease: Lease::new(t0()),
                 affinity: None,
+                group_busy: false,
             })
             .collect();
         let members = live(&["a"]);
@@ -180,5 +191,24 @@ mod tests {
             strict_avoid: false,
         };
         assert_eq!(pick(&candidates, &a, 3, t0()), vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn a_group_with_a_message_in_flight_hands_out_nothing_more() {
+        let mut busy = Candidate {
+            offset: 1,
+            lease: Lease::new(t0()),
+            affinity: None,
+            group_busy: true,
+        };
+        let members = live(&["a"]);
+        let a = Members {
+            me: "a",
+            live: &members,
+            strict_avoid: false,
+        };
+        assert!(pick(std::slice::from_ref(&busy), &a, 10, t0()).is_empty());
+        busy.group_busy = false;
+        assert_eq!(pick(&[busy], &a, 10, t0()), vec![0]);
     }
 }

@@ -1,18 +1,18 @@
-//! Long-poll fetch: a fetch that finds nothing waits — until the inbox grows, something is
-//! released, or its wait ends — and tries again. Each try renews the member's session.
+//! Long-poll fetch: a fetch that finds nothing waits — until a commit may have made something
+//! available, until the next backoff, lease or session deadline of its subscription, or until
+//! its wait ends — and tries again; when the wait ends with nothing, it answers with nothing.
+//! Each try renews the member's session, and the wait never outlives half its TTL.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::wait::Waker;
+use super::{session, wake};
 use crate::clock::Clock;
 use crate::store::Store;
-use crate::store::delivery::{DeliveryError, Handed};
-
-/// Longest pause between tries while waiting: backoff delays and lapsed leases become
-/// available without an announcement, and the session is renewed by every try.
-const RECHECK: Duration = Duration::from_millis(500);
+use crate::store::delivery::{DeliveryError, DeliveryStore as _, Handed, Session};
 
 pub async fn fetch_waiting(
     store: &Store,
@@ -22,18 +22,36 @@ pub async fn fetch_waiting(
     wait: Duration,
 ) -> Result<Vec<Handed>, DeliveryError> {
     let until = Instant::now() + wait;
-    let mut changes = store.delivery_changes();
+    let mut waker = Waker::new(store, clock);
+    let mut member: Option<Session> = None;
     loop {
         // Mark what we have seen before looking, so a change while we look wakes us.
-        changes.borrow_and_update();
-        let handed = store.fetch(session, max, clock.now()).await?;
-        let now = Instant::now();
-        if !handed.is_empty() || now >= until {
+        waker.mark();
+        let now = clock.now();
+        let handed = store.fetch(session, max, now).await?;
+        if !handed.is_empty() || Instant::now() >= until {
             return Ok(handed);
         }
+        let me = match &member {
+            Some(me) => me,
+            None => match store.session(session, now).await? {
+                Some(me) => member.insert(me),
+                None => return Ok(handed),
+            },
+        };
+        let deadlines = store
+            .delivery_deadlines(Some(me.subscription_id), now)
+            .await?;
+        let next = [
+            wake::next_fetch(&deadlines),
+            Some(session::renew_by(now, me.ttl)),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
         tokio::select! {
-            _ = changes.changed() => {}
-            _ = tokio::time::sleep_until(until.min(now + RECHECK)) => {}
+            _ = waker.wait(next) => {}
+            _ = tokio::time::sleep_until(until) => {}
         }
     }
 }

@@ -16,16 +16,18 @@ use tokio::task::{JoinHandle, JoinSet};
 use super::lease::Outcome;
 use super::message_json;
 use super::subscription::Mode;
+use super::wait::Waker;
+use super::{session, wake};
 use crate::clock::Clock;
 use crate::outbound::http_client::{exchange, redacted};
 use crate::rmp::sender::AttemptFailure;
-use crate::store::delivery::{DeliveryError, Handed, Subscription};
+use crate::store::delivery::{DeliveryError, DeliveryStore as _, Handed, Subscription};
 use crate::store::{Endpoints, Store};
 
-/// How often the supervisor looks for push subscriptions created or deleted.
-const RESCAN: Duration = Duration::from_secs(1);
-/// Longest a worker sleeps without renewing its session or looking for work.
-const IDLE: Duration = Duration::from_millis(500);
+/// Pause after a failed read, so a persistent failure cannot spin the supervisor.
+const AFTER_ERROR: Duration = Duration::from_secs(1);
+/// The ack wait of a subscription whose rules cannot say (never: they are checked).
+const FALLBACK_ACK_WAIT: Duration = Duration::from_secs(30);
 
 /// What a webhook's answer means for the lease. `None`: no answer (timeout, connection).
 pub fn outcome_for(status: Option<StatusCode>) -> Outcome {
@@ -50,7 +52,10 @@ pub fn outcome_for(status: Option<StatusCode>) -> Outcome {
 /// read (`max_message_bytes`); a longer one is a failed attempt.
 pub async fn run(store: Store, clock: Arc<dyn Clock>, answer_cap: usize) {
     let mut workers: HashMap<i64, JoinHandle<()>> = HashMap::new();
+    // Subscriptions created or deleted wake us (their commits announce delivery changes).
+    let mut waker = Waker::new(&store, &clock);
     loop {
+        waker.mark();
         match store.push_subscriptions().await {
             Ok(subs) => {
                 workers.retain(|id, w| {
@@ -66,9 +71,13 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>, answer_cap: usize) {
                     });
                 }
             }
-            Err(e) => tracing::error!(error = %e, "cannot list push subscriptions"),
+            Err(e) => {
+                tracing::error!(error = %e, "cannot list push subscriptions");
+                tokio::time::sleep(AFTER_ERROR).await;
+                continue;
+            }
         }
-        tokio::time::sleep(RESCAN).await;
+        waker.wait(None).await;
     }
 }
 
@@ -76,7 +85,12 @@ async fn worker(store: Store, clock: Arc<dyn Clock>, sub: Subscription, answer_c
     let Mode::Push { url, concurrency } = sub.rules.mode.clone() else {
         return;
     };
-    let ack_wait = sub.rules.policy().ack_wait.to_std().unwrap_or(IDLE);
+    let ack_wait = sub
+        .rules
+        .policy()
+        .ack_wait
+        .to_std()
+        .unwrap_or(FALLBACK_ACK_WAIT);
     // Answer (or give up) before the lease ends, so the settle still counts.
     let timeout = ack_wait.mul_f64(0.9).max(Duration::from_millis(1));
     // No redirects: only the registered URL is ever POSTed to (a 3xx is a failed attempt).
@@ -93,23 +107,26 @@ async fn worker(store: Store, clock: Arc<dyn Clock>, sub: Subscription, answer_c
     let ttl = chrono::Duration::from_std(ack_wait * 2)
         .unwrap_or_default()
         .max(chrono::Duration::seconds(30));
+    let mut renewed_at = clock.now();
     if let Err(e) = store
-        .join(sub.id, &session, &sub.owner, ttl, clock.now())
+        .join(sub.id, &session, &sub.owner, ttl, renewed_at)
         .await
     {
         tracing::error!(error = %e, subscription = sub.id, "push worker cannot join");
         return;
     }
-    let mut changes = store.delivery_changes();
+    let mut waker = Waker::new(&store, &clock);
     let mut inflight: JoinSet<(Handed, Option<StatusCode>)> = JoinSet::new();
     loop {
-        changes.borrow_and_update();
+        waker.mark();
         let free = (concurrency as usize).saturating_sub(inflight.len());
-        let mut fetched = 0;
+        let now = clock.now();
+        let mut next = None;
         if free > 0 {
-            match store.fetch(&session, free, clock.now()).await {
+            match store.fetch(&session, free, now).await {
                 Ok(handed) => {
-                    fetched = handed.len();
+                    renewed_at = now;
+                    let fetched = handed.len();
                     for h in handed {
                         inflight.spawn(post(
                             client.clone(),
@@ -119,27 +136,50 @@ async fn worker(store: Store, clock: Arc<dyn Clock>, sub: Subscription, answer_c
                             answer_cap,
                         ));
                     }
+                    if fetched == free {
+                        continue;
+                    }
+                    // Nothing more now: look again when time alone frees something.
+                    match store.delivery_deadlines(Some(sub.id), now).await {
+                        Ok(deadlines) => next = wake::next_fetch(&deadlines),
+                        Err(e) => {
+                            tracing::error!(error = %e, subscription = sub.id, "push deadlines unreadable")
+                        }
+                    }
                 }
                 Err(DeliveryError::NotFound(why)) => {
                     tracing::info!(subscription = sub.id, %why, "push worker stops");
                     return;
                 }
-                Err(e) => tracing::error!(error = %e, subscription = sub.id, "push fetch failed"),
+                Err(e) => {
+                    tracing::error!(error = %e, subscription = sub.id, "push fetch failed");
+                    tokio::time::sleep(AFTER_ERROR).await;
+                    continue;
+                }
             }
-        } else if let Err(e) = store.heartbeat(&session, clock.now()).await {
-            tracing::warn!(error = %e, subscription = sub.id, "push session renewal failed");
+        } else if now >= session::renew_by(renewed_at, ttl) {
+            // Every slot busy: the session is renewed without fetching.
+            match store.heartbeat(&session, now).await {
+                Ok(_) => renewed_at = now,
+                Err(DeliveryError::NotFound(why)) => {
+                    tracing::info!(subscription = sub.id, %why, "push worker stops");
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, subscription = sub.id, "push session renewal failed");
+                    tokio::time::sleep(AFTER_ERROR).await;
+                }
+            }
         }
-        if free > 0 && fetched == free {
-            continue;
-        }
+        let renew = session::renew_by(renewed_at, ttl);
+        let next = next.map_or(renew, |n| n.min(renew));
         tokio::select! {
             Some(done) = inflight.join_next(), if !inflight.is_empty() => {
                 if let Ok((handed, status)) = done {
                     settle(&store, &clock, &handed, status).await;
                 }
             }
-            _ = changes.changed() => {}
-            _ = tokio::time::sleep(IDLE) => {}
+            _ = waker.wait(Some(next)) => {}
         }
     }
 }

@@ -246,6 +246,43 @@ impl CreateRequest {
     }
 }
 
+impl Start {
+    /// The subscription's first cursor (every offset up to it counts as matched), given the
+    /// newest offset in the inbox.
+    pub fn cursor(self, newest: i64) -> i64 {
+        match self {
+            Start::Oldest => 0,
+            Start::New => newest,
+        }
+    }
+}
+
+impl Spec {
+    /// Whether `owner` asking for this subscription again may have the existing one (same
+    /// owner, same rules and filter). The identity of a subscription belongs to its owner:
+    /// another principal naming it gets a refusal, never a way in.
+    pub fn again(
+        &self,
+        owner: &str,
+        existing_owner: &str,
+        existing_filter: &str,
+        existing_rules: &Rules,
+    ) -> Result<(), String> {
+        let name = self.id.to_string();
+        if existing_owner != owner {
+            return Err(format!(
+                "subscription {name:?} belongs to another application"
+            ));
+        }
+        if *existing_rules != self.rules || existing_filter != self.id.filter().as_str() {
+            return Err(format!(
+                "subscription {name:?} exists with other rules; delete it first"
+            ));
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -335,5 +372,19 @@ mod tests {
             serde_json::from_str::<Rules>(&json).expect("decodes"),
             rules
         );
+    }
+
+    #[test]
+    fn asking_again_gets_the_same_subscription_only_for_its_owner_with_its_rules() {
+        let spec = request("billing").check().expect("valid");
+        let filter = spec.id.filter().as_str().to_owned();
+        assert_eq!(spec.again("app", "app", &filter, &spec.rules), Ok(()));
+        let theirs = spec.again("intruder", "app", &filter, &spec.rules);
+        assert!(theirs.expect_err("refused").contains("another application"));
+        let mut other = spec.rules.clone();
+        other.max_deliveries += 1;
+        assert!(spec.again("app", "app", &filter, &other).is_err());
+        assert_eq!(Start::Oldest.cursor(42), 0);
+        assert_eq!(Start::New.cursor(42), 42);
     }
 }

@@ -11,6 +11,7 @@ use chrono::{Duration, Utc};
 use serde_json::{Value, json};
 use wsr_gateway::config::{ApiToken, Scope};
 use wsr_gateway::store::Endpoints;
+use wsr_gateway::store::delivery::DeliveryStore as _;
 use wsr_gateway::wsr::{
     GroupId, Headers, MessageId, ReplyPattern, Request, SequenceNum, SoapVersion, write_envelope,
 };

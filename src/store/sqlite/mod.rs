@@ -17,6 +17,7 @@ use tokio::sync::{Notify, mpsc, oneshot, watch};
 
 mod change;
 mod decide;
+mod delivery;
 pub mod group_json;
 mod outbound;
 mod prefill;

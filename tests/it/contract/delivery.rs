@@ -1,1 +1,955 @@
-//! The delivery store trait's contract (see `contract/mod.rs`).
+//! The delivery store trait's contract (see `contract/mod.rs`): subscriptions and their
+//! owners, grants, members joining, fetching, settling and extending (stale receipts refused
+//! with the current attempt), ordering = group, shared members and what a member that leaves or
+//! lapses gives back, outcomes and dead letters, settle modes, backlogs and deadlines. Messages
+//! come in through the receiver side (`receive`), as on the wire.
+
+use chrono::{DateTime, Duration, TimeZone, Utc};
+use wsr_gateway::delivery::lease::{Outcome, Stale};
+use wsr_gateway::delivery::subscription::{CreateRequest, Mode, Ordering, SettleMode, Spec, Start};
+use wsr_gateway::store::delivery::{DeadLetterChange, DeliveryError, DeliveryStore as _, Handed};
+use wsr_gateway::store::{Payload, ReceivedMessage, Store};
+use wsr_gateway::wsr::{GroupId, MessageId, ReplyPattern, Request, SequenceNum};
+
+use super::backends;
+
+const OWNER: &str = "app";
+
+fn t0() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0)
+        .single()
+        .expect("date")
+}
+
+fn secs(s: i64) -> Duration {
+    Duration::seconds(s)
+}
+
+/// Receives one reliable message on channel `orders` with Body root `root` (topic
+/// `orders/{root}`), of `group` (numbered when `number` is given).
+async fn receive(store: &Store, root: &str, group: &str, number: Option<u64>, now: DateTime<Utc>) {
+    let request = Request {
+        message_id: MessageId {
+            group_id: GroupId::parse(group).expect("group"),
+            sequence: number.map(|number| SequenceNum {
+                number,
+                last: false,
+                group_limit: None,
+            }),
+        },
+        expiry_time: now + Duration::days(2),
+        reply_pattern: ReplyPattern::Response,
+        ack_requested: true,
+        duplicate_elimination: true,
+        message_order: false,
+    };
+    store
+        .receive(ReceivedMessage {
+            partner: String::new(),
+            channel: "orders".into(),
+            request,
+            payload: Payload::from(format!("<p:{root} xmlns:p=\"urn:p\">{group}</p:{root}>")),
+            namespaces: "[]".into(),
+            topic: format!("orders/{root}"),
+            source: "127.0.0.1".into(),
+            soap12: false,
+            now,
+        })
+        .await
+        .expect("received");
+}
+
+/// `n` singletons of root `Order`, each of a group of its own.
+async fn singletons(store: &Store, n: usize, now: DateTime<Utc>) {
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    for _ in 0..n {
+        let i = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        receive(
+            store,
+            "Order",
+            &format!("mid:single-{i}@contract"),
+            None,
+            now,
+        )
+        .await;
+    }
+}
+
+/// A checked subscription spec from the create request's JSON fields.
+fn spec(fields: serde_json::Value) -> Spec {
+    let request: CreateRequest = serde_json::from_value(fields).expect("create request");
+    request.check().expect("valid spec")
+}
+
+fn pull(name: &str) -> Spec {
+    spec(serde_json::json!({ "name": name, "filter": "orders/#", "start": "oldest" }))
+}
+
+fn offsets(handed: &[Handed]) -> Vec<i64> {
+    handed.iter().map(|h| h.message.offset).collect()
+}
+
+fn stale(e: DeliveryError) -> Stale {
+    match e {
+        DeliveryError::Stale(stale) => stale,
+        other => panic!("not a stale refusal: {other}"),
+    }
+}
+
+#[tokio::test]
+async fn subscriptions_belong_to_their_owner_and_asking_again_finds_the_same() {
+    for b in backends().await {
+        let store = &b.store;
+        let (sub, created) = store
+            .create_subscription(&pull("billing"), OWNER, t0())
+            .await
+            .expect("create");
+        assert!(created, "{}", b.name);
+        assert_eq!(
+            (sub.name.as_str(), sub.filter.as_str(), sub.owner.as_str()),
+            ("billing", "orders/#", OWNER),
+            "{}",
+            b.name
+        );
+        let (again, created) = store
+            .create_subscription(&pull("billing"), OWNER, t0())
+            .await
+            .expect("again");
+        assert!(!created && again.id == sub.id, "{}", b.name);
+        let theirs = store
+            .create_subscription(&pull("billing"), "intruder", t0())
+            .await;
+        assert!(
+            matches!(theirs, Err(DeliveryError::Conflict(_))),
+            "{}: another owner gets no way in",
+            b.name
+        );
+        let other_rules = spec(
+            serde_json::json!({ "name": "billing", "filter": "orders/#", "max_deliveries": 9 }),
+        );
+        let changed = store.create_subscription(&other_rules, OWNER, t0()).await;
+        assert!(
+            matches!(changed, Err(DeliveryError::Conflict(_))),
+            "{}",
+            b.name
+        );
+
+        let hook = spec(serde_json::json!({
+            "name": "hook", "filter": "orders/#", "mode": "push",
+            "push_url": "http://127.0.0.1:9/hook"
+        }));
+        let (pushed, _) = store
+            .create_subscription(&hook, OWNER, t0())
+            .await
+            .expect("push");
+        assert!(matches!(pushed.rules.mode, Mode::Push { .. }), "{}", b.name);
+        let all = store.subscriptions().await.expect("list");
+        assert_eq!(all.len(), 2, "{}", b.name);
+        let push: Vec<i64> = store
+            .push_subscriptions()
+            .await
+            .expect("push list")
+            .iter()
+            .map(|s| s.id)
+            .collect();
+        assert_eq!(push, vec![pushed.id], "{}", b.name);
+        assert_eq!(
+            store.subscription(sub.id).await.expect("get"),
+            Some(sub.clone()),
+            "{}",
+            b.name
+        );
+        assert!(
+            store.delete_subscription(sub.id).await.expect("delete"),
+            "{}",
+            b.name
+        );
+        assert!(
+            !store.delete_subscription(sub.id).await.expect("again"),
+            "{}",
+            b.name
+        );
+        assert_eq!(
+            store.subscription(sub.id).await.expect("get"),
+            None,
+            "{}",
+            b.name
+        );
+        let join = store.join(sub.id, "s", OWNER, secs(60), t0()).await;
+        assert!(
+            matches!(join, Err(DeliveryError::NotFound(_))),
+            "{}",
+            b.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn grants_admit_and_a_revoke_ends_the_grantees_sessions_releasing_what_they_held() {
+    for b in backends().await {
+        let store = &b.store;
+        let (sub, _) = store
+            .create_subscription(&pull("shared"), OWNER, t0())
+            .await
+            .expect("create");
+        assert!(sub.admits(OWNER) && !sub.admits("friend"), "{}", b.name);
+        store.grant(sub.id, "friend").await.expect("grant");
+        store.grant(sub.id, "friend").await.expect("grant twice");
+        let sub = store
+            .subscription(sub.id)
+            .await
+            .expect("get")
+            .expect("exists");
+        assert_eq!(sub.grants, vec!["friend".to_string()], "{}", b.name);
+        assert!(sub.admits("friend"), "{}", b.name);
+
+        singletons(store, 1, t0()).await;
+        store
+            .join(sub.id, "f", "friend", secs(600), t0())
+            .await
+            .expect("join");
+        store
+            .join(sub.id, "o", OWNER, secs(600), t0())
+            .await
+            .expect("join");
+        let held = store.fetch("f", 10, t0()).await.expect("fetch");
+        assert_eq!(held.len(), 1, "{}", b.name);
+        assert!(
+            store.fetch("o", 10, t0()).await.expect("fetch").is_empty(),
+            "{}",
+            b.name
+        );
+        assert!(
+            store.revoke(sub.id, "friend", t0()).await.expect("revoke"),
+            "{}",
+            b.name
+        );
+        assert!(
+            !store.revoke(sub.id, "friend", t0()).await.expect("again"),
+            "{}",
+            b.name
+        );
+        assert_eq!(
+            store.session("f", t0()).await.expect("read"),
+            None,
+            "{}",
+            b.name
+        );
+        let back = store.fetch("o", 10, t0()).await.expect("fetch");
+        assert_eq!(
+            offsets(&back),
+            offsets(&held),
+            "{}: released at once",
+            b.name
+        );
+        assert_eq!(back[0].receipt.attempt, 2, "{}", b.name);
+    }
+}
+
+#[tokio::test]
+async fn a_stale_receipt_is_refused_naming_the_current_attempt_and_extend_confirms_the_deadline() {
+    for b in backends().await {
+        let store = &b.store;
+        let s = spec(
+            serde_json::json!({ "name": "inv", "filter": "orders/#", "ack_wait_ms": 10_000, "start": "oldest" }),
+        );
+        let (sub, _) = store
+            .create_subscription(&s, OWNER, t0())
+            .await
+            .expect("create");
+        singletons(store, 1, t0()).await;
+        store
+            .join(sub.id, "a", OWNER, secs(3600), t0())
+            .await
+            .expect("join");
+        store
+            .join(sub.id, "b", OWNER, secs(3600), t0())
+            .await
+            .expect("join");
+        let a = store.fetch("a", 10, t0()).await.expect("fetch").remove(0);
+        assert_eq!(a.receipt.attempt, 1, "{}", b.name);
+        assert_eq!(a.deadline, Some(t0() + secs(10)), "{}", b.name);
+        let extended = store
+            .extend(&a.receipt, t0() + secs(5))
+            .await
+            .expect("extend");
+        assert_eq!(
+            extended,
+            t0() + secs(15),
+            "{}: the confirmed new deadline",
+            b.name
+        );
+        assert!(
+            store
+                .fetch("b", 10, t0() + secs(12))
+                .await
+                .expect("fetch")
+                .is_empty(),
+            "{}",
+            b.name
+        );
+
+        let late = t0() + secs(16);
+        let b_got = store.fetch("b", 10, late).await.expect("fetch").remove(0);
+        assert_eq!(b_got.receipt.attempt, 2, "{}", b.name);
+        let refused = stale(
+            store
+                .settle(&a.receipt, None, late)
+                .await
+                .expect_err("stale"),
+        );
+        assert_eq!(refused.current_attempt, 2, "{}", b.name);
+        let refused = stale(store.extend(&a.receipt, late).await.expect_err("stale"));
+        assert_eq!(refused.current_attempt, 2, "{}", b.name);
+        store
+            .settle(&b_got.receipt, Some(Outcome::Accepted), late)
+            .await
+            .expect("settle");
+        let twice = stale(
+            store
+                .settle(&b_got.receipt, None, late)
+                .await
+                .expect_err("settled"),
+        );
+        assert_eq!(twice.current_attempt, 2, "{}", b.name);
+        let mut forged = b_got.receipt.clone();
+        forged.offset += 1_000;
+        let unknown = store.settle(&forged, None, late).await;
+        assert!(
+            matches!(unknown, Err(DeliveryError::NotFound(_))),
+            "{}",
+            b.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_batch_of_settlements_answers_each_alone() {
+    for b in backends().await {
+        let store = &b.store;
+        let (sub, _) = store
+            .create_subscription(&pull("batch"), OWNER, t0())
+            .await
+            .expect("create");
+        singletons(store, 2, t0()).await;
+        store
+            .join(sub.id, "a", OWNER, secs(3600), t0())
+            .await
+            .expect("join");
+        let got = store.fetch("a", 10, t0()).await.expect("fetch");
+        let mut stale_one = got[1].receipt.clone();
+        stale_one.attempt = 7;
+        let answers = store
+            .settle_many(
+                &[
+                    (got[0].receipt.clone(), None),
+                    (stale_one, None),
+                    (got[0].receipt.clone(), None),
+                    (got[1].receipt.clone(), Some(Outcome::Accepted)),
+                ],
+                t0(),
+            )
+            .await
+            .expect("batch");
+        assert!(answers[0].is_ok(), "{}", b.name);
+        assert!(
+            matches!(answers[1], Err(DeliveryError::Stale(_))),
+            "{}",
+            b.name
+        );
+        assert!(
+            matches!(answers[2], Err(DeliveryError::Stale(_))),
+            "{}: counts once",
+            b.name
+        );
+        assert!(answers[3].is_ok(), "{}", b.name);
+        assert_eq!(
+            store.backlog(sub.id).await.expect("backlog").in_flight,
+            0,
+            "{}",
+            b.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn ordering_group_hands_out_one_message_of_a_group_at_a_time_in_order_and_keeps_its_member() {
+    for b in backends().await {
+        let store = &b.store;
+        let s = spec(
+            serde_json::json!({ "name": "$share/ordered/orders/#", "ordering": "group", "start": "oldest" }),
+        );
+        let (sub, _) = store
+            .create_subscription(&s, OWNER, t0())
+            .await
+            .expect("create");
+        assert_eq!(sub.rules.ordering, Ordering::Group, "{}", b.name);
+        for n in 1..=3 {
+            receive(store, "Order", "mid:g@contract", Some(n), t0()).await;
+        }
+        receive(store, "Order", "mid:h@contract", Some(1), t0()).await;
+        store
+            .join(sub.id, "a", OWNER, secs(3600), t0())
+            .await
+            .expect("join");
+        store
+            .join(sub.id, "b", OWNER, secs(3600), t0())
+            .await
+            .expect("join");
+        let first = store.fetch("a", 10, t0()).await.expect("fetch");
+        let groups: Vec<(&str, Option<u64>)> = first
+            .iter()
+            .map(|h| (h.message.group_id.as_str(), h.message.number))
+            .collect();
+        assert_eq!(
+            groups,
+            vec![("mid:g@contract", Some(1)), ("mid:h@contract", Some(1))],
+            "{}: the head of each group only",
+            b.name
+        );
+        assert!(
+            store.fetch("a", 10, t0()).await.expect("fetch").is_empty(),
+            "{}",
+            b.name
+        );
+        assert!(
+            store.fetch("b", 10, t0()).await.expect("fetch").is_empty(),
+            "{}",
+            b.name
+        );
+        store
+            .settle(&first[0].receipt, Some(Outcome::Accepted), t0())
+            .await
+            .expect("settle");
+        assert!(
+            store.fetch("b", 10, t0()).await.expect("fetch").is_empty(),
+            "{}: the group stays with its member",
+            b.name
+        );
+        let second = store.fetch("a", 10, t0()).await.expect("fetch");
+        assert_eq!(second.len(), 1, "{}", b.name);
+        assert_eq!(
+            second[0].message.number,
+            Some(2),
+            "{}: next only after the settle",
+            b.name
+        );
+        // The member leaves: its groups go on with another member, in order.
+        assert!(store.leave("a", t0()).await.expect("leave"), "{}", b.name);
+        let moved = store.fetch("b", 10, t0()).await.expect("fetch");
+        let numbers: Vec<(String, Option<u64>, u32)> = moved
+            .iter()
+            .map(|h| {
+                (
+                    h.message.group_id.clone(),
+                    h.message.number,
+                    h.receipt.attempt,
+                )
+            })
+            .collect();
+        assert_eq!(
+            numbers,
+            vec![
+                ("mid:g@contract".to_string(), Some(2), 2),
+                ("mid:h@contract".to_string(), Some(1), 2)
+            ],
+            "{}",
+            b.name
+        );
+        for h in &moved {
+            store.settle(&h.receipt, None, t0()).await.expect("settle");
+        }
+        let last = store.fetch("b", 10, t0()).await.expect("fetch");
+        assert_eq!(last.len(), 1, "{}", b.name);
+        assert_eq!(last[0].message.number, Some(3), "{}", b.name);
+    }
+}
+
+#[tokio::test]
+async fn shared_members_each_get_their_own_and_a_lapsed_member_gives_back_at_once() {
+    for b in backends().await {
+        let store = &b.store;
+        let s = spec(
+            serde_json::json!({ "name": "$share/pool/orders/#", "ack_wait_ms": 3_600_000, "start": "oldest" }),
+        );
+        let (sub, _) = store
+            .create_subscription(&s, OWNER, t0())
+            .await
+            .expect("create");
+        singletons(store, 4, t0()).await;
+        let a = store
+            .join(sub.id, "a", OWNER, secs(3600), t0())
+            .await
+            .expect("join");
+        assert_eq!(a.expires_at, t0() + secs(3600), "{}", b.name);
+        store
+            .join(sub.id, "gone", OWNER, secs(2), t0())
+            .await
+            .expect("join");
+        let held = store.fetch("gone", 2, t0()).await.expect("fetch");
+        let mine = store.fetch("a", 10, t0()).await.expect("fetch");
+        assert_eq!(
+            (held.len(), mine.len()),
+            (2, 2),
+            "{}: each message to one member",
+            b.name
+        );
+        // Nothing of "gone" before its TTL passes…
+        let renewed = store
+            .heartbeat("a", t0() + secs(1))
+            .await
+            .expect("heartbeat");
+        assert_eq!(renewed, t0() + secs(3601), "{}", b.name);
+        assert!(
+            store
+                .fetch("a", 10, t0() + secs(2))
+                .await
+                .expect("fetch")
+                .is_empty(),
+            "{}",
+            b.name
+        );
+        // …then all of it, long before the ack wait.
+        let after = t0() + Duration::milliseconds(2_001);
+        let report = store
+            .maintain_deliveries(after, secs(30), Duration::hours(1))
+            .await
+            .expect("maintain");
+        assert_eq!(report.sessions_lapsed, 1, "{}", b.name);
+        assert_eq!(
+            store.session("gone", after).await.expect("read"),
+            None,
+            "{}",
+            b.name
+        );
+        let lapsed = store.heartbeat("gone", after).await;
+        assert!(
+            matches!(lapsed, Err(DeliveryError::NotFound(_))),
+            "{}",
+            b.name
+        );
+        let taken = store.fetch("a", 10, after).await.expect("fetch");
+        assert_eq!(offsets(&taken), offsets(&held), "{}", b.name);
+        assert!(taken.iter().all(|h| h.receipt.attempt == 2), "{}", b.name);
+    }
+}
+
+#[tokio::test]
+async fn outcomes_release_back_off_avoid_and_dead_letter_with_the_reason() {
+    for b in backends().await {
+        let store = &b.store;
+        let s = spec(serde_json::json!({
+            "name": "$share/nacks/orders/#", "backoff_ms": [5_000], "max_deliveries": 2,
+            "start": "oldest"
+        }));
+        let (sub, _) = store
+            .create_subscription(&s, OWNER, t0())
+            .await
+            .expect("create");
+        singletons(store, 2, t0()).await;
+        store
+            .join(sub.id, "a", OWNER, secs(3600), t0())
+            .await
+            .expect("join");
+        store
+            .join(sub.id, "b", OWNER, secs(3600), t0())
+            .await
+            .expect("join");
+        let first = store.fetch("a", 1, t0()).await.expect("fetch").remove(0);
+        // Released: back now, uncounted, for anyone.
+        store
+            .settle(&first.receipt, Some(Outcome::Released), t0())
+            .await
+            .expect("release");
+        let again = store.fetch("a", 1, t0()).await.expect("fetch").remove(0);
+        assert_eq!(again.message.offset, first.message.offset, "{}", b.name);
+        // A failed delivery: backoff, then preferably another member.
+        let nack = Outcome::Modified {
+            delivery_failed: true,
+            undeliverable_here: false,
+            delay: None,
+        };
+        store
+            .settle(&again.receipt, Some(nack.clone()), t0())
+            .await
+            .expect("nack");
+        let deadlines = store
+            .delivery_deadlines(Some(sub.id), t0())
+            .await
+            .expect("deadlines");
+        assert_eq!(deadlines.backoff_ends, Some(t0() + secs(5)), "{}", b.name);
+        let other = store.fetch("b", 1, t0()).await.expect("fetch");
+        assert_ne!(
+            offsets(&other),
+            vec![first.message.offset],
+            "{}: backoff first",
+            b.name
+        );
+        let later = t0() + secs(5);
+        assert!(
+            !offsets(&store.fetch("a", 10, later).await.expect("fetch"))
+                .contains(&first.message.offset),
+            "{}: not back to the nacker",
+            b.name
+        );
+        let by_b = store.fetch("b", 10, later).await.expect("fetch");
+        assert_eq!(offsets(&by_b), vec![first.message.offset], "{}", b.name);
+        store
+            .settle(&by_b[0].receipt, Some(nack), later)
+            .await
+            .expect("nack");
+        let dead = store
+            .dead_letters(sub.id, 0, 100)
+            .await
+            .expect("dead letters");
+        assert_eq!(dead.len(), 1, "{}", b.name);
+        assert_eq!(dead[0].offset, first.message.offset, "{}", b.name);
+        assert_eq!(
+            dead[0].reason, "2 failed deliveries (max_deliveries)",
+            "{}",
+            b.name
+        );
+        assert!(dead[0].message.is_some(), "{}", b.name);
+        // Rejected: a dead letter at once, naming who rejected it.
+        let second = store.fetch("a", 10, later).await.expect("fetch");
+        let second = second
+            .into_iter()
+            .find(|h| h.message.offset != first.message.offset)
+            .or(other.into_iter().next())
+            .expect("the other message");
+        let rejected = store
+            .settle(&second.receipt, Some(Outcome::Rejected), later)
+            .await;
+        assert!(rejected.is_ok(), "{}: {rejected:?}", b.name);
+        let dead = store
+            .dead_letters(sub.id, 0, 100)
+            .await
+            .expect("dead letters");
+        assert_eq!(dead.len(), 2, "{}", b.name);
+        assert!(
+            dead[1].reason.starts_with("rejected by"),
+            "{}: {}",
+            b.name,
+            dead[1].reason
+        );
+        let backlog = store.backlog(sub.id).await.expect("backlog");
+        assert_eq!(backlog.dead_letters, 2, "{}", b.name);
+        // Replay one (as new: counted from zero), purge the other.
+        let one = [dead[0].offset];
+        let replayed = store
+            .change_dead_letters(sub.id, Some(&one), DeadLetterChange::Replay, later)
+            .await
+            .expect("replay");
+        assert_eq!(replayed, 1, "{}", b.name);
+        let purged = store
+            .change_dead_letters(sub.id, None, DeadLetterChange::Purge, later)
+            .await
+            .expect("purge");
+        assert_eq!(purged, 1, "{}", b.name);
+        assert!(
+            store
+                .dead_letters(sub.id, 0, 100)
+                .await
+                .expect("read")
+                .is_empty(),
+            "{}",
+            b.name
+        );
+        let back = store.fetch("a", 10, later).await.expect("fetch");
+        assert_eq!(offsets(&back), vec![dead[0].offset], "{}", b.name);
+        assert_eq!(
+            back[0].receipt.attempt, 4,
+            "{}: attempts keep counting",
+            b.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn settled_mode_is_never_left_acquired() {
+    for b in backends().await {
+        let store = &b.store;
+        let accepted = spec(
+            serde_json::json!({ "name": "once", "filter": "orders/#", "settle_mode": "settled", "start": "oldest" }),
+        );
+        let (sub, _) = store
+            .create_subscription(&accepted, OWNER, t0())
+            .await
+            .expect("create");
+        assert_eq!(sub.rules.settle_mode, SettleMode::Settled, "{}", b.name);
+        singletons(store, 1, t0()).await;
+        store
+            .join(sub.id, "a", OWNER, secs(3600), t0())
+            .await
+            .expect("join");
+        let got = store.fetch("a", 10, t0()).await.expect("fetch");
+        assert_eq!(got.len(), 1, "{}", b.name);
+        assert_eq!(got[0].deadline, None, "{}: nothing to settle", b.name);
+        let backlog = store.backlog(sub.id).await.expect("backlog");
+        assert_eq!((backlog.waiting, backlog.in_flight), (0, 0), "{}", b.name);
+        assert!(
+            store
+                .fetch("a", 10, t0() + secs(100))
+                .await
+                .expect("fetch")
+                .is_empty(),
+            "{}",
+            b.name
+        );
+
+        let released = spec(serde_json::json!({
+            "name": "$share/hot/orders/#", "settle_mode": "settled",
+            "default_outcome": "released", "start": "oldest"
+        }));
+        let (sub, _) = store
+            .create_subscription(&released, OWNER, t0())
+            .await
+            .expect("create");
+        store
+            .join(sub.id, "x", OWNER, secs(3600), t0())
+            .await
+            .expect("join");
+        let first = store.fetch("x", 10, t0()).await.expect("fetch");
+        assert_eq!(first.len(), 1, "{}", b.name);
+        assert_eq!(
+            store.backlog(sub.id).await.expect("backlog").in_flight,
+            0,
+            "{}",
+            b.name
+        );
+        assert!(
+            store.fetch("x", 10, t0()).await.expect("fetch").is_empty(),
+            "{}: never back to the same member, even alone",
+            b.name
+        );
+        store
+            .join(sub.id, "y", OWNER, secs(3600), t0())
+            .await
+            .expect("join");
+        let second = store.fetch("y", 10, t0()).await.expect("fetch");
+        assert_eq!(
+            offsets(&second),
+            offsets(&first),
+            "{}: another member gets it",
+            b.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn backlog_counts_unmatched_waiting_in_flight_and_start_new_skips_the_past() {
+    for b in backends().await {
+        let store = &b.store;
+        singletons(store, 2, t0()).await;
+        let (old, _) = store
+            .create_subscription(&pull("old"), OWNER, t0())
+            .await
+            .expect("create");
+        let fresh =
+            spec(serde_json::json!({ "name": "new", "filter": "orders/#", "start": "new" }));
+        assert_eq!(fresh.start, Start::New);
+        let (new, _) = store
+            .create_subscription(&fresh, OWNER, t0())
+            .await
+            .expect("create");
+        singletons(store, 1, t0()).await;
+        let backlog = store.backlog(old.id).await.expect("backlog");
+        assert_eq!(backlog.unmatched, 3, "{}", b.name);
+        assert_eq!(
+            store.backlog(new.id).await.expect("backlog").unmatched,
+            1,
+            "{}",
+            b.name
+        );
+        store
+            .join(old.id, "a", OWNER, secs(3600), t0())
+            .await
+            .expect("join");
+        store.fetch("a", 1, t0()).await.expect("fetch");
+        let backlog = store.backlog(old.id).await.expect("backlog");
+        assert_eq!(
+            (
+                backlog.unmatched,
+                backlog.waiting,
+                backlog.in_flight,
+                backlog.dead_letters
+            ),
+            (0, 2, 1, 0),
+            "{}",
+            b.name
+        );
+        store
+            .join(new.id, "n", OWNER, secs(3600), t0())
+            .await
+            .expect("join");
+        assert_eq!(
+            store.fetch("n", 10, t0()).await.expect("fetch").len(),
+            1,
+            "{}",
+            b.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn deadlines_and_changes_tell_the_waiting_workers_when_to_look_again() {
+    for b in backends().await {
+        let store = &b.store;
+        let s = spec(
+            serde_json::json!({ "name": "w", "filter": "orders/#", "ack_wait_ms": 10_000, "start": "oldest" }),
+        );
+        let (sub, _) = store
+            .create_subscription(&s, OWNER, t0())
+            .await
+            .expect("create");
+        singletons(store, 1, t0()).await;
+        store
+            .join(sub.id, "a", OWNER, secs(60), t0())
+            .await
+            .expect("join");
+        let mut changes = store.delivery_changes();
+        changes.borrow_and_update();
+        let got = store.fetch("a", 10, t0()).await.expect("fetch");
+        let deadlines = store
+            .delivery_deadlines(Some(sub.id), t0())
+            .await
+            .expect("deadlines");
+        assert_eq!(deadlines.lease_deadline, got[0].deadline, "{}", b.name);
+        assert_eq!(
+            deadlines.session_expiry,
+            Some(t0() + secs(60)),
+            "{}",
+            b.name
+        );
+        assert_eq!(deadlines.backoff_ends, None, "{}", b.name);
+        let all = store
+            .delivery_deadlines(None, t0())
+            .await
+            .expect("deadlines");
+        assert_eq!(all.lease_deadline, got[0].deadline, "{}", b.name);
+        assert_eq!(all.oldest_inbox, Some(t0()), "{}", b.name);
+        assert!(store.leave("a", t0()).await.expect("leave"), "{}", b.name);
+        assert!(
+            changes.has_changed().expect("open"),
+            "{}: what the member held is free again",
+            b.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_ephemeral_subscription_goes_after_its_grace_and_the_receipt_key_stays() {
+    for b in backends().await {
+        let store = &b.store;
+        let key = store.receipt_secret().await.expect("key");
+        assert_eq!(key.len(), 32, "{}", b.name);
+        assert_eq!(
+            store.receipt_secret().await.expect("key"),
+            key,
+            "{}",
+            b.name
+        );
+        let s =
+            spec(serde_json::json!({ "name": "passing", "filter": "orders/#", "durable": false }));
+        let (sub, _) = store
+            .create_subscription(&s, OWNER, t0())
+            .await
+            .expect("create");
+        store
+            .join(sub.id, "a", OWNER, secs(60), t0())
+            .await
+            .expect("join");
+        let grace = secs(30);
+        let report = store
+            .maintain_deliveries(t0() + secs(40), grace, Duration::hours(1))
+            .await
+            .expect("maintain");
+        assert_eq!(
+            report.subscriptions_removed, 0,
+            "{}: a member is there",
+            b.name
+        );
+        store.leave("a", t0() + secs(40)).await.expect("leave");
+        let all = store
+            .delivery_deadlines(None, t0() + secs(40))
+            .await
+            .expect("deadlines");
+        assert_eq!(all.idle_since, Some(t0() + secs(40)), "{}", b.name);
+        let report = store
+            .maintain_deliveries(t0() + secs(70), grace, Duration::hours(1))
+            .await
+            .expect("maintain");
+        assert_eq!(
+            report.subscriptions_removed, 0,
+            "{}: within its grace",
+            b.name
+        );
+        let report = store
+            .maintain_deliveries(t0() + secs(71), grace, Duration::hours(1))
+            .await
+            .expect("maintain");
+        assert_eq!(report.subscriptions_removed, 1, "{}", b.name);
+        assert_eq!(
+            store.subscription(sub.id).await.expect("get"),
+            None,
+            "{}",
+            b.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_inbox_keeps_what_a_subscription_still_needs_and_purges_the_rest_after_the_retention() {
+    for b in backends().await {
+        let store = &b.store;
+        let s = spec(
+            serde_json::json!({ "name": "keep", "filter": "orders/#", "ack_wait_ms": 7_200_000, "start": "oldest" }),
+        );
+        let (sub, _) = store
+            .create_subscription(&s, OWNER, t0())
+            .await
+            .expect("create");
+        singletons(store, 2, t0()).await;
+        store
+            .join(sub.id, "a", OWNER, secs(7200), t0())
+            .await
+            .expect("join");
+        let got = store.fetch("a", 10, t0()).await.expect("fetch");
+        let settled_at = t0() + secs(600);
+        store
+            .settle(&got[0].receipt, None, settled_at)
+            .await
+            .expect("settle");
+        let hour = Duration::hours(1);
+        let report = store
+            .maintain_deliveries(t0() + secs(3601), secs(30), hour)
+            .await
+            .expect("maintain");
+        assert_eq!(
+            report.inbox_purged, 0,
+            "{}: settled less than an hour ago",
+            b.name
+        );
+        let later = settled_at + hour + secs(1);
+        store.heartbeat("a", later - secs(1)).await.expect("alive");
+        let report = store
+            .maintain_deliveries(later, secs(30), hour)
+            .await
+            .expect("maintain");
+        assert_eq!(
+            report.inbox_purged, 1,
+            "{}: the other one is still leased",
+            b.name
+        );
+        let all = store
+            .delivery_deadlines(None, later)
+            .await
+            .expect("deadlines");
+        assert_eq!(
+            all.oldest_inbox,
+            Some(t0()),
+            "{}: the leased one stays",
+            b.name
+        );
+    }
+}

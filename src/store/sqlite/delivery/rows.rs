@@ -1,0 +1,403 @@
+//! Rows of the delivery tables as the pure rules see them, and the primitive statements that
+//! read and write them on the writer's connection (inside a change's transaction).
+
+use std::collections::BTreeSet;
+
+use chrono::{DateTime, Duration, Utc};
+use rusqlite::types::ValueRef;
+use rusqlite::{Connection, OptionalExtension, Row, params};
+
+use crate::delivery::group;
+use crate::delivery::lease::{Lease, State};
+use crate::store::delivery::{Session, Subscription};
+use crate::store::sqlite::group_json::{from_millis, millis};
+use crate::store::{InboxEntry, StoreError};
+
+/// `SELECT` of lease rows followed by `$rest`; `LeaseRow::read(row, 0)` reads them.
+macro_rules! select_lease {
+    ($rest:literal) => {
+        concat!(
+            "SELECT offset, state, attempt, failures, consumer, due, avoid, reason, group_key \
+             FROM deliveries ",
+            $rest
+        )
+    };
+}
+pub(super) use select_lease;
+
+/// Columns `LeaseRow::read` takes, for queries that join other tables.
+pub(super) const LEASE_COLUMNS: usize = 9;
+
+/// One row of `deliveries`: the state of one message in one subscription.
+#[derive(Debug, Clone)]
+pub(super) struct LeaseRow {
+    pub offset: i64,
+    state: String,
+    attempt: i64,
+    failures: i64,
+    consumer: Option<String>,
+    due: i64,
+    avoid: String,
+    reason: Option<String>,
+    /// The ordering group (`ordering = group` only).
+    pub group: Option<String>,
+}
+
+impl LeaseRow {
+    /// The lease columns starting at column `at`.
+    pub fn read(r: &Row, at: usize) -> rusqlite::Result<LeaseRow> {
+        Ok(LeaseRow {
+            offset: r.get(at)?,
+            state: r.get(at + 1)?,
+            attempt: r.get(at + 2)?,
+            failures: r.get(at + 3)?,
+            consumer: r.get(at + 4)?,
+            due: r.get(at + 5)?,
+            avoid: r.get(at + 6)?,
+            reason: r.get(at + 7)?,
+            group: r.get(at + 8)?,
+        })
+    }
+
+    pub fn lease(&self) -> Result<Lease, StoreError> {
+        let offset = self.offset;
+        let corrupt = |why: String| StoreError::Corrupt(format!("lease at offset {offset}: {why}"));
+        let avoid: BTreeSet<String> =
+            serde_json::from_str(&self.avoid).map_err(|e| corrupt(e.to_string()))?;
+        let due = from_millis(self.due);
+        let state = match self.state.as_str() {
+            "available" => State::Available {
+                not_before: due,
+                avoid,
+            },
+            "acquired" => State::Acquired {
+                consumer: self
+                    .consumer
+                    .clone()
+                    .ok_or_else(|| corrupt("acquired without a consumer".into()))?,
+                deadline: due,
+                avoid,
+            },
+            "done" => State::Done,
+            "dead" => State::DeadLettered {
+                reason: self.reason.clone().unwrap_or_default(),
+            },
+            other => return Err(corrupt(format!("unknown state {other:?}"))),
+        };
+        Ok(Lease {
+            state,
+            attempt: u32::try_from(self.attempt).map_err(|e| corrupt(e.to_string()))?,
+            failures: u32::try_from(self.failures).map_err(|e| corrupt(e.to_string()))?,
+        })
+    }
+}
+
+/// The lease rows one statement returns.
+pub(super) fn lease_rows<P: rusqlite::Params>(
+    conn: &Connection,
+    sql: &str,
+    params: P,
+) -> Result<Vec<LeaseRow>, StoreError> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let rows = stmt
+        .query_map(params, |r| LeaseRow::read(r, 0))?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(rows)
+}
+
+/// The stored columns of a lease: state, consumer, due, avoid (JSON), reason. `due` holds the
+/// lease's time: not-before, deadline, or — for a settled or dead-lettered one — when that
+/// happened (`now`), from which inbox retention counts.
+type Columns<'a> = (&'static str, Option<&'a str>, i64, String, Option<&'a str>);
+
+fn columns(lease: &Lease, now: DateTime<Utc>) -> Result<Columns<'_>, StoreError> {
+    let none = BTreeSet::new();
+    let (state, consumer, due, avoid, reason) = match &lease.state {
+        State::Available { not_before, avoid } => {
+            ("available", None, millis(*not_before), avoid, None)
+        }
+        State::Acquired {
+            consumer,
+            deadline,
+            avoid,
+        } => (
+            "acquired",
+            Some(consumer.as_str()),
+            millis(*deadline),
+            avoid,
+            None,
+        ),
+        State::Done => ("done", None, millis(now), &none, None),
+        State::DeadLettered { reason } => ("dead", None, millis(now), &none, Some(reason.as_str())),
+    };
+    let avoid = serde_json::to_string(avoid)
+        .map_err(|e| StoreError::Failed(format!("cannot encode a lease: {e}")))?;
+    Ok((state, consumer, due, avoid, reason))
+}
+
+/// Gives a newly matched message its lease (nothing if it has one).
+pub(super) fn insert_lease(
+    conn: &Connection,
+    subscription_id: i64,
+    offset: i64,
+    group: Option<&str>,
+    lease: &Lease,
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    let (state, consumer, due, avoid, reason) = columns(lease, now)?;
+    conn.prepare_cached(
+        "INSERT INTO deliveries (subscription_id, offset, group_key, state, attempt, failures, \
+         consumer, due, avoid, reason) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10) \
+         ON CONFLICT DO NOTHING",
+    )?
+    .execute(params![
+        subscription_id,
+        offset,
+        group,
+        state,
+        lease.attempt,
+        lease.failures,
+        consumer,
+        due,
+        avoid,
+        reason
+    ])?;
+    Ok(())
+}
+
+/// Stores leases of one subscription, then moves the heads of the groups whose head finished.
+pub(super) fn save_leases(
+    conn: &Connection,
+    subscription_id: i64,
+    leases: &[(i64, &Lease)],
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    let mut update = conn.prepare_cached(
+        "UPDATE deliveries SET state = ?3, attempt = ?4, failures = ?5, consumer = ?6, due = ?7, \
+         avoid = ?8, reason = ?9 WHERE subscription_id = ?1 AND offset = ?2",
+    )?;
+    for (offset, lease) in leases {
+        let (state, consumer, due, avoid, reason) = columns(lease, now)?;
+        update.execute(params![
+            subscription_id,
+            offset,
+            state,
+            lease.attempt,
+            lease.failures,
+            consumer,
+            due,
+            avoid,
+            reason
+        ])?;
+    }
+    for (offset, lease) in leases {
+        if lease.finished() {
+            advance_head(conn, subscription_id, *offset)?;
+        }
+    }
+    Ok(())
+}
+
+/// A finished message that was its group's head hands the head on (`group::after_finish`).
+fn advance_head(conn: &Connection, subscription_id: i64, finished: i64) -> Result<(), StoreError> {
+    let group: Option<String> = conn
+        .prepare_cached(
+            "SELECT group_key FROM group_heads WHERE subscription_id = ?1 AND head = ?2",
+        )?
+        .query_row(params![subscription_id, finished], |r| r.get(0))
+        .optional()?;
+    let Some(group) = group else {
+        return Ok(());
+    };
+    let mut next = None;
+    let mut later = conn.prepare_cached(select_lease!(
+        "WHERE subscription_id = ?1 AND group_key = ?2 AND offset > ?3 ORDER BY offset"
+    ))?;
+    let mut rows = later.query(params![subscription_id, group, finished])?;
+    while let Some(row) = rows.next()? {
+        let lease_row = LeaseRow::read(row, 0)?;
+        if group::pending(&lease_row.lease()?) {
+            next = Some(lease_row.offset);
+            break;
+        }
+    }
+    match group::after_finish(finished, finished, next) {
+        Some(Some(head)) => set_head(conn, subscription_id, &group, head),
+        Some(None) => {
+            conn.prepare_cached(
+                "DELETE FROM group_heads WHERE subscription_id = ?1 AND group_key = ?2",
+            )?
+            .execute(params![subscription_id, group])?;
+            Ok(())
+        }
+        None => Ok(()),
+    }
+}
+
+/// The head of one group, if it has one.
+pub(super) fn head(
+    conn: &Connection,
+    subscription_id: i64,
+    group: &str,
+) -> Result<Option<i64>, StoreError> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT head FROM group_heads WHERE subscription_id = ?1 AND group_key = ?2",
+        )?
+        .query_row(params![subscription_id, group], |r| r.get(0))
+        .optional()?)
+}
+
+pub(super) fn set_head(
+    conn: &Connection,
+    subscription_id: i64,
+    group: &str,
+    head: i64,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO group_heads (subscription_id, group_key, head) VALUES (?1, ?2, ?3) \
+         ON CONFLICT DO UPDATE SET head = excluded.head",
+    )?
+    .execute(params![subscription_id, group, head])?;
+    Ok(())
+}
+
+/// A subscription from its stored columns.
+pub(super) fn subscription_from(
+    (id, name, filter, owner, rules, created_at): (i64, String, String, String, String, i64),
+    grants: Vec<String>,
+) -> Result<Subscription, StoreError> {
+    let rules = serde_json::from_str(&rules)
+        .map_err(|e| StoreError::Corrupt(format!("subscription {id} rules: {e}")))?;
+    Ok(Subscription {
+        id,
+        name,
+        filter,
+        owner,
+        rules,
+        grants,
+        created_at: from_millis(created_at),
+    })
+}
+
+pub(super) type SubscriptionColumns = (i64, String, String, String, String, i64);
+
+fn subscription_where(
+    conn: &Connection,
+    sql: &str,
+    key: impl rusqlite::ToSql,
+) -> Result<Option<Subscription>, StoreError> {
+    let row: Option<SubscriptionColumns> = conn
+        .prepare_cached(sql)?
+        .query_row([key], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
+        })
+        .optional()?;
+    let Some(row) = row else {
+        return Ok(None);
+    };
+    let grants = conn
+        .prepare_cached("SELECT principal FROM grants WHERE subscription_id = ?1 ORDER BY 1")?
+        .query_map([row.0], |r| r.get(0))?
+        .collect::<rusqlite::Result<Vec<String>>>()?;
+    subscription_from(row, grants).map(Some)
+}
+
+pub(super) fn subscription_by_id(
+    conn: &Connection,
+    id: i64,
+) -> Result<Option<Subscription>, StoreError> {
+    subscription_where(
+        conn,
+        "SELECT id, name, filter, owner, rules, created_at FROM subscriptions WHERE id = ?1",
+        id,
+    )
+}
+
+pub(super) fn subscription_by_name(
+    conn: &Connection,
+    name: &str,
+) -> Result<Option<Subscription>, StoreError> {
+    subscription_where(
+        conn,
+        "SELECT id, name, filter, owner, rules, created_at FROM subscriptions WHERE name = ?1",
+        name,
+    )
+}
+
+/// Deletes a subscription with everything of it.
+pub(super) fn remove_subscription(conn: &Connection, id: i64) -> Result<bool, StoreError> {
+    for delete in [
+        "DELETE FROM deliveries WHERE subscription_id = ?1",
+        "DELETE FROM sessions WHERE subscription_id = ?1",
+        "DELETE FROM grants WHERE subscription_id = ?1",
+        "DELETE FROM group_affinity WHERE subscription_id = ?1",
+        "DELETE FROM group_heads WHERE subscription_id = ?1",
+    ] {
+        conn.prepare_cached(delete)?.execute([id])?;
+    }
+    let removed = conn
+        .prepare_cached("DELETE FROM subscriptions WHERE id = ?1")?
+        .execute([id])?;
+    Ok(removed == 1)
+}
+
+/// A session by id, lapsed or not.
+pub(super) fn session_by_id(conn: &Connection, id: &str) -> Result<Option<Session>, StoreError> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT id, subscription_id, principal, ttl_ms, expires_at FROM sessions WHERE id = ?1",
+        )?
+        .query_row([id], |r| {
+            Ok(Session {
+                id: r.get(0)?,
+                subscription_id: r.get(1)?,
+                principal: r.get(2)?,
+                ttl: Duration::milliseconds(r.get(3)?),
+                expires_at: from_millis(r.get(4)?),
+            })
+        })
+        .optional()?)
+}
+
+/// The inbox message at `offset`.
+pub(super) fn inbox_entry(
+    conn: &Connection,
+    offset: i64,
+) -> Result<Option<InboxEntry>, StoreError> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT offset, channel, topic, group_id, number, payload, namespaces, received_at, \
+             expiry, partner FROM inbox WHERE offset = ?1",
+        )?
+        .query_row([offset], |r| {
+            Ok(InboxEntry {
+                offset: r.get(0)?,
+                partner: r.get(9)?,
+                channel: r.get(1)?,
+                topic: r.get(2)?,
+                group_id: r.get(3)?,
+                number: r.get::<_, Option<i64>>(4)?.map(|n| n as u64),
+                payload: text(r.get_ref(5)?),
+                namespaces: r.get(6)?,
+                received_at: from_millis(r.get(7)?),
+                expiry: from_millis(r.get(8)?),
+            })
+        })
+        .optional()?)
+}
+
+/// A payload stored as TEXT or (by a writer that binds bytes) BLOB.
+fn text(value: ValueRef<'_>) -> String {
+    match value {
+        ValueRef::Text(t) | ValueRef::Blob(t) => String::from_utf8_lossy(t).into_owned(),
+        _ => String::new(),
+    }
+}
