@@ -80,24 +80,28 @@ pub struct StoreConfig {
 /// A message payload: text that shares the request's buffer where it can, so that a big
 /// message is not copied on its way to the store.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Payload(axum::body::Bytes);
+pub struct Payload(bytes::Bytes);
 
 impl Payload {
     /// `text` taken from `buffer` (zero-copy when it lies inside it).
-    pub fn within(buffer: &axum::body::Bytes, text: &str) -> Payload {
+    pub fn within(buffer: &bytes::Bytes, text: &str) -> Payload {
         let range = buffer.as_ptr_range();
         let inside =
             range.start <= text.as_ptr() && text.as_bytes().as_ptr_range().end <= range.end;
         if inside {
             Payload(buffer.slice_ref(text.as_bytes()))
         } else {
-            Payload(axum::body::Bytes::copy_from_slice(text.as_bytes()))
+            Payload(bytes::Bytes::copy_from_slice(text.as_bytes()))
         }
     }
 
     pub fn as_str(&self) -> &str {
         // Built from `str`s only, so always UTF-8.
         std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
     }
 
     pub fn len(&self) -> usize {
@@ -111,7 +115,7 @@ impl Payload {
 
 impl From<String> for Payload {
     fn from(text: String) -> Payload {
-        Payload(axum::body::Bytes::from(text))
+        Payload(bytes::Bytes::from(text))
     }
 }
 
@@ -186,7 +190,7 @@ pub struct SweepReport {
 #[cfg(test)]
 mod tests {
     use super::Payload;
-    use axum::body::Bytes;
+    use bytes::Bytes;
 
     #[test]
     fn a_payload_shares_its_request_buffer_and_copies_text_from_elsewhere() {

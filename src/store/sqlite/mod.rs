@@ -8,24 +8,26 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use sqlx::Row;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
     SqliteSynchronous,
 };
-use sqlx::{Connection, Row};
 use tokio::sync::{Notify, mpsc, oneshot, watch};
 
+mod batch;
 mod change;
-mod decide;
 pub mod group_json;
+pub mod group_state;
 mod prefill;
-mod staged;
 mod writer;
 
-pub(crate) use self::change::{Change, Wakes};
-use self::decide::insert_message_fault;
-use self::group_json::{decode, from_millis, millis};
-use self::writer::{Completion, Job, MAX_BATCH, Ran, WriterFn, run_writer};
+#[allow(unused_imports, reason = "the delivery and outbound changes name it")]
+pub(crate) use self::change::Change;
+pub(crate) use self::change::Wakes;
+use self::group_json::{from_millis, millis};
+use self::group_state::decode_stored;
+use self::writer::{Job, MAX_BATCH};
 use crate::rmp::group::{GroupState, Policy};
 use crate::rmp::replies::{Asked, RecordedFault, ReplyItem, answer_poll};
 use crate::store::delivery::DeliveryError;
@@ -78,9 +80,6 @@ pub(in crate::store) struct Shared {
     /// Bumped whenever subscriptions may have something new to hand out (inbox appends,
     /// releases, lapsed leases); long-polling fetches wait on it.
     pub(in crate::store) deliveries_changed: watch::Sender<u64>,
-    /// The connection `Store::change` runs on (transitional: the batching writer thread will
-    /// own it).
-    change_conn: Mutex<rusqlite::Connection>,
 }
 
 impl Shared {
@@ -126,7 +125,7 @@ impl SqliteStore {
             .await?;
         claim_database(&pool, &config.path).await?;
         sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
-        let writer = SqliteConnection::connect_with(&options).await?;
+        let writer = change::open_writer_connection(&config.path, config.durability)?;
         let shared = Arc::new(Shared {
             policy: config.policy.clone(),
             waiters: Mutex::new(HashMap::new()),
@@ -139,14 +138,14 @@ impl SqliteStore {
             health: Health::default(),
             probe: tokio::sync::Mutex::new(None),
             deliveries_changed: watch::channel(0).0,
-            change_conn: Mutex::new(change::open_writer_connection(
-                &config.path,
-                config.durability,
-            )?),
             _lock: lock,
         });
         let (jobs, rx) = mpsc::channel(4 * MAX_BATCH);
-        tokio::spawn(run_writer(writer, options, rx, shared.clone()));
+        let opener = writer::Opener {
+            path: config.path.clone(),
+            durability: config.durability,
+        };
+        writer::spawn(writer, opener, rx, shared.clone())?;
         Ok(SqliteStore { pool, jobs, shared })
     }
 
@@ -165,10 +164,11 @@ impl SqliteStore {
         rx.await.map_err(|_| StoreError::Closed)?
     }
 
-    /// Runs `change` inside the writer's next transaction (group commit) and answers after the
-    /// commit that made it durable. A refusal (`DeliveryError` other than a store failure) rolls
-    /// back what the change did and is answered as it is. The change says whether it may have
-    /// made messages available (`true` wakes waiting fetches).
+    /// Transitional (the delivery changes move onto `change`): runs a sqlx `change` in a
+    /// `BEGIN IMMEDIATE` transaction of its own on the pool, serialised against the writer by
+    /// SQLite's lock, and answers after its commit. A refusal (`DeliveryError` other than a
+    /// store failure) rolls back what it did and is answered as it is. The change says whether
+    /// it may have made messages available (`true` wakes waiting fetches).
     pub(in crate::store) async fn in_writer<T, F>(&self, change: F) -> Result<T, DeliveryError>
     where
         T: Send + 'static,
@@ -179,34 +179,27 @@ impl SqliteStore {
             + Send
             + 'static,
     {
-        let (tx, rx) = oneshot::channel::<Result<T, DeliveryError>>();
-        let shared = self.shared.clone();
-        let job: WriterFn = Box::new(move |conn| {
-            Box::pin(async move {
-                match change(conn).await {
-                    Ok((value, wakes_fetches)) => Ok(Ran::Keep(Box::new(move || {
-                        if wakes_fetches {
-                            shared.announce_deliveries();
-                        }
-                        let _ = tx.send(Ok(value));
-                    })
-                        as Completion)),
-                    Err(DeliveryError::Store(e)) => Err(e),
-                    Err(refusal) => Ok(Ran::Undo(Box::new(move || {
-                        let _ = tx.send(Err(refusal));
-                    }) as Completion)),
-                }
-            })
-        });
-        self.jobs
-            .send(Job::Run(Some(job)))
+        let mut conn = self.pool.acquire().await.map_err(StoreError::from)?;
+        sqlx::query("BEGIN IMMEDIATE")
+            .execute(&mut *conn)
             .await
-            .map_err(|_| StoreError::Closed)?;
-        rx.await.map_err(|_| {
-            DeliveryError::Store(StoreError::Failed(
-                "the change was not committed; nothing was applied".into(),
-            ))
-        })?
+            .map_err(StoreError::from)?;
+        match change(&mut conn).await {
+            Ok((value, wakes_fetches)) => {
+                sqlx::query("COMMIT")
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(StoreError::from)?;
+                if wakes_fetches {
+                    self.shared.announce_deliveries();
+                }
+                Ok(value)
+            }
+            Err(e) => {
+                let _ = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+                Err(e)
+            }
+        }
     }
 
     /// Applies every group deadline due at `now` (expiry, idle, abort, purge) and drops
@@ -283,23 +276,13 @@ impl SqliteStore {
     /// Test hook: caps the database at its current size (`None`: lifts the cap), so that
     /// writes fail as on a full disk ("database or disk is full").
     pub async fn cap_database_size(&self, capped: bool) -> Result<(), StoreError> {
-        self.in_writer(move |conn| {
-            Box::pin(async move {
-                // SQLite raises a cap below the current size to the current size.
-                let pragma = if capped {
-                    "PRAGMA max_page_count = 1"
-                } else {
-                    "PRAGMA max_page_count = 1073741823"
-                };
-                sqlx::query(pragma)
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(StoreError::from)?;
-                Ok(((), false))
-            })
+        self.keep(move |conn| {
+            // SQLite raises a cap below the current size to the current size.
+            let pages: i64 = if capped { 1 } else { 1_073_741_823 };
+            conn.pragma_update(None, "max_page_count", pages)?;
+            Ok(((), Wakes::NONE))
         })
         .await
-        .map_err(store_failure)
     }
 
     /// Whether the store can commit now (`/readyz`): `Err(reason)` while the writer is gone
@@ -325,17 +308,13 @@ impl SqliteStore {
         // A writer stuck reconnecting must not hang the probe: that is an answer too.
         let probe = tokio::time::timeout(
             PROBE_WAIT,
-            self.in_writer(|conn| {
-                Box::pin(async move {
-                    sqlx::query(
-                        "INSERT INTO settings (key, value) VALUES ('ready_probe', randomblob(8)) \
-                         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    )
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(StoreError::from)?;
-                    Ok(((), false))
-                })
+            self.keep(|conn| {
+                conn.prepare_cached(
+                    "INSERT INTO settings (key, value) VALUES ('ready_probe', randomblob(8)) \
+                     ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                )?
+                .execute([])?;
+                Ok(((), Wakes::NONE))
             }),
         )
         .await;
@@ -359,13 +338,13 @@ impl SqliteStore {
         partner: &str,
         group_id: &str,
     ) -> Result<Option<GroupState>, StoreError> {
-        let row = sqlx::query("SELECT state FROM groups WHERE partner = ? AND group_id = ?")
-            .bind(partner)
-            .bind(group_id)
-            .fetch_optional(&self.pool)
-            .await?;
-        row.map(|r| decode(r.get::<&str, _>(0)).map_err(StoreError::Corrupt))
-            .transpose()
+        let row =
+            sqlx::query("SELECT state, state_bin FROM groups WHERE partner = ? AND group_id = ?")
+                .bind(partner)
+                .bind(group_id)
+                .fetch_optional(&self.pool)
+                .await?;
+        row.map(|r| decode_group(&r, 0)).transpose()
     }
 
     /// Groups with their partners, ordered by (partner, group id), after `after` (a
@@ -377,7 +356,7 @@ impl SqliteStore {
     ) -> Result<Vec<(String, GroupState)>, StoreError> {
         let (after_partner, after_group) = after.unwrap_or(("", ""));
         let rows = sqlx::query(
-            "SELECT partner, state FROM groups WHERE (partner, group_id) > (?, ?) \
+            "SELECT partner, state, state_bin FROM groups WHERE (partner, group_id) > (?, ?) \
              ORDER BY partner, group_id LIMIT ?",
         )
         .bind(after_partner)
@@ -386,10 +365,7 @@ impl SqliteStore {
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
-            .map(|r| {
-                let state = decode(r.get::<&str, _>(1)).map_err(StoreError::Corrupt)?;
-                Ok((r.get(0), state))
-            })
+            .map(|r| Ok((r.get(0), decode_group(r, 1)?)))
             .collect()
     }
 
@@ -464,29 +440,25 @@ impl SqliteStore {
         url: &str,
         now: DateTime<Utc>,
     ) -> Result<bool, StoreError> {
-        let done =
-            match kind {
-                Endpoints::Callback => sqlx::query(
-                    "INSERT INTO callback_endpoints (partner, url, created_at) VALUES (?, ?, ?) \
-                     ON CONFLICT DO NOTHING",
-                )
-                .bind(partner.unwrap_or(""))
-                .bind(url)
-                .bind(millis(now))
-                .execute(&self.pool)
-                .await?,
-                Endpoints::Push => {
-                    sqlx::query(
-                        "INSERT INTO push_endpoints (url, created_at) VALUES (?, ?) \
-                     ON CONFLICT DO NOTHING",
-                    )
-                    .bind(url)
-                    .bind(millis(now))
-                    .execute(&self.pool)
-                    .await?
-                }
+        let (partner, url) = (partner.unwrap_or("").to_owned(), url.to_owned());
+        self.keep(move |conn| {
+            let added = match kind {
+                Endpoints::Callback => conn
+                    .prepare_cached(
+                        "INSERT INTO callback_endpoints (partner, url, created_at) \
+                         VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
+                    )?
+                    .execute(rusqlite::params![partner, url, millis(now)])?,
+                Endpoints::Push => conn
+                    .prepare_cached(
+                        "INSERT INTO push_endpoints (url, created_at) VALUES (?1, ?2) \
+                         ON CONFLICT DO NOTHING",
+                    )?
+                    .execute(rusqlite::params![url, millis(now)])?,
             };
-        Ok(done.rows_affected() == 1)
+            Ok((added == 1, Wakes::NONE))
+        })
+        .await
     }
 
     /// Unregisters an endpoint (a callback one of `partner`, `None`: of anonymous callers).
@@ -496,22 +468,21 @@ impl SqliteStore {
         partner: Option<&str>,
         url: &str,
     ) -> Result<bool, StoreError> {
-        let done = match kind {
-            Endpoints::Callback => {
-                sqlx::query("DELETE FROM callback_endpoints WHERE partner = ? AND url = ?")
-                    .bind(partner.unwrap_or(""))
-                    .bind(url)
-                    .execute(&self.pool)
-                    .await?
-            }
-            Endpoints::Push => {
-                sqlx::query("DELETE FROM push_endpoints WHERE url = ?")
-                    .bind(url)
-                    .execute(&self.pool)
-                    .await?
-            }
-        };
-        Ok(done.rows_affected() == 1)
+        let (partner, url) = (partner.unwrap_or("").to_owned(), url.to_owned());
+        self.keep(move |conn| {
+            let removed = match kind {
+                Endpoints::Callback => conn
+                    .prepare_cached(
+                        "DELETE FROM callback_endpoints WHERE partner = ?1 AND url = ?2",
+                    )?
+                    .execute(rusqlite::params![partner, url])?,
+                Endpoints::Push => conn
+                    .prepare_cached("DELETE FROM push_endpoints WHERE url = ?1")?
+                    .execute([url])?,
+            };
+            Ok((removed == 1, Wakes::NONE))
+        })
+        .await
     }
 
     /// The registered callback endpoints as (partner, url), "" for anonymous callers'.
@@ -584,27 +555,36 @@ impl SqliteStore {
         expiry: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        for r in replies {
-            sqlx::query(
+        let (partner, endpoint, replies) =
+            (partner.to_owned(), endpoint.to_owned(), replies.to_vec());
+        self.keep(move |conn| {
+            let mut insert = conn.prepare_cached(
                 "INSERT INTO pending_callbacks (partner, endpoint, soap12, group_id, number, \
-                 number_to, fault, expiry, next_attempt) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(partner)
-            .bind(endpoint)
-            .bind(i64::from(soap12))
-            .bind(r.group_id.as_str())
-            .bind(r.range.map(|x| x.from() as i64))
-            .bind(r.range.map(|x| x.to() as i64))
-            .bind(r.fault.map(|f| f.local_name()))
-            .bind(millis(expiry))
-            .bind(millis(now))
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
-        self.shared.callbacks_due.notify_one();
-        Ok(())
+                 number_to, fault, expiry, next_attempt) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+            )?;
+            for r in &replies {
+                insert.execute(rusqlite::params![
+                    partner,
+                    endpoint,
+                    i64::from(soap12),
+                    r.group_id.as_str(),
+                    r.range.map(|x| x.from() as i64),
+                    r.range.map(|x| x.to() as i64),
+                    r.fault.map(|f| f.local_name()),
+                    millis(expiry),
+                    millis(now)
+                ])?;
+            }
+            Ok((
+                (),
+                Wakes {
+                    callbacks: true,
+                    ..Wakes::NONE
+                },
+            ))
+        })
+        .await
     }
 
     /// Remembers the fault of `partner`'s message that left no group state, for its sender's
@@ -617,16 +597,19 @@ impl SqliteStore {
         expiry: DateTime<Utc>,
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        let mut conn = self.pool.acquire().await?;
-        insert_message_fault(&mut conn, partner, key, code, expiry, now).await
+        let (partner, key) = (partner.to_owned(), key.clone());
+        let keep_until = crate::rmp::receive_plan::fault_notice_until(expiry, now);
+        self.keep(move |conn| {
+            batch::insert_fault(conn, &partner, &key.group_id, key.number, code, keep_until)?;
+            Ok(((), Wakes::NONE))
+        })
+        .await
     }
 
     /// A barrier through the writer's queue: returns once everything queued before it has
     /// been committed (or failed). Shutdown flushes the writer with it.
     pub async fn flush(&self) -> Result<(), StoreError> {
-        self.in_writer(|_| Box::pin(async { Ok(((), false)) }))
-            .await
-            .map_err(store_failure)
+        self.keep(|_| Ok(((), Wakes::NONE))).await
     }
 
     /// The answer to `partner`'s PollRequest from stored state (D11); `None` when there is
@@ -650,7 +633,7 @@ impl SqliteStore {
             .to_string();
         let mut states = HashMap::new();
         let rows = sqlx::query(
-            "SELECT group_id, state FROM groups \
+            "SELECT group_id, state, state_bin FROM groups \
              WHERE partner = ? AND group_id IN (SELECT value FROM json_each(?))",
         )
         .bind(partner)
@@ -658,7 +641,7 @@ impl SqliteStore {
         .fetch_all(&self.pool)
         .await?;
         for row in rows {
-            let state = decode(row.get::<&str, _>(1)).map_err(StoreError::Corrupt)?;
+            let state = decode_group(&row, 1)?;
             states.insert(state.group_id.clone(), state);
         }
         let mut recorded: HashMap<GroupId, Vec<RecordedFault>> = HashMap::new();
@@ -702,18 +685,14 @@ impl SqliteStore {
     /// The acks were POSTed: forget them.
     pub async fn callbacks_sent(&self, ids: &[i64]) -> Result<(), StoreError> {
         let ids = ids.to_vec();
-        let kept: Result<(), std::convert::Infallible> = self
-            .change(move |conn| {
-                let mut delete =
-                    conn.prepare_cached("DELETE FROM pending_callbacks WHERE id = ?1")?;
-                for id in &ids {
-                    delete.execute([id])?;
-                }
-                Ok(Change::Keep((), Wakes::NONE))
-            })
-            .await?;
-        let Ok(()) = kept;
-        Ok(())
+        self.keep(move |conn| {
+            let mut delete = conn.prepare_cached("DELETE FROM pending_callbacks WHERE id = ?1")?;
+            for id in &ids {
+                delete.execute([id])?;
+            }
+            Ok(((), Wakes::NONE))
+        })
+        .await
     }
 
     /// The POST failed: try again at `next`, or drop those whose messages expired before then.
@@ -722,23 +701,29 @@ impl SqliteStore {
         ids: &[i64],
         next: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        for id in ids {
-            sqlx::query(
-                "UPDATE pending_callbacks SET attempts = attempts + 1, next_attempt = ? WHERE id = ?",
-            )
-            .bind(millis(next))
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-        }
-        sqlx::query("DELETE FROM pending_callbacks WHERE expiry < ?")
-            .bind(millis(next))
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(())
+        let (ids, next) = (ids.to_vec(), millis(next));
+        self.keep(move |conn| {
+            let mut retry = conn.prepare_cached(
+                "UPDATE pending_callbacks SET attempts = attempts + 1, next_attempt = ?1 \
+                 WHERE id = ?2",
+            )?;
+            for id in &ids {
+                retry.execute([next, *id])?;
+            }
+            conn.prepare_cached("DELETE FROM pending_callbacks WHERE expiry < ?1")?
+                .execute([next])?;
+            Ok(((), Wakes::NONE))
+        })
+        .await
     }
+}
+
+/// A group row's state from its `state` (JSON of old rows) and `state_bin` columns, at
+/// `first` and `first + 1`.
+fn decode_group(r: &sqlx::sqlite::SqliteRow, first: usize) -> Result<GroupState, StoreError> {
+    let json: &str = r.try_get(first)?;
+    let bin: Option<&[u8]> = r.try_get(first + 1)?;
+    decode_stored(json, bin).map_err(StoreError::Corrupt)
 }
 
 /// An inbox row: offset, channel, topic, group_id, number, payload, namespaces, received_at,
@@ -751,19 +736,14 @@ pub(in crate::store) fn inbox_from_row(r: &sqlx::sqlite::SqliteRow) -> InboxEntr
         topic: r.get(2),
         group_id: r.get(3),
         number: r.get::<Option<i64>, _>(4).map(|n| n as u64),
-        payload: r.get(5),
+        // Bytes: big payloads are stored as BLOBs (incremental blob I/O), small ones as TEXT.
+        payload: match String::from_utf8(r.get::<Vec<u8>, _>(5)) {
+            Ok(text) => text,
+            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        },
         namespaces: r.get(6),
         received_at: from_millis(r.get(7)),
         expiry: from_millis(r.get(8)),
-    }
-}
-
-/// The error of a writer change that refuses nothing (a barrier, a pragma): only ever a store
-/// failure.
-fn store_failure(e: DeliveryError) -> StoreError {
-    match e {
-        DeliveryError::Store(e) => e,
-        other => StoreError::Failed(other.to_string()),
     }
 }
 
