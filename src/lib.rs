@@ -33,6 +33,7 @@ use crate::http::AppState;
 use crate::outbound::callbacks::RetryPolicy;
 use crate::outbound::partner_clients::PartnerClients;
 use crate::outbound::sender::SenderConfig;
+use crate::store::{Backend as _, ReceiverStore as _};
 use crate::store::{Endpoints, Store, StoreConfig};
 
 pub use config::Config;

@@ -1,6 +1,7 @@
 //! The `wsr-gateway` command line. Everything of substance lives in the library.
 
 use std::path::PathBuf;
+use wsr_gateway::store::Backend as _;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};

@@ -19,6 +19,7 @@ use super::subscription::Mode;
 use crate::clock::Clock;
 use crate::outbound::http_client::{exchange, redacted};
 use crate::rmp::sender::AttemptFailure;
+use crate::store::ReceiverStore as _;
 use crate::store::delivery::{DeliveryError, Handed, Subscription};
 use crate::store::{Endpoints, Store};
 

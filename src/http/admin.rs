@@ -14,6 +14,7 @@ use crate::config::{Scope, check_endpoint};
 use crate::delivery::filter::Filter;
 use crate::delivery::message_json;
 use crate::rmp::group::GroupState;
+use crate::store::ReceiverStore as _;
 use crate::store::{Endpoints, StoreError};
 use crate::wsr::datetime::date_time_string;
 

@@ -20,6 +20,7 @@ use crate::config::AgreementSpec;
 use crate::outbound::destination::check_destination;
 use crate::rmp::sender::OutState;
 use crate::store::Endpoints;
+use crate::store::ReceiverStore as _;
 use crate::store::outbound::{
     IdempotencyKey, OutMessage, ReplySource, Submission, SubmitError, Submitted,
 };

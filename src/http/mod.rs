@@ -24,6 +24,7 @@ use axum::routing::{MethodRouter, get, post};
 use crate::clock::Clock;
 use crate::config::{Config, Scope};
 use crate::delivery::receipt::ReceiptKey;
+use crate::store::Backend as _;
 use crate::store::delivery::DeadLetterChange;
 use crate::store::{Endpoints, Store};
 

@@ -15,6 +15,7 @@ use crate::partners::Caller;
 use crate::rmp::agreement::Agreement;
 use crate::rmp::receiver::{AnswerRoute, answer_route, may_hold};
 use crate::rmp::replies::{Replies, ReplyItem, answer_fits, items, reply_for};
+use crate::store::ReceiverStore as _;
 use crate::store::{Payload, ReceivedMessage};
 use crate::wsr::{
     Defect, Envelope, FaultCode, FaultRoute, MessageKey, PollRequest, ReplyPattern, Request,

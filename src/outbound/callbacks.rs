@@ -10,6 +10,7 @@ use super::http_client::{exchange, redacted};
 use super::partner_clients::PartnerClients;
 use crate::clock::Clock;
 use crate::rmp::replies::Replies;
+use crate::store::ReceiverStore as _;
 use crate::store::{PendingCallback, Store};
 use crate::wsr::{Headers, SoapVersion, write_envelope};
 

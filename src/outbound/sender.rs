@@ -15,6 +15,7 @@ use super::partner_clients::PartnerClients;
 use crate::clock::Clock;
 use crate::rmp::replies::Verdicts;
 use crate::rmp::sender::{AttemptFailure, Event};
+use crate::store::ReceiverStore as _;
 use crate::store::outbound::{OutMessage, ReplySource};
 use crate::store::{Store, StoreError};
 use crate::wsr::{

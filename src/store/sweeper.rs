@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use super::Store;
 use crate::clock::Clock;
+use crate::store::ReceiverStore as _;
 
 /// Longest sleep without a deadline, so that a clock jump is noticed eventually.
 const IDLE_RECHECK: Duration = Duration::from_secs(60);

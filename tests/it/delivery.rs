@@ -6,6 +6,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+#[allow(unused_imports)]
+use wsr_gateway::store::{Backend as _, ReceiverStore as _};
 
 use chrono::{Duration, Utc};
 use serde_json::{Value, json};

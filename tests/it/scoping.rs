@@ -9,6 +9,8 @@ use wsr_gateway::config::{ApiToken, Scope};
 use wsr_gateway::partners::{Inbound, Outbound, Partner};
 use wsr_gateway::rmp::replies::reply_for;
 use wsr_gateway::secrets::{Secret, Stored};
+#[allow(unused_imports)]
+use wsr_gateway::store::{Backend as _, ReceiverStore as _};
 use wsr_gateway::wsr::{
     GroupId, MessageId, MessageKey, RefToMessageIds, Reply, ReplyPattern, Request, SeqRange,
     SequenceNum, SoapVersion,

@@ -6,6 +6,8 @@
 use serde_json::{Value, json};
 use wsr_gateway::config::{ApiToken, Scope};
 use wsr_gateway::store::outbound::OutMessage;
+#[allow(unused_imports)]
+use wsr_gateway::store::{Backend as _, ReceiverStore as _};
 
 use super::support::{TestApp, allow_loopback_urls, spawn_app_with};
 

@@ -42,7 +42,7 @@ struct Slot {
 pub(super) struct Effects {
     /// Buffered messages delivered, by (partner, key): their held requests may answer.
     pub(super) delivered: Vec<(String, MessageKey)>,
-    pub(super) wakes: super::Wakes,
+    pub(super) wakes: super::shared::Wakes,
     /// The earliest group deadline written (Unix ms).
     pub(super) earliest_deadline: Option<i64>,
 }
@@ -128,7 +128,7 @@ impl<'c> Batch<'c> {
                 policy,
             )
         }));
-        Ok(planned.map_err(|p| StoreError::Panicked(super::writer::panic_message(&*p))))
+        Ok(planned.map_err(|p| StoreError::Panicked(super::job::panic_message(&*p))))
     }
 
     /// Applies a message's plan. A `Corrupt` error (a buffered message the state names is

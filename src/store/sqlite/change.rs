@@ -10,61 +10,9 @@
 use tokio::sync::oneshot;
 
 use super::SqliteStore;
-use super::writer::Job;
+use super::job::{Change, ChangeJob, Job, Ran};
+use super::shared::Wakes;
 use crate::store::StoreError;
-
-/// What a committed change makes possible; the writer wakes the matching waiters after the
-/// commit, never before.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Wakes {
-    /// Subscriptions may have something new to hand out (appends, releases, lapsed leases).
-    pub deliveries: bool,
-    /// An outbound message is due (submitted, or its schedule moved earlier).
-    pub outbound: bool,
-    /// Callback acks were queued.
-    pub callbacks: bool,
-}
-
-impl Wakes {
-    pub(crate) const NONE: Wakes = Wakes {
-        deliveries: false,
-        outbound: false,
-        callbacks: false,
-    };
-
-    pub(crate) fn absorb(&mut self, other: Wakes) {
-        self.deliveries |= other.deliveries;
-        self.outbound |= other.outbound;
-        self.callbacks |= other.callbacks;
-    }
-}
-
-/// How a change ended.
-#[allow(
-    dead_code,
-    reason = "transitional: refusals come with the delivery changes"
-)]
-pub(crate) enum Change<T, R> {
-    /// Commit what it wrote; answer `T` after the commit.
-    Keep(T, Wakes),
-    /// Roll back what it wrote; answer the refusal `R` (a stale receipt, a conflict…).
-    Refuse(R),
-}
-
-/// How a change job ended inside the transaction.
-pub(super) enum Ran {
-    /// Keep what it wrote; wake these after the commit.
-    Keep(Wakes),
-    /// Refused: roll back what it wrote.
-    Undo,
-}
-
-/// A change as the writer runs it: run once inside the batch's transaction (in a savepoint of
-/// its own), answered once after the commit (or with the reason nothing was stored).
-pub(super) trait ChangeJob: Send {
-    fn run(&mut self, conn: &rusqlite::Connection) -> Result<Ran, StoreError>;
-    fn answer(self: Box<Self>, outcome: Result<(), StoreError>);
-}
 
 struct Task<F, T, R> {
     change: Option<F>,
@@ -143,24 +91,4 @@ impl SqliteStore {
         let Ok(value) = kept;
         Ok(value)
     }
-}
-
-/// Opens the writer's own connection with the same settings as the pool's.
-pub(super) fn open_writer_connection(
-    path: &std::path::Path,
-    durability: crate::store::Durability,
-) -> Result<rusqlite::Connection, StoreError> {
-    let conn = rusqlite::Connection::open(path)?;
-    conn.busy_timeout(std::time::Duration::from_secs(10))?;
-    let synchronous = match durability {
-        crate::store::Durability::Full => "FULL",
-        crate::store::Durability::Os => "NORMAL",
-    };
-    conn.execute_batch(&format!(
-        "PRAGMA journal_mode = WAL; PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON;"
-    ))?;
-    // Every statement of the receive path, the sweep and the other helpers' changes stays
-    // prepared.
-    conn.set_prepared_statement_cache_capacity(256);
-    Ok(conn)
 }

@@ -252,10 +252,11 @@ pub fn decode(bytes: &[u8]) -> Result<GroupState, String> {
 
 /// A stored group row's state: the compact record when there is one, else the JSON of rows
 /// written before it.
+/// (`state` holds '' when the record is in `state_bin`.)
 pub fn decode_stored(json: &str, bin: Option<&[u8]>) -> Result<GroupState, String> {
     match bin {
-        Some(bin) => decode(bin),
-        None => group_json::decode(json),
+        Some(bin) if json.is_empty() => decode(bin),
+        _ => group_json::decode(json),
     }
 }
 
@@ -265,11 +266,14 @@ pub(super) fn decode_row(
     bin: rusqlite::types::ValueRef<'_>,
 ) -> Result<GroupState, String> {
     use rusqlite::types::ValueRef;
-    match (json, bin) {
-        (_, ValueRef::Blob(bin)) => decode(bin),
-        (ValueRef::Text(json), _) => decode_stored(
+    let bin = match bin {
+        ValueRef::Blob(bin) => Some(bin),
+        _ => None,
+    };
+    match json {
+        ValueRef::Text(json) => decode_stored(
             std::str::from_utf8(json).map_err(|_| "group state: not UTF-8")?,
-            None,
+            bin,
         ),
         _ => Err("group state: neither JSON nor a record".into()),
     }

@@ -10,6 +10,7 @@ use super::group_json::millis;
 use super::{SqliteStore, Wakes, group_state};
 use crate::rmp::receive_plan::group_deadline;
 use crate::rmp::receiver::{Incoming, receive};
+use crate::store::Backend as _;
 use crate::store::StoreError;
 use crate::wsr::{GroupId, MessageId, ReplyPattern, Request, SequenceNum};
 
@@ -31,7 +32,7 @@ struct Group {
 impl SqliteStore {
     /// Adds `groups` ordered groups of `per_group` delivered messages each (payload of
     /// `payload_bytes`), expiring a day after `now`. Returns how many messages were added.
-    pub async fn prefill_delivered(
+    pub(super) async fn fill_delivered(
         &self,
         channel: &str,
         groups: u64,

@@ -9,30 +9,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
 use rusqlite::Connection;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
-use super::Shared;
 use super::batch::Batch;
-use super::change::{ChangeJob, Ran};
-use crate::store::{Durability, Received, ReceivedMessage, StoreError, SweepReport};
-
-/// Most jobs one commit takes; more wait for the next one.
-pub(super) const MAX_BATCH: usize = 256;
-
-pub(super) enum Job {
-    Receive(
-        Box<ReceivedMessage>,
-        oneshot::Sender<Result<Received, StoreError>>,
-    ),
-    Sweep(
-        DateTime<Utc>,
-        oneshot::Sender<Result<SweepReport, StoreError>>,
-    ),
-    /// A change (`SqliteStore::change`): runs in a savepoint of its own.
-    Change(Box<dyn ChangeJob>),
-}
+use super::job::{Job, MAX_BATCH, Ran, panic_message};
+use super::shared::Shared;
+use crate::store::{Durability, Received, StoreError, SweepReport};
 
 /// Where the writer (re)opens its connection.
 pub(super) struct Opener {
@@ -42,7 +25,7 @@ pub(super) struct Opener {
 
 impl Opener {
     fn open(&self) -> Result<Connection, StoreError> {
-        super::change::open_writer_connection(&self.path, self.durability)
+        open_writer_connection(&self.path, self.durability)
     }
 
     /// Reopens until it works: a writer without a connection answers nobody.
@@ -77,10 +60,23 @@ pub(super) fn spawn(
 
 fn run(mut conn: Connection, opener: Opener, mut jobs: mpsc::Receiver<Job>, shared: Arc<Shared>) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
-    while let Some(first) = jobs.blocking_recv() {
+    let mut next = None;
+    while let Some(first) = next.take().or_else(|| jobs.blocking_recv()) {
+        if let Job::Exclusive(turn) = first {
+            let (done, finished) = std::sync::mpsc::channel();
+            if turn.send(done).is_ok() {
+                // Ends when the caller's transaction ended (or it gave up).
+                let _ = finished.recv();
+            }
+            continue;
+        }
         batch.push(first);
         while batch.len() < MAX_BATCH {
             match jobs.try_recv() {
+                Ok(job @ Job::Exclusive(_)) => {
+                    next = Some(job);
+                    break;
+                }
                 Ok(job) => batch.push(job),
                 Err(_) => break,
             }
@@ -117,15 +113,6 @@ fn run(mut conn: Connection, opener: Opener, mut jobs: mpsc::Receiver<Job>, shar
 fn batch_failed(shared: &Shared, why: &str) {
     crate::store::health::log_store_failure("no request of the batch is acknowledged", &why);
     shared.health.failed(why);
-}
-
-/// The text a panic carried, for the log.
-pub(super) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".into())
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -259,6 +246,7 @@ fn reply_err(job: Job, err: StoreError) {
             let _ = tx.send(Err(err));
         }
         Job::Change(c) => c.answer(Err(err)),
+        Job::Exclusive(_) => {}
     }
 }
 
@@ -316,6 +304,7 @@ fn run_job(
             tx.effects.wakes.absorb(sweep.effects.wakes);
             Ok(Done::Swept(Ok(report)))
         }
+        Job::Exclusive(_) => Err(StoreError::Failed("an exclusive job inside a batch".into())),
         Job::Change(change) => {
             tx.flush(true)?;
             exec(conn, "SAVEPOINT job")?;
@@ -342,4 +331,24 @@ fn run_job(
             }
         }
     }
+}
+
+/// Opens the writer's own connection with the same settings as the pool's.
+pub(super) fn open_writer_connection(
+    path: &std::path::Path,
+    durability: crate::store::Durability,
+) -> Result<rusqlite::Connection, StoreError> {
+    let conn = rusqlite::Connection::open(path)?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    let synchronous = match durability {
+        crate::store::Durability::Full => "FULL",
+        crate::store::Durability::Os => "NORMAL",
+    };
+    conn.execute_batch(&format!(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON;"
+    ))?;
+    // Every statement of the receive path, the sweep and the other helpers' changes stays
+    // prepared.
+    conn.set_prepared_statement_cache_capacity(256);
+    Ok(conn)
 }
