@@ -25,9 +25,6 @@ const SWEEP_BATCH: i64 = 500;
 /// neither SQLite nor the driver holds a second full copy of a big message.
 pub(super) const BLOB_CHUNK: usize = 256 * 1024;
 
-/// A receiver group: (partner, group id). Two partners' groups of one id are two groups.
-type GroupKey = (String, String);
-
 /// A group as this batch sees it.
 struct Slot {
     /// As read, or as written by an earlier job of the batch; an unreadable stored state is
@@ -57,7 +54,9 @@ impl Effects {
 
 pub(super) struct Batch<'c> {
     conn: &'c Connection,
-    groups: HashMap<GroupKey, Slot>,
+    /// By partner, then group id (two partners' groups of one id are two groups): looked up
+    /// by `&str` without building a key.
+    groups: HashMap<String, HashMap<String, Slot>>,
     /// Groups this batch opened and has not written yet, per source (the quota's count).
     opened_unwritten: HashMap<String, u64>,
     pub(super) effects: Effects,
@@ -74,13 +73,20 @@ impl<'c> Batch<'c> {
     }
 
     fn slot(&mut self, partner: &str, group_id: &str) -> Result<&mut Slot, StoreError> {
-        let key: GroupKey = (partner.to_owned(), group_id.to_owned());
-        if !self.groups.contains_key(&key) {
+        let known = self
+            .groups
+            .get(partner)
+            .is_some_and(|g| g.contains_key(group_id));
+        if !known {
             let state = read_group(self.conn, partner, group_id)?;
-            self.groups.insert(key.clone(), Slot { state, write: None });
+            self.groups
+                .entry(partner.to_owned())
+                .or_default()
+                .insert(group_id.to_owned(), Slot { state, write: None });
         }
         self.groups
-            .get_mut(&key)
+            .get_mut(partner)
+            .and_then(|g| g.get_mut(group_id))
             .ok_or_else(|| StoreError::Failed("group slot vanished".into()))
     }
 
@@ -237,7 +243,11 @@ impl<'c> Batch<'c> {
              state = '', state_bin = excluded.state_bin",
         )?;
         let mut encoded = Vec::new();
-        for ((partner, group_id), slot) in &mut self.groups {
+        let slots = self
+            .groups
+            .iter_mut()
+            .flat_map(|(p, g)| g.iter_mut().map(move |(id, slot)| (p, id, slot)));
+        for (partner, group_id, slot) in slots {
             let (Some((deadline, updated, source)), Ok(Some(state))) =
                 (slot.write.take(), &slot.state)
             else {
@@ -261,12 +271,6 @@ impl<'c> Batch<'c> {
             self.groups.clear();
         }
         Ok(())
-    }
-
-    /// Forgets staged writes and reads of a job that was undone (its savepoint rolled back).
-    pub(super) fn discard_job(&mut self, partner: &str, group_id: &str) {
-        self.groups
-            .remove(&(partner.to_owned(), group_id.to_owned()));
     }
 
     /// Applies every group deadline due at `now` and drops callback acks and fault notices

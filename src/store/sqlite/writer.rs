@@ -290,7 +290,8 @@ fn run_job(
                     tracing::error!(reason = %why, "store job failed alone; rolled back to its savepoint");
                     exec(conn, "ROLLBACK TO job")?;
                     exec(conn, "RELEASE job")?;
-                    tx.discard_job(&m.partner, m.request.message_id.group_id.as_str());
+                    // Its group's slot is as before: the job stages its state only after every
+                    // write succeeded, and earlier jobs' staged writes lie outside the savepoint.
                     Ok(Done::Received(Err(StoreError::Corrupt(why))))
                 }
                 Err(e) => Err(e),

@@ -240,3 +240,86 @@ async fn a_large_payload_round_trips_byte_for_byte() {
         assert!(inbox[0].payload == body, "{}: the payload changed", b.name);
     }
 }
+
+#[tokio::test]
+async fn a_poll_is_answered_from_what_was_committed_and_unknown_groups_get_nothing() {
+    use wsr_gateway::wsr::{RefToMessageIds, Reply};
+    for b in backends().await {
+        let g = GroupId::parse("mid:polled@contract").expect("id");
+        b.store
+            .receive(message(g.as_str(), None, ReplyPattern::Poll, text("<a/>")))
+            .await
+            .expect("stored");
+        let refs = [RefToMessageIds {
+            group_id: g.clone(),
+            ranges: Vec::new(),
+        }];
+        let answer = b.store.poll_answer("", &refs).await.expect("answer");
+        let replies = answer.expect("something to say").replies;
+        assert_eq!(
+            replies,
+            vec![Reply::NonSequence {
+                group_id: g.clone(),
+                fault: None
+            }],
+            "{}",
+            b.name
+        );
+        // Another partner's poll for the same id is about its own (unknown) group.
+        let other = b.store.poll_answer("acme", &refs).await.expect("answer");
+        assert!(
+            other.is_none_or(|r| !r.replies.contains(&Reply::NonSequence {
+                group_id: g.clone(),
+                fault: None
+            })),
+            "{}",
+            b.name
+        );
+    }
+}
+
+/// A job that fails inside the writer (here a simulated bug) fails alone: the messages that
+/// share its batch are stored and acked.
+#[tokio::test]
+async fn a_failing_job_fails_alone_in_its_batch() {
+    for b in backends().await {
+        b.store.panic_on_group(Some("mid:doomed@contract"));
+        let doomed = message(
+            "mid:doomed@contract",
+            None,
+            ReplyPattern::Response,
+            text("<x/>"),
+        );
+        let mut sends = vec![tokio::spawn({
+            let store = b.store.clone();
+            async move { store.receive(doomed).await.is_ok() }
+        })];
+        for i in 0..20 {
+            let store = b.store.clone();
+            let m = message(
+                &format!("mid:fine-{i}@contract"),
+                None,
+                ReplyPattern::Response,
+                text("<a/>"),
+            );
+            sends.push(tokio::spawn(async move { store.receive(m).await.is_ok() }));
+        }
+        let mut stored = Vec::new();
+        for s in sends {
+            stored.push(s.await.expect("send"));
+        }
+        assert!(!stored[0], "{}: the doomed message is not acked", b.name);
+        assert!(
+            stored[1..].iter().all(|ok| *ok),
+            "{}: the others are",
+            b.name
+        );
+        assert_eq!(
+            b.store.inbox(0, 100).await.expect("inbox").len(),
+            20,
+            "{}",
+            b.name
+        );
+        b.store.panic_on_group(None);
+    }
+}
