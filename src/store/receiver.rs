@@ -5,12 +5,13 @@
 use chrono::{DateTime, Utc};
 use tokio::sync::{Notify, oneshot};
 
+use super::error::StoreError;
+use super::future::StoreFuture;
+use super::received::{
+    Endpoints, InboxEntry, PendingCallback, Received, ReceivedMessage, SweepReport,
+};
 use crate::rmp::group::GroupState;
 use crate::rmp::replies::ReplyItem;
-use crate::store::{
-    Endpoints, InboxEntry, PendingCallback, Received, ReceivedMessage, StoreError, StoreFuture,
-    SweepReport,
-};
 use crate::wsr::{FaultCode, MessageKey, RefToMessageIds, Response};
 
 pub trait ReceiverStore: Send + Sync {

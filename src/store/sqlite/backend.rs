@@ -8,7 +8,9 @@ use chrono::{DateTime, Utc};
 
 use super::{SqliteStore, Wakes};
 use crate::rmp::group::Policy;
-use crate::store::{Backend, StoreError, StoreFuture};
+use crate::store::backend::Backend;
+use crate::store::error::StoreError;
+use crate::store::future::StoreFuture;
 
 impl Backend for SqliteStore {
     fn policy(&self) -> &Policy {

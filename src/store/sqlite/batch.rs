@@ -15,7 +15,8 @@ use crate::rmp::receive_plan::{
     GroupWrite, OwedCallback, ReceivePlan, SweepPlan, plan_receive, plan_sweep,
 };
 use crate::rmp::receiver::{Action, Incoming, starts_counted_group};
-use crate::store::{Payload, Received, ReceivedMessage, StoreError, SweepReport};
+use crate::store::error::StoreError;
+use crate::store::received::{Payload, Received, ReceivedMessage, SweepReport};
 use crate::wsr::{GroupId, MessageKey};
 
 /// Most groups one sweep pass handles; the rest are due again at once.

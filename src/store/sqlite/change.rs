@@ -12,7 +12,7 @@ use tokio::sync::oneshot;
 use super::SqliteStore;
 use super::job::{Change, ChangeJob, Job, Ran};
 use super::shared::Wakes;
-use crate::store::StoreError;
+use crate::store::error::StoreError;
 
 struct Task<F, T, R> {
     change: Option<F>,

@@ -5,7 +5,8 @@ use chrono::{DateTime, Utc};
 use tokio::sync::oneshot;
 
 use super::shared::Wakes;
-use crate::store::{Received, ReceivedMessage, StoreError, SweepReport};
+use crate::store::error::StoreError;
+use crate::store::received::{Received, ReceivedMessage, SweepReport};
 
 /// Most jobs one commit takes; more wait for the next one.
 pub(super) const MAX_BATCH: usize = 256;

@@ -33,9 +33,11 @@ use self::job::{Job, MAX_BATCH};
 use self::shared::Shared;
 pub(crate) use self::shared::Wakes;
 use crate::rmp::group::GroupState;
+use crate::store::config::{Durability, StoreConfig};
 use crate::store::delivery::DeliveryError;
+use crate::store::error::StoreError;
 use crate::store::health::Health;
-use crate::store::{Durability, InboxEntry, StoreConfig, StoreError};
+use crate::store::received::InboxEntry;
 
 /// A handle to the store; cheap to clone. Write transactions outside the writer task start
 /// with `BEGIN IMMEDIATE`: a deferred one that later wants to write fails at once with "database

@@ -10,8 +10,8 @@ use super::group_json::millis;
 use super::{SqliteStore, Wakes, group_state};
 use crate::rmp::receive_plan::group_deadline;
 use crate::rmp::receiver::{Incoming, receive};
-use crate::store::Backend as _;
-use crate::store::StoreError;
+use crate::store::backend::Backend as _;
+use crate::store::error::StoreError;
 use crate::wsr::{GroupId, MessageId, ReplyPattern, Request, SequenceNum};
 
 /// The source prefilled groups are counted against.

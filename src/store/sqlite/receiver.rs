@@ -13,11 +13,13 @@ use super::job::Job;
 use super::{SqliteStore, Wakes, batch, decode_group, inbox_from_row};
 use crate::rmp::group::GroupState;
 use crate::rmp::replies::{Asked, RecordedFault, ReplyItem, answer_poll};
-use crate::store::receiver::ReceiverStore;
-use crate::store::{
-    Backend, Endpoints, InboxEntry, PendingCallback, Received, ReceivedMessage, StoreError,
-    StoreFuture, SweepReport,
+use crate::store::backend::Backend;
+use crate::store::error::StoreError;
+use crate::store::future::StoreFuture;
+use crate::store::received::{
+    Endpoints, InboxEntry, PendingCallback, Received, ReceivedMessage, SweepReport,
 };
+use crate::store::receiver::ReceiverStore;
 use crate::wsr::{FaultCode, GroupId, MessageKey, RefToMessageIds, Response, SeqRange};
 
 impl ReceiverStore for SqliteStore {

@@ -15,7 +15,9 @@ use tokio::sync::mpsc;
 use super::batch::Batch;
 use super::job::{Job, MAX_BATCH, Ran, panic_message};
 use super::shared::Shared;
-use crate::store::{Durability, Received, StoreError, SweepReport};
+use crate::store::config::Durability;
+use crate::store::error::StoreError;
+use crate::store::received::{Received, SweepReport};
 
 /// Where the writer (re)opens its connection.
 pub(super) struct Opener {
@@ -337,13 +339,13 @@ fn run_job(
 /// Opens the writer's own connection with the same settings as the pool's.
 pub(super) fn open_writer_connection(
     path: &std::path::Path,
-    durability: crate::store::Durability,
+    durability: crate::store::config::Durability,
 ) -> Result<rusqlite::Connection, StoreError> {
     let conn = rusqlite::Connection::open(path)?;
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
     let synchronous = match durability {
-        crate::store::Durability::Full => "FULL",
-        crate::store::Durability::Os => "NORMAL",
+        crate::store::config::Durability::Full => "FULL",
+        crate::store::config::Durability::Os => "NORMAL",
     };
     conn.execute_batch(&format!(
         "PRAGMA journal_mode = WAL; PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON;"
