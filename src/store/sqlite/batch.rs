@@ -157,23 +157,7 @@ impl<'c> Batch<'c> {
                 insert_inbox(conn, m, number, now, expiry)?;
                 self.effects.wakes.deliveries = true;
             }
-            Action::Buffer => {
-                conn.prepare_cached(
-                    "INSERT INTO buffered (partner, group_id, number, channel, topic, payload, \
-                     namespaces, received_at, expiry) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-                )?
-                .execute(params![
-                    partner,
-                    group_id,
-                    number,
-                    m.channel,
-                    m.topic,
-                    m.payload.as_str(),
-                    m.namespaces,
-                    now,
-                    expiry
-                ])?;
-            }
+            Action::Buffer => insert_buffered(conn, m, number, now, expiry)?,
             Action::Drop => {}
         }
         for n in &plan.release {
@@ -429,12 +413,54 @@ fn insert_inbox(
         m.partner,
         m.payload.len() as i64
     ])?;
-    write_blob(conn, conn.last_insert_rowid(), &m.payload)
+    write_blob(conn, "inbox", conn.last_insert_rowid(), &m.payload)
 }
 
-/// Fills the zero blob of inbox row `offset` with `payload`, one chunk at a time.
-fn write_blob(conn: &Connection, offset: i64, payload: &Payload) -> Result<(), StoreError> {
-    let mut blob = conn.blob_open(rusqlite::MAIN_DB, "inbox", "payload", offset, false)?;
+/// Holds an ordered message ahead of a gap; a big payload goes in as the inbox's does.
+fn insert_buffered(
+    conn: &Connection,
+    m: &ReceivedMessage,
+    number: Option<i64>,
+    now: i64,
+    expiry: i64,
+) -> Result<(), StoreError> {
+    let group_id = m.request.message_id.group_id.as_str();
+    let big = m.payload.len() > BLOB_CHUNK;
+    let mut insert = conn.prepare_cached(if big {
+        "INSERT INTO buffered (partner, group_id, number, channel, topic, namespaces, \
+         received_at, expiry, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, zeroblob(?9))"
+    } else {
+        "INSERT INTO buffered (partner, group_id, number, channel, topic, namespaces, \
+         received_at, expiry, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+    })?;
+    let (p, c, t, ns) = (&m.partner, &m.channel, &m.topic, &m.namespaces);
+    if !big {
+        insert.execute(params![
+            p,
+            group_id,
+            number,
+            c,
+            t,
+            ns,
+            now,
+            expiry,
+            m.payload.as_str()
+        ])?;
+        return Ok(());
+    }
+    let len = m.payload.len() as i64;
+    insert.execute(params![p, group_id, number, c, t, ns, now, expiry, len])?;
+    write_blob(conn, "buffered", conn.last_insert_rowid(), &m.payload)
+}
+
+/// Fills the zero blob of `table`'s row `rowid` with `payload`, one chunk at a time.
+fn write_blob(
+    conn: &Connection,
+    table: &str,
+    rowid: i64,
+    payload: &Payload,
+) -> Result<(), StoreError> {
+    let mut blob = conn.blob_open(rusqlite::MAIN_DB, table, "payload", rowid, false)?;
     for (i, chunk) in payload.as_bytes().chunks(BLOB_CHUNK).enumerate() {
         blob.write_at(chunk, i * BLOB_CHUNK)?;
     }

@@ -235,9 +235,25 @@ async fn a_large_payload_round_trips_byte_for_byte() {
             Payload::from(body.clone()),
         );
         b.store.receive(m).await.expect("stored");
+        // And one held ahead of a gap, then released into the inbox.
+        let g = "mid:big-ordered@contract";
+        let held = message(
+            g,
+            Some(1),
+            ReplyPattern::Response,
+            Payload::from(body.clone()),
+        );
+        b.store.receive(held).await.expect("stored");
+        let filler = message(g, Some(0), ReplyPattern::Response, text("<n/>"));
+        b.store.receive(filler).await.expect("stored");
         let inbox = b.store.inbox(0, 10).await.expect("inbox");
-        assert_eq!(inbox.len(), 1, "{}", b.name);
+        assert_eq!(inbox.len(), 3, "{}", b.name);
         assert!(inbox[0].payload == body, "{}: the payload changed", b.name);
+        assert!(
+            inbox[2].payload == body,
+            "{}: the released payload changed",
+            b.name
+        );
     }
 }
 
