@@ -33,7 +33,6 @@ use crate::http::AppState;
 use crate::outbound::callbacks::RetryPolicy;
 use crate::outbound::partner_clients::PartnerClients;
 use crate::outbound::sender::SenderConfig;
-use crate::store::delivery::DeliveryStore as _;
 use crate::store::{Endpoints, Store, StoreConfig};
 
 pub use config::Config;

@@ -15,7 +15,6 @@ use super::wake;
 use crate::clock::Clock;
 use crate::config::DeliverySettings;
 use crate::store::Store;
-use crate::store::delivery::DeliveryStore as _;
 
 /// Pause after a failed pass, so a persistent failure cannot spin the housekeeper.
 const AFTER_ERROR: Duration = Duration::from_secs(1);

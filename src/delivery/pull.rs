@@ -12,7 +12,7 @@ use super::wait::Waker;
 use super::{session, wake};
 use crate::clock::Clock;
 use crate::store::Store;
-use crate::store::delivery::{DeliveryError, DeliveryStore as _, Handed, Session};
+use crate::store::delivery::{DeliveryError, Handed, Session};
 
 pub async fn fetch_waiting(
     store: &Store,

@@ -21,7 +21,7 @@ use super::{session, wake};
 use crate::clock::Clock;
 use crate::outbound::http_client::{exchange, redacted};
 use crate::rmp::sender::AttemptFailure;
-use crate::store::delivery::{DeliveryError, DeliveryStore as _, Handed, Subscription};
+use crate::store::delivery::{DeliveryError, Handed, Subscription};
 use crate::store::{Endpoints, Store};
 
 /// Pause after a failed read, so a persistent failure cannot spin the supervisor.

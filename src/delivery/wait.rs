@@ -10,7 +10,6 @@ use tokio::sync::watch;
 
 use crate::clock::Clock;
 use crate::store::Store;
-use crate::store::delivery::DeliveryStore as _;
 
 /// A worker's wake-ups: the store's delivery changes and deadlines on the gateway's clock.
 pub struct Waker {

@@ -20,7 +20,6 @@ use crate::config::AgreementSpec;
 use crate::outbound::destination::check_destination;
 use crate::outbound::view::message_json;
 use crate::store::Endpoints;
-use crate::store::outbound::OutboundStore as _;
 use crate::store::outbound::{
     IdempotencyKey, OutMessage, ReplySource, Submission, SubmitError, Submitted,
 };

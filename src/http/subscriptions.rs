@@ -28,7 +28,7 @@ use crate::delivery::pull::fetch_waiting;
 use crate::delivery::receipt::{Receipt, ReceiptError};
 use crate::delivery::subscription::{CreateRequest, Mode, SpecError};
 use crate::store::Endpoints;
-use crate::store::delivery::{DeadLetterChange, DeliveryError, DeliveryStore as _, Subscription};
+use crate::store::delivery::{DeadLetterChange, DeliveryError, Subscription};
 use crate::wsr::datetime::date_time_string;
 
 const MAX_FETCH: usize = 1000;

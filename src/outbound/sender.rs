@@ -16,7 +16,7 @@ use super::partner_clients::PartnerClients;
 use crate::clock::Clock;
 use crate::rmp::replies::Verdicts;
 use crate::rmp::sender::{AttemptFailure, Event};
-use crate::store::outbound::{OutMessage, OutboundStore as _, ReplySource};
+use crate::store::outbound::{OutMessage, ReplySource};
 use crate::store::{Store, StoreError};
 use crate::wsr::{
     FaultCode, Headers, Limits, PollRequest, RefToMessageIds, Reply, SeqRange, SoapVersion,

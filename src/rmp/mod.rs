@@ -5,6 +5,7 @@
 pub mod agreement;
 pub mod group;
 pub mod ranges;
+pub mod receive_plan;
 pub mod receiver;
 pub mod replies;
 pub mod send_group;

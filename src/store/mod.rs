@@ -5,37 +5,37 @@
 //! requests together (group commit); each request learns its verdict only after the commit
 //! that made it durable. Reads go to a separate pool.
 
+mod backend;
+mod config;
 pub mod delivery;
 mod error;
+mod future;
 pub mod health;
 pub mod outbound;
+mod received;
+pub mod receiver;
 mod sqlite;
 pub mod sweeper;
 
 pub use sqlite::group_json;
 
-use std::path::PathBuf;
-
-use chrono::{DateTime, Utc};
-
-use crate::rmp::group::Policy;
-use crate::rmp::receiver::Verdict;
-use crate::rmp::replies::ReplyItem;
-use crate::wsr::Request;
-
+pub use backend::Backend;
+pub use config::{Durability, StoreConfig};
+pub use delivery::DeliveryStore;
 pub use error::StoreError;
+pub use future::StoreFuture;
+pub use outbound::OutboundStore;
+pub use received::{
+    Endpoints, InboxEntry, Payload, PendingCallback, Received, ReceivedMessage, SweepReport,
+};
+pub use receiver::ReceiverStore;
 pub use sqlite::SqliteStore;
 
-/// What every storage trait method returns: a boxed future, so that the traits stay
-/// dyn-compatible and `Store` can hold any backend.
-pub type StoreFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
-
-/// The store as the rest of the gateway sees it: cheap to clone, whatever the backend.
-///
-/// Transitional: it derefs to the SQLite backend while its methods move into the three
-/// storage traits (receiver, delivery, outbound); then it holds `Arc<dyn Backend>`.
+/// The store as the rest of the gateway sees it: cheap to clone, whatever the backend. Its
+/// operations are the storage traits' (`ReceiverStore`, `DeliveryStore`, `OutboundStore`,
+/// `Backend`): import the ones you call.
 #[derive(Clone)]
-pub struct Store(std::sync::Arc<SqliteStore>);
+pub struct Store(std::sync::Arc<dyn Backend>);
 
 impl Store {
     /// Opens the store the configuration names (SQLite: the embedded default).
@@ -45,159 +45,9 @@ impl Store {
 }
 
 impl std::ops::Deref for Store {
-    type Target = SqliteStore;
+    type Target = dyn Backend;
 
-    fn deref(&self) -> &SqliteStore {
-        &self.0
-    }
-}
-
-/// Registered URLs the gateway may POST to: partners' Callback ReplyTo addresses (D10), and
-/// the webhooks of push subscriptions. Nothing else is ever a target.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoints {
-    Callback,
-    Push,
-}
-
-/// How hard a commit presses the data to disk before the ack goes out (DESIGN §7).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Durability {
-    /// `synchronous=FULL`: acked messages survive power loss. The default.
-    Full,
-    /// `synchronous=NORMAL`: acked messages survive a process crash, but the last commits can
-    /// be lost on power failure. Faster.
-    Os,
-}
-
-#[derive(Debug, Clone)]
-pub struct StoreConfig {
-    pub path: PathBuf,
-    pub durability: Durability,
-    pub policy: Policy,
-}
-
-/// A message payload: text that shares the request's buffer where it can, so that a big
-/// message is not copied on its way to the store.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Payload(axum::body::Bytes);
-
-impl Payload {
-    /// `text` taken from `buffer` (zero-copy when it lies inside it).
-    pub fn within(buffer: &axum::body::Bytes, text: &str) -> Payload {
-        let range = buffer.as_ptr_range();
-        let inside =
-            range.start <= text.as_ptr() && text.as_bytes().as_ptr_range().end <= range.end;
-        if inside {
-            Payload(buffer.slice_ref(text.as_bytes()))
-        } else {
-            Payload(axum::body::Bytes::copy_from_slice(text.as_bytes()))
-        }
-    }
-
-    pub fn as_str(&self) -> &str {
-        // Built from `str`s only, so always UTF-8.
-        std::str::from_utf8(&self.0).unwrap_or_default()
-    }
-
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-}
-
-impl From<String> for Payload {
-    fn from(text: String) -> Payload {
-        Payload(axum::body::Bytes::from(text))
-    }
-}
-
-/// A reliable message ready for the receiver's decision and, if accepted, the inbox.
-#[derive(Debug, Clone)]
-pub struct ReceivedMessage {
-    /// The partner it came from ("" for an anonymous caller): its group, duplicates and
-    /// order are that partner's alone (D14).
-    pub partner: String,
-    pub channel: String,
-    pub request: Request,
-    /// The Body's children as received.
-    pub payload: Payload,
-    /// JSON list of the namespace declarations the payload may rely on.
-    pub namespaces: String,
-    /// `{channel}/{local name of the first Body child}`.
-    pub topic: String,
-    /// Who sent it, as far as we know (the peer's IP address): the source a new group is
-    /// counted against (`max_open_groups_per_source`).
-    pub source: String,
-    /// Callback acks go out in the SOAP version of the message they acknowledge.
-    pub soap12: bool,
-    /// When it arrived (the decision's clock).
-    pub now: DateTime<Utc>,
-}
-
-/// The committed decision for one message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Received {
-    pub verdict: Verdict,
-}
-
-/// One delivered message.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct InboxEntry {
-    pub offset: i64,
-    /// Who sent it ("" for an anonymous caller).
-    pub partner: String,
-    pub channel: String,
-    pub topic: String,
-    pub group_id: String,
-    pub number: Option<u64>,
-    pub payload: String,
-    pub namespaces: String,
-    pub received_at: DateTime<Utc>,
-    pub expiry: DateTime<Utc>,
-}
-
-/// An ack or fault owed to a sender by the Callback pattern.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PendingCallback {
-    pub id: i64,
-    /// The partner whose message this answers ("" for an anonymous caller): the callback
-    /// presents our credentials towards it.
-    pub partner: String,
-    pub endpoint: String,
-    pub soap12: bool,
-    /// The ack or fault: a singleton, a number, or a range (poll answers sent by callback).
-    pub reply: ReplyItem,
-    pub expiry: DateTime<Utc>,
-    pub attempts: u32,
-}
-
-/// What a sweep did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct SweepReport {
-    pub changed: usize,
-    pub purged: usize,
-    pub discarded: usize,
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Payload;
-    use axum::body::Bytes;
-
-    #[test]
-    fn a_payload_shares_its_request_buffer_and_copies_text_from_elsewhere() {
-        let buffer = Bytes::from_static(b"<e><b>body text</b></e>");
-        let text = std::str::from_utf8(&buffer[6..15]).expect("utf-8");
-        let shared = Payload::within(&buffer, text);
-        assert_eq!(shared.as_str(), "body text");
-        assert_eq!(shared.0.as_ptr(), text.as_ptr(), "no copy");
-        let elsewhere = String::from("body text");
-        let copied = Payload::within(&buffer, &elsewhere);
-        assert_eq!(copied.as_str(), "body text");
-        assert_ne!(copied.0.as_ptr(), elsewhere.as_ptr());
+    fn deref(&self) -> &(dyn Backend + 'static) {
+        &*self.0
     }
 }

@@ -5,6 +5,8 @@
 use clap::Parser;
 use wsr_gateway::bench::{BenchArgs, Mode, run};
 use wsr_gateway::config::{ApiToken, Scope};
+#[allow(unused_imports)]
+use wsr_gateway::store::{Backend as _, ReceiverStore as _};
 
 use super::support::spawn_app_with;
 

@@ -12,7 +12,6 @@ use wsr_gateway::wsr::{
 };
 
 use super::support::{free_port, mock_partner, spawn_app, spawn_app_with, start_gateway};
-use wsr_gateway::store::outbound::OutboundStore as _;
 
 /// The default `max_poll_references`.
 const CAP: usize = 10_000;

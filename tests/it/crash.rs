@@ -7,6 +7,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+#[allow(unused_imports)]
+use wsr_gateway::store::{Backend as _, ReceiverStore as _};
 
 use chrono::Utc;
 use wsr_gateway::wsr::{

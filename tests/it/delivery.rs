@@ -3,15 +3,14 @@
 //! refused, settle modes, shared subscriptions, group ordering, ownership, push, and state
 //! that survives SIGKILL.
 
+#[allow(unused_imports)]
+use chrono::{Duration, Utc};
+use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-
-use chrono::{Duration, Utc};
-use serde_json::{Value, json};
 use wsr_gateway::config::{ApiToken, Scope};
 use wsr_gateway::store::Endpoints;
-use wsr_gateway::store::delivery::DeliveryStore as _;
 use wsr_gateway::wsr::{
     GroupId, Headers, MessageId, ReplyPattern, Request, SequenceNum, SoapVersion, write_envelope,
 };

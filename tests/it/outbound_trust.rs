@@ -4,13 +4,13 @@
 //! address that is not listed), notify URLs must be registered, and a failed attempt leaves
 //! its cause on the message as `last_error`.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
-
+#[allow(unused_imports)]
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::IntoResponse;
 use serde_json::{Value, json};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
 use wsr_gateway::Config;
 use wsr_gateway::outbound::destination::DestinationRules;
 use wsr_gateway::wsr::{
@@ -18,7 +18,6 @@ use wsr_gateway::wsr::{
 };
 
 use super::support::{ClockExt, TestApp, free_port, serve_local, spawn_app_with, start_gateway};
-use wsr_gateway::store::outbound::OutboundStore as _;
 
 const TOKEN: &str = "outbound-trust-token-0123456789";
 

@@ -27,7 +27,6 @@ use wsr_gateway::wsr::{
 };
 
 use super::support::{ClockExt, TestApp, serve_local, spawn_app_with};
-use wsr_gateway::store::outbound::OutboundStore as _;
 
 const TOKEN: &str = "partner-clients-token-0123456789";
 

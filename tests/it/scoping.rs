@@ -9,6 +9,7 @@ use wsr_gateway::config::{ApiToken, Scope};
 use wsr_gateway::partners::{Inbound, Outbound, Partner};
 use wsr_gateway::rmp::replies::reply_for;
 use wsr_gateway::secrets::{Secret, Stored};
+#[allow(unused_imports)]
 use wsr_gateway::wsr::{
     GroupId, MessageId, MessageKey, RefToMessageIds, Reply, ReplyPattern, Request, SeqRange,
     SequenceNum, SoapVersion,
@@ -18,7 +19,6 @@ use super::support::{
     Answer, ClockExt as _, MockPartner, TestApp, allow_loopback_urls, mock_partner, poll_envelope,
     request_envelope, spawn_app_with, submit_as,
 };
-use wsr_gateway::store::outbound::OutboundStore as _;
 
 const GROUP: &str = "mid:shared@partners";
 const PRODUCER: &str = "producer-token-000000001";

@@ -3,12 +3,11 @@
 //! The receiver's inbox holds each message exactly once, in order; the sender shows every
 //! message acked.
 
+#[allow(unused_imports)]
+use super::support::{TestApp, allow_loopback_urls, spawn_app_with};
 use serde_json::{Value, json};
 use wsr_gateway::config::{ApiToken, Scope};
 use wsr_gateway::store::outbound::OutMessage;
-
-use super::support::{TestApp, allow_loopback_urls, spawn_app_with};
-use wsr_gateway::store::outbound::OutboundStore as _;
 
 const TOKEN: &str = "producer-token-0123456789";
 

@@ -4,6 +4,8 @@
 use std::io::Write as _;
 use std::path::PathBuf;
 use std::process::Command;
+#[allow(unused_imports)]
+use wsr_gateway::store::{Backend as _, ReceiverStore as _};
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

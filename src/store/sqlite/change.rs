@@ -10,59 +10,54 @@
 use tokio::sync::oneshot;
 
 use super::SqliteStore;
-use crate::store::StoreError;
+use super::job::{Change, ChangeJob, Job, Ran};
+use super::shared::Wakes;
+use crate::store::error::StoreError;
 
-/// What a committed change makes possible; the writer wakes the matching waiters after the
-/// commit, never before.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-#[allow(
-    dead_code,
-    reason = "transitional: delivery and outbound changes move onto the writer"
-)]
-pub(crate) struct Wakes {
-    /// Subscriptions may have something new to hand out (appends, releases, lapsed leases).
-    pub deliveries: bool,
-    /// An outbound message is due (submitted, or its schedule moved earlier).
-    pub outbound: bool,
-    /// Callback acks were queued.
-    pub callbacks: bool,
+struct Task<F, T, R> {
+    change: Option<F>,
+    result: Option<Result<T, R>>,
+    answer: oneshot::Sender<Result<Result<T, R>, StoreError>>,
 }
 
-#[allow(dead_code, reason = "transitional")]
-impl Wakes {
-    pub(crate) const NONE: Wakes = Wakes {
-        deliveries: false,
-        outbound: false,
-        callbacks: false,
-    };
+impl<F, T, R> ChangeJob for Task<F, T, R>
+where
+    T: Send + 'static,
+    R: Send + 'static,
+    F: FnOnce(&rusqlite::Connection) -> Result<Change<T, R>, StoreError> + Send + 'static,
+{
+    fn run(&mut self, conn: &rusqlite::Connection) -> Result<Ran, StoreError> {
+        let change = self
+            .change
+            .take()
+            .ok_or_else(|| StoreError::Failed("a change ran twice".into()))?;
+        match change(conn)? {
+            Change::Keep(value, wakes) => {
+                self.result = Some(Ok(value));
+                Ok(Ran::Keep(wakes))
+            }
+            Change::Refuse(refusal) => {
+                self.result = Some(Err(refusal));
+                Ok(Ran::Undo)
+            }
+        }
+    }
 
-    pub(crate) fn absorb(&mut self, other: Wakes) {
-        self.deliveries |= other.deliveries;
-        self.outbound |= other.outbound;
-        self.callbacks |= other.callbacks;
+    fn answer(self: Box<Self>, outcome: Result<(), StoreError>) {
+        let answer = match (outcome, self.result) {
+            (Ok(()), Some(result)) => Ok(result),
+            (Ok(()), None) => Err(StoreError::Failed("the change did not run".into())),
+            (Err(e), _) => Err(e),
+        };
+        let _ = self.answer.send(answer);
     }
 }
 
-/// How a change ended.
-#[allow(
-    dead_code,
-    reason = "transitional: refusals come with the delivery changes"
-)]
-pub(crate) enum Change<T, R> {
-    /// Commit what it wrote; answer `T` after the commit.
-    Keep(T, Wakes),
-    /// Roll back what it wrote; answer the refusal `R` (a stale receipt, a conflict…).
-    Refuse(R),
-}
-
-/// A change as the writer runs it.
-pub(crate) type ChangeFn<T, R> =
-    Box<dyn FnOnce(&rusqlite::Connection) -> Result<Change<T, R>, StoreError> + Send>;
-
 impl SqliteStore {
-    /// Runs `change` on the writer's connection inside a transaction and answers after the
-    /// commit that made it durable: `Ok(Ok(value))` kept, `Ok(Err(refusal))` refused and undone,
-    /// `Err` not stored (nothing of it applied).
+    /// Runs `change` on the writer's connection inside its next transaction (in a savepoint of
+    /// its own, among other requests' jobs) and answers after the commit that made it durable:
+    /// `Ok(Ok(value))` kept, `Ok(Err(refusal))` refused and undone, `Err` not stored (nothing
+    /// of it applied).
     pub(crate) async fn change<T, R, F>(&self, change: F) -> Result<Result<T, R>, StoreError>
     where
         T: Send + 'static,
@@ -70,62 +65,30 @@ impl SqliteStore {
         F: FnOnce(&rusqlite::Connection) -> Result<Change<T, R>, StoreError> + Send + 'static,
     {
         let (tx, rx) = oneshot::channel();
-        let shared = self.shared.clone();
-        // Transitional: one change per transaction on a mutex-held connection. The batching
-        // writer thread replaces this body; the signature stays.
-        tokio::task::spawn_blocking(move || {
-            let conn = shared.change_conn.lock().unwrap_or_else(|p| p.into_inner());
-            let outcome = run_alone(&conn, Box::new(change));
-            drop(conn);
-            if let Ok(Ok((_, wakes))) = &outcome {
-                shared.wake(*wakes);
-            }
-            let _ = tx.send(outcome.map(|r| r.map(|(value, _)| value)));
-        });
+        let task = Task {
+            change: Some(change),
+            result: None,
+            answer: tx,
+        };
+        self.jobs
+            .send(Job::Change(Box::new(task)))
+            .await
+            .map_err(|_| StoreError::Closed)?;
         rx.await.map_err(|_| {
             StoreError::Failed("the change was not committed; nothing was applied".into())
         })?
     }
-}
 
-type Kept<T> = (T, Wakes);
-
-fn run_alone<T, R>(
-    conn: &rusqlite::Connection,
-    change: ChangeFn<T, R>,
-) -> Result<Result<Kept<T>, R>, StoreError> {
-    conn.execute_batch("BEGIN IMMEDIATE")?;
-    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| change(conn)))
-        .unwrap_or_else(|_| Err(StoreError::Panicked("a store change panicked".into())));
-    match outcome {
-        Ok(Change::Keep(value, wakes)) => {
-            conn.execute_batch("COMMIT")?;
-            Ok(Ok((value, wakes)))
-        }
-        Ok(Change::Refuse(refusal)) => {
-            conn.execute_batch("ROLLBACK")?;
-            Ok(Err(refusal))
-        }
-        Err(e) => {
-            let _ = conn.execute_batch("ROLLBACK");
-            Err(e)
-        }
+    /// A change that refuses nothing.
+    pub(super) async fn keep<T, F>(&self, change: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&rusqlite::Connection) -> Result<(T, Wakes), StoreError> + Send + 'static,
+    {
+        let kept: Result<T, std::convert::Infallible> = self
+            .change(move |conn| change(conn).map(|(value, wakes)| Change::Keep(value, wakes)))
+            .await?;
+        let Ok(value) = kept;
+        Ok(value)
     }
-}
-
-/// Opens the writer's own connection with the same settings as the pool's.
-pub(super) fn open_writer_connection(
-    path: &std::path::Path,
-    durability: crate::store::Durability,
-) -> Result<rusqlite::Connection, StoreError> {
-    let conn = rusqlite::Connection::open(path)?;
-    conn.busy_timeout(std::time::Duration::from_secs(10))?;
-    let synchronous = match durability {
-        crate::store::Durability::Full => "FULL",
-        crate::store::Durability::Os => "NORMAL",
-    };
-    conn.execute_batch(&format!(
-        "PRAGMA journal_mode = WAL; PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON;"
-    ))?;
-    Ok(conn)
 }

@@ -3,40 +3,41 @@
 //! answers). The group-commit writer is in `writer.rs`, what it does per job in `decide.rs`.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use sqlx::Row;
 use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteConnection, SqliteJournalMode, SqlitePool, SqlitePoolOptions,
-    SqliteSynchronous,
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{Connection, Row};
-use tokio::sync::{Notify, mpsc, oneshot, watch};
+use tokio::sync::{Notify, mpsc, watch};
 
+mod backend;
+mod batch;
 mod change;
-mod decide;
 mod delivery;
 pub mod group_json;
+pub mod group_state;
+mod job;
 mod outbound;
 mod prefill;
-mod staged;
+mod receiver;
+mod shared;
 mod writer;
 
-pub(crate) use self::change::{Change, Wakes};
-use self::decide::insert_message_fault;
-use self::group_json::{decode, from_millis, millis};
-use self::writer::{Completion, Job, MAX_BATCH, Ran, WriterFn, run_writer};
-use crate::rmp::group::{GroupState, Policy};
-use crate::rmp::replies::{Asked, RecordedFault, ReplyItem, answer_poll};
-use crate::store::delivery::DeliveryError;
+use self::group_json::from_millis;
+use self::group_state::decode_stored;
+#[allow(unused_imports, reason = "the delivery and outbound changes name it")]
+pub(crate) use self::job::Change;
+use self::job::{Job, MAX_BATCH};
+use self::shared::Shared;
+pub(crate) use self::shared::Wakes;
+use crate::rmp::group::GroupState;
+use crate::store::config::{Durability, StoreConfig};
+use crate::store::error::StoreError;
 use crate::store::health::Health;
-use crate::store::{
-    Durability, Endpoints, InboxEntry, PendingCallback, Received, ReceivedMessage, StoreConfig,
-    StoreError, SweepReport,
-};
-use crate::wsr::{FaultCode, GroupId, MessageKey, RefToMessageIds, Response, SeqRange};
+use crate::store::received::InboxEntry;
 
 /// A handle to the store; cheap to clone. Write transactions outside the writer task start
 /// with `BEGIN IMMEDIATE`: a deferred one that later wants to write fails at once with "database
@@ -46,63 +47,6 @@ pub struct SqliteStore {
     pub(in crate::store) pool: SqlitePool,
     jobs: mpsc::Sender<Job>,
     pub(in crate::store) shared: Arc<Shared>,
-}
-
-/// Held Response-pattern requests by (partner, message key), each told when its message is
-/// delivered.
-pub(in crate::store) type Waiters = HashMap<(String, MessageKey), Vec<oneshot::Sender<()>>>;
-
-/// State shared between handles and the writer task.
-pub(in crate::store) struct Shared {
-    pub(in crate::store) policy: Policy,
-    /// Requests waiting for a buffered message of theirs to be delivered (Response pattern),
-    /// by (partner, key): another partner's message of the same key is not theirs.
-    pub(in crate::store) waiters: Mutex<Waiters>,
-    /// Woken after a commit that queued callback acks.
-    pub(in crate::store) callbacks_due: Notify,
-    /// Woken when an outbound message was submitted or its schedule moved earlier.
-    pub(in crate::store) outbound_due: Notify,
-    /// Woken after a commit that moved a group deadline before the sweeper's next wake-up.
-    pub(in crate::store) deadlines_changed: Notify,
-    /// When the sweeper plans to wake next (Unix ms).
-    pub(in crate::store) sweeper_wakeup: AtomicI64,
-    /// Test hook: the next N commits fail as if the disk refused them.
-    pub(in crate::store) failing_commits: AtomicUsize,
-    /// Test hook: messages of this group panic inside the writer (a bug, simulated).
-    pub(in crate::store) panicking_group: Mutex<Option<String>>,
-    /// Whether the writer's last commit attempt worked (readiness).
-    pub(in crate::store) health: Health,
-    /// One readiness probe at a time, and when the last one ran.
-    probe: tokio::sync::Mutex<Option<std::time::Instant>>,
-    /// This process's exclusive hold on the database (`{file}.lock`), released when the last
-    /// handle and the writer are gone.
-    _lock: std::fs::File,
-    /// Bumped whenever subscriptions may have something new to hand out (inbox appends,
-    /// releases, lapsed leases); long-polling fetches wait on it.
-    pub(in crate::store) deliveries_changed: watch::Sender<u64>,
-    /// The connection `Store::change` runs on (transitional: the batching writer thread will
-    /// own it).
-    change_conn: Mutex<rusqlite::Connection>,
-}
-
-impl Shared {
-    /// Wakes whoever waits for what a commit made possible.
-    pub(in crate::store) fn wake(&self, wakes: Wakes) {
-        if wakes.deliveries {
-            self.announce_deliveries();
-        }
-        if wakes.outbound {
-            self.outbound_due.notify_one();
-        }
-        if wakes.callbacks {
-            self.callbacks_due.notify_one();
-        }
-    }
-
-    pub(in crate::store) fn announce_deliveries(&self) {
-        self.deliveries_changed
-            .send_modify(|n| *n = n.wrapping_add(1));
-    }
 }
 
 impl SqliteStore {
@@ -128,7 +72,7 @@ impl SqliteStore {
             .await?;
         claim_database(&pool, &config.path).await?;
         sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
-        let writer = SqliteConnection::connect_with(&options).await?;
+        let writer = writer::open_writer_connection(&config.path, config.durability)?;
         let shared = Arc::new(Shared {
             policy: config.policy.clone(),
             waiters: Mutex::new(HashMap::new()),
@@ -141,606 +85,24 @@ impl SqliteStore {
             health: Health::default(),
             probe: tokio::sync::Mutex::new(None),
             deliveries_changed: watch::channel(0).0,
-            change_conn: Mutex::new(change::open_writer_connection(
-                &config.path,
-                config.durability,
-            )?),
             _lock: lock,
         });
         let (jobs, rx) = mpsc::channel(4 * MAX_BATCH);
-        tokio::spawn(run_writer(writer, options, rx, shared.clone()));
+        let opener = writer::Opener {
+            path: config.path.clone(),
+            durability: config.durability,
+        };
+        writer::spawn(writer, opener, rx, shared.clone())?;
         Ok(SqliteStore { pool, jobs, shared })
     }
+}
 
-    pub fn policy(&self) -> &Policy {
-        &self.shared.policy
-    }
-
-    /// Decides, stores and commits one reliable message; the verdict is durable when this
-    /// returns.
-    pub async fn receive(&self, message: ReceivedMessage) -> Result<Received, StoreError> {
-        let (tx, rx) = oneshot::channel();
-        self.jobs
-            .send(Job::Receive(Box::new(message), tx))
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        rx.await.map_err(|_| StoreError::Closed)?
-    }
-
-    /// Runs `change` inside the writer's next transaction (group commit) and answers after the
-    /// commit that made it durable. A refusal (`DeliveryError` other than a store failure) rolls
-    /// back what the change did and is answered as it is. The change says whether it may have
-    /// made messages available (`true` wakes waiting fetches).
-    pub(in crate::store) async fn in_writer<T, F>(&self, change: F) -> Result<T, DeliveryError>
-    where
-        T: Send + 'static,
-        F: for<'c> FnOnce(
-                &'c mut SqliteConnection,
-            )
-                -> futures_util::future::BoxFuture<'c, Result<(T, bool), DeliveryError>>
-            + Send
-            + 'static,
-    {
-        let (tx, rx) = oneshot::channel::<Result<T, DeliveryError>>();
-        let shared = self.shared.clone();
-        let job: WriterFn = Box::new(move |conn| {
-            Box::pin(async move {
-                match change(conn).await {
-                    Ok((value, wakes_fetches)) => Ok(Ran::Keep(Box::new(move || {
-                        if wakes_fetches {
-                            shared.announce_deliveries();
-                        }
-                        let _ = tx.send(Ok(value));
-                    })
-                        as Completion)),
-                    Err(DeliveryError::Store(e)) => Err(e),
-                    Err(refusal) => Ok(Ran::Undo(Box::new(move || {
-                        let _ = tx.send(Err(refusal));
-                    }) as Completion)),
-                }
-            })
-        });
-        self.jobs
-            .send(Job::Run(Some(job)))
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        rx.await.map_err(|_| {
-            DeliveryError::Store(StoreError::Failed(
-                "the change was not committed; nothing was applied".into(),
-            ))
-        })?
-    }
-
-    /// Applies every group deadline due at `now` (expiry, idle, abort, purge) and drops
-    /// callback acks whose messages expired.
-    pub async fn sweep(&self, now: DateTime<Utc>) -> Result<SweepReport, StoreError> {
-        let (tx, rx) = oneshot::channel();
-        self.jobs
-            .send(Job::Sweep(now, tx))
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        rx.await.map_err(|_| StoreError::Closed)?
-    }
-
-    /// A receiver that fires when `partner`'s buffered message `key` is delivered. Register
-    /// before submitting the message, so that a delivery in the very next commit is not
-    /// missed.
-    pub fn watch_delivery(&self, partner: &str, key: &MessageKey) -> oneshot::Receiver<()> {
-        let (tx, rx) = oneshot::channel();
-        let mut waiters = self
-            .shared
-            .waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let list = waiters
-            .entry((partner.to_owned(), key.clone()))
-            .or_default();
-        list.retain(|w| !w.is_closed());
-        list.push(tx);
-        rx
-    }
-
-    /// Forgets watchers that gave up (their receivers were dropped).
-    pub fn forget_watchers(&self, partner: &str, key: &MessageKey) {
-        let mut waiters = self
-            .shared
-            .waiters
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let watched = (partner.to_owned(), key.clone());
-        if let Some(list) = waiters.get_mut(&watched) {
-            list.retain(|w| !w.is_closed());
-            if list.is_empty() {
-                waiters.remove(&watched);
-            }
-        }
-    }
-
-    pub fn callbacks_due(&self) -> &Notify {
-        &self.shared.callbacks_due
-    }
-
-    pub fn deadlines_changed(&self) -> &Notify {
-        &self.shared.deadlines_changed
-    }
-
-    /// The sweeper says when it will wake next; commits with an earlier deadline wake it.
-    pub fn sweeper_sleeps_until(&self, wakeup: DateTime<Utc>) {
-        self.shared
-            .sweeper_wakeup
-            .store(millis(wakeup), Ordering::SeqCst);
-    }
-
-    /// Test hook: make the next `n` commits fail.
-    #[doc(hidden)]
-    /// Test hook: every message of `group` panics inside the writer, as a bug would.
-    pub fn panic_on_group(&self, group: Option<&str>) {
-        *self
-            .shared
-            .panicking_group
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = group.map(str::to_owned);
-    }
-
-    /// Test hook: caps the database at its current size (`None`: lifts the cap), so that
-    /// writes fail as on a full disk ("database or disk is full").
-    pub async fn cap_database_size(&self, capped: bool) -> Result<(), StoreError> {
-        self.in_writer(move |conn| {
-            Box::pin(async move {
-                // SQLite raises a cap below the current size to the current size.
-                let pragma = if capped {
-                    "PRAGMA max_page_count = 1"
-                } else {
-                    "PRAGMA max_page_count = 1073741823"
-                };
-                sqlx::query(pragma)
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(StoreError::from)?;
-                Ok(((), false))
-            })
-        })
-        .await
-        .map_err(store_failure)
-    }
-
-    /// Whether the store can commit now (`/readyz`): `Err(reason)` while the writer is gone
-    /// or its commits fail. Without a recent successful commit, a small write goes through the
-    /// writer to find out, at most once per `PROBE_EVERY` however often this is asked.
-    pub async fn readiness(&self) -> Result<(), String> {
-        const PROBE_EVERY: Duration = Duration::from_secs(1);
-        const PROBE_WAIT: Duration = Duration::from_secs(2);
-        if self.jobs.is_closed() {
-            return Err("the store writer has stopped".into());
-        }
-        let health = &self.shared.health;
-        if health.committed_within(PROBE_EVERY) {
-            return Ok(());
-        }
-        let mut last_probe = self.shared.probe.lock().await;
-        if health.committed_within(PROBE_EVERY)
-            || last_probe.is_some_and(|t| t.elapsed() < PROBE_EVERY)
-        {
-            return health.state();
-        }
-        *last_probe = Some(std::time::Instant::now());
-        // A writer stuck reconnecting must not hang the probe: that is an answer too.
-        let probe = tokio::time::timeout(
-            PROBE_WAIT,
-            self.in_writer(|conn| {
-                Box::pin(async move {
-                    sqlx::query(
-                        "INSERT INTO settings (key, value) VALUES ('ready_probe', randomblob(8)) \
-                         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    )
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(StoreError::from)?;
-                    Ok(((), false))
-                })
-            }),
-        )
-        .await;
-        match probe {
-            Ok(Ok(())) => health.state(),
-            Ok(Err(e)) => Err(health.state().err().unwrap_or_else(|| e.to_string())),
-            Err(_) => Err(format!(
-                "the store writer did not answer within {} s",
-                PROBE_WAIT.as_secs()
-            )),
-        }
-    }
-
-    pub fn fail_next_commits(&self, n: usize) {
-        self.shared.failing_commits.store(n, Ordering::SeqCst);
-    }
-
-    /// `partner`'s group `group_id` ("" for an anonymous caller's).
-    pub async fn group(
-        &self,
-        partner: &str,
-        group_id: &str,
-    ) -> Result<Option<GroupState>, StoreError> {
-        let row = sqlx::query("SELECT state FROM groups WHERE partner = ? AND group_id = ?")
-            .bind(partner)
-            .bind(group_id)
-            .fetch_optional(&self.pool)
-            .await?;
-        row.map(|r| decode(r.get::<&str, _>(0)).map_err(StoreError::Corrupt))
-            .transpose()
-    }
-
-    /// Groups with their partners, ordered by (partner, group id), after `after` (a
-    /// (partner, group id) pair), at most `limit`.
-    pub async fn groups(
-        &self,
-        after: Option<(&str, &str)>,
-        limit: i64,
-    ) -> Result<Vec<(String, GroupState)>, StoreError> {
-        let (after_partner, after_group) = after.unwrap_or(("", ""));
-        let rows = sqlx::query(
-            "SELECT partner, state FROM groups WHERE (partner, group_id) > (?, ?) \
-             ORDER BY partner, group_id LIMIT ?",
-        )
-        .bind(after_partner)
-        .bind(after_group)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                let state = decode(r.get::<&str, _>(1)).map_err(StoreError::Corrupt)?;
-                Ok((r.get(0), state))
-            })
-            .collect()
-    }
-
-    /// Delivered messages with offsets above `after`, oldest first.
-    pub async fn inbox(&self, after: i64, limit: i64) -> Result<Vec<InboxEntry>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT offset, channel, topic, group_id, number, payload, namespaces, received_at, \
-             expiry, partner FROM inbox WHERE offset > ? ORDER BY offset LIMIT ?",
-        )
-        .bind(after)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows.iter().map(inbox_from_row).collect())
-    }
-
-    /// The earliest group deadline, for the sweeper.
-    pub async fn next_deadline(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
-        let ms: Option<i64> = sqlx::query_scalar(
-            // The condition lets SQLite answer from the partial index, not a table scan.
-            "SELECT MIN(next_deadline) FROM groups WHERE next_deadline IS NOT NULL",
-        )
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(ms.map(from_millis))
-    }
-
-    /// The registered endpoints of one kind.
-    pub async fn endpoints(&self, kind: Endpoints) -> Result<Vec<String>, StoreError> {
-        let sql = match kind {
-            // Every partner's, each URL once.
-            Endpoints::Callback => "SELECT DISTINCT url FROM callback_endpoints ORDER BY url",
-            Endpoints::Push => "SELECT url FROM push_endpoints ORDER BY url",
-        };
-        Ok(sqlx::query_scalar(sql).fetch_all(&self.pool).await?)
-    }
-
-    /// Whether `url` is registered. A callback endpoint here is one registered for anonymous
-    /// callers; a partner's are asked with `is_callback_endpoint`.
-    pub async fn is_endpoint(&self, kind: Endpoints, url: &str) -> Result<bool, StoreError> {
-        match kind {
-            Endpoints::Callback => self.is_callback_endpoint("", url).await,
-            Endpoints::Push => {
-                let found: Option<i64> =
-                    sqlx::query_scalar("SELECT 1 FROM push_endpoints WHERE url = ?")
-                        .bind(url)
-                        .fetch_optional(&self.pool)
-                        .await?;
-                Ok(found.is_some())
-            }
-        }
-    }
-
-    /// Whether `partner` ("" for an anonymous caller) may name `url` as a callback ReplyTo:
-    /// a partner may name only the endpoints registered for it (D10, D14).
-    pub async fn is_callback_endpoint(&self, partner: &str, url: &str) -> Result<bool, StoreError> {
-        let found: Option<i64> =
-            sqlx::query_scalar("SELECT 1 FROM callback_endpoints WHERE partner = ? AND url = ?")
-                .bind(partner)
-                .bind(url)
-                .fetch_optional(&self.pool)
-                .await?;
-        Ok(found.is_some())
-    }
-
-    /// Registers an endpoint (a callback one for `partner`, `None`: for anonymous callers;
-    /// push endpoints have no partner); returns false if it was already registered.
-    pub async fn add_endpoint(
-        &self,
-        kind: Endpoints,
-        partner: Option<&str>,
-        url: &str,
-        now: DateTime<Utc>,
-    ) -> Result<bool, StoreError> {
-        let done =
-            match kind {
-                Endpoints::Callback => sqlx::query(
-                    "INSERT INTO callback_endpoints (partner, url, created_at) VALUES (?, ?, ?) \
-                     ON CONFLICT DO NOTHING",
-                )
-                .bind(partner.unwrap_or(""))
-                .bind(url)
-                .bind(millis(now))
-                .execute(&self.pool)
-                .await?,
-                Endpoints::Push => {
-                    sqlx::query(
-                        "INSERT INTO push_endpoints (url, created_at) VALUES (?, ?) \
-                     ON CONFLICT DO NOTHING",
-                    )
-                    .bind(url)
-                    .bind(millis(now))
-                    .execute(&self.pool)
-                    .await?
-                }
-            };
-        Ok(done.rows_affected() == 1)
-    }
-
-    /// Unregisters an endpoint (a callback one of `partner`, `None`: of anonymous callers).
-    pub async fn remove_endpoint(
-        &self,
-        kind: Endpoints,
-        partner: Option<&str>,
-        url: &str,
-    ) -> Result<bool, StoreError> {
-        let done = match kind {
-            Endpoints::Callback => {
-                sqlx::query("DELETE FROM callback_endpoints WHERE partner = ? AND url = ?")
-                    .bind(partner.unwrap_or(""))
-                    .bind(url)
-                    .execute(&self.pool)
-                    .await?
-            }
-            Endpoints::Push => {
-                sqlx::query("DELETE FROM push_endpoints WHERE url = ?")
-                    .bind(url)
-                    .execute(&self.pool)
-                    .await?
-            }
-        };
-        Ok(done.rows_affected() == 1)
-    }
-
-    /// The registered callback endpoints as (partner, url), "" for anonymous callers'.
-    pub async fn callback_endpoints(&self) -> Result<Vec<(String, String)>, StoreError> {
-        let rows = sqlx::query("SELECT partner, url FROM callback_endpoints ORDER BY partner, url")
-            .fetch_all(&self.pool)
-            .await?;
-        Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
-    }
-
-    /// Callback acks due at `now`, oldest first.
-    pub async fn due_callbacks(
-        &self,
-        now: DateTime<Utc>,
-        limit: i64,
-    ) -> Result<Vec<PendingCallback>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, endpoint, soap12, group_id, number, fault, expiry, attempts, number_to, \
-             partner FROM pending_callbacks WHERE next_attempt <= ? ORDER BY id LIMIT ?",
-        )
-        .bind(millis(now))
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                let group: String = r.get(3);
-                let fault: Option<String> = r.get(5);
-                Ok(PendingCallback {
-                    id: r.get(0),
-                    partner: r.get(9),
-                    endpoint: r.get(1),
-                    soap12: r.get::<i64, _>(2) != 0,
-                    reply: ReplyItem {
-                        group_id: GroupId::parse(&group).map_err(StoreError::Corrupt)?,
-                        range: match (r.get::<Option<i64>, _>(4), r.get::<Option<i64>, _>(8)) {
-                            (None, _) => None,
-                            (Some(from), to) => {
-                                let (from, to) =
-                                    (from as u64, to.map_or(from as u64, |t| t as u64));
-                                Some(SeqRange::new(from, to).ok_or_else(|| {
-                                    StoreError::Corrupt(format!("callback range {from}-{to}"))
-                                })?)
-                            }
-                        },
-                        fault: match fault {
-                            None => None,
-                            Some(name) => {
-                                Some(FaultCode::from_local_name(&name).ok_or_else(|| {
-                                    StoreError::Corrupt(format!("unknown fault code {name}"))
-                                })?)
-                            }
-                        },
-                    },
-                    expiry: from_millis(r.get(6)),
-                    attempts: r.get::<i64, _>(7).try_into().unwrap_or(u32::MAX),
-                })
-            })
-            .collect()
-    }
-
-    /// Queues replies about `partner`'s messages for a callback endpoint outside the receive
-    /// path (faults of messages refused on arrival, poll answers sent by callback).
-    pub async fn owe_callbacks(
-        &self,
-        partner: &str,
-        endpoint: &str,
-        soap12: bool,
-        replies: &[ReplyItem],
-        expiry: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        for r in replies {
-            sqlx::query(
-                "INSERT INTO pending_callbacks (partner, endpoint, soap12, group_id, number, \
-                 number_to, fault, expiry, next_attempt) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(partner)
-            .bind(endpoint)
-            .bind(i64::from(soap12))
-            .bind(r.group_id.as_str())
-            .bind(r.range.map(|x| x.from() as i64))
-            .bind(r.range.map(|x| x.to() as i64))
-            .bind(r.fault.map(|f| f.local_name()))
-            .bind(millis(expiry))
-            .bind(millis(now))
-            .execute(&mut *tx)
-            .await?;
-        }
-        tx.commit().await?;
-        self.shared.callbacks_due.notify_one();
-        Ok(())
-    }
-
-    /// Remembers the fault of `partner`'s message that left no group state, for its sender's
-    /// polls.
-    pub async fn record_fault(
-        &self,
-        partner: &str,
-        key: &MessageKey,
-        code: FaultCode,
-        expiry: DateTime<Utc>,
-        now: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
-        let mut conn = self.pool.acquire().await?;
-        insert_message_fault(&mut conn, partner, key, code, expiry, now).await
-    }
-
-    /// A barrier through the writer's queue: returns once everything queued before it has
-    /// been committed (or failed). Shutdown flushes the writer with it.
-    pub async fn flush(&self) -> Result<(), StoreError> {
-        self.in_writer(|_| Box::pin(async { Ok(((), false)) }))
-            .await
-            .map_err(store_failure)
-    }
-
-    /// The answer to `partner`'s PollRequest from stored state (D11); `None` when there is
-    /// nothing to say. Only that partner's groups are read: a poll naming another partner's
-    /// group is answered as for an unknown group (D14).
-    ///
-    /// Read after a barrier through the writer's queue: every message whose decision was
-    /// queued before the poll arrived is committed first, so a sender polling after its
-    /// message's ExpiryTime can take "nothing" as "not delivered". The reading itself stays
-    /// outside the writer, so a large poll does not hold up deliveries.
-    pub async fn poll_answer(
-        &self,
-        partner: &str,
-        refs: &[RefToMessageIds],
-    ) -> Result<Option<Response>, StoreError> {
-        self.flush().await?;
-        // Each group once, however many references name it; two reads in all, not two per
-        // reference.
-        let asked = Asked::new(refs);
-        let ids = serde_json::json!(asked.group_ids().map(GroupId::as_str).collect::<Vec<_>>())
-            .to_string();
-        let mut states = HashMap::new();
-        let rows = sqlx::query(
-            "SELECT group_id, state FROM groups \
-             WHERE partner = ? AND group_id IN (SELECT value FROM json_each(?))",
-        )
-        .bind(partner)
-        .bind(&ids)
-        .fetch_all(&self.pool)
-        .await?;
-        for row in rows {
-            let state = decode(row.get::<&str, _>(1)).map_err(StoreError::Corrupt)?;
-            states.insert(state.group_id.clone(), state);
-        }
-        let mut recorded: HashMap<GroupId, Vec<RecordedFault>> = HashMap::new();
-        let rows = sqlx::query(
-            "SELECT group_id, singleton, number, fault FROM message_faults \
-             WHERE partner = ? AND group_id IN (SELECT value FROM json_each(?))",
-        )
-        .bind(partner)
-        .bind(&ids)
-        .fetch_all(&self.pool)
-        .await?;
-        for row in rows {
-            let Ok(group_id) = GroupId::parse(row.get::<&str, _>(0)) else {
-                continue;
-            };
-            let Some(code) = FaultCode::from_local_name(row.get::<&str, _>(3)) else {
-                continue;
-            };
-            let number = (row.get::<i64, _>(1) == 0).then(|| row.get::<i64, _>(2) as u64);
-            recorded
-                .entry(group_id)
-                .or_default()
-                .push(RecordedFault { number, code });
-        }
-        let replies = answer_poll(
-            &asked,
-            |g| states.get(g),
-            |g| recorded.get(g).map_or(&[][..], Vec::as_slice),
-        );
-        Ok(replies.into_response())
-    }
-
-    /// The earliest moment a callback is due.
-    pub async fn next_callback_due(&self) -> Result<Option<DateTime<Utc>>, StoreError> {
-        let ms: Option<i64> = sqlx::query_scalar("SELECT MIN(next_attempt) FROM pending_callbacks")
-            .fetch_one(&self.pool)
-            .await?;
-        Ok(ms.map(from_millis))
-    }
-
-    /// The acks were POSTed: forget them.
-    pub async fn callbacks_sent(&self, ids: &[i64]) -> Result<(), StoreError> {
-        let ids = ids.to_vec();
-        let kept: Result<(), std::convert::Infallible> = self
-            .change(move |conn| {
-                let mut delete =
-                    conn.prepare_cached("DELETE FROM pending_callbacks WHERE id = ?1")?;
-                for id in &ids {
-                    delete.execute([id])?;
-                }
-                Ok(Change::Keep((), Wakes::NONE))
-            })
-            .await?;
-        let Ok(()) = kept;
-        Ok(())
-    }
-
-    /// The POST failed: try again at `next`, or drop those whose messages expired before then.
-    pub async fn callbacks_failed(
-        &self,
-        ids: &[i64],
-        next: DateTime<Utc>,
-    ) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        for id in ids {
-            sqlx::query(
-                "UPDATE pending_callbacks SET attempts = attempts + 1, next_attempt = ? WHERE id = ?",
-            )
-            .bind(millis(next))
-            .bind(id)
-            .execute(&mut *tx)
-            .await?;
-        }
-        sqlx::query("DELETE FROM pending_callbacks WHERE expiry < ?")
-            .bind(millis(next))
-            .execute(&mut *tx)
-            .await?;
-        tx.commit().await?;
-        Ok(())
-    }
+/// A group row's state from its `state` (JSON of old rows) and `state_bin` columns, at
+/// `first` and `first + 1`.
+fn decode_group(r: &sqlx::sqlite::SqliteRow, first: usize) -> Result<GroupState, StoreError> {
+    let json: &str = r.try_get(first)?;
+    let bin: Option<&[u8]> = r.try_get(first + 1)?;
+    decode_stored(json, bin).map_err(StoreError::Corrupt)
 }
 
 /// An inbox row: offset, channel, topic, group_id, number, payload, namespaces, received_at,
@@ -753,19 +115,14 @@ pub(in crate::store) fn inbox_from_row(r: &sqlx::sqlite::SqliteRow) -> InboxEntr
         topic: r.get(2),
         group_id: r.get(3),
         number: r.get::<Option<i64>, _>(4).map(|n| n as u64),
-        payload: r.get(5),
+        // Bytes: big payloads are stored as BLOBs (incremental blob I/O), small ones as TEXT.
+        payload: match String::from_utf8(r.get::<Vec<u8>, _>(5)) {
+            Ok(text) => text,
+            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+        },
         namespaces: r.get(6),
         received_at: from_millis(r.get(7)),
         expiry: from_millis(r.get(8)),
-    }
-}
-
-/// The error of a writer change that refuses nothing (a barrier, a pragma): only ever a store
-/// failure.
-fn store_failure(e: DeliveryError) -> StoreError {
-    match e {
-        DeliveryError::Store(e) => e,
-        other => StoreError::Failed(other.to_string()),
     }
 }
 

@@ -4,26 +4,35 @@
 //! on a big store without sending a million messages first.
 
 use chrono::{DateTime, Duration, Utc};
+use rusqlite::params;
 
-use super::SqliteStore;
-use super::decide::group_deadline;
 use super::group_json::millis;
-use super::staged::{InboxRow, Staged};
-use super::writer::Effects;
+use super::{SqliteStore, Wakes, group_state};
+use crate::rmp::receive_plan::group_deadline;
 use crate::rmp::receiver::{Incoming, receive};
-use crate::store::{Payload, StoreError};
+use crate::store::backend::Backend as _;
+use crate::store::error::StoreError;
 use crate::wsr::{GroupId, MessageId, ReplyPattern, Request, SequenceNum};
 
 /// The source prefilled groups are counted against.
 const PREFILL_SOURCE: &str = "prefill";
 
-/// Rows per statement.
-const CHUNK: usize = 2_000;
+/// Messages per transaction.
+const CHUNK: u64 = 2_000;
+
+/// One prefilled group: its id, encoded state, channel, status, deadline, and message count.
+struct Group {
+    id: String,
+    state: Vec<u8>,
+    status: &'static str,
+    deadline: Option<i64>,
+    messages: u64,
+}
 
 impl SqliteStore {
     /// Adds `groups` ordered groups of `per_group` delivered messages each (payload of
     /// `payload_bytes`), expiring a day after `now`. Returns how many messages were added.
-    pub async fn prefill_delivered(
+    pub(super) async fn fill_delivered(
         &self,
         channel: &str,
         groups: u64,
@@ -32,16 +41,15 @@ impl SqliteStore {
         now: DateTime<Utc>,
     ) -> Result<u64, StoreError> {
         let policy = self.policy().clone();
-        let payload = format!(
+        let payload: std::sync::Arc<str> = format!(
             "<b:Load xmlns:b=\"urn:wsr-gateway:bench\">{}</b:Load>",
             "x".repeat(payload_bytes.saturating_sub(50))
-        );
+        )
+        .into();
         let expiry = now + Duration::days(1);
         let run = now.timestamp_millis();
         let mut added = 0;
-        let payload = Payload::from(payload);
-        // The writer's own staging: the same rows and statements as real deliveries.
-        let mut staged = Staged::default();
+        let mut chunk = Vec::new();
         let mut pending = 0;
         for g in 0..groups {
             let group_id = GroupId::parse(&format!("mid:prefill-{run}-{g}@wsr-gateway"))
@@ -70,49 +78,75 @@ impl SqliteStore {
                     // The fixture is the operator's own filling, not a partner's.
                     open_groups_of_source: 0,
                 };
-                let outcome = receive(state.as_ref(), incoming, now, &policy);
-                state = outcome.state;
-                staged.append_inbox(InboxRow {
-                    // Filled as if from anonymous callers.
-                    partner: String::new(),
-                    channel: channel.to_owned(),
-                    topic: format!("{channel}/Load"),
-                    group_id: group_id.as_str().to_owned(),
-                    number: Some(n as i64),
-                    payload: payload.clone(),
-                    namespaces: "[]".into(),
-                    received_at: millis(now),
-                    expiry: millis(expiry),
-                });
-                added += 1;
-                pending += 1;
+                state = receive(state.as_ref(), incoming, now, &policy).state;
             }
             if let Some(state) = state {
-                let deadline = group_deadline(&state, &policy, now);
-                staged.save_group(
-                    "",
-                    &state,
-                    PREFILL_SOURCE,
-                    deadline,
-                    now,
-                    &mut Effects::default(),
-                );
+                let mut encoded = Vec::new();
+                group_state::encode(&state, &mut encoded);
+                chunk.push(Group {
+                    id: group_id.as_str().to_owned(),
+                    state: encoded,
+                    status: state.status.as_str(),
+                    deadline: group_deadline(&state, &policy, now).map(millis),
+                    messages: per_group,
+                });
             }
+            added += per_group;
+            pending += per_group;
             if pending >= CHUNK {
-                self.write_prefill(&mut staged).await?;
+                self.write_prefill(std::mem::take(&mut chunk), channel, &payload, now, expiry)
+                    .await?;
                 pending = 0;
             }
         }
-        self.write_prefill(&mut staged).await?;
+        self.write_prefill(chunk, channel, &payload, now, expiry)
+            .await?;
         Ok(added)
     }
 
-    async fn write_prefill(&self, staged: &mut Staged) -> Result<(), StoreError> {
-        let mut tx = self.pool.begin_with("BEGIN IMMEDIATE").await?;
-        staged.flush(&mut tx).await?;
-        tx.commit().await?;
-        // Nothing reads these states again; do not keep a million of them.
-        staged.forget();
-        Ok(())
+    async fn write_prefill(
+        &self,
+        groups: Vec<Group>,
+        channel: &str,
+        payload: &std::sync::Arc<str>,
+        now: DateTime<Utc>,
+        expiry: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let (channel, payload) = (channel.to_owned(), payload.clone());
+        let topic = format!("{channel}/Load");
+        self.keep(move |conn| {
+            let mut inbox = conn.prepare_cached(
+                "INSERT INTO inbox (channel, topic, group_id, number, namespaces, received_at, \
+                 expiry, partner, payload) VALUES (?1, ?2, ?3, ?4, '[]', ?5, ?6, '', ?7)",
+            )?;
+            let mut group = conn.prepare_cached(
+                "INSERT INTO groups (partner, group_id, channel, status, next_deadline, \
+                 updated_at, state, state_bin, source) VALUES ('', ?1, ?2, ?3, ?4, ?5, '', ?6, ?7)",
+            )?;
+            for g in &groups {
+                for n in 0..g.messages {
+                    inbox.execute(params![
+                        channel,
+                        topic,
+                        g.id,
+                        n as i64,
+                        millis(now),
+                        millis(expiry),
+                        &*payload
+                    ])?;
+                }
+                group.execute(params![
+                    g.id,
+                    channel,
+                    g.status,
+                    g.deadline,
+                    millis(now),
+                    g.state,
+                    PREFILL_SOURCE
+                ])?;
+            }
+            Ok(((), Wakes::NONE))
+        })
+        .await
     }
 }

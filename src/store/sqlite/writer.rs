@@ -1,120 +1,98 @@
-//! The group-commit writer: one task, one connection, applying concurrent requests' decisions
-//! in one transaction and answering each only after the commit that made it durable.
+//! The batching writer (DESIGN §7): a thread of its own owning a synchronous SQLite
+//! connection. It takes every job waiting in its channel (up to `MAX_BATCH`), runs them in one
+//! transaction, commits once, and only then answers each job and wakes whatever the commit
+//! made possible. While it commits (the fsync), requests keep arriving and are prepared on the
+//! runtime's threads, so the next batch is gathered in the channel meanwhile.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
-use futures_util::FutureExt as _;
-use sqlx::Connection;
-use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
-use tokio::sync::{mpsc, oneshot};
+use rusqlite::Connection;
+use tokio::sync::mpsc;
 
-use super::Shared;
-use super::decide::{apply_receive, apply_sweep};
-use super::staged::Staged;
-use crate::store::{Received, ReceivedMessage, StoreError, SweepReport};
-use crate::wsr::MessageKey;
+use super::batch::Batch;
+use super::job::{Job, MAX_BATCH, Ran, panic_message};
+use super::shared::Shared;
+use crate::store::config::Durability;
+use crate::store::error::StoreError;
+use crate::store::received::{Received, SweepReport};
 
-/// Most requests one commit takes; more wait for the next one.
-pub(super) const MAX_BATCH: usize = 256;
-
-pub(super) enum Job {
-    Receive(
-        Box<ReceivedMessage>,
-        oneshot::Sender<Result<Received, StoreError>>,
-    ),
-    Sweep(
-        DateTime<Utc>,
-        oneshot::Sender<Result<SweepReport, StoreError>>,
-    ),
-    /// Any other change (delivery to applications): runs in the batch's transaction like the
-    /// others; taken out when it runs.
-    Run(Option<WriterFn>),
+/// Where the writer (re)opens its connection.
+pub(super) struct Opener {
+    pub(super) path: std::path::PathBuf,
+    pub(super) durability: Durability,
 }
 
-/// What runs after the commit: answers the caller (and announces what the change made
-/// possible).
-pub(super) type Completion = Box<dyn FnOnce() + Send>;
+impl Opener {
+    fn open(&self) -> Result<Connection, StoreError> {
+        open_writer_connection(&self.path, self.durability)
+    }
 
-/// How a `Job::Run` ended.
-pub(super) enum Ran {
-    /// Keep its changes; answer after the commit.
-    Keep(Completion),
-    /// Refused (a stale receipt, say): roll its changes back, answer with the refusal.
-    Undo(Completion),
-}
-
-/// A change to run inside the writer's transaction. An error is a store failure: a corrupt
-/// state fails the job alone, anything else the whole batch.
-pub(super) type WriterFn = Box<
-    dyn for<'c> FnOnce(
-            &'c mut SqliteConnection,
-        ) -> futures_util::future::BoxFuture<'c, Result<Ran, StoreError>>
-        + Send,
->;
-
-/// What one job did inside the transaction, announced only after the commit.
-#[derive(Default)]
-pub(super) struct Effects {
-    /// Buffered messages delivered, by (partner, key): their held requests may answer.
-    pub(super) delivered: Vec<(String, MessageKey)>,
-    pub(super) callbacks: bool,
-    /// Messages were appended to the inbox (subscriptions have news).
-    pub(super) appended: bool,
-    /// The earliest group deadline written.
-    pub(super) earliest_deadline: Option<i64>,
-}
-
-impl Effects {
-    /// Takes in what one more job of the transaction did.
-    fn absorb(&mut self, mut job: Effects) {
-        self.delivered.append(&mut job.delivered);
-        self.callbacks |= job.callbacks;
-        self.appended |= job.appended;
-        self.earliest_deadline = match (self.earliest_deadline, job.earliest_deadline) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        };
+    /// Reopens until it works: a writer without a connection answers nobody.
+    fn reopen(&self) -> Connection {
+        let mut wait = Duration::from_millis(50);
+        loop {
+            match self.open() {
+                Ok(conn) => return conn,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot reopen the store; retrying");
+                    std::thread::sleep(wait);
+                    wait = (wait * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
     }
 }
 
-pub(super) async fn run_writer(
-    mut conn: SqliteConnection,
-    options: SqliteConnectOptions,
-    mut jobs: mpsc::Receiver<Job>,
+/// Starts the writer thread on `conn`; it ends when every sender of `jobs` is gone.
+pub(super) fn spawn(
+    conn: Connection,
+    opener: Opener,
+    jobs: mpsc::Receiver<Job>,
     shared: Arc<Shared>,
-) {
-    while let Some(first) = jobs.recv().await {
-        let mut batch = vec![first];
+) -> Result<(), StoreError> {
+    std::thread::Builder::new()
+        .name("wsr-store-writer".into())
+        .spawn(move || run(conn, opener, jobs, shared))
+        .map(|_| ())
+        .map_err(|e| StoreError::Failed(format!("cannot start the store writer: {e}")))
+}
+
+fn run(mut conn: Connection, opener: Opener, mut jobs: mpsc::Receiver<Job>, shared: Arc<Shared>) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while let Some(first) = jobs.blocking_recv() {
+        batch.push(first);
         while batch.len() < MAX_BATCH {
             match jobs.try_recv() {
                 Ok(job) => batch.push(job),
                 Err(_) => break,
             }
         }
-        let outcome = AssertUnwindSafe(commit_batch(&mut conn, batch, &shared))
-            .catch_unwind()
-            .await;
+        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            commit_batch(&conn, &mut batch, &shared)
+        }));
         let broken = match outcome {
             Ok(connection) => connection == WriterConnection::Broken,
             Err(panic) => {
-                // Outside any one job (jobs catch their own): the batch's callers were answered
-                // "not stored" when their jobs were dropped; its transaction dies with the
+                // Outside any one job (jobs catch their own): the batch's callers are answered
+                // "not stored" as their jobs are dropped; the transaction dies with the
                 // connection.
                 batch_failed(
                     &shared,
-                    &format!("a commit panicked: {}", panic_message(&panic)),
+                    &format!("a commit panicked: {}", panic_message(&*panic)),
                 );
                 true
             }
         };
+        // Jobs not answered (a panic) answer "not stored" by being dropped.
+        batch.clear();
         if broken {
             // The transaction could not even be rolled back: start over on a fresh connection
             // rather than leave every later request failing on a stuck one.
-            conn = reconnect(&options).await;
+            drop(conn);
+            conn = opener.reopen();
         }
     }
 }
@@ -126,106 +104,58 @@ fn batch_failed(shared: &Shared, why: &str) {
     shared.health.failed(why);
 }
 
-/// The text a panic carried, for the log.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".into())
-}
-
-async fn reconnect(options: &SqliteConnectOptions) -> SqliteConnection {
-    let mut wait = Duration::from_millis(50);
-    loop {
-        match SqliteConnection::connect_with(options).await {
-            Ok(conn) => return conn,
-            Err(e) => {
-                tracing::error!(error = %e, "cannot reopen the store; retrying");
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(Duration::from_secs(5));
-            }
-        }
-    }
-}
-
 #[derive(Debug, PartialEq, Eq)]
 enum WriterConnection {
     Usable,
     Broken,
 }
 
+/// One job's result, kept until the commit.
+enum Done {
+    Received(Result<Received, StoreError>),
+    Swept(Result<SweepReport, StoreError>),
+    /// A change ran (kept or refused); its answer is in the job. `Err`: it failed alone.
+    Changed(Result<(), StoreError>),
+}
+
+fn exec(conn: &Connection, sql: &str) -> Result<(), StoreError> {
+    conn.prepare_cached(sql)?.execute([])?;
+    Ok(())
+}
+
 /// Runs every job of the batch in one transaction, commits once, then answers every job.
 ///
-/// A job whose stored state cannot be decoded fails alone. To keep that possible without
-/// paying two extra statements per message, the batch first runs without savepoints; only if a
-/// message job then fails on corrupt state is the transaction rolled back and the batch run
-/// again with a savepoint per job (a change job already consumed by the first pass is then
-/// answered "not committed"; its caller retries). Any database error, or a savepoint that
-/// cannot be released or rolled back, makes the whole transaction untrustworthy: it is rolled
-/// back and every job of the batch fails, so nothing half-done is ever committed and nobody is
-/// acked.
-async fn commit_batch(
-    conn: &mut SqliteConnection,
-    mut batch: Vec<Job>,
-    shared: &Shared,
-) -> WriterConnection {
-    let mut savepoints = Savepoints::ForChangesOnly;
-    let (results, effects, poisoned) = loop {
-        if let Err(e) = sqlx::query("BEGIN IMMEDIATE").execute(&mut *conn).await {
-            let why = format!("cannot begin a transaction: {e}");
-            batch_failed(shared, &why);
-            fail_all(batch, &why);
-            return WriterConnection::Usable;
-        }
-        let mut results = Vec::with_capacity(batch.len());
-        let mut effects = Effects::default();
-        let mut poisoned = None;
-        let mut retry = false;
-        // One read of every group the batch's messages touch; their writes wait for the end.
-        let mut staged = Staged::default();
-        if savepoints == Savepoints::ForChangesOnly {
-            // Two jobs touch the same group only when partner and group id are both the same.
-            let ids: Vec<(&str, &str)> = batch
-                .iter()
-                .filter_map(|j| match j {
-                    Job::Receive(m, _) => {
-                        Some((m.partner.as_str(), m.request.message_id.group_id.as_str()))
-                    }
-                    _ => None,
-                })
-                .collect();
-            if let Err(e) = staged.read_ahead(conn, &ids).await {
+/// A job whose group state cannot be decoded, or that panics, fails alone: a message job finds
+/// out before it writes anything, a message job that may find a buffered row missing runs in a
+/// savepoint, and a change always runs in one. Any database error fails the whole batch: the
+/// transaction is rolled back and nobody is acked.
+fn commit_batch(conn: &Connection, batch: &mut Vec<Job>, shared: &Shared) -> WriterConnection {
+    if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
+        let why = format!("cannot begin a transaction: {e}");
+        batch_failed(shared, &why);
+        fail_all(batch, &why);
+        // A connection that cannot even begin may be the problem.
+        return if conn.is_autocommit() {
+            WriterConnection::Usable
+        } else {
+            WriterConnection::Broken
+        };
+    }
+    let mut tx = Batch::new(conn);
+    let mut done = Vec::with_capacity(batch.len());
+    let mut poisoned = None;
+    for job in batch.iter_mut() {
+        match run_job(conn, &mut tx, job, shared) {
+            Ok(d) => done.push(d),
+            Err(e) => {
                 poisoned = Some(e);
+                break;
             }
         }
-        for job in batch.iter_mut().take_while(|_| poisoned.is_none()) {
-            match run_job(conn, job, shared, &mut staged, &mut effects, savepoints).await {
-                Ok(JobRun::Done(result)) => results.push(result),
-                Ok(JobRun::NeedsSavepoint) => {
-                    retry = true;
-                    break;
-                }
-                Err(e) => {
-                    poisoned = Some(e);
-                    break;
-                }
-            }
-        }
-        if !retry {
-            if poisoned.is_none() {
-                poisoned = staged.flush(conn).await.err();
-            }
-            break (results, effects, poisoned);
-        }
-        tracing::warn!("a job failed on corrupt state; running its batch again job by job");
-        if let Err(e) = sqlx::query("ROLLBACK").execute(&mut *conn).await {
-            tracing::error!(error = %e, "rollback failed; reopening the writer connection");
-            fail_all(batch, &format!("rollback failed: {e}"));
-            return WriterConnection::Broken;
-        }
-        savepoints = Savepoints::EveryJob;
-    };
+    }
+    if poisoned.is_none() {
+        poisoned = tx.flush(true).err();
+    }
     // The test hook fails commits that decide messages, not background sweeps.
     let carries_message = batch.iter().any(|j| matches!(j, Job::Receive(..)));
     let injected = poisoned.is_none()
@@ -237,20 +167,21 @@ async fn commit_batch(
     let committed = match (poisoned, injected) {
         (Some(e), _) => Err(e),
         (None, true) => Err(StoreError::Injected),
-        (None, false) => sqlx::query("COMMIT")
-            .execute(&mut *conn)
-            .await
-            .map(|_| ())
-            .map_err(StoreError::from),
+        (None, false) => exec(conn, "COMMIT"),
     };
+    let effects = std::mem::take(&mut tx.effects);
+    drop(tx);
     if let Err(e) = committed {
         batch_failed(shared, &format!("transaction failed: {e}"));
-        let rolled_back = sqlx::query("ROLLBACK").execute(&mut *conn).await;
+        let rolled_back = if conn.is_autocommit() {
+            // SQLite already rolled it back itself.
+            Ok(())
+        } else {
+            exec(conn, "ROLLBACK")
+        };
         fail_all(batch, &e.to_string());
         return match rolled_back {
-            Ok(_) => WriterConnection::Usable,
-            // "no transaction is active": SQLite already rolled it back itself.
-            Err(r) if r.to_string().contains("no transaction") => WriterConnection::Usable,
+            Ok(()) => WriterConnection::Usable,
             Err(r) => {
                 tracing::error!(error = %r, "rollback failed; reopening the writer connection");
                 WriterConnection::Broken
@@ -267,42 +198,30 @@ async fn commit_batch(
             }
         }
     }
-    if effects.callbacks {
-        shared.callbacks_due.notify_one();
-    }
-    if effects.appended {
-        shared.announce_deliveries();
-    }
+    shared.wake(effects.wakes);
     if effects
         .earliest_deadline
         .is_some_and(|d| d <= shared.sweeper_wakeup.load(Ordering::SeqCst))
     {
         shared.deadlines_changed.notify_one();
     }
-    for (job, result) in batch.into_iter().zip(results) {
+    for (job, result) in batch.drain(..).zip(done) {
         match (job, result) {
-            (Job::Receive(_, tx), Ok(JobResult::Received(r))) => {
-                let _ = tx.send(Ok(r));
+            (Job::Receive(_, tx), Done::Received(r)) => {
+                let _ = tx.send(r);
             }
-            (Job::Sweep(_, tx), Ok(JobResult::Swept(r))) => {
-                let _ = tx.send(Ok(r));
+            (Job::Sweep(_, tx), Done::Swept(r)) => {
+                let _ = tx.send(r);
             }
-            (Job::Run(_), Ok(JobResult::Ran(done))) => done(),
-            (job, Err(e)) => reply_err(job, e),
-            (job, Ok(_)) => reply_err(job, StoreError::Failed("mismatched job result".into())),
+            (Job::Change(c), Done::Changed(r)) => c.answer(r),
+            (job, _) => reply_err(job, StoreError::Failed("mismatched job result".into())),
         }
     }
     WriterConnection::Usable
 }
 
-enum JobResult {
-    Received(Received),
-    Swept(SweepReport),
-    Ran(Completion),
-}
-
-fn fail_all(batch: Vec<Job>, why: &str) {
-    for job in batch {
+fn fail_all(batch: &mut Vec<Job>, why: &str) {
+    for job in batch.drain(..) {
         reply_err(job, StoreError::Failed(why.to_owned()));
     }
 }
@@ -315,165 +234,109 @@ fn reply_err(job: Job, err: StoreError) {
         Job::Sweep(_, tx) => {
             let _ = tx.send(Err(err));
         }
-        // Its caller learns of the failure when its answer is dropped unsent.
-        Job::Run(_) => tracing::warn!(error = %err, "a store change was not committed"),
+        Job::Change(c) => c.answer(Err(err)),
     }
 }
 
-/// Whether jobs run in savepoints of their own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Savepoints {
-    /// Only change jobs (`Job::Run`), which may be refused and undone.
-    ForChangesOnly,
-    EveryJob,
-}
-
-/// How one job went, when the transaction is still trustworthy.
-enum JobRun {
-    /// Its own outcome (an error here fails that job alone).
-    Done(Result<JobResult, StoreError>),
-    /// It failed on corrupt state outside a savepoint: the batch must run again, carefully.
-    NeedsSavepoint,
-}
-
-/// Runs one job, in a savepoint where `savepoints` says so. The outer error means the
-/// transaction is no longer trustworthy.
-async fn run_job(
-    conn: &mut SqliteConnection,
+/// Runs one job inside the batch's transaction. The outer error means the transaction is no
+/// longer trustworthy (the batch fails).
+fn run_job(
+    conn: &Connection,
+    tx: &mut Batch<'_>,
     job: &mut Job,
     shared: &Shared,
-    staged: &mut Staged,
-    effects: &mut Effects,
-    savepoints: Savepoints,
-) -> Result<JobRun, StoreError> {
-    let in_savepoint = savepoints == Savepoints::EveryJob || matches!(job, Job::Run(_));
-    if !matches!(job, Job::Receive(..)) {
-        // It reads and writes the tables itself: let it see what the batch staged.
-        staged.flush(conn).await?;
-        staged.forget();
-    }
-    if let (Job::Receive(message, _), Savepoints::ForChangesOnly) = (&*job, savepoints) {
-        // An unreadable group state is found before the job writes anything: it fails alone,
-        // and the rest of the batch (delivery changes already applied included) stands.
-        let group = message.request.message_id.group_id.as_str();
-        if let Err(StoreError::Corrupt(why)) =
-            staged.load_group(conn, &message.partner, group).await
-        {
-            tracing::error!(reason = %why, "message refused: its group's stored state is unreadable");
-            return Ok(JobRun::Done(Err(StoreError::Corrupt(why))));
-        }
-    }
-    if in_savepoint {
-        // Whatever a savepoint might undo must not include earlier jobs' staged writes.
-        debug_assert!(
-            staged.is_clear(),
-            "staged writes would fall inside a job's savepoint"
-        );
-        sqlx::query("SAVEPOINT job").execute(&mut *conn).await?;
-    }
-    let mut job_effects = Effects::default();
-    // A panic is a bug, but one job's bug must not take the writer (and with it every later
-    // request) down: it becomes that job's failure, handled like corrupt state below.
-    let result = AssertUnwindSafe(job_outcome(
-        conn,
-        job,
-        shared,
-        staged,
-        &mut job_effects,
-        in_savepoint,
-    ))
-    .catch_unwind()
-    .await
-    .unwrap_or_else(|panic| Err(StoreError::Panicked(panic_message(&panic))));
-    let result = match result {
-        Ok(JobStep::Result(result)) => result,
-        Ok(JobStep::Finished(run)) => return Ok(run),
-        Err(e) => Err(e),
-    };
-    if !in_savepoint {
-        return match result {
-            Ok(done) => {
-                effects.absorb(job_effects);
-                Ok(JobRun::Done(Ok(done)))
-            }
-            Err(StoreError::Corrupt(_) | StoreError::Panicked(_)) => Ok(JobRun::NeedsSavepoint),
-            Err(e) => Err(e),
-        };
-    }
-    match result {
-        Ok(done) => {
-            sqlx::query("RELEASE job").execute(&mut *conn).await?;
-            effects.absorb(job_effects);
-            Ok(JobRun::Done(Ok(done)))
-        }
-        Err(failure @ (StoreError::Corrupt(_) | StoreError::Panicked(_))) => {
-            tracing::error!(reason = %failure, "store job failed alone; rolled back to its savepoint");
-            // Nothing it staged may outlive it.
-            *staged = Staged::default();
-            sqlx::query("ROLLBACK TO job").execute(&mut *conn).await?;
-            sqlx::query("RELEASE job").execute(&mut *conn).await?;
-            Ok(JobRun::Done(Err(failure)))
-        }
-        Err(e) => Err(e),
-    }
-}
-
-/// What running a job's own work gave: a result to finish in `run_job`, or a run already
-/// finished (its savepoint handled).
-enum JobStep {
-    Result(Result<JobResult, StoreError>),
-    Finished(JobRun),
-}
-
-/// The job's own work, inside whatever savepoint `run_job` opened.
-async fn job_outcome(
-    conn: &mut SqliteConnection,
-    job: &mut Job,
-    shared: &Shared,
-    staged: &mut Staged,
-    job_effects: &mut Effects,
-    in_savepoint: bool,
-) -> Result<JobStep, StoreError> {
-    let result = match job {
-        Job::Receive(message, _) => {
+) -> Result<Done, StoreError> {
+    match job {
+        Job::Receive(m, _) => {
             let doomed = shared
                 .panicking_group
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .as_deref()
-                == Some(message.request.message_id.group_id.as_str());
-            if doomed {
-                panic!("injected panic (test hook)");
+                == Some(m.request.message_id.group_id.as_str());
+            let plan = match tx.plan(m, &shared.policy, doomed)? {
+                Ok(plan) => plan,
+                Err(alone) => {
+                    tracing::error!(reason = %alone, "store job failed alone");
+                    return Ok(Done::Received(Err(alone)));
+                }
+            };
+            // Only a release can meet a missing buffered row after writing: that job alone
+            // runs in a savepoint, so it can fail alone.
+            let careful = !plan.release.is_empty();
+            if careful {
+                exec(conn, "SAVEPOINT job")?;
             }
-            let applied = apply_receive(conn, staged, message, &shared.policy, job_effects).await;
-            match applied {
-                // In a savepoint, its writes must land before the savepoint ends.
-                Ok(r) if in_savepoint => staged.flush(conn).await.map(|()| r),
-                other => other,
-            }
-        }
-        .map(JobResult::Received),
-        Job::Sweep(now, _) => apply_sweep(conn, *now, &shared.policy, job_effects)
-            .await
-            .map(JobResult::Swept),
-        Job::Run(change) => match change.take() {
-            // Consumed by a first pass that was rolled back.
-            None => {
-                sqlx::query("RELEASE job").execute(&mut *conn).await?;
-                return Ok(JobStep::Finished(JobRun::Done(Err(StoreError::Failed(
-                    "rolled back with its batch; try again".into(),
-                )))));
-            }
-            Some(change) => match change(&mut *conn).await {
-                Ok(Ran::Keep(done)) => Ok(JobResult::Ran(done)),
-                Ok(Ran::Undo(done)) => {
-                    sqlx::query("ROLLBACK TO job").execute(&mut *conn).await?;
-                    sqlx::query("RELEASE job").execute(&mut *conn).await?;
-                    return Ok(JobStep::Finished(JobRun::Done(Ok(JobResult::Ran(done)))));
+            match tx.apply(m, plan) {
+                Ok(received) => {
+                    if careful {
+                        exec(conn, "RELEASE job")?;
+                    }
+                    Ok(Done::Received(Ok(received)))
+                }
+                Err(StoreError::Corrupt(why)) if careful => {
+                    tracing::error!(reason = %why, "store job failed alone; rolled back to its savepoint");
+                    exec(conn, "ROLLBACK TO job")?;
+                    exec(conn, "RELEASE job")?;
+                    // Its group's slot is as before: the job stages its state only after every
+                    // write succeeded, and earlier jobs' staged writes lie outside the savepoint.
+                    Ok(Done::Received(Err(StoreError::Corrupt(why))))
                 }
                 Err(e) => Err(e),
-            },
-        },
+            }
+        }
+        Job::Sweep(now, _) => {
+            // It reads and writes the group table itself: let it see what the batch staged.
+            tx.flush(true)?;
+            let mut sweep = Batch::new(conn);
+            let report = sweep.sweep(*now, &shared.policy)?;
+            tx.effects.wakes.absorb(sweep.effects.wakes);
+            Ok(Done::Swept(Ok(report)))
+        }
+        Job::Change(change) => {
+            tx.flush(true)?;
+            exec(conn, "SAVEPOINT job")?;
+            let ran = std::panic::catch_unwind(AssertUnwindSafe(|| change.run(conn)))
+                .unwrap_or_else(|p| Err(StoreError::Panicked(panic_message(&*p))));
+            match ran {
+                Ok(Ran::Keep(wakes)) => {
+                    exec(conn, "RELEASE job")?;
+                    tx.effects.wakes.absorb(wakes);
+                    Ok(Done::Changed(Ok(())))
+                }
+                Ok(Ran::Undo) => {
+                    exec(conn, "ROLLBACK TO job")?;
+                    exec(conn, "RELEASE job")?;
+                    Ok(Done::Changed(Ok(())))
+                }
+                Err(failure @ (StoreError::Corrupt(_) | StoreError::Panicked(_))) => {
+                    tracing::error!(reason = %failure, "store change failed alone; rolled back to its savepoint");
+                    exec(conn, "ROLLBACK TO job")?;
+                    exec(conn, "RELEASE job")?;
+                    Ok(Done::Changed(Err(failure)))
+                }
+                Err(e) => Err(e),
+            }
+        }
+    }
+}
+
+/// Opens the writer's own connection with the same settings as the pool's.
+pub(super) fn open_writer_connection(
+    path: &std::path::Path,
+    durability: crate::store::config::Durability,
+) -> Result<rusqlite::Connection, StoreError> {
+    let conn = rusqlite::Connection::open(path)?;
+    conn.busy_timeout(std::time::Duration::from_secs(10))?;
+    let synchronous = match durability {
+        crate::store::config::Durability::Full => "FULL",
+        crate::store::config::Durability::Os => "NORMAL",
     };
-    Ok(JobStep::Result(result))
+    conn.execute_batch(&format!(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON;"
+    ))?;
+    // Every statement of the receive path, the sweep and the other helpers' changes stays
+    // prepared.
+    conn.set_prepared_statement_cache_capacity(256);
+    Ok(conn)
 }

@@ -7,7 +7,7 @@
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use wsr_gateway::delivery::lease::{Outcome, Stale};
 use wsr_gateway::delivery::subscription::{CreateRequest, Mode, Ordering, SettleMode, Spec, Start};
-use wsr_gateway::store::delivery::{DeadLetterChange, DeliveryError, DeliveryStore as _, Handed};
+use wsr_gateway::store::delivery::{DeadLetterChange, DeliveryError, Handed};
 use wsr_gateway::store::{Payload, ReceivedMessage, Store};
 use wsr_gateway::wsr::{GroupId, MessageId, ReplyPattern, Request, SequenceNum};
 

@@ -10,7 +10,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use wsr_gateway::rmp::sender::{Event, OutState, RetrySchedule};
 use wsr_gateway::store::Store;
 use wsr_gateway::store::outbound::{
-    IdempotencyKey, OutMessage, OutboundStore as _, ReplySource, Submission, SubmitError, Submitted,
+    IdempotencyKey, OutMessage, ReplySource, Submission, SubmitError, Submitted,
 };
 use wsr_gateway::wsr::{
     FaultCode, GroupId, Reply, ReplyPattern, ReplyRange, ReplyTo, SeqRange, SoapVersion,

@@ -1,1 +1,341 @@
-//! The receiver store trait's contract (see `contract/mod.rs`).
+//! The receiver store trait's contract (see `contract/mod.rs`): written against the facade and
+//! the traits only.
+
+use chrono::{DateTime, Duration, Utc};
+use wsr_gateway::rmp::receiver::Verdict;
+use wsr_gateway::store::{Payload, ReceivedMessage};
+use wsr_gateway::wsr::{GroupId, MessageId, ReplyPattern, ReplyTo, Request, SequenceNum};
+
+use super::backends;
+
+fn now() -> DateTime<Utc> {
+    Utc::now()
+}
+
+fn message(
+    group: &str,
+    number: Option<u64>,
+    reply: ReplyPattern,
+    payload: Payload,
+) -> ReceivedMessage {
+    ReceivedMessage {
+        partner: String::new(),
+        channel: "default".into(),
+        request: Request {
+            message_id: MessageId {
+                group_id: GroupId::parse(group).expect("group id"),
+                sequence: number.map(|number| SequenceNum {
+                    number,
+                    last: false,
+                    group_limit: None,
+                }),
+            },
+            expiry_time: now() + Duration::hours(1),
+            reply_pattern: reply,
+            ack_requested: true,
+            duplicate_elimination: true,
+            message_order: number.is_some(),
+        },
+        payload,
+        namespaces: "[]".into(),
+        topic: "default/Order".into(),
+        source: "127.0.0.1".into(),
+        soap12: false,
+        now: now(),
+    }
+}
+
+fn text(s: &str) -> Payload {
+    Payload::from(s.to_owned())
+}
+
+#[tokio::test]
+async fn a_message_is_accepted_once_and_its_duplicate_acked_without_a_second_delivery() {
+    for b in backends().await {
+        let m = message(
+            "mid:one@contract",
+            None,
+            ReplyPattern::Response,
+            text("<a/>"),
+        );
+        let first = b.store.receive(m.clone()).await.expect("stored");
+        assert_eq!(first.verdict, Verdict::Ack, "{}", b.name);
+        let again = b.store.receive(m).await.expect("stored");
+        assert_eq!(again.verdict, Verdict::Ack, "{}", b.name);
+        let inbox = b.store.inbox(0, 10).await.expect("inbox");
+        assert_eq!(inbox.len(), 1, "{}", b.name);
+        assert_eq!(inbox[0].payload, "<a/>", "{}", b.name);
+        assert!(
+            b.store
+                .group("", "mid:one@contract")
+                .await
+                .expect("read")
+                .is_some(),
+            "{}",
+            b.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_ordered_message_ahead_of_a_gap_waits_and_is_delivered_in_order_with_its_watcher_told() {
+    for b in backends().await {
+        let g = "mid:ordered@contract";
+        let second = message(g, Some(1), ReplyPattern::Response, text("<n>1</n>"));
+        let watcher = b.store.watch_delivery("", &second.request.key());
+        b.store.receive(second).await.expect("stored");
+        assert!(
+            b.store.inbox(0, 10).await.expect("inbox").is_empty(),
+            "{}",
+            b.name
+        );
+        b.store
+            .receive(message(
+                g,
+                Some(0),
+                ReplyPattern::Response,
+                text("<n>0</n>"),
+            ))
+            .await
+            .expect("stored");
+        watcher.await.expect("told after the commit");
+        let payloads: Vec<String> = b
+            .store
+            .inbox(0, 10)
+            .await
+            .expect("inbox")
+            .into_iter()
+            .map(|e| e.payload)
+            .collect();
+        assert_eq!(payloads, vec!["<n>0</n>", "<n>1</n>"], "{}", b.name);
+    }
+}
+
+#[tokio::test]
+async fn a_callback_ack_is_owed_then_forgotten_once_sent_or_rescheduled_when_it_failed() {
+    for b in backends().await {
+        let to = ReplyPattern::Callback(ReplyTo {
+            uri: "http://127.0.0.1:9/acks".into(),
+            reference_scheme: None,
+        });
+        b.store
+            .receive(message("mid:cb@contract", None, to, text("<a/>")))
+            .await
+            .expect("stored");
+        let due = b
+            .store
+            .due_callbacks(now() + Duration::seconds(1), 10)
+            .await
+            .expect("due");
+        assert_eq!(due.len(), 1, "{}", b.name);
+        let later = now() + Duration::minutes(5);
+        b.store
+            .callbacks_failed(&[due[0].id], later)
+            .await
+            .expect("rescheduled");
+        assert!(
+            b.store
+                .due_callbacks(now() + Duration::seconds(1), 10)
+                .await
+                .expect("due")
+                .is_empty(),
+            "{}",
+            b.name
+        );
+        let again = b.store.due_callbacks(later, 10).await.expect("due");
+        assert_eq!(again[0].attempts, 1, "{}", b.name);
+        b.store.callbacks_sent(&[again[0].id]).await.expect("sent");
+        assert_eq!(
+            b.store.next_callback_due().await.expect("next"),
+            None,
+            "{}",
+            b.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_failed_commit_acks_nobody_and_stores_nothing() {
+    for b in backends().await {
+        b.store.fail_next_commits(1);
+        let m = message(
+            "mid:lost@contract",
+            None,
+            ReplyPattern::Response,
+            text("<a/>"),
+        );
+        assert!(b.store.receive(m.clone()).await.is_err(), "{}", b.name);
+        assert!(
+            b.store.inbox(0, 10).await.expect("inbox").is_empty(),
+            "{}",
+            b.name
+        );
+        assert!(
+            b.store.readiness().await.is_err(),
+            "{}: not ready after a failed commit",
+            b.name
+        );
+        b.store.receive(m).await.expect("stored on retry");
+        assert_eq!(
+            b.store.inbox(0, 10).await.expect("inbox").len(),
+            1,
+            "{}",
+            b.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_sweep_long_after_expiry_purges_the_group() {
+    for b in backends().await {
+        b.store
+            .receive(message(
+                "mid:old@contract",
+                None,
+                ReplyPattern::Response,
+                text("<a/>"),
+            ))
+            .await
+            .expect("stored");
+        assert!(
+            b.store.next_deadline().await.expect("deadline").is_some(),
+            "{}",
+            b.name
+        );
+        let report = b
+            .store
+            .sweep(now() + Duration::days(60))
+            .await
+            .expect("swept");
+        assert_eq!(report.purged, 1, "{}", b.name);
+        assert!(
+            b.store
+                .group("", "mid:old@contract")
+                .await
+                .expect("read")
+                .is_none(),
+            "{}",
+            b.name
+        );
+    }
+}
+
+/// A message far above the blob threshold goes in through incremental blob I/O and comes back
+/// byte for byte.
+#[tokio::test]
+async fn a_large_payload_round_trips_byte_for_byte() {
+    for b in backends().await {
+        let body: String = (0..3 * 1024 * 1024 + 17)
+            .map(|i| char::from(b'a' + (i % 26) as u8))
+            .collect();
+        let m = message(
+            "mid:big@contract",
+            None,
+            ReplyPattern::Response,
+            Payload::from(body.clone()),
+        );
+        b.store.receive(m).await.expect("stored");
+        // And one held ahead of a gap, then released into the inbox.
+        let g = "mid:big-ordered@contract";
+        let held = message(
+            g,
+            Some(1),
+            ReplyPattern::Response,
+            Payload::from(body.clone()),
+        );
+        b.store.receive(held).await.expect("stored");
+        let filler = message(g, Some(0), ReplyPattern::Response, text("<n/>"));
+        b.store.receive(filler).await.expect("stored");
+        let inbox = b.store.inbox(0, 10).await.expect("inbox");
+        assert_eq!(inbox.len(), 3, "{}", b.name);
+        assert!(inbox[0].payload == body, "{}: the payload changed", b.name);
+        assert!(
+            inbox[2].payload == body,
+            "{}: the released payload changed",
+            b.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_poll_is_answered_from_what_was_committed_and_unknown_groups_get_nothing() {
+    use wsr_gateway::wsr::{RefToMessageIds, Reply};
+    for b in backends().await {
+        let g = GroupId::parse("mid:polled@contract").expect("id");
+        b.store
+            .receive(message(g.as_str(), None, ReplyPattern::Poll, text("<a/>")))
+            .await
+            .expect("stored");
+        let refs = [RefToMessageIds {
+            group_id: g.clone(),
+            ranges: Vec::new(),
+        }];
+        let answer = b.store.poll_answer("", &refs).await.expect("answer");
+        let replies = answer.expect("something to say").replies;
+        assert_eq!(
+            replies,
+            vec![Reply::NonSequence {
+                group_id: g.clone(),
+                fault: None
+            }],
+            "{}",
+            b.name
+        );
+        // Another partner's poll for the same id is about its own (unknown) group.
+        let other = b.store.poll_answer("acme", &refs).await.expect("answer");
+        assert!(
+            other.is_none_or(|r| !r.replies.contains(&Reply::NonSequence {
+                group_id: g.clone(),
+                fault: None
+            })),
+            "{}",
+            b.name
+        );
+    }
+}
+
+/// A job that fails inside the writer (here a simulated bug) fails alone: the messages that
+/// share its batch are stored and acked.
+#[tokio::test]
+async fn a_failing_job_fails_alone_in_its_batch() {
+    for b in backends().await {
+        b.store.panic_on_group(Some("mid:doomed@contract"));
+        let doomed = message(
+            "mid:doomed@contract",
+            None,
+            ReplyPattern::Response,
+            text("<x/>"),
+        );
+        let mut sends = vec![tokio::spawn({
+            let store = b.store.clone();
+            async move { store.receive(doomed).await.is_ok() }
+        })];
+        for i in 0..20 {
+            let store = b.store.clone();
+            let m = message(
+                &format!("mid:fine-{i}@contract"),
+                None,
+                ReplyPattern::Response,
+                text("<a/>"),
+            );
+            sends.push(tokio::spawn(async move { store.receive(m).await.is_ok() }));
+        }
+        let mut stored = Vec::new();
+        for s in sends {
+            stored.push(s.await.expect("send"));
+        }
+        assert!(!stored[0], "{}: the doomed message is not acked", b.name);
+        assert!(
+            stored[1..].iter().all(|ok| *ok),
+            "{}: the others are",
+            b.name
+        );
+        assert_eq!(
+            b.store.inbox(0, 100).await.expect("inbox").len(),
+            20,
+            "{}",
+            b.name
+        );
+        b.store.panic_on_group(None);
+    }
+}

@@ -7,12 +7,11 @@ mod submit;
 mod write;
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use super::{Change, SqliteStore, Wakes};
+use super::{SqliteStore, Wakes};
 use crate::rmp::replies::Verdicts;
 use crate::rmp::sender::{OutState, Outbound};
 use crate::store::outbound::{
@@ -23,20 +22,6 @@ use crate::store::{StoreError, StoreFuture};
 use crate::wsr::{GroupId, Reply};
 
 impl SqliteStore {
-    /// A change that refuses nothing.
-    async fn keep<T, F>(&self, change: F) -> Result<T, StoreError>
-    where
-        T: Send + 'static,
-        F: FnOnce(&rusqlite::Connection) -> Result<Change<T, Infallible>, StoreError>
-            + Send
-            + 'static,
-    {
-        match self.change(change).await? {
-            Ok(value) => Ok(value),
-            Err(never) => match never {},
-        }
-    }
-
     /// A change that saves states: answers the messages that reached a final state.
     async fn saves<F>(&self, change: F) -> Result<Vec<String>, StoreError>
     where
@@ -44,7 +29,7 @@ impl SqliteStore {
     {
         self.keep(move |conn| {
             let saved = change(conn)?;
-            Ok(Change::Keep(saved.finished, saved.wakes))
+            Ok((saved.finished, saved.wakes))
         })
         .await
     }
@@ -142,7 +127,7 @@ impl OutboundStore for SqliteStore {
         let (id, after) = (id.to_owned(), after.clone());
         Box::pin(self.keep(move |conn| {
             write::save_unreached(conn, &id, &after)?;
-            Ok(Change::Keep((), Wakes::NONE))
+            Ok(((), Wakes::NONE))
         }))
     }
 
@@ -155,7 +140,7 @@ impl OutboundStore for SqliteStore {
         let (ids, cause) = (ids.to_vec(), cause.to_owned());
         Box::pin(self.keep(move |conn| {
             write::record_failure(conn, &ids, &cause, at)?;
-            Ok(Change::Keep((), Wakes::NONE))
+            Ok(((), Wakes::NONE))
         }))
     }
 

@@ -26,7 +26,7 @@ pub(super) fn claim_attempt(
     before: &Outbound,
     after: &Outbound,
     now: DateTime<Utc>,
-) -> Changed<Option<String>, std::convert::Infallible> {
+) -> Result<(Option<String>, Wakes), StoreError> {
     let claimed = conn
         .prepare_cached(
             "UPDATE out_messages SET state = 'sent', attempts = ?1, next_attempt = ?2, \
@@ -40,7 +40,7 @@ pub(super) fn claim_attempt(
             i64::from(before.attempts)
         ])?;
     if claimed != 1 {
-        return Ok(Change::Keep(None, Wakes::NONE));
+        return Ok((None, Wakes::NONE));
     }
     if before.state == OutState::Queued {
         insert_event(conn, id, "sent", None, now)?;
@@ -48,7 +48,7 @@ pub(super) fn claim_attempt(
     let envelope: String = conn
         .prepare_cached("SELECT envelope FROM out_messages WHERE id = ?1")?
         .query_row([id], |r| r.get(0))?;
-    Ok(Change::Keep(Some(envelope), Wakes::NONE))
+    Ok((Some(envelope), Wakes::NONE))
 }
 
 pub(super) fn save_unreached(conn: &Conn, id: &str, after: &Outbound) -> Result<(), StoreError> {

@@ -1,0 +1,170 @@
+//! The receiver side's storage trait: storing received messages by the receive plan, the
+//! ordered buffer's waiters, poll answers, the callback queue, registered endpoints, and the
+//! reads of groups and the inbox. Every backend implements it; callers hold `Store`.
+
+use chrono::{DateTime, Utc};
+use tokio::sync::{Notify, oneshot};
+
+use super::error::StoreError;
+use super::future::StoreFuture;
+use super::received::{
+    Endpoints, InboxEntry, PendingCallback, Received, ReceivedMessage, SweepReport,
+};
+use crate::rmp::group::GroupState;
+use crate::rmp::replies::ReplyItem;
+use crate::wsr::{FaultCode, MessageKey, RefToMessageIds, Response};
+
+pub trait ReceiverStore: Send + Sync {
+    /// Decides, stores and commits one reliable message; the verdict is durable when this
+    /// returns.
+    fn receive<'a>(
+        &'a self,
+        message: ReceivedMessage,
+    ) -> StoreFuture<'a, Result<Received, StoreError>>;
+
+    /// Applies every group deadline due at `now` (expiry, idle, abort, purge) and drops
+    /// callback acks whose messages expired.
+    fn sweep<'a>(&'a self, now: DateTime<Utc>) -> StoreFuture<'a, Result<SweepReport, StoreError>>;
+
+    /// A receiver that fires when `partner`'s buffered message `key` is delivered. Register
+    /// before submitting the message, so that a delivery in the very next commit is not
+    /// missed.
+    fn watch_delivery(&self, partner: &str, key: &MessageKey) -> oneshot::Receiver<()>;
+
+    /// Forgets watchers that gave up (their receivers were dropped).
+    fn forget_watchers(&self, partner: &str, key: &MessageKey);
+
+    fn callbacks_due(&self) -> &Notify;
+
+    fn deadlines_changed(&self) -> &Notify;
+
+    /// The sweeper says when it will wake next; commits with an earlier deadline wake it.
+    fn sweeper_sleeps_until(&self, wakeup: DateTime<Utc>);
+
+    /// `partner`'s group `group_id` ("" for an anonymous caller's).
+    fn group<'a>(
+        &'a self,
+        partner: &'a str,
+        group_id: &'a str,
+    ) -> StoreFuture<'a, Result<Option<GroupState>, StoreError>>;
+
+    /// Groups with their partners, ordered by (partner, group id), after `after` (a
+    /// (partner, group id) pair), at most `limit`.
+    fn groups<'a>(
+        &'a self,
+        after: Option<(&'a str, &'a str)>,
+        limit: i64,
+    ) -> StoreFuture<'a, Result<Vec<(String, GroupState)>, StoreError>>;
+
+    /// Delivered messages with offsets above `after`, oldest first.
+    fn inbox<'a>(
+        &'a self,
+        after: i64,
+        limit: i64,
+    ) -> StoreFuture<'a, Result<Vec<InboxEntry>, StoreError>>;
+
+    /// The earliest group deadline, for the sweeper.
+    fn next_deadline<'a>(&'a self) -> StoreFuture<'a, Result<Option<DateTime<Utc>>, StoreError>>;
+
+    /// The registered endpoints of one kind.
+    fn endpoints<'a>(&'a self, kind: Endpoints)
+    -> StoreFuture<'a, Result<Vec<String>, StoreError>>;
+
+    /// Whether `url` is registered. A callback endpoint here is one registered for anonymous
+    /// callers; a partner's are asked with `is_callback_endpoint`.
+    fn is_endpoint<'a>(
+        &'a self,
+        kind: Endpoints,
+        url: &'a str,
+    ) -> StoreFuture<'a, Result<bool, StoreError>>;
+
+    /// Whether `partner` ("" for an anonymous caller) may name `url` as a callback ReplyTo:
+    /// a partner may name only the endpoints registered for it (D10, D14).
+    fn is_callback_endpoint<'a>(
+        &'a self,
+        partner: &'a str,
+        url: &'a str,
+    ) -> StoreFuture<'a, Result<bool, StoreError>>;
+
+    /// Registers an endpoint (a callback one for `partner`, `None`: for anonymous callers;
+    /// push endpoints have no partner); returns false if it was already registered.
+    fn add_endpoint<'a>(
+        &'a self,
+        kind: Endpoints,
+        partner: Option<&'a str>,
+        url: &'a str,
+        now: DateTime<Utc>,
+    ) -> StoreFuture<'a, Result<bool, StoreError>>;
+
+    /// Unregisters an endpoint (a callback one of `partner`, `None`: of anonymous callers).
+    fn remove_endpoint<'a>(
+        &'a self,
+        kind: Endpoints,
+        partner: Option<&'a str>,
+        url: &'a str,
+    ) -> StoreFuture<'a, Result<bool, StoreError>>;
+
+    /// The registered callback endpoints as (partner, url), "" for anonymous callers'.
+    fn callback_endpoints<'a>(
+        &'a self,
+    ) -> StoreFuture<'a, Result<Vec<(String, String)>, StoreError>>;
+
+    /// Callback acks due at `now`, oldest first.
+    fn due_callbacks<'a>(
+        &'a self,
+        now: DateTime<Utc>,
+        limit: i64,
+    ) -> StoreFuture<'a, Result<Vec<PendingCallback>, StoreError>>;
+
+    /// Queues replies about `partner`'s messages for a callback endpoint outside the receive
+    /// path (faults of messages refused on arrival, poll answers sent by callback).
+    fn owe_callbacks<'a>(
+        &'a self,
+        partner: &'a str,
+        endpoint: &'a str,
+        soap12: bool,
+        replies: &'a [ReplyItem],
+        expiry: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> StoreFuture<'a, Result<(), StoreError>>;
+
+    /// Remembers the fault of `partner`'s message that left no group state, for its sender's
+    /// polls.
+    fn record_fault<'a>(
+        &'a self,
+        partner: &'a str,
+        key: &'a MessageKey,
+        code: FaultCode,
+        expiry: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> StoreFuture<'a, Result<(), StoreError>>;
+
+    /// The answer to `partner`'s PollRequest from stored state (D11); `None` when there is
+    /// nothing to say. Only that partner's groups are read: a poll naming another partner's
+    /// group is answered as for an unknown group (D14).
+    ///
+    /// Read after a barrier through the writer's queue: every message whose decision was
+    /// queued before the poll arrived is committed first, so a sender polling after its
+    /// message's ExpiryTime can take "nothing" as "not delivered". The reading itself stays
+    /// outside the writer, so a large poll does not hold up deliveries.
+    fn poll_answer<'a>(
+        &'a self,
+        partner: &'a str,
+        refs: &'a [RefToMessageIds],
+    ) -> StoreFuture<'a, Result<Option<Response>, StoreError>>;
+
+    /// The earliest moment a callback is due.
+    fn next_callback_due<'a>(
+        &'a self,
+    ) -> StoreFuture<'a, Result<Option<DateTime<Utc>>, StoreError>>;
+
+    /// The acks were POSTed: forget them.
+    fn callbacks_sent<'a>(&'a self, ids: &'a [i64]) -> StoreFuture<'a, Result<(), StoreError>>;
+
+    /// The POST failed: try again at `next`, or drop those whose messages expired before then.
+    fn callbacks_failed<'a>(
+        &'a self,
+        ids: &'a [i64],
+        next: DateTime<Utc>,
+    ) -> StoreFuture<'a, Result<(), StoreError>>;
+}

@@ -1,0 +1,100 @@
+//! The lifecycle operations of the SQLite backend: policy, readiness, the writer barrier, and
+//! the test hooks.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::{SqliteStore, Wakes};
+use crate::rmp::group::Policy;
+use crate::store::backend::Backend;
+use crate::store::error::StoreError;
+use crate::store::future::StoreFuture;
+
+impl Backend for SqliteStore {
+    fn policy(&self) -> &Policy {
+        &self.shared.policy
+    }
+
+    fn panic_on_group(&self, group: Option<&str>) {
+        *self
+            .shared
+            .panicking_group
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = group.map(str::to_owned);
+    }
+
+    fn cap_database_size<'a>(&'a self, capped: bool) -> StoreFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            self.keep(move |conn| {
+                // SQLite raises a cap below the current size to the current size.
+                let pages: i64 = if capped { 1 } else { 1_073_741_823 };
+                conn.pragma_update(None, "max_page_count", pages)?;
+                Ok(((), Wakes::NONE))
+            })
+            .await
+        })
+    }
+
+    fn readiness<'a>(&'a self) -> StoreFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            const PROBE_EVERY: Duration = Duration::from_secs(1);
+            const PROBE_WAIT: Duration = Duration::from_secs(2);
+            if self.jobs.is_closed() {
+                return Err("the store writer has stopped".into());
+            }
+            let health = &self.shared.health;
+            if health.committed_within(PROBE_EVERY) {
+                return Ok(());
+            }
+            let mut last_probe = self.shared.probe.lock().await;
+            if health.committed_within(PROBE_EVERY)
+                || last_probe.is_some_and(|t| t.elapsed() < PROBE_EVERY)
+            {
+                return health.state();
+            }
+            *last_probe = Some(std::time::Instant::now());
+            // A writer stuck reconnecting must not hang the probe: that is an answer too.
+            let probe = tokio::time::timeout(
+                PROBE_WAIT,
+                self.keep(|conn| {
+                    conn.prepare_cached(
+                        "INSERT INTO settings (key, value) VALUES ('ready_probe', randomblob(8)) \
+                     ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    )?
+                    .execute([])?;
+                    Ok(((), Wakes::NONE))
+                }),
+            )
+            .await;
+            match probe {
+                Ok(Ok(())) => health.state(),
+                Ok(Err(e)) => Err(health.state().err().unwrap_or_else(|| e.to_string())),
+                Err(_) => Err(format!(
+                    "the store writer did not answer within {} s",
+                    PROBE_WAIT.as_secs()
+                )),
+            }
+        })
+    }
+
+    fn fail_next_commits(&self, n: usize) {
+        self.shared.failing_commits.store(n, Ordering::SeqCst);
+    }
+
+    fn flush<'a>(&'a self) -> StoreFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move { self.keep(|_| Ok(((), Wakes::NONE))).await })
+    }
+
+    fn prefill_delivered<'a>(
+        &'a self,
+        channel: &'a str,
+        groups: u64,
+        per_group: u64,
+        payload_bytes: usize,
+        now: DateTime<Utc>,
+    ) -> StoreFuture<'a, Result<u64, StoreError>> {
+        Box::pin(self.fill_delivered(channel, groups, per_group, payload_bytes, now))
+    }
+}

@@ -1,0 +1,561 @@
+//! One writer transaction's view of the receiver tables: each group the batch touches is read
+//! once and written once (when the batch ends, or before a job that reads the tables itself),
+//! and the receive and sweep plans (`rmp::receive_plan`) are applied with primitive statements
+//! on the writer's own connection, all prepared once and cached.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use rusqlite::{Connection, OptionalExtension as _, params};
+
+use super::group_json::millis;
+use super::group_state;
+use crate::rmp::group::{GroupState, GroupStatus, Policy};
+use crate::rmp::receive_plan::{
+    GroupWrite, OwedCallback, ReceivePlan, SweepPlan, plan_receive, plan_sweep,
+};
+use crate::rmp::receiver::{Action, Incoming, starts_counted_group};
+use crate::store::error::StoreError;
+use crate::store::received::{Payload, Received, ReceivedMessage, SweepReport};
+use crate::wsr::{GroupId, MessageKey};
+
+/// Most groups one sweep pass handles; the rest are due again at once.
+const SWEEP_BATCH: i64 = 500;
+
+/// Payloads above this are written with incremental blob I/O in chunks of this size, so that
+/// neither SQLite nor the driver holds a second full copy of a big message.
+pub(super) const BLOB_CHUNK: usize = 256 * 1024;
+
+/// A group as this batch sees it.
+struct Slot {
+    /// As read, or as written by an earlier job of the batch; an unreadable stored state is
+    /// kept as its reason, to fail only the jobs that touch it.
+    state: Result<Option<GroupState>, String>,
+    /// Staged write: (next deadline, updated at, source), when the batch changed the group.
+    write: Option<(Option<i64>, i64, String)>,
+}
+
+/// What the batch's commit makes possible, announced only after it.
+#[derive(Default)]
+pub(super) struct Effects {
+    /// Buffered messages delivered, by (partner, key): their held requests may answer.
+    pub(super) delivered: Vec<(String, MessageKey)>,
+    pub(super) wakes: super::shared::Wakes,
+    /// The earliest group deadline written (Unix ms).
+    pub(super) earliest_deadline: Option<i64>,
+}
+
+impl Effects {
+    fn deadline(&mut self, d: Option<i64>) {
+        if let Some(d) = d {
+            self.earliest_deadline = Some(self.earliest_deadline.map_or(d, |e| e.min(d)));
+        }
+    }
+}
+
+pub(super) struct Batch<'c> {
+    conn: &'c Connection,
+    /// By partner, then group id (two partners' groups of one id are two groups): looked up
+    /// by `&str` without building a key.
+    groups: HashMap<String, HashMap<String, Slot>>,
+    /// Groups this batch opened and has not written yet, per source (the quota's count).
+    opened_unwritten: HashMap<String, u64>,
+    pub(super) effects: Effects,
+}
+
+impl<'c> Batch<'c> {
+    pub(super) fn new(conn: &'c Connection) -> Batch<'c> {
+        Batch {
+            conn,
+            groups: HashMap::new(),
+            opened_unwritten: HashMap::new(),
+            effects: Effects::default(),
+        }
+    }
+
+    fn slot(&mut self, partner: &str, group_id: &str) -> Result<&mut Slot, StoreError> {
+        let known = self
+            .groups
+            .get(partner)
+            .is_some_and(|g| g.contains_key(group_id));
+        if !known {
+            let state = read_group(self.conn, partner, group_id)?;
+            self.groups
+                .entry(partner.to_owned())
+                .or_default()
+                .insert(group_id.to_owned(), Slot { state, write: None });
+        }
+        self.groups
+            .get_mut(partner)
+            .and_then(|g| g.get_mut(group_id))
+            .ok_or_else(|| StoreError::Failed("group slot vanished".into()))
+    }
+
+    /// Plans one message against its group as of this point of the batch. `Ok(Err)`: the job
+    /// fails alone before writing anything (unreadable state, a panic); the outer error fails
+    /// the batch.
+    pub(super) fn plan(
+        &mut self,
+        m: &ReceivedMessage,
+        policy: &Policy,
+        doomed: bool,
+    ) -> Result<Result<ReceivePlan, StoreError>, StoreError> {
+        let request = &m.request;
+        let group_id = request.message_id.group_id.as_str();
+        let opens = match &self.slot(&m.partner, group_id)?.state {
+            Ok(stored) => stored.is_none(),
+            Err(why) => {
+                tracing::error!(reason = %why, "message refused: its group's stored state is unreadable");
+                return Ok(Err(StoreError::Corrupt(why.clone())));
+            }
+        };
+        // Counted only when the message would open a group: one indexed count, not per message.
+        let open_groups_of_source = if opens && starts_counted_group(request) {
+            self.open_groups_of(&m.source)?
+        } else {
+            0
+        };
+        let stored = match &self.slot(&m.partner, group_id)?.state {
+            Ok(stored) => stored.as_ref(),
+            Err(_) => None,
+        };
+        let planned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            if doomed {
+                panic!("injected panic (test hook)");
+            }
+            plan_receive(
+                stored,
+                Incoming {
+                    request,
+                    channel: &m.channel,
+                    body_bytes: m.payload.len() as u64,
+                    open_groups_of_source,
+                },
+                m.now,
+                policy,
+            )
+        }));
+        Ok(planned.map_err(|p| StoreError::Panicked(super::job::panic_message(&*p))))
+    }
+
+    /// Applies a message's plan. A `Corrupt` error (a buffered message the state names is
+    /// missing) leaves the transaction usable; the caller undoes the job with a savepoint.
+    pub(super) fn apply(
+        &mut self,
+        m: &ReceivedMessage,
+        plan: ReceivePlan,
+    ) -> Result<Received, StoreError> {
+        let conn = self.conn;
+        let key = m.request.key();
+        let partner = m.partner.as_str();
+        let group_id = key.group_id.as_str();
+        let number = key.number.map(|n| n as i64);
+        let expiry = millis(m.request.expiry_time);
+        let now = millis(m.now);
+        match plan.action {
+            Action::Deliver => {
+                insert_inbox(conn, m, number, now, expiry)?;
+                self.effects.wakes.deliveries = true;
+            }
+            Action::Buffer => insert_buffered(conn, m, number, now, expiry)?,
+            Action::Drop => {}
+        }
+        for n in &plan.release {
+            release_buffered(conn, partner, &key.group_id, *n)?;
+            self.effects.wakes.deliveries = true;
+            self.effects.delivered.push((
+                partner.to_owned(),
+                MessageKey {
+                    group_id: key.group_id.clone(),
+                    number: Some(*n),
+                },
+            ));
+        }
+        delete_buffered(conn, partner, group_id, &plan.discard)?;
+        for c in &plan.callbacks {
+            owe_callback(conn, partner, group_id, c, m.soap12, now)?;
+            self.effects.wakes.callbacks = true;
+        }
+        if let Some(f) = &plan.poll_fault {
+            insert_fault(conn, partner, &key.group_id, f.number, f.code, f.keep_until)?;
+        }
+        if let Some(write) = plan.group {
+            self.stage(partner, write, &m.source, now)?;
+        }
+        Ok(Received {
+            verdict: plan.verdict,
+        })
+    }
+
+    fn stage(
+        &mut self,
+        partner: &str,
+        write: GroupWrite,
+        source: &str,
+        now: i64,
+    ) -> Result<(), StoreError> {
+        let deadline = write.deadline.map(millis);
+        let opened_here = write.state.status == GroupStatus::Open;
+        let slot = self.slot(partner, write.state.group_id.as_str())?;
+        let was_new = matches!(slot.state, Ok(None)) && slot.write.is_none();
+        slot.state = Ok(Some(write.state));
+        slot.write = Some((deadline, now, source.to_owned()));
+        if was_new && opened_here {
+            *self.opened_unwritten.entry(source.to_owned()).or_default() += 1;
+        }
+        self.effects.deadline(deadline);
+        Ok(())
+    }
+
+    /// How many groups `source` has open as of this point of the batch.
+    fn open_groups_of(&self, source: &str) -> Result<u64, StoreError> {
+        let stored: i64 = self
+            .conn
+            .prepare_cached("SELECT count(*) FROM groups WHERE source = ?1 AND status = 'open'")?
+            .query_row([source], |r| r.get(0))?;
+        let unwritten = self.opened_unwritten.get(source).copied().unwrap_or(0);
+        Ok(u64::try_from(stored).unwrap_or(0).saturating_add(unwritten))
+    }
+
+    /// Writes the staged group states; with `forget`, also drops what was read (the next
+    /// job may change groups behind the batch's back).
+    pub(super) fn flush(&mut self, forget: bool) -> Result<(), StoreError> {
+        let mut upsert = self.conn.prepare_cached(
+            "INSERT INTO groups (partner, group_id, channel, status, next_deadline, updated_at, \
+             state, state_bin, source) VALUES (?1, ?2, ?3, ?4, ?5, ?6, '', ?7, ?8) \
+             ON CONFLICT (partner, group_id) DO UPDATE SET status = excluded.status, \
+             next_deadline = excluded.next_deadline, updated_at = excluded.updated_at, \
+             state = '', state_bin = excluded.state_bin",
+        )?;
+        let mut encoded = Vec::new();
+        let slots = self
+            .groups
+            .iter_mut()
+            .flat_map(|(p, g)| g.iter_mut().map(move |(id, slot)| (p, id, slot)));
+        for (partner, group_id, slot) in slots {
+            let (Some((deadline, updated, source)), Ok(Some(state))) =
+                (slot.write.take(), &slot.state)
+            else {
+                continue;
+            };
+            encoded.clear();
+            group_state::encode(state, &mut encoded);
+            upsert.execute(params![
+                partner,
+                group_id,
+                state.params.channel,
+                state.status.as_str(),
+                deadline,
+                updated,
+                encoded,
+                source
+            ])?;
+        }
+        self.opened_unwritten.clear();
+        if forget {
+            self.groups.clear();
+        }
+        Ok(())
+    }
+
+    /// Applies every group deadline due at `now` and drops callback acks and fault notices
+    /// that expired. Runs with nothing staged.
+    pub(super) fn sweep(
+        &mut self,
+        now: DateTime<Utc>,
+        policy: &Policy,
+    ) -> Result<SweepReport, StoreError> {
+        let conn = self.conn;
+        let now_ms = millis(now);
+        let due: Vec<(String, String, Result<GroupState, String>)> = {
+            let mut select = conn.prepare_cached(
+                "SELECT partner, group_id, state, state_bin FROM groups WHERE next_deadline <= ?1 \
+                 ORDER BY next_deadline LIMIT ?2",
+            )?;
+            let rows = select.query_map(params![now_ms, SWEEP_BATCH], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, String>(1)?,
+                    group_state::decode_row(r.get_ref(2)?, r.get_ref(3)?),
+                ))
+            })?;
+            rows.collect::<Result<_, _>>()?
+        };
+        let mut report = SweepReport::default();
+        for (partner, group_id, state) in due {
+            let state = match state {
+                Ok(state) => state,
+                Err(why) => {
+                    // One unreadable row must not stop every other group's deadlines: take it
+                    // out of the sweep (kept for an operator to inspect) and go on.
+                    tracing::error!(%partner, %group_id, reason = %why, "unreadable group state; no longer swept");
+                    conn.prepare_cached(
+                        "UPDATE groups SET next_deadline = NULL WHERE partner = ?1 AND group_id = ?2",
+                    )?
+                    .execute(params![partner, group_id])?;
+                    continue;
+                }
+            };
+            match plan_sweep(state, now, policy) {
+                SweepPlan::Rearm(write) => self.write_now(&partner, &write, now_ms)?,
+                SweepPlan::Changed {
+                    group,
+                    discard,
+                    callbacks,
+                } => {
+                    delete_buffered(conn, &partner, &group_id, &discard)?;
+                    // Senders of discarded messages learn by callback in SOAP 1.1, the version
+                    // every peer accepts; their own version is not kept for buffered messages.
+                    for c in &callbacks {
+                        owe_callback(conn, &partner, &group_id, c, false, now_ms)?;
+                        self.effects.wakes.callbacks = true;
+                    }
+                    // The sweeper reads the next deadline itself after this pass.
+                    self.write_now(&partner, &group, now_ms)?;
+                    report.changed += 1;
+                    report.discarded += discard.len();
+                }
+                SweepPlan::Purge => {
+                    conn.prepare_cached("DELETE FROM groups WHERE partner = ?1 AND group_id = ?2")?
+                        .execute(params![partner, group_id])?;
+                    conn.prepare_cached(
+                        "DELETE FROM buffered WHERE partner = ?1 AND group_id = ?2",
+                    )?
+                    .execute(params![partner, group_id])?;
+                    report.purged += 1;
+                }
+            }
+        }
+        conn.prepare_cached("DELETE FROM pending_callbacks WHERE expiry < ?1")?
+            .execute([now_ms])?;
+        conn.prepare_cached("DELETE FROM message_faults WHERE expiry < ?1")?
+            .execute([now_ms])?;
+        Ok(report)
+    }
+
+    /// Writes a swept group's state at once (the sweep runs alone, nothing staged).
+    fn write_now(&mut self, partner: &str, write: &GroupWrite, now: i64) -> Result<(), StoreError> {
+        let mut encoded = Vec::new();
+        group_state::encode(&write.state, &mut encoded);
+        self.conn
+            .prepare_cached(
+                "UPDATE groups SET status = ?3, next_deadline = ?4, updated_at = ?5, state = '', \
+                 state_bin = ?6 WHERE partner = ?1 AND group_id = ?2",
+            )?
+            .execute(params![
+                partner,
+                write.state.group_id.as_str(),
+                write.state.status.as_str(),
+                write.deadline.map(millis),
+                now,
+                encoded
+            ])?;
+        Ok(())
+    }
+}
+
+/// The stored state of `partner`'s group (`Err(reason)`: unreadable).
+fn read_group(
+    conn: &Connection,
+    partner: &str,
+    group_id: &str,
+) -> Result<Result<Option<GroupState>, String>, StoreError> {
+    let found = conn
+        .prepare_cached("SELECT state, state_bin FROM groups WHERE partner = ?1 AND group_id = ?2")?
+        .query_row([partner, group_id], |r| {
+            Ok(group_state::decode_row(r.get_ref(0)?, r.get_ref(1)?))
+        })
+        .optional()?;
+    Ok(found.transpose())
+}
+
+/// Appends a delivered message to the inbox. A big payload goes in as a zero blob filled in
+/// chunks (incremental blob I/O); the payload column is the record's last, so SQLite never
+/// builds the full value in memory.
+fn insert_inbox(
+    conn: &Connection,
+    m: &ReceivedMessage,
+    number: Option<i64>,
+    now: i64,
+    expiry: i64,
+) -> Result<(), StoreError> {
+    let group_id = m.request.message_id.group_id.as_str();
+    if m.payload.len() <= BLOB_CHUNK {
+        conn.prepare_cached(
+            "INSERT INTO inbox (channel, topic, group_id, number, namespaces, received_at, expiry, \
+             partner, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        )?
+        .execute(params![
+            m.channel,
+            m.topic,
+            group_id,
+            number,
+            m.namespaces,
+            now,
+            expiry,
+            m.partner,
+            m.payload.as_str()
+        ])?;
+        return Ok(());
+    }
+    conn.prepare_cached(
+        "INSERT INTO inbox (channel, topic, group_id, number, namespaces, received_at, expiry, \
+         partner, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, zeroblob(?9))",
+    )?
+    .execute(params![
+        m.channel,
+        m.topic,
+        group_id,
+        number,
+        m.namespaces,
+        now,
+        expiry,
+        m.partner,
+        m.payload.len() as i64
+    ])?;
+    write_blob(conn, "inbox", conn.last_insert_rowid(), &m.payload)
+}
+
+/// Holds an ordered message ahead of a gap; a big payload goes in as the inbox's does.
+fn insert_buffered(
+    conn: &Connection,
+    m: &ReceivedMessage,
+    number: Option<i64>,
+    now: i64,
+    expiry: i64,
+) -> Result<(), StoreError> {
+    let group_id = m.request.message_id.group_id.as_str();
+    let big = m.payload.len() > BLOB_CHUNK;
+    let mut insert = conn.prepare_cached(if big {
+        "INSERT INTO buffered (partner, group_id, number, channel, topic, namespaces, \
+         received_at, expiry, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, zeroblob(?9))"
+    } else {
+        "INSERT INTO buffered (partner, group_id, number, channel, topic, namespaces, \
+         received_at, expiry, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+    })?;
+    let (p, c, t, ns) = (&m.partner, &m.channel, &m.topic, &m.namespaces);
+    if !big {
+        insert.execute(params![
+            p,
+            group_id,
+            number,
+            c,
+            t,
+            ns,
+            now,
+            expiry,
+            m.payload.as_str()
+        ])?;
+        return Ok(());
+    }
+    let len = m.payload.len() as i64;
+    insert.execute(params![p, group_id, number, c, t, ns, now, expiry, len])?;
+    write_blob(conn, "buffered", conn.last_insert_rowid(), &m.payload)
+}
+
+/// Fills the zero blob of `table`'s row `rowid` with `payload`, one chunk at a time.
+fn write_blob(
+    conn: &Connection,
+    table: &str,
+    rowid: i64,
+    payload: &Payload,
+) -> Result<(), StoreError> {
+    let mut blob = conn.blob_open(rusqlite::MAIN_DB, table, "payload", rowid, false)?;
+    for (i, chunk) in payload.as_bytes().chunks(BLOB_CHUNK).enumerate() {
+        blob.write_at(chunk, i * BLOB_CHUNK)?;
+    }
+    blob.close()?;
+    Ok(())
+}
+
+/// Moves a buffered message into the inbox, keeping its original arrival data.
+fn release_buffered(
+    conn: &Connection,
+    partner: &str,
+    group_id: &GroupId,
+    n: u64,
+) -> Result<(), StoreError> {
+    let moved = conn
+        .prepare_cached(
+            "INSERT INTO inbox (channel, topic, group_id, number, namespaces, received_at, \
+             expiry, partner, payload) SELECT channel, topic, group_id, number, namespaces, \
+             received_at, expiry, partner, payload FROM buffered \
+             WHERE partner = ?1 AND group_id = ?2 AND number = ?3",
+        )?
+        .execute(params![partner, group_id.as_str(), n as i64])?;
+    if moved != 1 {
+        return Err(StoreError::Corrupt(format!(
+            "buffered message {group_id}#{n} is missing"
+        )));
+    }
+    delete_buffered(conn, partner, group_id.as_str(), &[n])
+}
+
+fn delete_buffered(
+    conn: &Connection,
+    partner: &str,
+    group_id: &str,
+    numbers: &[u64],
+) -> Result<(), StoreError> {
+    if numbers.is_empty() {
+        return Ok(());
+    }
+    let mut delete = conn.prepare_cached(
+        "DELETE FROM buffered WHERE partner = ?1 AND group_id = ?2 AND number = ?3",
+    )?;
+    for n in numbers {
+        delete.execute(params![partner, group_id, *n as i64])?;
+    }
+    Ok(())
+}
+
+/// Queues an ack or fault for `partner`'s Callback-pattern message.
+fn owe_callback(
+    conn: &Connection,
+    partner: &str,
+    group_id: &str,
+    c: &OwedCallback,
+    soap12: bool,
+    now: i64,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO pending_callbacks (partner, endpoint, soap12, group_id, number, fault, \
+         expiry, next_attempt) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?
+    .execute(params![
+        partner,
+        c.endpoint,
+        i64::from(soap12),
+        group_id,
+        c.number.map(|n| n as i64),
+        c.fault.map(|f| f.local_name()),
+        millis(c.keep_until),
+        now
+    ])?;
+    Ok(())
+}
+
+/// Remembers the fault of `partner`'s message for its sender's polls.
+pub(super) fn insert_fault(
+    conn: &Connection,
+    partner: &str,
+    group_id: &GroupId,
+    number: Option<u64>,
+    code: crate::wsr::FaultCode,
+    keep_until: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO message_faults (partner, group_id, singleton, number, fault, expiry) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6) \
+         ON CONFLICT (partner, group_id, singleton, number) DO NOTHING",
+    )?
+    .execute(params![
+        partner,
+        group_id.as_str(),
+        i64::from(number.is_none()),
+        crate::rmp::group::slot(number) as i64,
+        code.local_name(),
+        millis(keep_until)
+    ])?;
+    Ok(())
+}

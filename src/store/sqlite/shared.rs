@@ -1,0 +1,92 @@
+//! State shared between the store's handles and its writer thread: the waiters a commit wakes,
+//! the test hooks, health. A leaf: it uses nothing of the backend's other files.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicI64, AtomicUsize};
+
+use tokio::sync::{Notify, oneshot, watch};
+
+use crate::rmp::group::Policy;
+use crate::store::health::Health;
+use crate::wsr::MessageKey;
+
+/// What a committed change makes possible; the writer wakes the matching waiters after the
+/// commit, never before.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Wakes {
+    /// Subscriptions may have something new to hand out (appends, releases, lapsed leases).
+    pub deliveries: bool,
+    /// An outbound message is due (submitted, or its schedule moved earlier).
+    pub outbound: bool,
+    /// Callback acks were queued.
+    pub callbacks: bool,
+}
+
+impl Wakes {
+    pub(crate) const NONE: Wakes = Wakes {
+        deliveries: false,
+        outbound: false,
+        callbacks: false,
+    };
+
+    pub(crate) fn absorb(&mut self, other: Wakes) {
+        self.deliveries |= other.deliveries;
+        self.outbound |= other.outbound;
+        self.callbacks |= other.callbacks;
+    }
+}
+
+/// Held Response-pattern requests by (partner, message key), each told when its message is
+/// delivered.
+pub(in crate::store) type Waiters = HashMap<(String, MessageKey), Vec<oneshot::Sender<()>>>;
+
+/// State shared between handles and the writer task.
+pub(in crate::store) struct Shared {
+    pub(in crate::store) policy: Policy,
+    /// Requests waiting for a buffered message of theirs to be delivered (Response pattern),
+    /// by (partner, key): another partner's message of the same key is not theirs.
+    pub(in crate::store) waiters: Mutex<Waiters>,
+    /// Woken after a commit that queued callback acks.
+    pub(in crate::store) callbacks_due: Notify,
+    /// Woken when an outbound message was submitted or its schedule moved earlier.
+    pub(in crate::store) outbound_due: Notify,
+    /// Woken after a commit that moved a group deadline before the sweeper's next wake-up.
+    pub(in crate::store) deadlines_changed: Notify,
+    /// When the sweeper plans to wake next (Unix ms).
+    pub(in crate::store) sweeper_wakeup: AtomicI64,
+    /// Test hook: the next N commits fail as if the disk refused them.
+    pub(in crate::store) failing_commits: AtomicUsize,
+    /// Test hook: messages of this group panic inside the writer (a bug, simulated).
+    pub(in crate::store) panicking_group: Mutex<Option<String>>,
+    /// Whether the writer's last commit attempt worked (readiness).
+    pub(in crate::store) health: Health,
+    /// One readiness probe at a time, and when the last one ran.
+    pub(super) probe: tokio::sync::Mutex<Option<std::time::Instant>>,
+    /// This process's exclusive hold on the database (`{file}.lock`), released when the last
+    /// handle and the writer are gone.
+    pub(super) _lock: std::fs::File,
+    /// Bumped whenever subscriptions may have something new to hand out (inbox appends,
+    /// releases, lapsed leases); long-polling fetches wait on it.
+    pub(in crate::store) deliveries_changed: watch::Sender<u64>,
+}
+
+impl Shared {
+    /// Wakes whoever waits for what a commit made possible.
+    pub(in crate::store) fn wake(&self, wakes: Wakes) {
+        if wakes.deliveries {
+            self.announce_deliveries();
+        }
+        if wakes.outbound {
+            self.outbound_due.notify_one();
+        }
+        if wakes.callbacks {
+            self.callbacks_due.notify_one();
+        }
+    }
+
+    pub(in crate::store) fn announce_deliveries(&self) {
+        self.deliveries_changed
+            .send_modify(|n| *n = n.wrapping_add(1));
+    }
+}
