@@ -478,7 +478,7 @@ fn holodeck_as_sender_mid_slash_slash_zoneless_multipart() {
 /// receiver answers (README of the transcripts), each message delivered exactly once.
 #[tokio::test]
 async fn holodeck_as_sender_is_answered_by_our_receiver() {
-    use super::support::spawn_app;
+    use super::support::spawn_app_at;
     use wsr_gateway::wsr::Reply as R;
 
     let exchanges = load();
@@ -492,7 +492,15 @@ async fn holodeck_as_sender_is_answered_by_our_receiver() {
         "all send-* transcripts present: {files:?}"
     );
     for file in files {
-        let app = spawn_app().await;
+        // The clock starts at the recording's time: the housekeeping pass must not see a
+        // "now" years after the messages it is sent (a purge by age would then be right).
+        let first = exchanges
+            .iter()
+            .filter(|e| e.file == file)
+            .map(|e| e.request_time)
+            .min()
+            .expect("a transcript has exchanges");
+        let app = spawn_app_at(first).await;
         app.register_callback("http://127.0.0.1:8081/axis2/services/wsrm")
             .await;
         let mut keys = std::collections::BTreeSet::new();

@@ -147,14 +147,23 @@ pub fn init_tracing() {
     });
 }
 
+/// A gateway whose clock starts at `start` (a recording's time): its background work never
+/// sees a later "now" than the requests it is sent, as on a real clock.
+pub async fn spawn_app_at(start: chrono::DateTime<Utc>) -> TestApp {
+    spawn_app_on(ManualClock::new(start), |_| {}).await
+}
+
 pub async fn spawn_app_with(adjust: impl FnOnce(&mut Config)) -> TestApp {
+    spawn_app_on(ManualClock::new(Utc::now()), adjust).await
+}
+
+async fn spawn_app_on(clock: ManualClock, adjust: impl FnOnce(&mut Config)) -> TestApp {
     init_tracing();
     let dir = tempfile::tempdir().expect("temp dir");
     let mut config = Config::for_tests(dir.path().join("gw.db"));
     config.callback_retry_initial = std::time::Duration::from_millis(20);
     config.callback_retry_max = std::time::Duration::from_millis(200);
     adjust(&mut config);
-    let clock = ManualClock::new(Utc::now());
     let mut app = start(config, clock).await;
     app._dir = Some(dir);
     app
