@@ -16,6 +16,7 @@ use tokio::sync::{Notify, mpsc, watch};
 mod backend;
 mod batch;
 mod change;
+mod checkpointer;
 mod delivery;
 pub mod group_json;
 pub mod group_state;

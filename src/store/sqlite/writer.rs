@@ -13,6 +13,7 @@ use rusqlite::Connection;
 use tokio::sync::mpsc;
 
 use super::batch::Batch;
+use super::checkpointer::Checkpoints;
 use super::job::{Job, MAX_BATCH, Ran, panic_message};
 use super::shared::Shared;
 use crate::store::config::Durability;
@@ -61,6 +62,15 @@ pub(super) fn spawn(
 }
 
 fn run(mut conn: Connection, opener: Opener, mut jobs: mpsc::Receiver<Job>, shared: Arc<Shared>) {
+    let checkpoints = match opener.open().and_then(Checkpoints::start) {
+        Ok(c) => Some(c),
+        Err(e) => {
+            // Without it the writer checkpoints inside its commits, as SQLite does by default.
+            tracing::warn!(error = %e, "no checkpointer thread; the writer checkpoints itself");
+            let _ = conn.execute_batch("PRAGMA wal_autocheckpoint = 1000");
+            None
+        }
+    };
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while let Some(first) = jobs.blocking_recv() {
         batch.push(first);
@@ -88,6 +98,9 @@ fn run(mut conn: Connection, opener: Opener, mut jobs: mpsc::Receiver<Job>, shar
         };
         // Jobs not answered (a panic) answer "not stored" by being dropped.
         batch.clear();
+        if let Some(c) = &checkpoints {
+            c.committed();
+        }
         if broken {
             // The transaction could not even be rolled back: start over on a fresh connection
             // rather than leave every later request failing on a stuck one.
@@ -333,8 +346,11 @@ pub(super) fn open_writer_connection(
         crate::store::config::Durability::Os => "NORMAL",
     };
     conn.execute_batch(&format!(
-        "PRAGMA journal_mode = WAL; PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON;"
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON; \
+         PRAGMA wal_autocheckpoint = 0; PRAGMA journal_size_limit = 67108864;"
     ))?;
+    // No checkpoint inside commits: the checkpointer thread does them (checkpointer.rs). A
+    // WAL that grew under load is cut back to 64 MiB when it starts over.
     // Every statement of the receive path, the sweep and the other helpers' changes stays
     // prepared.
     conn.set_prepared_statement_cache_capacity(256);
