@@ -380,27 +380,9 @@ fn insert_inbox(
     expiry: i64,
 ) -> Result<(), StoreError> {
     let group_id = m.request.message_id.group_id.as_str();
-    if m.payload.len() <= BLOB_CHUNK {
-        conn.prepare_cached(
-            "INSERT INTO inbox (channel, topic, group_id, number, namespaces, received_at, expiry, \
-             partner, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-        )?
-        .execute(params![
-            m.channel,
-            m.topic,
-            group_id,
-            number,
-            m.namespaces,
-            now,
-            expiry,
-            m.partner,
-            m.payload.as_str()
-        ])?;
-        return Ok(());
-    }
     conn.prepare_cached(
         "INSERT INTO inbox (channel, topic, group_id, number, namespaces, received_at, expiry, \
-         partner, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, zeroblob(?9))",
+         partner, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     )?
     .execute(params![
         m.channel,
@@ -411,9 +393,9 @@ fn insert_inbox(
         now,
         expiry,
         m.partner,
-        m.payload.len() as i64
+        PayloadParam::of(&m.payload)
     ])?;
-    write_blob(conn, "inbox", conn.last_insert_rowid(), &m.payload)
+    PayloadParam::finish(conn, "inbox", &m.payload)
 }
 
 /// Holds an ordered message ahead of a gap; a big payload goes in as the inbox's does.
@@ -425,32 +407,58 @@ fn insert_buffered(
     expiry: i64,
 ) -> Result<(), StoreError> {
     let group_id = m.request.message_id.group_id.as_str();
-    let big = m.payload.len() > BLOB_CHUNK;
-    let mut insert = conn.prepare_cached(if big {
+    conn.prepare_cached(
         "INSERT INTO buffered (partner, group_id, number, channel, topic, namespaces, \
-         received_at, expiry, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, zeroblob(?9))"
-    } else {
-        "INSERT INTO buffered (partner, group_id, number, channel, topic, namespaces, \
-         received_at, expiry, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
-    })?;
-    let (p, c, t, ns) = (&m.partner, &m.channel, &m.topic, &m.namespaces);
-    if !big {
-        insert.execute(params![
-            p,
-            group_id,
-            number,
-            c,
-            t,
-            ns,
-            now,
-            expiry,
-            m.payload.as_str()
-        ])?;
-        return Ok(());
+         received_at, expiry, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+    )?
+    .execute(params![
+        m.partner,
+        group_id,
+        number,
+        m.channel,
+        m.topic,
+        m.namespaces,
+        now,
+        expiry,
+        PayloadParam::of(&m.payload)
+    ])?;
+    PayloadParam::finish(conn, "buffered", &m.payload)
+}
+
+/// How a payload is bound: as text when small, as a zero blob of its length when big (filled
+/// right after the insert by `finish`, in chunks, so that no second full copy is made).
+enum PayloadParam<'a> {
+    Text(&'a str),
+    Big(rusqlite::blob::ZeroBlob),
+}
+
+impl PayloadParam<'_> {
+    fn of(payload: &Payload) -> PayloadParam<'_> {
+        if payload.len() > BLOB_CHUNK {
+            PayloadParam::Big(rusqlite::blob::ZeroBlob(
+                i32::try_from(payload.len()).unwrap_or(i32::MAX),
+            ))
+        } else {
+            PayloadParam::Text(payload.as_str())
+        }
     }
-    let len = m.payload.len() as i64;
-    insert.execute(params![p, group_id, number, c, t, ns, now, expiry, len])?;
-    write_blob(conn, "buffered", conn.last_insert_rowid(), &m.payload)
+
+    /// After the insert of `table`'s row: writes a big payload into its zero blob.
+    fn finish(conn: &Connection, table: &str, payload: &Payload) -> Result<(), StoreError> {
+        if payload.len() > BLOB_CHUNK {
+            write_blob(conn, table, conn.last_insert_rowid(), payload)?;
+        }
+        Ok(())
+    }
+}
+
+impl rusqlite::ToSql for PayloadParam<'_> {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        match self {
+            PayloadParam::Text(text) => text.to_sql(),
+            PayloadParam::Big(zero) => zero.to_sql(),
+        }
+    }
 }
 
 /// Fills the zero blob of `table`'s row `rowid` with `payload`, one chunk at a time.
