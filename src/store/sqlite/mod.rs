@@ -1,6 +1,7 @@
-//! The SQLite store handle: opening (WAL, migrations), the writer task's front door, and the
-//! reads and small writes that do not decide acks (inbox, groups, callback queue, poll
-//! answers). The group-commit writer is in `writer.rs`, what it does per job in `decide.rs`.
+//! The SQLite backend's handle: opening (WAL, the lock file, migrations) and the writer's front
+//! door. Every write is a job of the one writer thread (`writer.rs`; a received message's plan
+//! is applied in `batch.rs`, any other change through `change.rs`); reads go to the sqlx pool.
+//! The trait implementations are in `receiver.rs`, `backend.rs`, `delivery/` and `outbound/`.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, AtomicUsize};
@@ -29,7 +30,6 @@ mod writer;
 
 use self::group_json::from_millis;
 use self::group_state::decode_stored;
-#[allow(unused_imports, reason = "the delivery and outbound changes name it")]
 pub(crate) use self::job::Change;
 use self::job::{Job, MAX_BATCH};
 use self::shared::Shared;
@@ -40,9 +40,9 @@ use crate::store::error::StoreError;
 use crate::store::health::Health;
 use crate::store::received::InboxEntry;
 
-/// A handle to the store; cheap to clone. Write transactions outside the writer task start
-/// with `BEGIN IMMEDIATE`: a deferred one that later wants to write fails at once with "database
-/// is locked" when another writer got there first, whatever the busy timeout.
+/// A handle to the SQLite backend; cheap to clone. Nothing writes but the writer thread, which
+/// begins each batch with `BEGIN IMMEDIATE` (a deferred transaction that later wants to write
+/// fails at once with "database is locked" when another connection got there first).
 #[derive(Clone)]
 pub struct SqliteStore {
     pub(in crate::store) pool: SqlitePool,

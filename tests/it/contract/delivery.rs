@@ -7,7 +7,7 @@
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use wsr_gateway::delivery::lease::{Outcome, Stale};
 use wsr_gateway::delivery::subscription::{CreateRequest, Mode, Ordering, SettleMode, Spec, Start};
-use wsr_gateway::store::delivery::{DeadLetterChange, DeliveryError, Handed};
+use wsr_gateway::store::delivery::{DeadLetterChange, DeliveryError, Handed, Subscription};
 use wsr_gateway::store::{Payload, ReceivedMessage, Store};
 use wsr_gateway::wsr::{GroupId, MessageId, ReplyPattern, Request, SequenceNum};
 
@@ -76,6 +76,23 @@ async fn singletons(store: &Store, n: usize, now: DateTime<Utc>) {
 }
 
 /// A checked subscription spec from the create request's JSON fields.
+/// A subscription `OWNER` creates at `t0`.
+async fn create(store: &Store, spec: &Spec) -> Subscription {
+    store
+        .create_subscription(spec, OWNER, t0())
+        .await
+        .expect("create")
+        .0
+}
+
+/// `member` joins `subscription` as `OWNER` at `t0` for `ttl`.
+async fn join(store: &Store, subscription: i64, member: &str, ttl: Duration) {
+    store
+        .join(subscription, member, OWNER, ttl, t0())
+        .await
+        .expect("join");
+}
+
 fn spec(fields: serde_json::Value) -> Spec {
     let request: CreateRequest = serde_json::from_value(fields).expect("create request");
     request.check().expect("valid spec")
@@ -138,10 +155,7 @@ async fn subscriptions_belong_to_their_owner_and_asking_again_finds_the_same() {
             "name": "hook", "filter": "orders/#", "mode": "push",
             "push_url": "http://127.0.0.1:9/hook"
         }));
-        let (pushed, _) = store
-            .create_subscription(&hook, OWNER, t0())
-            .await
-            .expect("push");
+        let pushed = create(store, &hook).await;
         assert!(matches!(pushed.rules.mode, Mode::Push { .. }), "{}", b.name);
         let all = store.subscriptions().await.expect("list");
         assert_eq!(all.len(), 2, "{}", b.name);
@@ -188,10 +202,7 @@ async fn subscriptions_belong_to_their_owner_and_asking_again_finds_the_same() {
 async fn grants_admit_and_a_revoke_ends_the_grantees_sessions_releasing_what_they_held() {
     for b in backends().await {
         let store = &b.store;
-        let (sub, _) = store
-            .create_subscription(&pull("shared"), OWNER, t0())
-            .await
-            .expect("create");
+        let sub = create(store, &pull("shared")).await;
         assert!(sub.admits(OWNER) && !sub.admits("friend"), "{}", b.name);
         store.grant(sub.id, "friend").await.expect("grant");
         store.grant(sub.id, "friend").await.expect("grant twice");
@@ -208,10 +219,7 @@ async fn grants_admit_and_a_revoke_ends_the_grantees_sessions_releasing_what_the
             .join(sub.id, "f", "friend", secs(600), t0())
             .await
             .expect("join");
-        store
-            .join(sub.id, "o", OWNER, secs(600), t0())
-            .await
-            .expect("join");
+        join(store, sub.id, "o", secs(600)).await;
         let held = store.fetch("f", 10, t0()).await.expect("fetch");
         assert_eq!(held.len(), 1, "{}", b.name);
         assert!(
@@ -253,19 +261,10 @@ async fn a_stale_receipt_is_refused_naming_the_current_attempt_and_extend_confir
         let s = spec(
             serde_json::json!({ "name": "inv", "filter": "orders/#", "ack_wait_ms": 10_000, "start": "oldest" }),
         );
-        let (sub, _) = store
-            .create_subscription(&s, OWNER, t0())
-            .await
-            .expect("create");
+        let sub = create(store, &s).await;
         singletons(store, 1, t0()).await;
-        store
-            .join(sub.id, "a", OWNER, secs(3600), t0())
-            .await
-            .expect("join");
-        store
-            .join(sub.id, "b", OWNER, secs(3600), t0())
-            .await
-            .expect("join");
+        join(store, sub.id, "a", secs(3600)).await;
+        join(store, sub.id, "b", secs(3600)).await;
         let a = store.fetch("a", 10, t0()).await.expect("fetch").remove(0);
         assert_eq!(a.receipt.attempt, 1, "{}", b.name);
         assert_eq!(a.deadline, Some(t0() + secs(10)), "{}", b.name);
@@ -327,15 +326,9 @@ async fn a_stale_receipt_is_refused_naming_the_current_attempt_and_extend_confir
 async fn a_batch_of_settlements_answers_each_alone() {
     for b in backends().await {
         let store = &b.store;
-        let (sub, _) = store
-            .create_subscription(&pull("batch"), OWNER, t0())
-            .await
-            .expect("create");
+        let sub = create(store, &pull("batch")).await;
         singletons(store, 2, t0()).await;
-        store
-            .join(sub.id, "a", OWNER, secs(3600), t0())
-            .await
-            .expect("join");
+        join(store, sub.id, "a", secs(3600)).await;
         let got = store.fetch("a", 10, t0()).await.expect("fetch");
         let mut stale_one = got[1].receipt.clone();
         stale_one.attempt = 7;
@@ -379,23 +372,14 @@ async fn ordering_group_hands_out_one_message_of_a_group_at_a_time_in_order_and_
         let s = spec(
             serde_json::json!({ "name": "$share/ordered/orders/#", "ordering": "group", "start": "oldest" }),
         );
-        let (sub, _) = store
-            .create_subscription(&s, OWNER, t0())
-            .await
-            .expect("create");
+        let sub = create(store, &s).await;
         assert_eq!(sub.rules.ordering, Ordering::Group, "{}", b.name);
         for n in 1..=3 {
             receive(store, "Order", "mid:g@contract", Some(n), t0()).await;
         }
         receive(store, "Order", "mid:h@contract", Some(1), t0()).await;
-        store
-            .join(sub.id, "a", OWNER, secs(3600), t0())
-            .await
-            .expect("join");
-        store
-            .join(sub.id, "b", OWNER, secs(3600), t0())
-            .await
-            .expect("join");
+        join(store, sub.id, "a", secs(3600)).await;
+        join(store, sub.id, "b", secs(3600)).await;
         let first = store.fetch("a", 10, t0()).await.expect("fetch");
         let groups: Vec<(&str, Option<u64>)> = first
             .iter()
@@ -472,20 +456,14 @@ async fn shared_members_each_get_their_own_and_a_lapsed_member_gives_back_at_onc
         let s = spec(
             serde_json::json!({ "name": "$share/pool/orders/#", "ack_wait_ms": 3_600_000, "start": "oldest" }),
         );
-        let (sub, _) = store
-            .create_subscription(&s, OWNER, t0())
-            .await
-            .expect("create");
+        let sub = create(store, &s).await;
         singletons(store, 4, t0()).await;
         let a = store
             .join(sub.id, "a", OWNER, secs(3600), t0())
             .await
             .expect("join");
         assert_eq!(a.expires_at, t0() + secs(3600), "{}", b.name);
-        store
-            .join(sub.id, "gone", OWNER, secs(2), t0())
-            .await
-            .expect("join");
+        join(store, sub.id, "gone", secs(2)).await;
         let held = store.fetch("gone", 2, t0()).await.expect("fetch");
         let mine = store.fetch("a", 10, t0()).await.expect("fetch");
         assert_eq!(
@@ -542,19 +520,10 @@ async fn outcomes_release_back_off_avoid_and_dead_letter_with_the_reason() {
             "name": "$share/nacks/orders/#", "backoff_ms": [5_000], "max_deliveries": 2,
             "start": "oldest"
         }));
-        let (sub, _) = store
-            .create_subscription(&s, OWNER, t0())
-            .await
-            .expect("create");
+        let sub = create(store, &s).await;
         singletons(store, 2, t0()).await;
-        store
-            .join(sub.id, "a", OWNER, secs(3600), t0())
-            .await
-            .expect("join");
-        store
-            .join(sub.id, "b", OWNER, secs(3600), t0())
-            .await
-            .expect("join");
+        join(store, sub.id, "a", secs(3600)).await;
+        join(store, sub.id, "b", secs(3600)).await;
         let first = store.fetch("a", 1, t0()).await.expect("fetch").remove(0);
         // Released: back now, uncounted, for anyone.
         store
@@ -672,16 +641,10 @@ async fn settled_mode_is_never_left_acquired() {
         let accepted = spec(
             serde_json::json!({ "name": "once", "filter": "orders/#", "settle_mode": "settled", "start": "oldest" }),
         );
-        let (sub, _) = store
-            .create_subscription(&accepted, OWNER, t0())
-            .await
-            .expect("create");
+        let sub = create(store, &accepted).await;
         assert_eq!(sub.rules.settle_mode, SettleMode::Settled, "{}", b.name);
         singletons(store, 1, t0()).await;
-        store
-            .join(sub.id, "a", OWNER, secs(3600), t0())
-            .await
-            .expect("join");
+        join(store, sub.id, "a", secs(3600)).await;
         let got = store.fetch("a", 10, t0()).await.expect("fetch");
         assert_eq!(got.len(), 1, "{}", b.name);
         assert_eq!(got[0].deadline, None, "{}: nothing to settle", b.name);
@@ -701,14 +664,8 @@ async fn settled_mode_is_never_left_acquired() {
             "name": "$share/hot/orders/#", "settle_mode": "settled",
             "default_outcome": "released", "start": "oldest"
         }));
-        let (sub, _) = store
-            .create_subscription(&released, OWNER, t0())
-            .await
-            .expect("create");
-        store
-            .join(sub.id, "x", OWNER, secs(3600), t0())
-            .await
-            .expect("join");
+        let sub = create(store, &released).await;
+        join(store, sub.id, "x", secs(3600)).await;
         let first = store.fetch("x", 10, t0()).await.expect("fetch");
         assert_eq!(first.len(), 1, "{}", b.name);
         assert_eq!(
@@ -722,10 +679,7 @@ async fn settled_mode_is_never_left_acquired() {
             "{}: never back to the same member, even alone",
             b.name
         );
-        store
-            .join(sub.id, "y", OWNER, secs(3600), t0())
-            .await
-            .expect("join");
+        join(store, sub.id, "y", secs(3600)).await;
         let second = store.fetch("y", 10, t0()).await.expect("fetch");
         assert_eq!(
             offsets(&second),
@@ -741,17 +695,11 @@ async fn backlog_counts_unmatched_waiting_in_flight_and_start_new_skips_the_past
     for b in backends().await {
         let store = &b.store;
         singletons(store, 2, t0()).await;
-        let (old, _) = store
-            .create_subscription(&pull("old"), OWNER, t0())
-            .await
-            .expect("create");
+        let old = create(store, &pull("old")).await;
         let fresh =
             spec(serde_json::json!({ "name": "new", "filter": "orders/#", "start": "new" }));
         assert_eq!(fresh.start, Start::New);
-        let (new, _) = store
-            .create_subscription(&fresh, OWNER, t0())
-            .await
-            .expect("create");
+        let new = create(store, &fresh).await;
         singletons(store, 1, t0()).await;
         let backlog = store.backlog(old.id).await.expect("backlog");
         assert_eq!(backlog.unmatched, 3, "{}", b.name);
@@ -761,10 +709,7 @@ async fn backlog_counts_unmatched_waiting_in_flight_and_start_new_skips_the_past
             "{}",
             b.name
         );
-        store
-            .join(old.id, "a", OWNER, secs(3600), t0())
-            .await
-            .expect("join");
+        join(store, old.id, "a", secs(3600)).await;
         store.fetch("a", 1, t0()).await.expect("fetch");
         let backlog = store.backlog(old.id).await.expect("backlog");
         assert_eq!(
@@ -778,10 +723,7 @@ async fn backlog_counts_unmatched_waiting_in_flight_and_start_new_skips_the_past
             "{}",
             b.name
         );
-        store
-            .join(new.id, "n", OWNER, secs(3600), t0())
-            .await
-            .expect("join");
+        join(store, new.id, "n", secs(3600)).await;
         assert_eq!(
             store.fetch("n", 10, t0()).await.expect("fetch").len(),
             1,
@@ -798,15 +740,9 @@ async fn deadlines_and_changes_tell_the_waiting_workers_when_to_look_again() {
         let s = spec(
             serde_json::json!({ "name": "w", "filter": "orders/#", "ack_wait_ms": 10_000, "start": "oldest" }),
         );
-        let (sub, _) = store
-            .create_subscription(&s, OWNER, t0())
-            .await
-            .expect("create");
+        let sub = create(store, &s).await;
         singletons(store, 1, t0()).await;
-        store
-            .join(sub.id, "a", OWNER, secs(60), t0())
-            .await
-            .expect("join");
+        join(store, sub.id, "a", secs(60)).await;
         let mut changes = store.delivery_changes();
         changes.borrow_and_update();
         let got = store.fetch("a", 10, t0()).await.expect("fetch");
@@ -851,14 +787,8 @@ async fn an_ephemeral_subscription_goes_after_its_grace_and_the_receipt_key_stay
         );
         let s =
             spec(serde_json::json!({ "name": "passing", "filter": "orders/#", "durable": false }));
-        let (sub, _) = store
-            .create_subscription(&s, OWNER, t0())
-            .await
-            .expect("create");
-        store
-            .join(sub.id, "a", OWNER, secs(60), t0())
-            .await
-            .expect("join");
+        let sub = create(store, &s).await;
+        join(store, sub.id, "a", secs(60)).await;
         let grace = secs(30);
         let report = store
             .maintain_deliveries(t0() + secs(40), grace, Duration::hours(1))
@@ -905,15 +835,9 @@ async fn the_inbox_keeps_what_a_subscription_still_needs_and_purges_the_rest_aft
         let s = spec(
             serde_json::json!({ "name": "keep", "filter": "orders/#", "ack_wait_ms": 7_200_000, "start": "oldest" }),
         );
-        let (sub, _) = store
-            .create_subscription(&s, OWNER, t0())
-            .await
-            .expect("create");
+        let sub = create(store, &s).await;
         singletons(store, 2, t0()).await;
-        store
-            .join(sub.id, "a", OWNER, secs(7200), t0())
-            .await
-            .expect("join");
+        join(store, sub.id, "a", secs(7200)).await;
         let got = store.fetch("a", 10, t0()).await.expect("fetch");
         let settled_at = t0() + secs(600);
         store
