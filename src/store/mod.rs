@@ -1,9 +1,9 @@
-//! Durable state: the inbox, group state, the ordered buffer, callback acks owed, registered
-//! callback endpoints. SQLite in WAL mode is the embedded default (DESIGN §7).
-//!
-//! Every change that decides an ack goes through one writer task that commits concurrent
-//! requests together (group commit); each request learns its verdict only after the commit
-//! that made it durable. Reads go to a separate pool.
+//! Durable state, as the rest of the gateway sees it (DESIGN §7): the three storage traits
+//! (`ReceiverStore`, `DeliveryStore`, `OutboundStore`), `Backend` (the three plus lifecycle),
+//! the rows they speak in and `StoreError`, and `Store`, the facade over one backend. No SQL
+//! and no rules live here: the backends implement the traits (`sqlite/`, the embedded
+//! default; see `sqlite/mod.rs` for its one writer and group commit), and the decisions are
+//! the pure rooms' (`rmp/`, `delivery/`).
 
 mod backend;
 mod config;

@@ -25,10 +25,6 @@ pub(super) enum Job {
 }
 
 /// How a change ended.
-#[allow(
-    dead_code,
-    reason = "refusals come with the delivery and outbound changes"
-)]
 pub(crate) enum Change<T, R> {
     /// Commit what it wrote; answer `T` after the commit.
     Keep(T, Wakes),

@@ -41,7 +41,7 @@ impl Wakes {
 /// delivered.
 pub(in crate::store) type Waiters = HashMap<(String, MessageKey), Vec<oneshot::Sender<()>>>;
 
-/// State shared between handles and the writer task.
+/// State shared between handles and the writer thread.
 pub(in crate::store) struct Shared {
     pub(in crate::store) policy: Policy,
     /// Requests waiting for a buffered message of theirs to be delivered (Response pattern),

@@ -35,10 +35,6 @@ impl SqliteStore {
     }
 }
 
-fn submit_error(e: StoreError) -> SubmitError {
-    SubmitError::Store(e)
-}
-
 impl OutboundStore for SqliteStore {
     fn earlier_submission<'a>(
         &'a self,
@@ -55,7 +51,7 @@ impl OutboundStore for SqliteStore {
         Box::pin(async move {
             self.change(move |conn| submit::submit(conn, &s, now))
                 .await
-                .map_err(submit_error)?
+                .map_err(SubmitError::Store)?
         })
     }
 
@@ -205,7 +201,7 @@ impl OutboundStore for SqliteStore {
         Box::pin(async move {
             self.change(move |conn| submit::close_group(conn, &group_id, principal.as_deref()))
                 .await
-                .map_err(submit_error)?
+                .map_err(SubmitError::Store)?
         })
     }
 }

@@ -16,10 +16,6 @@ use crate::wsr::{GroupId, Headers, MessageId, Request, SequenceNum, SoapVersion,
 
 type Conn = rusqlite::Connection;
 
-fn corrupt(what: String) -> StoreError {
-    StoreError::Corrupt(what)
-}
-
 /// The message stored under `idem`'s key, in the change's transaction.
 fn earlier(
     conn: &Conn,
@@ -47,7 +43,7 @@ fn earlier(
     }
     Ok(Some(Ok(Submitted {
         id,
-        group_id: GroupId::parse(&group).map_err(corrupt)?,
+        group_id: GroupId::parse(&group).map_err(StoreError::Corrupt)?,
         number: number.map(|n| n as u64),
         replayed: true,
     })))
@@ -74,7 +70,8 @@ pub(super) fn submit(
     };
     let (group_id, number) = match &s.group_id {
         None => {
-            let group_id = GroupId::parse(&format!("mid:{}@wsr-gateway", s.id)).map_err(corrupt)?;
+            let group_id = GroupId::parse(&format!("mid:{}@wsr-gateway", s.id))
+                .map_err(StoreError::Corrupt)?;
             let numbered = send_group::start_group(joining);
             conn.prepare_cached(
                 "INSERT INTO out_groups (group_id, destination, ordered, sequenced, \
