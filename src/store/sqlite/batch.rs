@@ -526,18 +526,55 @@ fn owe_callback(
     soap12: bool,
     now: i64,
 ) -> Result<(), StoreError> {
+    let reply = CallbackRow {
+        group_id,
+        from: c.number.map(|n| n as i64),
+        to: None,
+        fault: c.fault,
+    };
+    insert_callback(
+        conn,
+        partner,
+        &c.endpoint,
+        soap12,
+        &reply,
+        millis(c.keep_until),
+        now,
+    )
+}
+
+/// The message(s) a queued callback answers: a singleton (`from` and `to` `None`), one number
+/// (`from`), or a range (`from` to `to`).
+pub(super) struct CallbackRow<'a> {
+    pub(super) group_id: &'a str,
+    pub(super) from: Option<i64>,
+    pub(super) to: Option<i64>,
+    pub(super) fault: Option<crate::wsr::FaultCode>,
+}
+
+/// Queues one callback reply for `partner` at `endpoint`, kept until `keep_until` (Unix ms).
+pub(super) fn insert_callback(
+    conn: &Connection,
+    partner: &str,
+    endpoint: &str,
+    soap12: bool,
+    reply: &CallbackRow<'_>,
+    keep_until: i64,
+    now: i64,
+) -> Result<(), StoreError> {
     conn.prepare_cached(
-        "INSERT INTO pending_callbacks (partner, endpoint, soap12, group_id, number, fault, \
-         expiry, next_attempt) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        "INSERT INTO pending_callbacks (partner, endpoint, soap12, group_id, number, \
+         number_to, fault, expiry, next_attempt) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
     )?
     .execute(params![
         partner,
-        c.endpoint,
+        endpoint,
         i64::from(soap12),
-        group_id,
-        c.number.map(|n| n as i64),
-        c.fault.map(|f| f.local_name()),
-        millis(c.keep_until),
+        reply.group_id,
+        reply.from,
+        reply.to,
+        reply.fault.map(|f| f.local_name()),
+        keep_until,
         now
     ])?;
     Ok(())

@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 use tokio::sync::{Notify, oneshot};
 
+use super::batch::{CallbackRow, insert_callback};
 use super::group_json::{from_millis, millis};
 use super::job::Job;
 use super::{SqliteStore, Wakes, batch, decode_group, inbox_from_row};
@@ -344,23 +345,22 @@ impl ReceiverStore for SqliteStore {
             let (partner, endpoint, replies) =
                 (partner.to_owned(), endpoint.to_owned(), replies.to_vec());
             self.keep(move |conn| {
-                let mut insert = conn.prepare_cached(
-                    "INSERT INTO pending_callbacks (partner, endpoint, soap12, group_id, number, \
-                 number_to, fault, expiry, next_attempt) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-                )?;
                 for r in &replies {
-                    insert.execute(rusqlite::params![
-                        partner,
-                        endpoint,
-                        i64::from(soap12),
-                        r.group_id.as_str(),
-                        r.range.map(|x| x.from() as i64),
-                        r.range.map(|x| x.to() as i64),
-                        r.fault.map(|f| f.local_name()),
+                    let reply = CallbackRow {
+                        group_id: r.group_id.as_str(),
+                        from: r.range.map(|x| x.from() as i64),
+                        to: r.range.map(|x| x.to() as i64),
+                        fault: r.fault,
+                    };
+                    insert_callback(
+                        conn,
+                        &partner,
+                        &endpoint,
+                        soap12,
+                        &reply,
                         millis(expiry),
-                        millis(now)
-                    ])?;
+                        millis(now),
+                    )?;
                 }
                 Ok((
                     (),
