@@ -21,8 +21,8 @@ use super::{session, wake};
 use crate::clock::Clock;
 use crate::outbound::http_client::{exchange, redacted};
 use crate::rmp::sender::AttemptFailure;
+use crate::store::Store;
 use crate::store::delivery::{DeliveryError, Handed, Subscription};
-use crate::store::{Endpoints, Store};
 
 /// Pause after a failed read, so a persistent failure cannot spin the supervisor.
 const AFTER_ERROR: Duration = Duration::from_secs(1);
@@ -193,7 +193,7 @@ async fn post(
 ) -> (Handed, Option<StatusCode>) {
     // Only registered webhooks: a registration withdrawn since the subscription was created
     // stops the pushing (the attempt fails and, in the end, dead-letters).
-    match store.is_endpoint(Endpoints::Push, &url).await {
+    match store.is_push_endpoint(&url).await {
         Ok(true) => {}
         Ok(false) => {
             tracing::warn!(%url, "push endpoint is no longer registered; not sent");

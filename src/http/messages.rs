@@ -19,7 +19,6 @@ use super::soap::{self, SoapBody, content_type, version_hint};
 use crate::config::AgreementSpec;
 use crate::outbound::destination::check_destination;
 use crate::outbound::view::message_json;
-use crate::store::Endpoints;
 use crate::store::outbound::{
     IdempotencyKey, OutMessage, ReplySource, Submission, SubmitError, Submitted,
 };
@@ -208,7 +207,7 @@ pub async fn submit(
     check_body(version, &req.body)?;
     // Notify URLs are application webhooks: registered like push endpoints, in that registry.
     if let Some(url) = &req.notify_url
-        && !app.store.is_endpoint(Endpoints::Push, url).await?
+        && !app.store.is_push_endpoint(url).await?
     {
         return Err(invalid(
             "notify_url",

@@ -27,7 +27,6 @@ use crate::delivery::message_json;
 use crate::delivery::pull::fetch_waiting;
 use crate::delivery::receipt::{Receipt, ReceiptError};
 use crate::delivery::subscription::{CreateRequest, Mode, SpecError};
-use crate::store::Endpoints;
 use crate::store::delivery::{DeadLetterChange, DeliveryError, Subscription};
 use crate::wsr::datetime::date_time_string;
 
@@ -184,7 +183,7 @@ pub async fn create(
     })?;
     within_topics(&caller, spec.id.filter().as_str())?;
     if let Mode::Push { url, .. } = &spec.rules.mode
-        && !app.store.is_endpoint(Endpoints::Push, url).await?
+        && !app.store.is_push_endpoint(url).await?
     {
         return Err(Problem::field(
             "push_url",

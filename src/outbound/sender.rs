@@ -478,7 +478,7 @@ pub async fn notify(store: &Store, client: &Clients, finished: &[String]) {
             continue;
         };
         // Only registered webhooks (the push endpoints), also if withdrawn since the submit.
-        match store.is_endpoint(crate::store::Endpoints::Push, url).await {
+        match store.is_push_endpoint(url).await {
             Ok(true) => {}
             Ok(false) => {
                 let url = redacted(url);

@@ -70,13 +70,9 @@ pub trait ReceiverStore: Send + Sync {
     fn endpoints<'a>(&'a self, kind: Endpoints)
     -> StoreFuture<'a, Result<Vec<String>, StoreError>>;
 
-    /// Whether `url` is registered. A callback endpoint here is one registered for anonymous
-    /// callers; a partner's are asked with `is_callback_endpoint`.
-    fn is_endpoint<'a>(
-        &'a self,
-        kind: Endpoints,
-        url: &'a str,
-    ) -> StoreFuture<'a, Result<bool, StoreError>>;
+    /// Whether `url` is a registered push webhook (the only URLs a push or notify POST may go
+    /// to); callback endpoints are asked per partner with `is_callback_endpoint`.
+    fn is_push_endpoint<'a>(&'a self, url: &'a str) -> StoreFuture<'a, Result<bool, StoreError>>;
 
     /// Whether `partner` ("" for an anonymous caller) may name `url` as a callback ReplyTo:
     /// a partner may name only the endpoints registered for it (D10, D14).

@@ -176,23 +176,14 @@ impl ReceiverStore for SqliteStore {
         })
     }
 
-    fn is_endpoint<'a>(
-        &'a self,
-        kind: Endpoints,
-        url: &'a str,
-    ) -> StoreFuture<'a, Result<bool, StoreError>> {
+    fn is_push_endpoint<'a>(&'a self, url: &'a str) -> StoreFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
-            match kind {
-                Endpoints::Callback => self.is_callback_endpoint("", url).await,
-                Endpoints::Push => {
-                    let found: Option<i64> =
-                        sqlx::query_scalar("SELECT 1 FROM push_endpoints WHERE url = ?")
-                            .bind(url)
-                            .fetch_optional(&self.pool)
-                            .await?;
-                    Ok(found.is_some())
-                }
-            }
+            let found: Option<i64> =
+                sqlx::query_scalar("SELECT 1 FROM push_endpoints WHERE url = ?")
+                    .bind(url)
+                    .fetch_optional(&self.pool)
+                    .await?;
+            Ok(found.is_some())
         })
     }
 
