@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension as _, params};
 
-use super::group_json::millis;
 use super::group_state;
+use super::time::millis;
 use crate::rmp::group::{GroupState, GroupStatus, Policy};
 use crate::rmp::receive_plan::{
     GroupWrite, OwedCallback, ReceivePlan, SweepPlan, plan_receive, plan_sweep,

@@ -1,12 +1,13 @@
-//! The stored form of `rmp::GroupState`: JSON in the `groups.state` column. A mirror type keeps
+//! The stored form of `rmp::GroupState` before migration 0011: JSON in the `groups.state`
+//! column, still read for rows written then (new rows use `group_state.rs`). A mirror type keeps
 //! serde out of the protocol rooms and makes the stored format explicit (times in Unix ms,
 //! fault codes and durations by their wire names).
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use super::time::{from_millis, millis};
 use crate::rmp::group::{Buffered, GroupParams, GroupState, GroupStatus};
 use crate::rmp::ranges::RangeSet;
 use crate::wsr::datetime::{XsDuration, format_date_time, parse_date_time};
@@ -44,14 +45,6 @@ struct StoredBuffered {
     reply: String,
     callback: bool,
     reference_scheme: Option<String>,
-}
-
-pub fn millis(t: DateTime<Utc>) -> i64 {
-    t.timestamp_millis()
-}
-
-pub fn from_millis(ms: i64) -> DateTime<Utc> {
-    DateTime::from_timestamp_millis(ms).unwrap_or(DateTime::<Utc>::MIN_UTC)
 }
 
 pub fn encode(state: &GroupState) -> String {

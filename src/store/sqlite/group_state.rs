@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 
-use super::group_json::{self, from_millis, millis};
+use super::group_json;
+use super::time::{from_millis, millis};
 use crate::rmp::group::{Buffered, GroupParams, GroupState, GroupStatus};
 use crate::rmp::ranges::RangeSet;
 use crate::wsr::datetime::XsDuration;

@@ -26,14 +26,15 @@ mod outbound;
 mod prefill;
 mod receiver;
 mod shared;
+pub(in crate::store) mod time;
 mod writer;
 
-use self::group_json::from_millis;
 use self::group_state::decode_stored;
 pub(crate) use self::job::Change;
 use self::job::{Job, MAX_BATCH};
 use self::shared::Shared;
 pub(crate) use self::shared::Wakes;
+use self::time::from_millis;
 use crate::rmp::group::GroupState;
 use crate::store::config::{Durability, StoreConfig};
 use crate::store::error::StoreError;

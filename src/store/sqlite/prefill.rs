@@ -6,7 +6,7 @@
 use chrono::{DateTime, Duration, Utc};
 use rusqlite::params;
 
-use super::group_json::millis;
+use super::time::millis;
 use super::{SqliteStore, Wakes, group_state};
 use crate::rmp::receive_plan::group_deadline;
 use crate::rmp::receiver::{Incoming, receive};
@@ -47,7 +47,7 @@ impl SqliteStore {
         )
         .into();
         let expiry = now + Duration::days(1);
-        let run = now.timestamp_millis();
+        let run = millis(now);
         let mut added = 0;
         let mut chunk = Vec::new();
         let mut pending = 0;

@@ -9,8 +9,8 @@ use sqlx::Row;
 use tokio::sync::{Notify, oneshot};
 
 use super::batch::{CallbackRow, insert_callback};
-use super::group_json::{from_millis, millis};
 use super::job::Job;
+use super::time::{from_millis, millis};
 use super::{SqliteStore, Wakes, batch, decode_group, inbox_from_row};
 use crate::rmp::group::GroupState;
 use crate::rmp::replies::{Asked, RecordedFault, ReplyItem, answer_poll};

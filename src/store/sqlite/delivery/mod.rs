@@ -20,7 +20,7 @@ use crate::store::delivery::{
     Backlog, DeadLetter, DeadLetterChange, DeliveryError, DeliveryStore, Handed, Maintenance,
     Session, Settlement, Subscription,
 };
-use crate::store::sqlite::group_json::millis;
+use crate::store::sqlite::time::millis;
 use crate::store::sqlite::{Change, SqliteStore, Wakes};
 use crate::store::{StoreError, StoreFuture};
 

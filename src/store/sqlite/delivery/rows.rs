@@ -10,7 +10,7 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use crate::delivery::group;
 use crate::delivery::lease::{Lease, State};
 use crate::store::delivery::{Session, Subscription};
-use crate::store::sqlite::group_json::{from_millis, millis};
+use crate::store::sqlite::time::{from_millis, millis};
 use crate::store::{InboxEntry, StoreError};
 
 /// `SELECT` of lease rows followed by `$rest`; `LeaseRow::read(row, 0)` reads them.

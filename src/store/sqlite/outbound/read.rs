@@ -11,8 +11,8 @@ use sqlx::sqlite::SqlitePool;
 use super::rows::{COLUMNS, Columns, select_messages};
 use crate::rmp::send_group::{Candidate, awaits_poll, in_window, window_for};
 use crate::store::StoreError;
-use crate::store::group_json::{from_millis, millis};
 use crate::store::outbound::{Due, IdempotencyKey, OutEvent, OutMessage, SubmitError, Submitted};
+use crate::store::sqlite::time::{from_millis, millis};
 use crate::wsr::GroupId;
 
 pub(super) async fn earlier_submission(

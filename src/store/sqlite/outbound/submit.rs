@@ -9,8 +9,8 @@ use super::rows::{encode_schedule, state_of};
 use super::write::{Changed, insert_event};
 use crate::rmp::send_group::{self, Close, GroupRow, Joining, Newest};
 use crate::store::StoreError;
-use crate::store::group_json::millis;
 use crate::store::outbound::{IdempotencyKey, Submission, SubmitError, Submitted};
+use crate::store::sqlite::time::millis;
 use crate::store::sqlite::{Change, Wakes};
 use crate::wsr::{GroupId, Headers, MessageId, Request, SequenceNum, SoapVersion, write_envelope};
 

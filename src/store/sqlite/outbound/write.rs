@@ -11,8 +11,8 @@ use crate::rmp::replies::Verdicts;
 use crate::rmp::send_group::{self, Member, ReplySource, Settled};
 use crate::rmp::sender::{Event, OutState, Outbound};
 use crate::store::StoreError;
-use crate::store::group_json::millis;
 use crate::store::outbound::OutMessage;
+use crate::store::sqlite::time::millis;
 use crate::store::sqlite::{Change, Wakes};
 
 type Conn = rusqlite::Connection;
