@@ -107,8 +107,23 @@ fn decode_group(r: &sqlx::sqlite::SqliteRow, first: usize) -> Result<GroupState,
     decode_stored(json, bin).map_err(StoreError::Corrupt)
 }
 
-/// An inbox row: offset, channel, topic, group_id, number, payload, namespaces, received_at,
-/// expiry, partner.
+/// `SELECT` of an inbox row in the column order `inbox_from_row` and the writer's
+/// `rows::inbox_entry` read; callers add `FROM inbox WHERE …`.
+macro_rules! select_inbox {
+    () => {
+        "SELECT offset, channel, topic, group_id, number, payload, namespaces, received_at, \
+         expiry, partner "
+    };
+}
+pub(in crate::store) use select_inbox;
+
+/// A stored payload as text: big payloads are BLOBs (incremental blob I/O), small ones TEXT;
+/// both hold the UTF-8 the request carried.
+pub(in crate::store) fn payload_text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// An inbox row read with `select_inbox!`.
 pub(in crate::store) fn inbox_from_row(r: &sqlx::sqlite::SqliteRow) -> InboxEntry {
     InboxEntry {
         offset: r.get(0),
@@ -117,11 +132,7 @@ pub(in crate::store) fn inbox_from_row(r: &sqlx::sqlite::SqliteRow) -> InboxEntr
         topic: r.get(2),
         group_id: r.get(3),
         number: r.get::<Option<i64>, _>(4).map(|n| n as u64),
-        // Bytes: big payloads are stored as BLOBs (incremental blob I/O), small ones as TEXT.
-        payload: match String::from_utf8(r.get::<Vec<u8>, _>(5)) {
-            Ok(text) => text,
-            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
-        },
+        payload: payload_text(r.get::<&[u8], _>(5)),
         namespaces: r.get(6),
         received_at: from_millis(r.get(7)),
         expiry: from_millis(r.get(8)),

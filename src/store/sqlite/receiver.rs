@@ -11,7 +11,7 @@ use tokio::sync::{Notify, oneshot};
 use super::batch::{CallbackRow, insert_callback};
 use super::job::Job;
 use super::time::{from_millis, millis};
-use super::{SqliteStore, Wakes, batch, decode_group, inbox_from_row};
+use super::{SqliteStore, Wakes, batch, decode_group, inbox_from_row, select_inbox};
 use crate::rmp::group::GroupState;
 use crate::rmp::replies::{Asked, RecordedFault, ReplyItem, answer_poll};
 use crate::store::backend::Backend;
@@ -138,14 +138,14 @@ impl ReceiverStore for SqliteStore {
         limit: i64,
     ) -> StoreFuture<'a, Result<Vec<InboxEntry>, StoreError>> {
         Box::pin(async move {
-            let rows = sqlx::query(
-            "SELECT offset, channel, topic, group_id, number, payload, namespaces, received_at, \
-             expiry, partner FROM inbox WHERE offset > ? ORDER BY offset LIMIT ?",
-        )
-        .bind(after)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
+            let rows = sqlx::query(concat!(
+                select_inbox!(),
+                "FROM inbox WHERE offset > ? ORDER BY offset LIMIT ?"
+            ))
+            .bind(after)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
             Ok(rows.iter().map(inbox_from_row).collect())
         })
     }

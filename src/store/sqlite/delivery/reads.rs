@@ -10,8 +10,8 @@ use crate::delivery::session;
 use crate::delivery::wake::Deadlines;
 use crate::store::StoreError;
 use crate::store::delivery::{Backlog, DeadLetter, Session, Subscription};
-use crate::store::sqlite::inbox_from_row;
 use crate::store::sqlite::time::{from_millis, millis};
+use crate::store::sqlite::{inbox_from_row, select_inbox};
 
 async fn with_grants(
     pool: &SqlitePool,
@@ -114,13 +114,10 @@ pub(super) async fn dead_letters(
     let mut dead = Vec::with_capacity(rows.len());
     for row in &rows {
         let offset: i64 = row.get(0);
-        let message = sqlx::query(
-            "SELECT offset, channel, topic, group_id, number, payload, namespaces, received_at, \
-             expiry, partner FROM inbox WHERE offset = ?",
-        )
-        .bind(offset)
-        .fetch_optional(pool)
-        .await?;
+        let message = sqlx::query(concat!(select_inbox!(), "FROM inbox WHERE offset = ?"))
+            .bind(offset)
+            .fetch_optional(pool)
+            .await?;
         dead.push(DeadLetter {
             offset,
             reason: row.get::<Option<String>, _>(1).unwrap_or_default(),

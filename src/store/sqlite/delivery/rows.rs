@@ -11,6 +11,7 @@ use crate::delivery::group;
 use crate::delivery::lease::{Lease, State};
 use crate::store::delivery::{Session, Subscription};
 use crate::store::sqlite::time::{from_millis, millis};
+use crate::store::sqlite::{payload_text, select_inbox};
 use crate::store::{InboxEntry, StoreError};
 
 /// `SELECT` of lease rows followed by `$rest`; `LeaseRow::read(row, 0)` reads them.
@@ -373,10 +374,7 @@ pub(super) fn inbox_entry(
     offset: i64,
 ) -> Result<Option<InboxEntry>, StoreError> {
     Ok(conn
-        .prepare_cached(
-            "SELECT offset, channel, topic, group_id, number, payload, namespaces, received_at, \
-             expiry, partner FROM inbox WHERE offset = ?1",
-        )?
+        .prepare_cached(concat!(select_inbox!(), "FROM inbox WHERE offset = ?1"))?
         .query_row([offset], |r| {
             Ok(InboxEntry {
                 offset: r.get(0)?,
@@ -394,10 +392,10 @@ pub(super) fn inbox_entry(
         .optional()?)
 }
 
-/// A payload stored as TEXT or (by a writer that binds bytes) BLOB.
+/// A payload stored as TEXT or BLOB (see `payload_text`).
 fn text(value: ValueRef<'_>) -> String {
     match value {
-        ValueRef::Text(t) | ValueRef::Blob(t) => String::from_utf8_lossy(t).into_owned(),
+        ValueRef::Text(t) | ValueRef::Blob(t) => payload_text(t),
         _ => String::new(),
     }
 }
