@@ -55,6 +55,31 @@ pub struct IdempotencyKey {
     pub fingerprint: String,
 }
 
+/// What is stored of the message an idempotency key was first used for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyedSubmission {
+    pub id: String,
+    pub group_id: String,
+    pub number: Option<u64>,
+    pub fingerprint: Option<String>,
+}
+
+impl IdempotencyKey {
+    /// A submit under this key again: the stored message when the request is the same one,
+    /// refused as `KeyReused` when it is another.
+    pub fn replay(&self, earlier: KeyedSubmission) -> Result<Submitted, SubmitError> {
+        if earlier.fingerprint.as_deref() != Some(self.fingerprint.as_str()) {
+            return Err(SubmitError::key_reused(&self.key, &earlier.id));
+        }
+        Ok(Submitted {
+            group_id: GroupId::parse(&earlier.group_id).map_err(StoreError::Corrupt)?,
+            id: earlier.id,
+            number: earlier.number,
+            replayed: true,
+        })
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Submitted {
     pub id: String,

@@ -8,40 +8,33 @@ use chrono::{DateTime, Utc};
 use sqlx::Row;
 use sqlx::sqlite::SqlitePool;
 
-use super::rows::{COLUMNS, Columns, select_messages};
+use super::rows::{COLUMNS, Columns, EARLIER_SUBMISSION, select_messages};
 use crate::rmp::send_group::{Candidate, awaits_poll, in_window, window_for};
 use crate::store::StoreError;
-use crate::store::outbound::{Due, IdempotencyKey, OutEvent, OutMessage, SubmitError, Submitted};
+use crate::store::outbound::{
+    Due, IdempotencyKey, KeyedSubmission, OutEvent, OutMessage, SubmitError, Submitted,
+};
 use crate::store::sqlite::time::{from_millis, millis};
-use crate::wsr::GroupId;
 
 pub(super) async fn earlier_submission(
     pool: &SqlitePool,
     idem: &IdempotencyKey,
 ) -> Result<Option<Submitted>, SubmitError> {
-    let row = sqlx::query(
-        "SELECT id, group_id, number, idem_fingerprint FROM out_messages \
-         WHERE idem_principal = ? AND idem_key = ?",
-    )
-    .bind(&idem.principal)
-    .bind(&idem.key)
-    .fetch_optional(pool)
-    .await
-    .map_err(StoreError::from)?;
-    let Some(row) = row else {
-        return Ok(None);
-    };
-    let id: String = row.get(0);
-    if row.get::<Option<&str>, _>(3) != Some(idem.fingerprint.as_str()) {
-        return Err(SubmitError::key_reused(&idem.key, &id));
-    }
-    let group: String = row.get(1);
-    Ok(Some(Submitted {
-        id,
-        group_id: GroupId::parse(&group).map_err(StoreError::Corrupt)?,
-        number: row.get::<Option<i64>, _>(2).map(|n| n as u64),
-        replayed: true,
-    }))
+    let row = sqlx::query(EARLIER_SUBMISSION)
+        .bind(&idem.principal)
+        .bind(&idem.key)
+        .fetch_optional(pool)
+        .await
+        .map_err(StoreError::from)?;
+    row.map(|row| {
+        idem.replay(KeyedSubmission {
+            id: row.get(0),
+            group_id: row.get(1),
+            number: row.get::<Option<i64>, _>(2).map(|n| n as u64),
+            fingerprint: row.get(3),
+        })
+    })
+    .transpose()
 }
 
 pub(super) async fn out_message(

@@ -244,3 +244,8 @@ fn decode_schedule(s: &str) -> Result<RetrySchedule, StoreError> {
         }
     })
 }
+
+/// The message stored under an idempotency key (principal, key), for both drivers; read into
+/// a `KeyedSubmission`.
+pub(super) const EARLIER_SUBMISSION: &str = "SELECT id, group_id, number, idem_fingerprint \
+     FROM out_messages WHERE idem_principal = ?1 AND idem_key = ?2";

@@ -5,11 +5,11 @@
 use chrono::{DateTime, Utc};
 use rusqlite::{OptionalExtension, params};
 
-use super::rows::{encode_schedule, state_of};
+use super::rows::{EARLIER_SUBMISSION, encode_schedule, state_of};
 use super::write::{Changed, insert_event};
 use crate::rmp::send_group::{self, Close, GroupRow, Joining, Newest};
 use crate::store::StoreError;
-use crate::store::outbound::{IdempotencyKey, Submission, SubmitError, Submitted};
+use crate::store::outbound::{IdempotencyKey, KeyedSubmission, Submission, SubmitError, Submitted};
 use crate::store::sqlite::time::millis;
 use crate::store::sqlite::{Change, Wakes};
 use crate::wsr::{GroupId, Headers, MessageId, Request, SequenceNum, SoapVersion, write_envelope};
@@ -21,32 +21,18 @@ fn earlier(
     conn: &Conn,
     idem: &IdempotencyKey,
 ) -> Result<Option<Result<Submitted, SubmitError>>, StoreError> {
-    let row = conn
-        .prepare_cached(
-            "SELECT id, group_id, number, idem_fingerprint FROM out_messages \
-             WHERE idem_principal = ?1 AND idem_key = ?2",
-        )?
+    let earlier = conn
+        .prepare_cached(EARLIER_SUBMISSION)?
         .query_row(params![idem.principal, idem.key], |r| {
-            Ok((
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, Option<i64>>(2)?,
-                r.get::<_, Option<String>>(3)?,
-            ))
+            Ok(KeyedSubmission {
+                id: r.get(0)?,
+                group_id: r.get(1)?,
+                number: r.get::<_, Option<i64>>(2)?.map(|n| n as u64),
+                fingerprint: r.get(3)?,
+            })
         })
         .optional()?;
-    let Some((id, group, number, fingerprint)) = row else {
-        return Ok(None);
-    };
-    if fingerprint.as_deref() != Some(idem.fingerprint.as_str()) {
-        return Ok(Some(Err(SubmitError::key_reused(&idem.key, &id))));
-    }
-    Ok(Some(Ok(Submitted {
-        id,
-        group_id: GroupId::parse(&group).map_err(StoreError::Corrupt)?,
-        number: number.map(|n| n as u64),
-        replayed: true,
-    })))
+    Ok(earlier.map(|e| idem.replay(e)))
 }
 
 pub(super) fn submit(
