@@ -30,7 +30,7 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>, settings: DeliverySettings
         waker.mark();
         let now = clock.now();
         let next = match store.delivery_deadlines(None, now).await {
-            Ok(deadlines) => wake::next_maintenance(&deadlines, grace, retention, last_purge),
+            Ok(deadlines) => wake::next_maintenance(&deadlines, grace, retention, last_purge, now),
             Err(e) => {
                 tracing::error!(error = %e, "cannot read the delivery deadlines; retrying");
                 tokio::time::sleep(AFTER_ERROR).await;

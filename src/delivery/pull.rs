@@ -22,7 +22,7 @@ pub async fn fetch_waiting(
     wait: Duration,
 ) -> Result<Vec<Handed>, DeliveryError> {
     let until = Instant::now() + wait;
-    let mut waker = Waker::new(store, clock);
+    let mut waker = Waker::for_fetching(store, clock);
     let mut member: Option<Session> = None;
     loop {
         // Mark what we have seen before looking, so a change while we look wakes us.

@@ -115,7 +115,7 @@ async fn worker(store: Store, clock: Arc<dyn Clock>, sub: Subscription, answer_c
         tracing::error!(error = %e, subscription = sub.id, "push worker cannot join");
         return;
     }
-    let mut waker = Waker::new(&store, &clock);
+    let mut waker = Waker::for_fetching(&store, &clock);
     let mut inflight: JoinSet<(Handed, Option<StatusCode>)> = JoinSet::new();
     loop {
         waker.mark();

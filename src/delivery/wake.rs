@@ -43,22 +43,29 @@ pub fn next_fetch(d: &Deadlines) -> Option<DateTime<Utc>> {
 
 /// When the next maintenance pass has something to do, if no commit changes the deadlines
 /// first. `last_purge`: when the inbox purge last ran; a message no longer needed at some
-/// point after that is purged within a retention of it.
+/// point after that is purged within a retention of it. `now`: when `d` was read.
+///
+/// Inbox appends do not wake the housekeeper (one a millisecond under load, and they never
+/// bring an earlier deadline: the oldest message stays the oldest). With the inbox empty at
+/// `now`, a message appended later comes due a retention after `now` at the earliest, so the
+/// housekeeper looks again then.
 pub fn next_maintenance(
     d: &Deadlines,
     grace: Duration,
     retention: Duration,
     last_purge: DateTime<Utc>,
+    now: DateTime<Utc>,
 ) -> Option<DateTime<Utc>> {
     let plus = |t: DateTime<Utc>, by: Duration| t.checked_add_signed(by);
     // The oldest message's retention ends after the last purge: that is when. It ended
     // before, and the message was still needed: what settles after the last purge comes due
     // within a retention of it.
-    let purge = d.oldest_inbox.and_then(|oldest| {
-        plus(oldest, retention)
+    let purge = match d.oldest_inbox {
+        Some(oldest) => plus(oldest, retention)
             .filter(|due| *due > last_purge)
-            .or_else(|| plus(last_purge, retention))
-    });
+            .or_else(|| plus(last_purge, retention)),
+        None => plus(now, retention),
+    };
     earliest([
         d.lease_deadline.map(after),
         d.session_expiry.map(after),
@@ -105,7 +112,7 @@ mod tests {
             ..Deadlines::default()
         };
         assert_eq!(
-            next_maintenance(&d, grace, retention, t0()),
+            next_maintenance(&d, grace, retention, t0(), t0()),
             Some(t0() + Duration::milliseconds(30_001))
         );
         let d = Deadlines {
@@ -115,8 +122,15 @@ mod tests {
         // The oldest message was still needed at the last purge: a retention after that.
         let last = t0() + Duration::hours(2);
         assert_eq!(
-            next_maintenance(&d, grace, retention, last),
+            next_maintenance(&d, grace, retention, last, last),
             Some(last + retention)
+        );
+        // An empty inbox: whatever is appended after now is due a retention later at the
+        // earliest.
+        let later = t0() + Duration::minutes(5);
+        assert_eq!(
+            next_maintenance(&Deadlines::default(), grace, retention, t0(), later),
+            Some(later + retention)
         );
         assert!(!abandoned(t0(), grace, t0() + grace));
         assert!(abandoned(t0(), grace, t0() + grace + JUST_AFTER));

@@ -112,11 +112,16 @@ pub type Settlement = (Receipt, Option<Outcome>);
 
 /// Storage for delivery to applications. Every write is one transaction that decides on the
 /// rows it reads inside it; a refusal (not found, conflict, stale receipt) changes nothing.
-/// A commit that may make messages available wakes `delivery_changes`.
+/// A commit that changes the delivery state wakes `delivery_changes`; one that appends inbox
+/// messages wakes `inbox_appends`.
 pub trait DeliveryStore: Send + Sync {
-    /// Wakes when subscriptions may have something new to hand out (inbox appends, releases,
-    /// lapsed leases, settles that free a group, subscriptions created or deleted).
+    /// Wakes when the delivery state changed: releases, lapsed leases, settles that free a
+    /// group, sessions, subscriptions created or deleted. Not for inbox appends (a commit a
+    /// millisecond under load), which only fetchers wait for.
     fn delivery_changes(&self) -> watch::Receiver<u64>;
+
+    /// Wakes when inbox messages were appended (received or released from the buffer).
+    fn inbox_appends(&self) -> watch::Receiver<u64>;
 
     /// The secret receipts are signed with, created on first use and kept so that receipts
     /// stay valid across restarts.

@@ -155,14 +155,14 @@ impl<'c> Batch<'c> {
         match plan.action {
             Action::Deliver => {
                 insert_inbox(conn, m, number, now, expiry)?;
-                self.effects.wakes.deliveries = true;
+                self.effects.wakes.appended = true;
             }
             Action::Buffer => insert_buffered(conn, m, number, now, expiry)?,
             Action::Drop => {}
         }
         for n in &plan.release {
             release_buffered(conn, partner, &key.group_id, *n)?;
-            self.effects.wakes.deliveries = true;
+            self.effects.wakes.appended = true;
             self.effects.delivered.push((
                 partner.to_owned(),
                 MessageKey {

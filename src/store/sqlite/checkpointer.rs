@@ -1,9 +1,16 @@
 //! WAL checkpoints on a thread of their own. Left to SQLite, a checkpoint runs inside the
 //! writer's commit whenever the WAL passed 1 000 pages, and every request of the next batch
-//! waits for it (a tenth of the writer's time under load). Here the writer only signals "I
-//! committed" and goes on with the next batch; this thread copies the WAL back into the
-//! database meanwhile, on the other core. A PASSIVE checkpoint never blocks the writer; when
-//! the WAL has grown past `RESTART_ABOVE` pages anyway (the writer kept it busy), one RESTART
+//! waits for it (a tenth of the writer's time under load). Here the writer only signals "the
+//! WAL holds N pages" after a commit and goes on with the next batch; this thread copies the
+//! WAL back into the database meanwhile, on the other core.
+//!
+//! It checkpoints once the WAL holds `CHECKPOINT_AT` pages, not after every commit: a page
+//! that many commits rewrite (the inbox's last page, a busy group's row, the B-tree pages new
+//! groups land in) is then copied into the database once, not once per commit, and the
+//! database file is synced a few times a second instead of once per commit (in os mode the
+//! checkpointer was a fifth of the gateway's CPU). A PASSIVE checkpoint never blocks the
+//! writer; when it copied everything, the writer's next commit starts the WAL over. When the
+//! WAL has grown past `RESTART_ABOVE` pages anyway (readers kept old pages needed), one RESTART
 //! checkpoint waits for the writer's current transaction and lets the WAL start over, so it
 //! stays bounded.
 
@@ -12,6 +19,9 @@ use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use rusqlite::Connection;
 
 use crate::store::error::StoreError;
+
+/// WAL pages (4 MiB) from which a commit asks for a checkpoint.
+const CHECKPOINT_AT: i64 = 1024;
 
 /// WAL pages above which the checkpoint makes the WAL start over.
 const RESTART_ABOVE: i64 = 8 * 1024;
@@ -34,8 +44,12 @@ impl Checkpoints {
         Ok(Checkpoints { committed })
     }
 
-    /// After a commit: a checkpoint is due, without waiting for it.
-    pub(super) fn committed(&self) {
+    /// After a commit that left `wal_pages` in the WAL: asks for a checkpoint when enough
+    /// piled up, without waiting for it.
+    pub(super) fn committed(&self, wal_pages: i64) {
+        if wal_pages < CHECKPOINT_AT {
+            return;
+        }
         match self.committed.try_send(()) {
             Ok(()) | Err(TrySendError::Full(())) => {}
             // The checkpointer died (a bug): SQLite's own checkpoint at close still runs, and

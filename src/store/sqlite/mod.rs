@@ -87,6 +87,7 @@ impl SqliteStore {
             health: Health::default(),
             probe: tokio::sync::Mutex::new(None),
             deliveries_changed: watch::channel(0).0,
+            inbox_appended: watch::channel(0).0,
             _lock: lock,
         });
         let (jobs, rx) = mpsc::channel(4 * MAX_BATCH);

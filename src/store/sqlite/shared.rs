@@ -15,7 +15,12 @@ use crate::wsr::MessageKey;
 /// commit, never before.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Wakes {
-    /// Subscriptions may have something new to hand out (appends, releases, lapsed leases).
+    /// Messages were appended to the inbox: fetchers may have more to hand out. Only the
+    /// fetchers wait for this; the housekeeper and the push supervisor need not look again
+    /// for every message received.
+    pub appended: bool,
+    /// The delivery state changed (subscriptions, sessions, leases, settles): fetchers may
+    /// have something new to hand out, and deadlines may have moved.
     pub deliveries: bool,
     /// An outbound message is due (submitted, or its schedule moved earlier).
     pub outbound: bool,
@@ -25,12 +30,14 @@ pub(crate) struct Wakes {
 
 impl Wakes {
     pub(crate) const NONE: Wakes = Wakes {
+        appended: false,
         deliveries: false,
         outbound: false,
         callbacks: false,
     };
 
     pub(crate) fn absorb(&mut self, other: Wakes) {
+        self.appended |= other.appended;
         self.deliveries |= other.deliveries;
         self.outbound |= other.outbound;
         self.callbacks |= other.callbacks;
@@ -66,16 +73,21 @@ pub(in crate::store) struct Shared {
     /// This process's exclusive hold on the database (`{file}.lock`), released when the last
     /// handle and the writer are gone.
     pub(super) _lock: std::fs::File,
-    /// Bumped whenever subscriptions may have something new to hand out (inbox appends,
-    /// releases, lapsed leases); long-polling fetches wait on it.
+    /// Bumped whenever the delivery state changed (subscriptions, sessions, leases, settles);
+    /// every delivery worker waits on it.
     pub(in crate::store) deliveries_changed: watch::Sender<u64>,
+    /// Bumped after a commit that appended inbox messages; fetches wait on it too.
+    pub(in crate::store) inbox_appended: watch::Sender<u64>,
 }
 
 impl Shared {
     /// Wakes whoever waits for what a commit made possible.
     pub(in crate::store) fn wake(&self, wakes: Wakes) {
+        if wakes.appended {
+            bump(&self.inbox_appended);
+        }
         if wakes.deliveries {
-            self.announce_deliveries();
+            bump(&self.deliveries_changed);
         }
         if wakes.outbound {
             self.outbound_due.notify_one();
@@ -84,9 +96,8 @@ impl Shared {
             self.callbacks_due.notify_one();
         }
     }
+}
 
-    pub(in crate::store) fn announce_deliveries(&self) {
-        self.deliveries_changed
-            .send_modify(|n| *n = n.wrapping_add(1));
-    }
+fn bump(changes: &watch::Sender<u64>) {
+    changes.send_modify(|n| *n = n.wrapping_add(1));
 }

@@ -4,6 +4,7 @@
 //! made possible. While it commits (the fsync), requests keep arriving and are prepared on the
 //! runtime's threads, so the next batch is gathered in the channel meanwhile.
 
+use std::cell::Cell;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -99,7 +100,7 @@ fn run(mut conn: Connection, opener: Opener, mut jobs: mpsc::Receiver<Job>, shar
         // Jobs not answered (a panic) answer "not stored" by being dropped.
         batch.clear();
         if let Some(c) = &checkpoints {
-            c.committed();
+            c.committed(WAL_PAGES.with(Cell::get));
         }
         if broken {
             // The transaction could not even be rolled back: start over on a fresh connection
@@ -334,6 +335,17 @@ fn run_job(
     }
 }
 
+thread_local! {
+    /// Pages in the WAL after the last commit on this thread's connection, as SQLite's WAL
+    /// hook reported it (the hook takes a plain `fn`, so it cannot capture a handle).
+    static WAL_PAGES: Cell<i64> = const { Cell::new(0) };
+}
+
+fn note_wal_pages(_: &rusqlite::hooks::Wal, pages: std::ffi::c_int) -> rusqlite::Result<()> {
+    WAL_PAGES.with(|p| p.set(i64::from(pages)));
+    Ok(())
+}
+
 /// Opens the writer's own connection with the same settings as the pool's.
 pub(super) fn open_writer_connection(
     path: &std::path::Path,
@@ -354,5 +366,8 @@ pub(super) fn open_writer_connection(
     // Every statement of the receive path, the sweep and the other helpers' changes stays
     // prepared.
     conn.set_prepared_statement_cache_capacity(256);
+    // After the pragma, which would replace it: commits report the WAL's size to the
+    // checkpointer's trigger.
+    conn.wal_hook(Some(note_wal_pages));
     Ok(conn)
 }

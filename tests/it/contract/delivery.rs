@@ -734,6 +734,32 @@ async fn backlog_counts_unmatched_waiting_in_flight_and_start_new_skips_the_past
 }
 
 #[tokio::test]
+async fn appends_wake_the_fetchers_only_and_changes_wake_everyone() {
+    for b in backends().await {
+        let store = &b.store;
+        let mut changes = store.delivery_changes();
+        let mut appends = store.inbox_appends();
+        changes.borrow_and_update();
+        appends.borrow_and_update();
+        singletons(store, 1, t0()).await;
+        assert!(appends.has_changed().expect("open"), "{}", b.name);
+        assert!(
+            !changes.has_changed().expect("open"),
+            "{}: a message received moves no delivery deadline",
+            b.name
+        );
+        appends.borrow_and_update();
+        let s = spec(serde_json::json!({ "name": "woken", "filter": "orders/#" }));
+        create(store, &s).await;
+        assert!(
+            changes.has_changed().expect("open"),
+            "{}: a new subscription is work for the push supervisor",
+            b.name
+        );
+    }
+}
+
+#[tokio::test]
 async fn deadlines_and_changes_tell_the_waiting_workers_when_to_look_again() {
     for b in backends().await {
         let store = &b.store;

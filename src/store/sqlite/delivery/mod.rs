@@ -95,6 +95,10 @@ impl DeliveryStore for SqliteStore {
         self.shared.deliveries_changed.subscribe()
     }
 
+    fn inbox_appends(&self) -> watch::Receiver<u64> {
+        self.shared.inbox_appended.subscribe()
+    }
+
     fn receipt_secret(&self) -> StoreFuture<'_, Result<Vec<u8>, StoreError>> {
         Box::pin(async move {
             let mut fresh = [0u8; 32];
