@@ -6,8 +6,10 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use rusqlite::{Connection, OptionalExtension as _, params};
+use rusqlite::{Connection, params};
 
+use super::group_index::{GroupIndex, IndexChanges};
+use super::group_rows::{self, GroupRow};
 use super::group_state;
 use super::time::millis;
 use crate::rmp::group::{GroupState, GroupStatus, Policy};
@@ -28,6 +30,8 @@ pub(super) const BLOB_CHUNK: usize = 256 * 1024;
 
 /// A group as this batch sees it.
 struct Slot {
+    /// Its row, once stored (read, or inserted by this batch).
+    id: Option<i64>,
     /// As read, or as written by an earlier job of the batch; an unreadable stored state is
     /// kept as its reason, to fail only the jobs that touch it.
     state: Result<Option<GroupState>, String>,
@@ -43,6 +47,8 @@ pub(super) struct Effects {
     pub(super) wakes: super::shared::Wakes,
     /// The earliest group deadline written (Unix ms).
     pub(super) earliest_deadline: Option<i64>,
+    /// Group rows inserted and deleted, for the key index to settle after the commit.
+    pub(super) index: IndexChanges,
 }
 
 impl Effects {
@@ -55,6 +61,7 @@ impl Effects {
 
 pub(super) struct Batch<'c> {
     conn: &'c Connection,
+    index: &'c GroupIndex,
     /// By partner, then group id (two partners' groups of one id are two groups): looked up
     /// by `&str` without building a key.
     groups: HashMap<String, HashMap<String, Slot>>,
@@ -64,9 +71,10 @@ pub(super) struct Batch<'c> {
 }
 
 impl<'c> Batch<'c> {
-    pub(super) fn new(conn: &'c Connection) -> Batch<'c> {
+    pub(super) fn new(conn: &'c Connection, index: &'c GroupIndex) -> Batch<'c> {
         Batch {
             conn,
+            index,
             groups: HashMap::new(),
             opened_unwritten: HashMap::new(),
             effects: Effects::default(),
@@ -79,11 +87,23 @@ impl<'c> Batch<'c> {
             .get(partner)
             .is_some_and(|g| g.contains_key(group_id));
         if !known {
-            let state = read_group(self.conn, partner, group_id)?;
+            let key = self.index.key(partner, group_id);
+            let slot = match group_rows::find(self.conn, self.index, key, (partner, group_id))? {
+                Some(stored) => Slot {
+                    id: Some(stored.id),
+                    state: stored.state.map(Some),
+                    write: None,
+                },
+                None => Slot {
+                    id: None,
+                    state: Ok(None),
+                    write: None,
+                },
+            };
             self.groups
                 .entry(partner.to_owned())
                 .or_default()
-                .insert(group_id.to_owned(), Slot { state, write: None });
+                .insert(group_id.to_owned(), slot);
         }
         self.groups
             .get_mut(partner)
@@ -220,36 +240,36 @@ impl<'c> Batch<'c> {
     /// Writes the staged group states; with `forget`, also drops what was read (the next
     /// job may change groups behind the batch's back).
     pub(super) fn flush(&mut self, forget: bool) -> Result<(), StoreError> {
-        let mut upsert = self.conn.prepare_cached(
-            "INSERT INTO groups (partner, group_id, channel, status, next_deadline, updated_at, \
-             state, state_bin, source) VALUES (?1, ?2, ?3, ?4, ?5, ?6, '', ?7, ?8) \
-             ON CONFLICT (partner, group_id) DO UPDATE SET status = excluded.status, \
-             next_deadline = excluded.next_deadline, updated_at = excluded.updated_at, \
-             state = '', state_bin = excluded.state_bin",
-        )?;
+        let (conn, index) = (self.conn, self.index);
         let mut encoded = Vec::new();
         let slots = self
             .groups
             .iter_mut()
             .flat_map(|(p, g)| g.iter_mut().map(move |(id, slot)| (p, id, slot)));
         for (partner, group_id, slot) in slots {
-            let (Some((deadline, updated, source)), Ok(Some(state))) =
+            let (Some((deadline, updated_at, source)), Ok(Some(state))) =
                 (slot.write.take(), &slot.state)
             else {
                 continue;
             };
             encoded.clear();
             group_state::encode(state, &mut encoded);
-            upsert.execute(params![
-                partner,
-                group_id,
-                state.params.channel,
-                state.status.as_str(),
+            let row = GroupRow {
+                status: state.status.as_str(),
                 deadline,
-                updated,
-                encoded,
-                source
-            ])?;
+                updated_at,
+                state_bin: &encoded,
+            };
+            match slot.id {
+                Some(id) => group_rows::update(conn, id, &row)?,
+                None => {
+                    let pair = (partner.as_str(), group_id.as_str());
+                    let id = group_rows::insert(conn, pair, &state.params.channel, &source, &row)?;
+                    let key = index.key(pair.0, pair.1);
+                    self.effects.index.inserted(index, key, id);
+                    slot.id = Some(id);
+                }
+            }
         }
         self.opened_unwritten.clear();
         if forget {
@@ -267,37 +287,35 @@ impl<'c> Batch<'c> {
     ) -> Result<SweepReport, StoreError> {
         let conn = self.conn;
         let now_ms = millis(now);
-        let due: Vec<(String, String, Result<GroupState, String>)> = {
+        let due: Vec<(i64, String, String, Result<GroupState, String>)> = {
             let mut select = conn.prepare_cached(
-                "SELECT partner, group_id, state, state_bin FROM groups WHERE next_deadline <= ?1 \
-                 ORDER BY next_deadline LIMIT ?2",
+                "SELECT id, partner, group_id, state, state_bin FROM groups \
+                 WHERE next_deadline <= ?1 ORDER BY next_deadline LIMIT ?2",
             )?;
             let rows = select.query_map(params![now_ms, SWEEP_BATCH], |r| {
                 Ok((
-                    r.get::<_, String>(0)?,
+                    r.get::<_, i64>(0)?,
                     r.get::<_, String>(1)?,
-                    group_state::decode_row(r.get_ref(2)?, r.get_ref(3)?),
+                    r.get::<_, String>(2)?,
+                    group_state::decode_row(r.get_ref(3)?, r.get_ref(4)?),
                 ))
             })?;
             rows.collect::<Result<_, _>>()?
         };
         let mut report = SweepReport::default();
-        for (partner, group_id, state) in due {
+        for (id, partner, group_id, state) in due {
             let state = match state {
                 Ok(state) => state,
                 Err(why) => {
                     // One unreadable row must not stop every other group's deadlines: take it
                     // out of the sweep (kept for an operator to inspect) and go on.
                     tracing::error!(%partner, %group_id, reason = %why, "unreadable group state; no longer swept");
-                    conn.prepare_cached(
-                        "UPDATE groups SET next_deadline = NULL WHERE partner = ?1 AND group_id = ?2",
-                    )?
-                    .execute(params![partner, group_id])?;
+                    group_rows::stop_sweeping(conn, id)?;
                     continue;
                 }
             };
             match plan_sweep(state, now, policy) {
-                SweepPlan::Rearm(write) => self.write_now(&partner, &write, now_ms)?,
+                SweepPlan::Rearm(write) => write_now(conn, id, &write, now_ms)?,
                 SweepPlan::Changed {
                     group,
                     discard,
@@ -311,13 +329,14 @@ impl<'c> Batch<'c> {
                         self.effects.wakes.callbacks = true;
                     }
                     // The sweeper reads the next deadline itself after this pass.
-                    self.write_now(&partner, &group, now_ms)?;
+                    write_now(conn, id, &group, now_ms)?;
                     report.changed += 1;
                     report.discarded += discard.len();
                 }
                 SweepPlan::Purge => {
-                    conn.prepare_cached("DELETE FROM groups WHERE partner = ?1 AND group_id = ?2")?
-                        .execute(params![partner, group_id])?;
+                    group_rows::delete(conn, id)?;
+                    let key = self.index.key(&partner, &group_id);
+                    self.effects.index.deleted(key, id);
                     conn.prepare_cached(
                         "DELETE FROM buffered WHERE partner = ?1 AND group_id = ?2",
                     )?
@@ -332,41 +351,19 @@ impl<'c> Batch<'c> {
             .execute([now_ms])?;
         Ok(report)
     }
-
-    /// Writes a swept group's state at once (the sweep runs alone, nothing staged).
-    fn write_now(&mut self, partner: &str, write: &GroupWrite, now: i64) -> Result<(), StoreError> {
-        let mut encoded = Vec::new();
-        group_state::encode(&write.state, &mut encoded);
-        self.conn
-            .prepare_cached(
-                "UPDATE groups SET status = ?3, next_deadline = ?4, updated_at = ?5, state = '', \
-                 state_bin = ?6 WHERE partner = ?1 AND group_id = ?2",
-            )?
-            .execute(params![
-                partner,
-                write.state.group_id.as_str(),
-                write.state.status.as_str(),
-                write.deadline.map(millis),
-                now,
-                encoded
-            ])?;
-        Ok(())
-    }
 }
 
-/// The stored state of `partner`'s group (`Err(reason)`: unreadable).
-fn read_group(
-    conn: &Connection,
-    partner: &str,
-    group_id: &str,
-) -> Result<Result<Option<GroupState>, String>, StoreError> {
-    let found = conn
-        .prepare_cached("SELECT state, state_bin FROM groups WHERE partner = ?1 AND group_id = ?2")?
-        .query_row([partner, group_id], |r| {
-            Ok(group_state::decode_row(r.get_ref(0)?, r.get_ref(1)?))
-        })
-        .optional()?;
-    Ok(found.transpose())
+/// Writes a swept group's state at once (the sweep runs alone, nothing staged).
+fn write_now(conn: &Connection, id: i64, write: &GroupWrite, now: i64) -> Result<(), StoreError> {
+    let mut encoded = Vec::new();
+    group_state::encode(&write.state, &mut encoded);
+    let row = GroupRow {
+        status: write.state.status.as_str(),
+        deadline: write.deadline.map(millis),
+        updated_at: now,
+        state_bin: &encoded,
+    };
+    group_rows::update(conn, id, &row)
 }
 
 /// Appends a delivered message to the inbox. A big payload goes in as a zero blob filled in

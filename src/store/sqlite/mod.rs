@@ -19,7 +19,9 @@ mod batch;
 mod change;
 mod checkpointer;
 mod delivery;
+mod group_index;
 pub mod group_json;
+mod group_rows;
 pub mod group_state;
 mod job;
 mod outbound;
@@ -75,8 +77,10 @@ impl SqliteStore {
         claim_database(&pool, &config.path).await?;
         sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
         let writer = writer::open_writer_connection(&config.path, config.durability)?;
+        let groups = group_index::GroupIndex::load(&writer)?;
         let shared = Arc::new(Shared {
             policy: config.policy.clone(),
+            groups,
             waiters: Mutex::new(HashMap::new()),
             callbacks_due: Notify::new(),
             outbound_due: Notify::new(),

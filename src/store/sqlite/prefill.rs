@@ -114,6 +114,7 @@ impl SqliteStore {
     ) -> Result<(), StoreError> {
         let (channel, payload) = (channel.to_owned(), payload.clone());
         let topic = format!("{channel}/Load");
+        let shared = self.shared.clone();
         self.keep(move |conn| {
             let mut inbox = conn.prepare_cached(
                 "INSERT INTO inbox (channel, topic, group_id, number, namespaces, received_at, \
@@ -144,6 +145,10 @@ impl SqliteStore {
                     g.state,
                     PREFILL_SOURCE
                 ])?;
+                // Entered at once: should the transaction fail, an entry without its row is
+                // harmless (group_index.rs).
+                let key = shared.groups.key("", &g.id);
+                shared.groups.add(key, conn.last_insert_rowid());
             }
             Ok(((), Wakes::NONE))
         })

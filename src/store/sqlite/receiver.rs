@@ -99,14 +99,25 @@ impl ReceiverStore for SqliteStore {
         group_id: &'a str,
     ) -> StoreFuture<'a, Result<Option<GroupState>, StoreError>> {
         Box::pin(async move {
-            let row = sqlx::query(
-                "SELECT state, state_bin FROM groups WHERE partner = ? AND group_id = ?",
-            )
-            .bind(partner)
-            .bind(group_id)
-            .fetch_optional(&self.pool)
-            .await?;
-            row.map(|r| decode_group(&r, 0)).transpose()
+            let mut ids = Vec::new();
+            let index = &self.shared.groups;
+            index.rows(index.key(partner, group_id), &mut ids);
+            for id in ids {
+                // The entry may be stale or another pair's (group_index.rs): the row decides.
+                let row = sqlx::query(
+                    "SELECT state, state_bin FROM groups WHERE id = ? AND partner = ? \
+                     AND group_id = ?",
+                )
+                .bind(id)
+                .bind(partner)
+                .bind(group_id)
+                .fetch_optional(&self.pool)
+                .await?;
+                if let Some(r) = row {
+                    return decode_group(&r, 0).map(Some);
+                }
+            }
+            Ok(None)
         })
     }
 
@@ -396,12 +407,21 @@ impl ReceiverStore for SqliteStore {
             let asked = Asked::new(refs);
             let ids = serde_json::json!(asked.group_ids().map(GroupId::as_str).collect::<Vec<_>>())
                 .to_string();
+            let index = &self.shared.groups;
+            let mut rows_of_groups = Vec::new();
+            let mut rows = Vec::new();
+            for group_id in asked.group_ids() {
+                index.rows(index.key(partner, group_id.as_str()), &mut rows);
+                rows_of_groups.extend_from_slice(&rows);
+            }
             let mut states = HashMap::new();
             let rows = sqlx::query(
                 "SELECT group_id, state, state_bin FROM groups \
-             WHERE partner = ? AND group_id IN (SELECT value FROM json_each(?))",
+             WHERE partner = ? AND id IN (SELECT value FROM json_each(?)) \
+             AND group_id IN (SELECT value FROM json_each(?))",
             )
             .bind(partner)
+            .bind(serde_json::json!(rows_of_groups).to_string())
             .bind(&ids)
             .fetch_all(&self.pool)
             .await?;

@@ -1,5 +1,6 @@
 //! State shared between the store's handles and its writer thread: the waiters a commit wakes,
-//! the test hooks, health. A leaf: it uses nothing of the backend's other files.
+//! the test hooks, health, the group key index. It uses no other file of the backend but that
+//! index (a leaf itself).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -7,6 +8,7 @@ use std::sync::atomic::{AtomicI64, AtomicUsize};
 
 use tokio::sync::{Notify, oneshot, watch};
 
+use super::group_index::GroupIndex;
 use crate::rmp::group::Policy;
 use crate::store::health::Health;
 use crate::wsr::MessageKey;
@@ -51,6 +53,8 @@ pub(in crate::store) type Waiters = HashMap<(String, MessageKey), Vec<oneshot::S
 /// State shared between handles and the writer thread.
 pub(in crate::store) struct Shared {
     pub(in crate::store) policy: Policy,
+    /// Which row holds a (partner, group id); the writer keeps it, readers look up through it.
+    pub(in crate::store) groups: GroupIndex,
     /// Requests waiting for a buffered message of theirs to be delivered (Response pattern),
     /// by (partner, key): another partner's message of the same key is not theirs.
     pub(in crate::store) waiters: Mutex<Waiters>,

@@ -155,7 +155,7 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Job>, shared: &Shared) -> Wri
             WriterConnection::Broken
         };
     }
-    let mut tx = Batch::new(conn);
+    let mut tx = Batch::new(conn, &shared.groups);
     let mut done = Vec::with_capacity(batch.len());
     let mut poisoned = None;
     for job in batch.iter_mut() {
@@ -186,6 +186,7 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Job>, shared: &Shared) -> Wri
     let effects = std::mem::take(&mut tx.effects);
     drop(tx);
     if let Err(e) = committed {
+        effects.index.rolled_back(&shared.groups);
         batch_failed(shared, &format!("transaction failed: {e}"));
         let rolled_back = if conn.is_autocommit() {
             // SQLite already rolled it back itself.
@@ -202,6 +203,7 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Job>, shared: &Shared) -> Wri
             }
         };
     }
+    effects.index.committed(&shared.groups);
     shared.health.committed(carries_message);
     // Durable now: announce, then answer.
     if !effects.delivered.is_empty() {
@@ -302,9 +304,10 @@ fn run_job(
         Job::Sweep(now, _) => {
             // It reads and writes the group table itself: let it see what the batch staged.
             tx.flush(true)?;
-            let mut sweep = Batch::new(conn);
+            let mut sweep = Batch::new(conn, &shared.groups);
             let report = sweep.sweep(*now, &shared.policy)?;
             tx.effects.wakes.absorb(sweep.effects.wakes);
+            tx.effects.index.absorb(sweep.effects.index);
             Ok(Done::Swept(Ok(report)))
         }
         Job::Change(change) => {

@@ -1,0 +1,108 @@
+//! The writer's statements on the `groups` table: rows are found through the key index
+//! (group_index.rs) and then read, changed and deleted by their id.
+
+use rusqlite::{Connection, OptionalExtension as _, params};
+
+use super::group_index::{GroupIndex, GroupKey};
+use super::group_state;
+use crate::rmp::group::GroupState;
+use crate::store::error::StoreError;
+
+/// A stored group: its row and its state (`Err(reason)`: unreadable).
+pub(super) struct StoredGroup {
+    pub(super) id: i64,
+    pub(super) state: Result<GroupState, String>,
+}
+
+/// `partner`'s group `group_id`, if it is stored.
+pub(super) fn find(
+    conn: &Connection,
+    index: &GroupIndex,
+    key: GroupKey,
+    (partner, group_id): (&str, &str),
+) -> Result<Option<StoredGroup>, StoreError> {
+    let mut ids = Vec::new();
+    index.rows(key, &mut ids);
+    let mut select = conn
+        .prepare_cached("SELECT partner, group_id, state, state_bin FROM groups WHERE id = ?1")?;
+    for id in ids {
+        // A stale entry (the row is gone) or a collision (another pair's row) is passed over.
+        let found = select
+            .query_row([id], |r| {
+                let theirs = r.get_ref(0)?.as_str().is_ok_and(|p| p == partner)
+                    && r.get_ref(1)?.as_str().is_ok_and(|g| g == group_id);
+                if !theirs {
+                    return Ok(None);
+                }
+                Ok(Some(group_state::decode_row(r.get_ref(2)?, r.get_ref(3)?)))
+            })
+            .optional()?;
+        if let Some(Some(state)) = found {
+            return Ok(Some(StoredGroup { id, state }));
+        }
+    }
+    Ok(None)
+}
+
+/// What a group row holds besides its key.
+pub(super) struct GroupRow<'a> {
+    pub(super) status: &'a str,
+    pub(super) deadline: Option<i64>,
+    pub(super) updated_at: i64,
+    pub(super) state_bin: &'a [u8],
+}
+
+/// Inserts a new group; answers its row id (the caller adds it to the index).
+pub(super) fn insert(
+    conn: &Connection,
+    (partner, group_id): (&str, &str),
+    channel: &str,
+    source: &str,
+    row: &GroupRow<'_>,
+) -> Result<i64, StoreError> {
+    conn.prepare_cached(
+        "INSERT INTO groups (partner, group_id, channel, status, next_deadline, updated_at, \
+         state, state_bin, source) VALUES (?1, ?2, ?3, ?4, ?5, ?6, '', ?7, ?8)",
+    )?
+    .execute(params![
+        partner,
+        group_id,
+        channel,
+        row.status,
+        row.deadline,
+        row.updated_at,
+        row.state_bin,
+        source
+    ])?;
+    Ok(conn.last_insert_rowid())
+}
+
+/// Writes a stored group's new state (its channel and source stay as first written).
+pub(super) fn update(conn: &Connection, id: i64, row: &GroupRow<'_>) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "UPDATE groups SET status = ?2, next_deadline = ?3, updated_at = ?4, state = '', \
+         state_bin = ?5 WHERE id = ?1",
+    )?
+    .execute(params![
+        id,
+        row.status,
+        row.deadline,
+        row.updated_at,
+        row.state_bin
+    ])?;
+    Ok(())
+}
+
+/// Takes a group whose state cannot be read out of the sweep (kept for an operator).
+pub(super) fn stop_sweeping(conn: &Connection, id: i64) -> Result<(), StoreError> {
+    conn.prepare_cached("UPDATE groups SET next_deadline = NULL WHERE id = ?1")?
+        .execute([id])?;
+    Ok(())
+}
+
+/// Deletes a group row (the caller removes its index entry once that is committed).
+pub(super) fn delete(conn: &Connection, id: i64) -> Result<(), StoreError> {
+    conn.prepare_cached("DELETE FROM groups WHERE id = ?1")?
+        .execute([id])?;
+    Ok(())
+}
