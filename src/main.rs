@@ -111,7 +111,14 @@ impl Signals {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    // Never lossy: a full buffer (a stuck terminal or disk) slows requests down rather than
+    // drop lines. The guard writes out what is left when main returns.
+    let (log_writer, _log_guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .lossy(false)
+        .thread_name("wsr-log")
+        .finish(std::io::BufWriter::new(std::io::stdout()));
     tracing_subscriber::fmt()
+        .with_writer(log_writer)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
