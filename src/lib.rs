@@ -134,14 +134,14 @@ impl App {
             addr,
             tls,
             clients,
-            state: AppState {
+            state: AppState::new(http::Shared {
                 store,
                 config: Arc::new(config),
                 clock,
                 callback_url,
                 receipts,
                 event_streams: Arc::default(),
-            },
+            }),
         })
     }
 

@@ -60,11 +60,6 @@ pub async fn guard(
     next: Next,
 ) -> Response {
     let started = Instant::now();
-    let peer = request
-        .extensions()
-        .get::<PeerAddr>()
-        .map(|p| p.0.to_string())
-        .unwrap_or_default();
     let channel = match door {
         Door::Channel => request
             .uri()
@@ -96,7 +91,7 @@ pub async fn guard(
     let note = access.taken();
     tracing::info!(
         target: "wsr_gateway::access",
-        peer = %peer,
+        peer = peer_addr.map(tracing::field::display),
         partner = partner.as_deref().unwrap_or("-"),
         route = match door { Door::Channel => "channel", Door::Callback => "callback" },
         channel = %channel,
@@ -104,7 +99,7 @@ pub async fn guard(
         number = note.number,
         verdict = note.verdict.as_deref().unwrap_or("-"),
         status = response.status().as_u16(),
-        duration_ms = started.elapsed().as_secs_f64() * 1000.0,
+        duration_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
         "wsr request"
     );
     response

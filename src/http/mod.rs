@@ -27,9 +27,27 @@ use crate::delivery::receipt::ReceiptKey;
 use crate::store::delivery::DeadLetterChange;
 use crate::store::{Endpoints, Store};
 
-/// What every handler may use; cheap to clone.
+/// What every handler may use; one reference count to clone (a request clones it several
+/// times on its way through the layers).
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl AppState {
+    pub fn new(shared: Shared) -> AppState {
+        AppState(Arc::new(shared))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// The contents of an `AppState`.
+pub struct Shared {
     pub store: Store,
     pub config: Arc<Config>,
     pub clock: Arc<dyn Clock>,
