@@ -220,6 +220,100 @@ async fn a_sweep_long_after_expiry_purges_the_group() {
     }
 }
 
+#[tokio::test]
+async fn a_purged_group_is_forgotten_and_its_id_opens_a_new_group() {
+    for b in backends().await {
+        let m = message(
+            "mid:again@contract",
+            None,
+            ReplyPattern::Response,
+            text("<a/>"),
+        );
+        b.store.receive(m.clone()).await.expect("stored");
+        let report = b
+            .store
+            .sweep(now() + Duration::days(60))
+            .await
+            .expect("swept");
+        assert_eq!(report.purged, 1, "{}", b.name);
+        // The same id, sent again after its group was purged: a new message.
+        let again = b.store.receive(m.clone()).await.expect("stored");
+        assert_eq!(again.verdict, Verdict::Ack, "{}", b.name);
+        assert_eq!(
+            b.store.inbox(0, 10).await.expect("inbox").len(),
+            2,
+            "{}",
+            b.name
+        );
+        assert!(
+            b.store
+                .group("", "mid:again@contract")
+                .await
+                .expect("read")
+                .is_some(),
+            "{}",
+            b.name
+        );
+        // And its resend is a duplicate of the new group.
+        b.store.receive(m).await.expect("stored");
+        assert_eq!(
+            b.store.inbox(0, 10).await.expect("inbox").len(),
+            2,
+            "{}: a duplicate of the new group",
+            b.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn two_partners_groups_of_one_id_are_two_groups() {
+    for b in backends().await {
+        let ours = message(
+            "mid:shared@contract",
+            None,
+            ReplyPattern::Response,
+            text("<a/>"),
+        );
+        let theirs = ReceivedMessage {
+            partner: "acme".into(),
+            ..ours.clone()
+        };
+        b.store.receive(ours.clone()).await.expect("stored");
+        b.store.receive(theirs.clone()).await.expect("stored");
+        b.store.receive(theirs).await.expect("stored");
+        b.store.receive(ours).await.expect("stored");
+        let inbox = b.store.inbox(0, 10).await.expect("inbox");
+        let mut partners: Vec<&str> = inbox.iter().map(|e| e.partner.as_str()).collect();
+        partners.sort_unstable();
+        assert_eq!(
+            partners,
+            ["", "acme"],
+            "{}: one each, resends dropped",
+            b.name
+        );
+        for partner in ["", "acme"] {
+            assert!(
+                b.store
+                    .group(partner, "mid:shared@contract")
+                    .await
+                    .expect("read")
+                    .is_some(),
+                "{}: {partner:?}",
+                b.name
+            );
+        }
+        assert!(
+            b.store
+                .group("other", "mid:shared@contract")
+                .await
+                .expect("read")
+                .is_none(),
+            "{}",
+            b.name
+        );
+    }
+}
+
 /// A message far above the blob threshold goes in through incremental blob I/O and comes back
 /// byte for byte.
 #[tokio::test]
