@@ -134,7 +134,7 @@ impl App {
             addr,
             tls,
             clients,
-            state: AppState::new(http::Shared {
+            state: AppState::new(http::AppContext {
                 store,
                 config: Arc::new(config),
                 clock,

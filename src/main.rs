@@ -109,11 +109,15 @@ impl Signals {
     }
 }
 
+/// Log lines waiting for the log thread before a request that logs waits too (README).
+const LOG_BACKLOG_LINES: usize = 128_000;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     // Never lossy: a full buffer (a stuck terminal or disk) slows requests down rather than
     // drop lines. The guard writes out what is left when main returns.
     let (log_writer, _log_guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .buffered_lines_limit(LOG_BACKLOG_LINES)
         .lossy(false)
         .thread_name("wsr-log")
         .finish(std::io::BufWriter::new(std::io::stdout()));

@@ -30,24 +30,24 @@ use crate::store::{Endpoints, Store};
 /// What every handler may use; one reference count to clone (a request clones it several
 /// times on its way through the layers).
 #[derive(Clone)]
-pub struct AppState(Arc<Shared>);
+pub struct AppState(Arc<AppContext>);
 
 impl AppState {
-    pub fn new(shared: Shared) -> AppState {
-        AppState(Arc::new(shared))
+    pub fn new(context: AppContext) -> AppState {
+        AppState(Arc::new(context))
     }
 }
 
 impl std::ops::Deref for AppState {
-    type Target = Shared;
+    type Target = AppContext;
 
-    fn deref(&self) -> &Shared {
+    fn deref(&self) -> &AppContext {
         &self.0
     }
 }
 
 /// The contents of an `AppState`.
-pub struct Shared {
+pub struct AppContext {
     pub store: Store,
     pub config: Arc<Config>,
     pub clock: Arc<dyn Clock>,

@@ -87,8 +87,7 @@ impl<'c> Batch<'c> {
             .get(partner)
             .is_some_and(|g| g.contains_key(group_id));
         if !known {
-            let key = self.index.key(partner, group_id);
-            let slot = match group_rows::find(self.conn, self.index, key, (partner, group_id))? {
+            let slot = match group_rows::find(self.conn, self.index, (partner, group_id))? {
                 Some(stored) => Slot {
                     id: Some(stored.id),
                     state: stored.state.map(Some),
@@ -174,10 +173,10 @@ impl<'c> Batch<'c> {
         let now = millis(m.now);
         match plan.action {
             Action::Deliver => {
-                insert_inbox(conn, m, number, now, expiry)?;
+                insert_message(conn, Held::Delivered, m, number, now, expiry)?;
                 self.effects.wakes.appended = true;
             }
-            Action::Buffer => insert_buffered(conn, m, number, now, expiry)?,
+            Action::Buffer => insert_message(conn, Held::Buffered, m, number, now, expiry)?,
             Action::Drop => {}
         }
         for n in &plan.release {
@@ -366,51 +365,40 @@ fn write_now(conn: &Connection, id: i64, write: &GroupWrite, now: i64) -> Result
     group_rows::update(conn, id, &row)
 }
 
-/// Appends a delivered message to the inbox. A big payload goes in as a zero blob filled in
-/// chunks (incremental blob I/O); the payload column is the record's last, so SQLite never
-/// builds the full value in memory.
-fn insert_inbox(
-    conn: &Connection,
-    m: &ReceivedMessage,
-    number: Option<i64>,
-    now: i64,
-    expiry: i64,
-) -> Result<(), StoreError> {
-    let group_id = m.request.message_id.group_id.as_str();
-    conn.prepare_cached(
-        "INSERT INTO inbox (channel, topic, group_id, number, namespaces, received_at, expiry, \
-         partner, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-    )?
-    .execute(params![
-        m.channel,
-        m.topic,
-        group_id,
-        number,
-        m.namespaces,
-        now,
-        expiry,
-        m.partner,
-        PayloadParam::of(&m.payload)
-    ])?;
-    PayloadParam::finish(conn, "inbox", &m.payload)
+/// Where a received message is written: the inbox (delivered), or the buffer of an ordered
+/// group (waiting ahead of a gap). The two tables hold the same columns.
+#[derive(Clone, Copy)]
+enum Held {
+    Delivered,
+    Buffered,
 }
 
-/// Holds an ordered message ahead of a gap; a big payload goes in as the inbox's does.
-fn insert_buffered(
+/// Writes a received message to the inbox or the buffer. A big payload goes in as a zero blob
+/// filled in chunks (incremental blob I/O); the payload column is the record's last, so SQLite
+/// never builds the full value in memory.
+fn insert_message(
     conn: &Connection,
+    held: Held,
     m: &ReceivedMessage,
     number: Option<i64>,
     now: i64,
     expiry: i64,
 ) -> Result<(), StoreError> {
-    let group_id = m.request.message_id.group_id.as_str();
-    conn.prepare_cached(
-        "INSERT INTO buffered (partner, group_id, number, channel, topic, namespaces, \
-         received_at, expiry, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-    )?
-    .execute(params![
+    let (table, sql) = match held {
+        Held::Delivered => (
+            "inbox",
+            "INSERT INTO inbox (partner, group_id, number, channel, topic, namespaces, \
+             received_at, expiry, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        ),
+        Held::Buffered => (
+            "buffered",
+            "INSERT INTO buffered (partner, group_id, number, channel, topic, namespaces, \
+             received_at, expiry, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+        ),
+    };
+    conn.prepare_cached(sql)?.execute(params![
         m.partner,
-        group_id,
+        m.request.message_id.group_id.as_str(),
         number,
         m.channel,
         m.topic,
@@ -419,7 +407,7 @@ fn insert_buffered(
         expiry,
         PayloadParam::of(&m.payload)
     ])?;
-    PayloadParam::finish(conn, "buffered", &m.payload)
+    PayloadParam::finish(conn, table, &m.payload)
 }
 
 /// How a payload is bound: as text when small, as a zero blob of its length when big (filled

@@ -65,14 +65,16 @@ impl GroupIndex {
         GroupKey(self.keys.hash_one((partner, group_id)))
     }
 
-    /// The rows that may hold the group (`rows` is cleared first).
-    pub(super) fn rows(&self, key: GroupKey, rows: &mut Vec<i64>) {
-        rows.clear();
+    /// The rows that may hold `partner`'s group `group_id` (the caller checks each).
+    pub(super) fn rows(&self, partner: &str, group_id: &str) -> Vec<i64> {
+        self.rows_of_key(self.key(partner, group_id))
+    }
+
+    fn rows_of_key(&self, key: GroupKey) -> Vec<i64> {
         let entries = self.lock();
-        if let Some(id) = entries.one.get(&key) {
-            rows.push(*id);
-        } else if let Some(ids) = entries.more.get(&key) {
-            rows.extend_from_slice(ids);
+        match entries.one.get(&key) {
+            Some(id) => vec![*id],
+            None => entries.more.get(&key).cloned().unwrap_or_default(),
         }
     }
 
@@ -196,9 +198,7 @@ mod tests {
     }
 
     fn rows(index: &GroupIndex, key: GroupKey) -> Vec<i64> {
-        let mut out = Vec::new();
-        index.rows(key, &mut out);
-        out
+        index.rows_of_key(key)
     }
 
     #[test]

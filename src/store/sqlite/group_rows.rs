@@ -3,7 +3,7 @@
 
 use rusqlite::{Connection, OptionalExtension as _, params};
 
-use super::group_index::{GroupIndex, GroupKey};
+use super::group_index::GroupIndex;
 use super::group_state;
 use crate::rmp::group::GroupState;
 use crate::store::error::StoreError;
@@ -18,11 +18,9 @@ pub(super) struct StoredGroup {
 pub(super) fn find(
     conn: &Connection,
     index: &GroupIndex,
-    key: GroupKey,
     (partner, group_id): (&str, &str),
 ) -> Result<Option<StoredGroup>, StoreError> {
-    let mut ids = Vec::new();
-    index.rows(key, &mut ids);
+    let ids = index.rows(partner, group_id);
     let mut select = conn
         .prepare_cached("SELECT partner, group_id, state, state_bin FROM groups WHERE id = ?1")?;
     for id in ids {

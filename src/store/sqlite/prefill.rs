@@ -6,6 +6,7 @@
 use chrono::{DateTime, Duration, Utc};
 use rusqlite::params;
 
+use super::group_rows::{self, GroupRow};
 use super::time::millis;
 use super::{SqliteStore, Wakes, group_state};
 use crate::rmp::receive_plan::group_deadline;
@@ -120,10 +121,6 @@ impl SqliteStore {
                 "INSERT INTO inbox (channel, topic, group_id, number, namespaces, received_at, \
                  expiry, partner, payload) VALUES (?1, ?2, ?3, ?4, '[]', ?5, ?6, '', ?7)",
             )?;
-            let mut group = conn.prepare_cached(
-                "INSERT INTO groups (partner, group_id, channel, status, next_deadline, \
-                 updated_at, state, state_bin, source) VALUES ('', ?1, ?2, ?3, ?4, ?5, '', ?6, ?7)",
-            )?;
             for g in &groups {
                 for n in 0..g.messages {
                     inbox.execute(params![
@@ -136,19 +133,16 @@ impl SqliteStore {
                         &*payload
                     ])?;
                 }
-                group.execute(params![
-                    g.id,
-                    channel,
-                    g.status,
-                    g.deadline,
-                    millis(now),
-                    g.state,
-                    PREFILL_SOURCE
-                ])?;
+                let row = GroupRow {
+                    status: g.status,
+                    deadline: g.deadline,
+                    updated_at: millis(now),
+                    state_bin: &g.state,
+                };
+                let id = group_rows::insert(conn, ("", &g.id), &channel, PREFILL_SOURCE, &row)?;
                 // Entered at once: should the transaction fail, an entry without its row is
                 // harmless (group_index.rs).
-                let key = shared.groups.key("", &g.id);
-                shared.groups.add(key, conn.last_insert_rowid());
+                shared.groups.add(shared.groups.key("", &g.id), id);
             }
             Ok(((), Wakes::NONE))
         })

@@ -99,10 +99,7 @@ impl ReceiverStore for SqliteStore {
         group_id: &'a str,
     ) -> StoreFuture<'a, Result<Option<GroupState>, StoreError>> {
         Box::pin(async move {
-            let mut ids = Vec::new();
-            let index = &self.shared.groups;
-            index.rows(index.key(partner, group_id), &mut ids);
-            for id in ids {
+            for id in self.shared.groups.rows(partner, group_id) {
                 // The entry may be stale or another pair's (group_index.rs): the row decides.
                 let row = sqlx::query(
                     "SELECT state, state_bin FROM groups WHERE id = ? AND partner = ? \
@@ -407,13 +404,10 @@ impl ReceiverStore for SqliteStore {
             let asked = Asked::new(refs);
             let ids = serde_json::json!(asked.group_ids().map(GroupId::as_str).collect::<Vec<_>>())
                 .to_string();
-            let index = &self.shared.groups;
-            let mut rows_of_groups = Vec::new();
-            let mut rows = Vec::new();
-            for group_id in asked.group_ids() {
-                index.rows(index.key(partner, group_id.as_str()), &mut rows);
-                rows_of_groups.extend_from_slice(&rows);
-            }
+            let rows_of_groups: Vec<i64> = asked
+                .group_ids()
+                .flat_map(|g| self.shared.groups.rows(partner, g.as_str()))
+                .collect();
             let mut states = HashMap::new();
             let rows = sqlx::query(
                 "SELECT group_id, state, state_bin FROM groups \

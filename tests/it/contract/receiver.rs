@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Duration, Utc};
 use wsr_gateway::rmp::receiver::Verdict;
-use wsr_gateway::store::{Payload, ReceivedMessage};
+use wsr_gateway::store::{InboxEntry, Payload, ReceivedMessage, Store};
 use wsr_gateway::wsr::{GroupId, MessageId, ReplyPattern, ReplyTo, Request, SequenceNum};
 
 use super::backends;
@@ -45,6 +45,11 @@ fn message(
     }
 }
 
+/// The first ten inbox messages.
+async fn inbox(store: &Store) -> Vec<InboxEntry> {
+    store.inbox(0, 10).await.expect("inbox")
+}
+
 fn text(s: &str) -> Payload {
     Payload::from(s.to_owned())
 }
@@ -62,7 +67,7 @@ async fn a_message_is_accepted_once_and_its_duplicate_acked_without_a_second_del
         assert_eq!(first.verdict, Verdict::Ack, "{}", b.name);
         let again = b.store.receive(m).await.expect("stored");
         assert_eq!(again.verdict, Verdict::Ack, "{}", b.name);
-        let inbox = b.store.inbox(0, 10).await.expect("inbox");
+        let inbox = inbox(&b.store).await;
         assert_eq!(inbox.len(), 1, "{}", b.name);
         assert_eq!(inbox[0].payload, "<a/>", "{}", b.name);
         assert!(
@@ -84,11 +89,7 @@ async fn an_ordered_message_ahead_of_a_gap_waits_and_is_delivered_in_order_with_
         let second = message(g, Some(1), ReplyPattern::Response, text("<n>1</n>"));
         let watcher = b.store.watch_delivery("", &second.request.key());
         b.store.receive(second).await.expect("stored");
-        assert!(
-            b.store.inbox(0, 10).await.expect("inbox").is_empty(),
-            "{}",
-            b.name
-        );
+        assert!(inbox(&b.store).await.is_empty(), "{}", b.name);
         b.store
             .receive(message(
                 g,
@@ -165,23 +166,14 @@ async fn a_failed_commit_acks_nobody_and_stores_nothing() {
             text("<a/>"),
         );
         assert!(b.store.receive(m.clone()).await.is_err(), "{}", b.name);
-        assert!(
-            b.store.inbox(0, 10).await.expect("inbox").is_empty(),
-            "{}",
-            b.name
-        );
+        assert!(inbox(&b.store).await.is_empty(), "{}", b.name);
         assert!(
             b.store.readiness().await.is_err(),
             "{}: not ready after a failed commit",
             b.name
         );
         b.store.receive(m).await.expect("stored on retry");
-        assert_eq!(
-            b.store.inbox(0, 10).await.expect("inbox").len(),
-            1,
-            "{}",
-            b.name
-        );
+        assert_eq!(inbox(&b.store).await.len(), 1, "{}", b.name);
     }
 }
 
@@ -239,12 +231,7 @@ async fn a_purged_group_is_forgotten_and_its_id_opens_a_new_group() {
         // The same id, sent again after its group was purged: a new message.
         let again = b.store.receive(m.clone()).await.expect("stored");
         assert_eq!(again.verdict, Verdict::Ack, "{}", b.name);
-        assert_eq!(
-            b.store.inbox(0, 10).await.expect("inbox").len(),
-            2,
-            "{}",
-            b.name
-        );
+        assert_eq!(inbox(&b.store).await.len(), 2, "{}", b.name);
         assert!(
             b.store
                 .group("", "mid:again@contract")
@@ -257,7 +244,7 @@ async fn a_purged_group_is_forgotten_and_its_id_opens_a_new_group() {
         // And its resend is a duplicate of the new group.
         b.store.receive(m).await.expect("stored");
         assert_eq!(
-            b.store.inbox(0, 10).await.expect("inbox").len(),
+            inbox(&b.store).await.len(),
             2,
             "{}: a duplicate of the new group",
             b.name
@@ -282,7 +269,7 @@ async fn two_partners_groups_of_one_id_are_two_groups() {
         b.store.receive(theirs.clone()).await.expect("stored");
         b.store.receive(theirs).await.expect("stored");
         b.store.receive(ours).await.expect("stored");
-        let inbox = b.store.inbox(0, 10).await.expect("inbox");
+        let inbox = inbox(&b.store).await;
         let mut partners: Vec<&str> = inbox.iter().map(|e| e.partner.as_str()).collect();
         partners.sort_unstable();
         assert_eq!(
@@ -340,7 +327,7 @@ async fn a_large_payload_round_trips_byte_for_byte() {
         b.store.receive(held).await.expect("stored");
         let filler = message(g, Some(0), ReplyPattern::Response, text("<n/>"));
         b.store.receive(filler).await.expect("stored");
-        let inbox = b.store.inbox(0, 10).await.expect("inbox");
+        let inbox = inbox(&b.store).await;
         assert_eq!(inbox.len(), 3, "{}", b.name);
         assert!(inbox[0].payload == body, "{}: the payload changed", b.name);
         assert!(
