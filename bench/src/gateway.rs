@@ -158,6 +158,11 @@ impl Gateway {
         self.status_kib("VmHWM:")
     }
 
+    /// The gateway process, for its CPU time (`cpu.rs`).
+    pub fn server(&self) -> crate::cpu::Server {
+        crate::cpu::Server::pid(self.pid)
+    }
+
     /// Resident set size now (`VmRSS`), in KiB.
     pub fn rss_kib(&self) -> anyhow::Result<u64> {
         self.status_kib("VmRSS:")
@@ -427,6 +432,7 @@ impl BenchReport {
             p999_ms: num(self.p999_ms),
             max_ms: num(self.max_ms),
             errors: self.errors.clone().into_map(),
+            server_cpu_us: None,
         }
     }
 
@@ -441,6 +447,7 @@ impl BenchReport {
             p999_ms: f64::NAN,
             max_ms: f64::NAN,
             errors: e.errors.clone().into_map(),
+            server_cpu_us: None,
         })
     }
 }

@@ -94,6 +94,7 @@ impl Recorder {
             p999_ms: pct(0.999),
             max_ms: lat.last().map_or(f64::NAN, |&us| f64::from(us) / 1e3),
             errors: self.errors,
+            server_cpu_us: None,
         }
     }
 }
@@ -110,6 +111,9 @@ pub struct Figures {
     pub p999_ms: f64,
     pub max_ms: f64,
     pub errors: BTreeMap<String, u64>,
+    /// The server's CPU time per completed operation over the phase, in µs (`cpu.rs`);
+    /// `None` where the server is this tool itself (the ceiling) or could not be read.
+    pub server_cpu_us: Option<f64>,
 }
 
 impl Figures {

@@ -18,6 +18,7 @@
 mod lean;
 
 mod ceiling;
+mod cpu;
 mod gateway;
 mod jetstream;
 mod load;
@@ -438,7 +439,10 @@ async fn gateway_phases(cli: &Cli, bin: &Path, params: &Params, report: &mut Rep
                     mode.arg(),
                     params.duration.as_secs()
                 ));
-                let result = gateway_load(cli, bin, &gw.url(), mode, params).await;
+                let result = gw
+                    .server()
+                    .measure(gateway_load(cli, bin, &gw.url(), mode, params))
+                    .await;
                 report.set(key, measured(result));
                 if let Mode::Response = mode {
                     report.rss_response_kib = peak_rss(&gw);
@@ -479,7 +483,10 @@ async fn gateway_phases(cli: &Cli, bin: &Path, params: &Params, report: &mut Rep
                 "wsr-gateway durability=os: --mode response for {} s",
                 params.duration.as_secs()
             ));
-            let result = gateway_load(cli, bin, &gw.url(), Mode::Response, params).await;
+            let result = gw
+                .server()
+                .measure(gateway_load(cli, bin, &gw.url(), Mode::Response, params))
+                .await;
             report.set(RowKey::GatewayOs, measured(result));
             report.rss_os_kib = peak_rss(&gw);
             if let Err(e) = gw.stop().await {
@@ -532,7 +539,7 @@ async fn jetstream_phases(cli: &Cli, params: &Params, report: &mut Report) {
     ));
     report.set(
         RowKey::JetStreamPublish,
-        measured(js.publish_phase(params).await),
+        measured(nats_server().measure(js.publish_phase(params)).await),
     );
     progress(format!(
         "JetStream: publish + {} consumers for {} s",
@@ -541,7 +548,11 @@ async fn jetstream_phases(cli: &Cli, params: &Params, report: &mut Report) {
     ));
     report.set(
         RowKey::JetStreamE2e,
-        measured(js.e2e_phase(params, cli.js_ack).await),
+        measured(
+            nats_server()
+                .measure(js.e2e_phase(params, cli.js_ack))
+                .await,
+        ),
     );
     js.cleanup().await;
     report.notes.push(format!(
@@ -555,6 +566,16 @@ async fn jetstream_phases(cli: &Cli, params: &Params, report: &mut Report) {
         params.batch,
         cli.js_ack.describe()
     ));
+}
+
+/// The local NATS server's processes, looked up at each phase (a restart changes the pid).
+fn nats_server() -> cpu::Server {
+    cpu::Server::named("nats-server")
+}
+
+/// The local RabbitMQ node's Erlang VM.
+fn rabbit_server() -> cpu::Server {
+    cpu::Server::named("beam.smp")
 }
 
 async fn rabbit_phase(cli: &Cli, params: &Params, report: &mut Report) {
@@ -578,14 +599,17 @@ async fn rabbit_phase(cli: &Cli, params: &Params, report: &mut Report) {
     ));
     report.set(
         RowKey::RabbitQuorum,
-        measured(rabbit.publish_phase(params).await),
+        measured(rabbit_server().measure(rabbit.publish_phase(params)).await),
     );
     progress(format!(
         "RabbitMQ: quorum queue publish + {} consumers for {} s",
         params.consumers,
         params.duration.as_secs()
     ));
-    report.set(RowKey::RabbitE2e, measured(rabbit.e2e_phase(params).await));
+    report.set(
+        RowKey::RabbitE2e,
+        measured(rabbit_server().measure(rabbit.e2e_phase(params)).await),
+    );
     rabbit.cleanup().await;
     report.notes.push(
         "RabbitMQ: durable quorum queue, persistent messages (delivery_mode 2) to the default exchange, one channel per worker on one connection, each publish's confirm awaited; quorum queues fdatasync before confirming.".into(),

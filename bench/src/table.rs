@@ -146,15 +146,22 @@ impl Report {
     }
 
     pub fn render(&self) -> String {
-        let header = ["system", "msgs/s", "p50 ms", "p99 ms", "fsyncs before ack"];
-        let mut lines: Vec<[String; 5]> = Vec::new();
+        let header = [
+            "system",
+            "msgs/s",
+            "p50 ms",
+            "p99 ms",
+            "server CPU µs/msg",
+            "fsyncs before ack",
+        ];
+        let mut lines: Vec<[String; 6]> = Vec::new();
         let mut footnotes: Vec<String> = Vec::new();
         // Rows that failed for the same reason share one note.
         let mut reasons: Vec<(String, Vec<&str>)> = Vec::new();
         for key in RowKey::ALL {
             let outcome = self.outcome(key);
             let mut label = key.label().to_owned();
-            let (rate, p50, p99) = match outcome {
+            let (rate, p50, p99, cpu) = match outcome {
                 Outcome::Measured(f) => {
                     let errors = f.error_count();
                     if errors > 0 {
@@ -168,19 +175,25 @@ impl Report {
                         ));
                         label.push_str(" [errors]");
                     }
-                    (format!("{:.0}", f.msgs_per_s), ms(f.p50_ms), ms(f.p99_ms))
+                    (
+                        format!("{:.0}", f.msgs_per_s),
+                        ms(f.p50_ms),
+                        ms(f.p99_ms),
+                        f.server_cpu_us
+                            .map_or_else(|| "-".into(), |us| format!("{us:.1}")),
+                    )
                 }
                 Outcome::Unavailable(why) => {
                     add_reason(&mut reasons, format!("unavailable: {why}"), key.label());
-                    ("unavailable".into(), "-".into(), "-".into())
+                    ("unavailable".into(), "-".into(), "-".into(), "-".into())
                 }
                 Outcome::Failed(why) => {
                     add_reason(&mut reasons, format!("failed: {why}"), key.label());
-                    ("failed".into(), "-".into(), "-".into())
+                    ("failed".into(), "-".into(), "-".into(), "-".into())
                 }
-                Outcome::Skipped => ("skipped".into(), "-".into(), "-".into()),
+                Outcome::Skipped => ("skipped".into(), "-".into(), "-".into(), "-".into()),
             };
-            lines.push([label, rate, p50, p99, key.fsync().to_owned()]);
+            lines.push([label, rate, p50, p99, cpu, key.fsync().to_owned()]);
         }
         footnotes.extend(
             reasons
@@ -198,11 +211,11 @@ impl Report {
         if !self.heading.is_empty() {
             let _ = writeln!(out, "{}\n", self.heading);
         }
-        let row = |out: &mut String, cells: [&str; 5]| {
+        let row = |out: &mut String, cells: [&str; 6]| {
             let mut s = String::from("|");
             for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
                 // Text left-aligned, numbers right-aligned.
-                if (1..=3).contains(&i) {
+                if (1..=4).contains(&i) {
                     let _ = write!(s, " {cell:>w$} |");
                 } else {
                     let _ = write!(s, " {cell:<w$} |");
@@ -215,7 +228,7 @@ impl Report {
             .iter()
             .enumerate()
             .map(|(i, w)| {
-                if (1..=3).contains(&i) {
+                if (1..=4).contains(&i) {
                     format!("{}:", "-".repeat(w + 1))
                 } else {
                     "-".repeat(w + 2)
@@ -224,7 +237,10 @@ impl Report {
             .collect();
         let _ = writeln!(out, "|{}|", rule.join("|"));
         for line in &lines {
-            row(&mut out, [&line[0], &line[1], &line[2], &line[3], &line[4]]);
+            row(
+                &mut out,
+                [&line[0], &line[1], &line[2], &line[3], &line[4], &line[5]],
+            );
         }
 
         out.push('\n');
