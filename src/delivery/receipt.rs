@@ -76,7 +76,13 @@ impl Receipt {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut text = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        text.push(char::from(DIGITS[usize::from(b >> 4)]));
+        text.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+    }
+    text
 }
 
 fn unhex(text: &str) -> Option<Vec<u8>> {
@@ -100,6 +106,21 @@ mod tests {
             attempt: 2,
             consumer: "session-a".into(),
         }
+    }
+
+    #[test]
+    fn the_token_names_the_delivery_in_lower_case_hex_then_its_mac() {
+        let token = receipt().sign(&ReceiptKey::new(b"a secret of the gateway"));
+        let (body, mac) = token.rsplit_once('.').expect("token");
+        assert_eq!(
+            body,
+            "42.2.2473686172652f62696c6c696e672f6f72646572732f2b.73657373696f6e2d61"
+        );
+        assert_eq!(mac.len(), 64);
+        assert!(
+            mac.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        );
     }
 
     #[test]

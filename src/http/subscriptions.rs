@@ -16,17 +16,17 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::AppState;
 use super::admin::{Caller, Problem};
 use crate::delivery::lease::Outcome;
-use crate::delivery::message_json;
 use crate::delivery::pull::fetch_waiting;
 use crate::delivery::receipt::{Receipt, ReceiptError};
 use crate::delivery::subscription::{CreateRequest, Mode, SpecError};
+use crate::delivery::{MessageView, message_json};
 use crate::store::delivery::{DeadLetterChange, DeliveryError, Subscription};
 use crate::wsr::datetime::date_time_string;
 
@@ -389,7 +389,7 @@ pub async fn fetch(
     State(app): State<AppState>,
     Path(session): Path<String>,
     bytes: Bytes,
-) -> Result<Json<Value>, Problem> {
+) -> Result<Response, Problem> {
     let request: FetchBody = body(&bytes)?;
     let max = request.max.unwrap_or(10);
     if !(1..=MAX_FETCH).contains(&max) {
@@ -398,17 +398,33 @@ pub async fn fetch(
     let wait = Duration::from_millis(request.wait_ms.unwrap_or(0)).min(MAX_WAIT);
     own_session(&app, &caller, &session).await?;
     let handed = fetch_waiting(&app.store, &app.clock, &session, max, wait).await?;
-    let messages: Vec<Value> = handed
+    let messages = handed
         .iter()
-        .map(|h| {
-            let mut m = message_json(&h.message);
-            m["receipt"] = json!(h.receipt.sign(&app.receipts));
-            m["attempt"] = json!(h.receipt.attempt);
-            m["deadline"] = json!(h.deadline.as_ref().map(date_time_string));
-            m
+        .map(|h| HandedView {
+            message: MessageView::of(&h.message),
+            receipt: h.receipt.sign(&app.receipts),
+            attempt: h.receipt.attempt,
+            deadline: h.deadline.as_ref().map(date_time_string),
         })
         .collect();
-    Ok(Json(json!({ "messages": messages })))
+    // Written from the borrowed rows: a batch of payloads is not copied into a JSON tree first.
+    Ok(Json(FetchAnswer { messages }).into_response())
+}
+
+/// A fetch's answer.
+#[derive(Serialize)]
+struct FetchAnswer<'a> {
+    messages: Vec<HandedView<'a>>,
+}
+
+/// One handed-out message: the message, and what settling it takes.
+#[derive(Serialize)]
+struct HandedView<'a> {
+    #[serde(flatten)]
+    message: MessageView<'a>,
+    receipt: String,
+    attempt: u32,
+    deadline: Option<String>,
 }
 
 pub async fn heartbeat(
