@@ -1,10 +1,10 @@
 //! The CPU a server spent per message in a phase, read from `/proc/{pid}/stat`.
 //!
 //! On this shared 2-core machine a phase's msgs/s drifts by ±25 % within minutes (the disk
-//! and the neighbours), but the server's CPU time per message moves by a few per cent: it is
-//! the figure to compare two builds by. The server is the gateway child, or the broker's own
-//! processes (`nats-server`, RabbitMQ's `beam.smp`), found by name; the ceiling server runs
-//! inside this tool, so it has none.
+//! and the neighbours), while the server's CPU time per message of one build stays within
+//! about ±10 %: the better figure to compare two builds by. The server is the gateway child,
+//! or the broker's own processes (`nats-server`, RabbitMQ's `beam.smp`), found by name; the
+//! ceiling server runs inside this tool, so it has none.
 
 use std::future::Future;
 
