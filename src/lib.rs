@@ -11,6 +11,7 @@ pub mod client;
 pub mod clock;
 pub mod config;
 pub mod delivery;
+pub mod hex;
 pub mod http;
 pub mod outbound;
 pub mod partners;

@@ -230,13 +230,10 @@ pub fn hash_secret(secret: &str) -> anyhow::Result<String> {
     Ok(hash.to_string())
 }
 
-/// The lowercase hex SHA-256 of `der` (a certificate's fingerprint).
-pub fn sha256_hex(der: &[u8]) -> String {
-    digest::digest(&digest::SHA256, der)
-        .as_ref()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+/// The lowercase hex SHA-256 of `bytes` (a certificate's fingerprint, a secret's digest, a
+/// submit request's fingerprint).
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    crate::hex::lower_hex(digest::digest(&digest::SHA256, bytes).as_ref())
 }
 
 /// A configured fingerprint in any usual spelling (`AB:CD:…`, `abcd…`, `sha256:…`) as

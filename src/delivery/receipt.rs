@@ -6,6 +6,8 @@
 
 use aws_lc_rs::hmac;
 
+use crate::hex::lower_hex;
+
 /// What a receipt names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Receipt {
@@ -39,11 +41,11 @@ impl Receipt {
             "{}.{}.{}.{}",
             self.offset,
             self.attempt,
-            hex(self.subscription.as_bytes()),
-            hex(self.consumer.as_bytes())
+            lower_hex(self.subscription.as_bytes()),
+            lower_hex(self.consumer.as_bytes())
         );
         let tag = hmac::sign(&key.0, body.as_bytes());
-        format!("{body}.{}", hex(tag.as_ref()))
+        format!("{body}.{}", lower_hex(tag.as_ref()))
     }
 
     /// Checks a token and returns what it names.
@@ -73,16 +75,6 @@ impl Receipt {
             consumer: text(consumer)?,
         })
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut text = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        text.push(char::from(DIGITS[usize::from(b >> 4)]));
-        text.push(char::from(DIGITS[usize::from(b & 0x0f)]));
-    }
-    text
 }
 
 fn unhex(text: &str) -> Option<Vec<u8>> {

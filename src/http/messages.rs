@@ -98,9 +98,7 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, Problem> {
 /// payload): SHA-256, hex, of its JSON re-serialised with sorted keys, so that whitespace and
 /// key order do not matter. Two requests with the same fingerprint ask for the same message.
 fn fingerprint(request: &Value) -> String {
-    let canonical = request.to_string();
-    let digest = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, canonical.as_bytes());
-    digest.as_ref().iter().map(|b| format!("{b:02x}")).collect()
+    crate::secrets::sha256_hex(request.to_string().as_bytes())
 }
 
 /// The API answer to a refused submission or group close.

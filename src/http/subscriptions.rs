@@ -333,7 +333,7 @@ fn new_session_id() -> Result<String, Problem> {
             "no randomness for a session id".into(),
         )
     })?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(crate::hex::lower_hex(&bytes))
 }
 
 /// The live session `id` of `caller`, on a subscription `caller` still may use.
