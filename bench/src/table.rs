@@ -158,6 +158,8 @@ impl Report {
         let mut footnotes: Vec<String> = Vec::new();
         // Rows that failed for the same reason share one note.
         let mut reasons: Vec<(String, Vec<&str>)> = Vec::new();
+        // A row without figures: its state where the rate goes, dashes in the other numbers.
+        let unmeasured = |state: &str| (state.to_owned(), "-".into(), "-".into(), "-".into());
         for key in RowKey::ALL {
             let outcome = self.outcome(key);
             let mut label = key.label().to_owned();
@@ -185,13 +187,13 @@ impl Report {
                 }
                 Outcome::Unavailable(why) => {
                     add_reason(&mut reasons, format!("unavailable: {why}"), key.label());
-                    ("unavailable".into(), "-".into(), "-".into(), "-".into())
+                    unmeasured("unavailable")
                 }
                 Outcome::Failed(why) => {
                     add_reason(&mut reasons, format!("failed: {why}"), key.label());
-                    ("failed".into(), "-".into(), "-".into(), "-".into())
+                    unmeasured("failed")
                 }
-                Outcome::Skipped => ("skipped".into(), "-".into(), "-".into(), "-".into()),
+                Outcome::Skipped => unmeasured("skipped"),
             };
             lines.push([label, rate, p50, p99, cpu, key.fsync().to_owned()]);
         }
@@ -211,11 +213,12 @@ impl Report {
         if !self.heading.is_empty() {
             let _ = writeln!(out, "{}\n", self.heading);
         }
+        // msgs/s, p50, p99 and CPU are numbers: right-aligned.
+        let numeric = |column: usize| (1..=4).contains(&column);
         let row = |out: &mut String, cells: [&str; 6]| {
             let mut s = String::from("|");
             for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
-                // Text left-aligned, numbers right-aligned.
-                if (1..=4).contains(&i) {
+                if numeric(i) {
                     let _ = write!(s, " {cell:>w$} |");
                 } else {
                     let _ = write!(s, " {cell:<w$} |");
@@ -228,7 +231,7 @@ impl Report {
             .iter()
             .enumerate()
             .map(|(i, w)| {
-                if (1..=4).contains(&i) {
+                if numeric(i) {
                     format!("{}:", "-".repeat(w + 1))
                 } else {
                     "-".repeat(w + 2)
