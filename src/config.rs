@@ -17,7 +17,7 @@ use crate::partners::{PartnerConfig, Partners, address_only};
 use crate::rmp::agreement::{Agreement, Feature};
 use crate::rmp::group::Policy;
 use crate::secrets::{Stored, Verifier, load_secret, relative_to};
-use crate::store::Durability;
+use crate::store::{Database, Durability};
 use crate::wsr::Limits;
 use crate::wsr::datetime::XsDuration;
 
@@ -41,8 +41,9 @@ const MAX_BACKOFF: u32 = 10;
 #[serde(deny_unknown_fields, default)]
 pub struct FileConfig {
     pub listen: SocketAddr,
-    /// SQLite database file.
-    pub database: PathBuf,
+    /// The database: a SQLite file (a path or `sqlite://…`, the default) or a PostgreSQL URL
+    /// (`postgres://…`).
+    pub database: String,
     /// "full" (default: fsync before every ack) or "os" (faster; survives a process crash
     /// but not a power loss).
     pub durability: String,
@@ -466,7 +467,7 @@ impl Default for FileConfig {
     fn default() -> Self {
         FileConfig {
             listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 8080)),
-            database: PathBuf::from("data/wsr-gateway.db"),
+            database: "data/wsr-gateway.db".to_owned(),
             durability: "full".into(),
             clock_skew_seconds: 0,
             delivered_id_retention_seconds: 3600,
@@ -516,7 +517,7 @@ impl Default for FileConfig {
 #[derive(Debug, Clone)]
 pub struct Config {
     pub listen: SocketAddr,
-    pub database: PathBuf,
+    pub database: Database,
     pub durability: Durability,
     pub policy: Policy,
     pub hold: Duration,
@@ -608,7 +609,7 @@ impl Config {
     pub fn for_tests(database: PathBuf) -> Config {
         Config {
             listen: SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
-            database,
+            database: Database::Sqlite(database),
             ..Config::default()
         }
     }
@@ -618,7 +619,7 @@ impl FileConfig {
     fn apply_env(&mut self, key: &str, value: &str) -> anyhow::Result<()> {
         match key {
             "WSR_LISTEN" => self.listen = value.parse()?,
-            "WSR_DATABASE" => self.database = PathBuf::from(value),
+            "WSR_DATABASE" => self.database = value.to_owned(),
             "WSR_DURABILITY" => self.durability = value.to_owned(),
             "WSR_HOLD_MS" => self.hold_ms = value.parse()?,
             "WSR_CLOCK_SKEW_SECONDS" => self.clock_skew_seconds = value.parse()?,
@@ -911,7 +912,7 @@ impl FileConfig {
         };
         Ok(Config {
             listen: self.listen,
-            database: self.database,
+            database: Database::parse(&self.database),
             durability,
             policy: Policy {
                 clock_skew: chrono::Duration::seconds(self.clock_skew_seconds.min(86_400) as i64),
@@ -1060,6 +1061,20 @@ requires = ["AckRequested"]
         assert_eq!(c.durability, Durability::Os);
         assert_eq!(c.channels["orders"].requires, vec![Feature::AckRequested]);
         assert_eq!(c.tokens.len(), 1);
+        assert_eq!(
+            c.database,
+            Database::Sqlite("data/wsr-gateway.db".into()),
+            "SQLite by default"
+        );
+        let env = [(
+            "WSR_DATABASE".to_owned(),
+            "postgres://wsr@db.internal/wsr".to_owned(),
+        )];
+        let c = Config::load(Some(&path), env).expect("valid");
+        assert_eq!(
+            c.database,
+            Database::Postgres("postgres://wsr@db.internal/wsr".into())
+        );
     }
 
     #[test]

@@ -69,12 +69,12 @@ impl App {
             Arc::new(config.destinations.clone()),
         )?;
         let store = Store::open(&StoreConfig {
-            path: config.database.clone(),
+            database: config.database.clone(),
             durability: config.durability,
             policy: config.policy.clone(),
         })
         .await
-        .with_context(|| format!("cannot open the store at {}", config.database.display()))?;
+        .with_context(|| format!("cannot open the store at {}", config.database))?;
         // The global callback list is for anonymous callers; each partner's own list is for
         // that partner alone (a partner may name only its own endpoints, D14).
         let registered = [

@@ -162,7 +162,7 @@ async fn main() -> anyhow::Result<()> {
             let env = std::env::vars().filter(|(k, _)| k != "WSR_CONFIG");
             let config = Config::load(config.as_deref(), env)?;
             let store = wsr_gateway::store::Store::open(&wsr_gateway::store::StoreConfig {
-                path: config.database.clone(),
+                database: config.database.clone(),
                 durability: config.durability,
                 policy: config.policy.clone(),
             })

@@ -12,6 +12,7 @@ mod error;
 mod future;
 pub mod health;
 pub mod outbound;
+mod postgres;
 mod received;
 pub mod receiver;
 mod sqlite;
@@ -20,11 +21,12 @@ pub mod sweeper;
 pub use sqlite::group_json;
 
 pub use backend::Backend;
-pub use config::{Durability, StoreConfig};
+pub use config::{Database, Durability, StoreConfig};
 pub use delivery::DeliveryStore;
 pub use error::StoreError;
 pub use future::StoreFuture;
 pub use outbound::OutboundStore;
+pub use postgres::PostgresStore;
 pub use received::{
     Endpoints, InboxEntry, Payload, PendingCallback, Received, ReceivedMessage, SweepReport,
 };
@@ -40,7 +42,18 @@ pub struct Store(std::sync::Arc<dyn Backend>);
 impl Store {
     /// Opens the store the configuration names (SQLite: the embedded default).
     pub async fn open(config: &StoreConfig) -> Result<Store, StoreError> {
-        Ok(Store(std::sync::Arc::new(SqliteStore::open(config).await?)))
+        match &config.database {
+            Database::Sqlite(path) => Ok(Store(std::sync::Arc::new(
+                SqliteStore::open(path, config).await?,
+            ))),
+            // Refused before anything touches the database: a gateway that cannot serve must
+            // not leave a schema behind that a later version might migrate differently.
+            Database::Postgres(_) => Err(StoreError::Refused(format!(
+                "{}: the PostgreSQL backend is not complete yet (its schema and migrations \
+                 are; its storage traits are not); use a SQLite database",
+                config.database
+            ))),
+        }
     }
 }
 

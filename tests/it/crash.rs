@@ -241,7 +241,7 @@ async fn sigkill_at_random_moments_loses_and_doubles_nothing() {
 
     // Read the store as a fresh gateway would.
     let store = wsr_gateway::store::Store::open(&wsr_gateway::store::StoreConfig {
-        path: database,
+        database: wsr_gateway::store::Database::Sqlite(database),
         durability: wsr_gateway::store::Durability::Full,
         policy: Default::default(),
     })

@@ -349,10 +349,9 @@ async fn a_corrupt_group_fails_alone_in_its_batch() {
         wsr_message("Order", broken, Some(0), true),
     )
     .await;
-    let mut db =
-        sqlx::SqliteConnection::connect(&format!("sqlite://{}", app.config.database.display()))
-            .await
-            .expect("open the store");
+    let mut db = sqlx::SqliteConnection::connect(&format!("sqlite://{}", app.config.database))
+        .await
+        .expect("open the store");
     sqlx::query("UPDATE groups SET state = '{not json' WHERE group_id = ?")
         .bind(broken)
         .execute(&mut db)

@@ -257,7 +257,11 @@ async fn a_second_gateway_through_a_symlink_is_refused_too() {
     let app = spawn_app().await;
     let dir = tempfile::tempdir().expect("temp dir");
     let alias = dir.path().join("alias.db");
-    std::os::unix::fs::symlink(&app.config.database, &alias).expect("symlink");
+    std::os::unix::fs::symlink(
+        app.config.database.sqlite_path().expect("a SQLite file"),
+        &alias,
+    )
+    .expect("symlink");
     let second = wsr_gateway::App::build(wsr_gateway::Config::for_tests(alias)).await;
     let error = format!("{:#}", second.err().expect("the second gateway is refused"));
     assert!(error.contains("in use by another wsr-gateway"), "{error}");

@@ -18,6 +18,7 @@ mod partner_clients;
 mod partners_auth;
 mod partners_tls;
 mod perimeter;
+mod postgres;
 mod receiver;
 mod roundtrip;
 mod schema;

@@ -605,7 +605,7 @@ async fn the_migration_keeps_earlier_rows_as_the_anonymous_callers() {
         pool.close().await;
     }
     let store = wsr_gateway::store::Store::open(&wsr_gateway::store::StoreConfig {
-        path: db.clone(),
+        database: wsr_gateway::store::Database::Sqlite(db.clone()),
         durability: wsr_gateway::store::Durability::Full,
         policy: wsr_gateway::rmp::group::Policy::default(),
     })

@@ -54,18 +54,21 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
-    pub async fn open(config: &StoreConfig) -> Result<SqliteStore, StoreError> {
-        if let Some(dir) = config.path.parent().filter(|d| !d.as_os_str().is_empty()) {
+    pub async fn open(
+        path: &std::path::Path,
+        config: &StoreConfig,
+    ) -> Result<SqliteStore, StoreError> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)
                 .map_err(|e| StoreError::Failed(format!("cannot create {}: {e}", dir.display())))?;
         }
-        let lock = lock_database(&config.path).await?;
+        let lock = lock_database(path).await?;
         let synchronous = match config.durability {
             Durability::Full => SqliteSynchronous::Full,
             Durability::Os => SqliteSynchronous::Normal,
         };
         let options = SqliteConnectOptions::new()
-            .filename(&config.path)
+            .filename(path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(synchronous)
@@ -74,9 +77,9 @@ impl SqliteStore {
             .max_connections(4)
             .connect_with(options.clone())
             .await?;
-        claim_database(&pool, &config.path).await?;
+        claim_database(&pool, path).await?;
         sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
-        let writer = writer::open_writer_connection(&config.path, config.durability)?;
+        let writer = writer::open_writer_connection(path, config.durability)?;
         let groups = group_index::GroupIndex::load(&writer)?;
         let shared = Arc::new(Shared {
             policy: config.policy.clone(),
@@ -96,7 +99,7 @@ impl SqliteStore {
         });
         let (jobs, rx) = mpsc::channel(4 * MAX_BATCH);
         let opener = writer::Opener {
-            path: config.path.clone(),
+            path: path.to_owned(),
             durability: config.durability,
         };
         writer::spawn(writer, opener, rx, shared.clone())?;

@@ -8,7 +8,7 @@ mod outbound;
 mod receiver;
 
 use wsr_gateway::rmp::group::Policy;
-use wsr_gateway::store::{Durability, Store, StoreConfig};
+use wsr_gateway::store::{Database, Durability, Store, StoreConfig};
 
 /// A fresh, empty store of one backend, with whatever keeps it alive (a temporary folder).
 pub struct Backend {
@@ -26,7 +26,7 @@ pub async fn backends() -> Vec<Backend> {
 pub async fn backends_with(policy: Policy) -> Vec<Backend> {
     let dir = tempfile::tempdir().expect("temp dir");
     let config = StoreConfig {
-        path: dir.path().join("contract.db"),
+        database: Database::Sqlite(dir.path().join("contract.db")),
         durability: Durability::Full,
         policy,
     };

@@ -1,0 +1,126 @@
+//! The PostgreSQL backend (DESIGN §7: several gateways on one database): opening, migrating
+//! and claiming the database. Several gateways may start against one database at once, so
+//! everything `open` does to the schema happens under one session-level advisory lock: the
+//! first migrates (the first migration writes the identity row), the others wait and then
+//! find it done.
+//!
+//! Not yet here (issue 15): the storage traits. Until they are, `Store::open` refuses a
+//! `postgres://` database before touching it, and this handle is reached by its own tests.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+
+use crate::store::config::{Database, Durability, StoreConfig};
+use crate::store::error::StoreError;
+
+/// The advisory lock key every gateway takes while it migrates and claims a database (any
+/// fixed 64-bit number no other application is likely to pick: "wsr-gate" in ASCII).
+const MIGRATION_LOCK: i64 = 0x7773_722d_6761_7465;
+
+/// What `wsr_identity.application` says in a database of ours.
+const APPLICATION: &str = "wsr-gateway";
+
+/// Connections one gateway keeps to the database.
+const POOL_SIZE: u32 = 8;
+
+/// A handle to the PostgreSQL backend; cheap to clone.
+#[derive(Clone)]
+pub struct PostgresStore {
+    pub(in crate::store) pool: PgPool,
+}
+
+impl PostgresStore {
+    /// Connects, migrates (once, whichever gateway comes first) and checks that the database
+    /// is ours. A database holding tables of something else is refused, untouched.
+    pub async fn open(config: &StoreConfig) -> Result<PostgresStore, StoreError> {
+        let Database::Postgres(url) = &config.database else {
+            return Err(StoreError::Refused(format!(
+                "{} is not a PostgreSQL URL",
+                config.database
+            )));
+        };
+        let shown = config.database.to_string();
+        let options = PgConnectOptions::from_str(url)
+            .map_err(|e| StoreError::Refused(format!("{shown}: not a usable URL: {e}")))?
+            // Durability "full": the ack waits for the WAL flush on the server; "os" lets the
+            // server acknowledge before it, as SQLite's synchronous=NORMAL does.
+            .options([(
+                "synchronous_commit",
+                match config.durability {
+                    Durability::Full => "on",
+                    Durability::Os => "off",
+                },
+            )]);
+        let pool = PgPoolOptions::new()
+            .max_connections(POOL_SIZE)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(options)
+            .await
+            .map_err(|e| StoreError::Refused(format!("cannot connect to {shown}: {e}")))?;
+        let mut conn = pool.acquire().await?;
+        sqlx::query("SELECT pg_advisory_lock($1)")
+            .bind(MIGRATION_LOCK)
+            .execute(&mut *conn)
+            .await?;
+        let claimed = claim_and_migrate(&mut conn, &pool, &shown).await;
+        let unlocked = sqlx::query("SELECT pg_advisory_unlock($1)")
+            .bind(MIGRATION_LOCK)
+            .execute(&mut *conn)
+            .await;
+        claimed?;
+        if let Err(e) = unlocked {
+            // The lock dies with the session: close this connection rather than return it
+            // to the pool still holding the lock.
+            conn.detach();
+            tracing::warn!(error = %e, "could not release the migration lock; connection closed");
+        }
+        Ok(PostgresStore { pool })
+    }
+
+    /// Closes every connection (waiting for those in use to come back).
+    pub async fn close(self) {
+        self.pool.close().await;
+    }
+}
+
+/// With the migration lock held: refuses a database that is not ours, then migrates. sqlx's
+/// migrator locks too, but only around its own statements; ours also covers the check before
+/// them, and migrations to come that cannot run in one transaction.
+async fn claim_and_migrate(
+    conn: &mut PgConnection,
+    pool: &PgPool,
+    shown: &str,
+) -> Result<(), StoreError> {
+    let tables: Vec<String> = sqlx::query_scalar(
+        "SELECT table_name::text FROM information_schema.tables \
+         WHERE table_schema = current_schema() ORDER BY table_name",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    if tables.iter().any(|t| t == "wsr_identity") {
+        let application: Option<String> =
+            sqlx::query_scalar("SELECT application FROM wsr_identity")
+                .fetch_optional(&mut *conn)
+                .await?;
+        if application.as_deref() != Some(APPLICATION) {
+            return Err(StoreError::Refused(format!(
+                "{shown} belongs to {}, not to wsr-gateway; refusing to use it",
+                application
+                    .as_deref()
+                    .unwrap_or("nobody (an empty wsr_identity table)")
+            )));
+        }
+    } else if let Some(first) = tables.iter().find(|t| *t != "_sqlx_migrations") {
+        return Err(StoreError::Refused(format!(
+            "{shown} is not a wsr-gateway database (it has tables, e.g. {first}); refusing \
+             to add ours to it — point `database` at a new database or schema"
+        )));
+    }
+    // On another connection of the pool (the migrator takes one of its own and its own lock;
+    // ours, held on `conn`, is what keeps a second gateway from claiming meanwhile).
+    // The first migration writes the identity row itself.
+    sqlx::migrate!("./migrations/postgres").run(pool).await?;
+    Ok(())
+}

@@ -1,0 +1,211 @@
+//! The PostgreSQL backend's opening: migrations under an advisory lock, so that gateways
+//! starting together do not race, and the refusal of a database that is not ours. Each test
+//! gets a database of its own on the machine's PostgreSQL (`WSR_TEST_POSTGRES`, default
+//! `postgres://postgres@127.0.0.1:5432/test`, the one `.ci/run` makes sure is up), dropped
+//! afterwards.
+
+use sqlx::{Connection, PgConnection};
+use wsr_gateway::store::{Database, Durability, PostgresStore, StoreConfig};
+
+fn admin_url() -> String {
+    std::env::var("WSR_TEST_POSTGRES")
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/test".to_owned())
+}
+
+/// A database of this test's own, dropped (with any connections left to it) when it goes.
+pub struct TestDatabase {
+    name: String,
+    pub url: String,
+}
+
+impl TestDatabase {
+    pub async fn create() -> TestDatabase {
+        let name = format!("wsr_test_{}", uuid::Uuid::now_v7().simple());
+        let mut admin = PgConnection::connect(&admin_url())
+            .await
+            .expect("PostgreSQL is up (WSR_TEST_POSTGRES, or 127.0.0.1:5432)");
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+            .execute(&mut admin)
+            .await
+            .expect("create the test database");
+        let base = admin_url();
+        let server = base.rsplit_once('/').map_or(base.as_str(), |(s, _)| s);
+        let url = format!("{server}/{name}");
+        TestDatabase { name, url }
+    }
+
+    pub fn config(&self) -> StoreConfig {
+        StoreConfig {
+            database: Database::Postgres(self.url.clone()),
+            durability: Durability::Full,
+            policy: Default::default(),
+        }
+    }
+
+    pub async fn connect(&self) -> PgConnection {
+        PgConnection::connect(&self.url).await.expect("connect")
+    }
+
+    pub async fn execute(&self, sql: &'static str) {
+        sqlx::query(sql)
+            .execute(&mut self.connect().await)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    }
+
+    pub async fn tables(&self) -> Vec<String> {
+        sqlx::query_scalar(
+            "SELECT table_name::text FROM information_schema.tables \
+             WHERE table_schema = 'public' ORDER BY table_name",
+        )
+        .fetch_all(&mut self.connect().await)
+        .await
+        .expect("list tables")
+    }
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        // Drop runs outside any runtime the test had: drop the database from a thread of its
+        // own, and wait, so that a run leaves no databases behind.
+        let name = self.name.clone();
+        let dropped = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async move {
+                let mut admin = PgConnection::connect(&admin_url()).await?;
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+                )))
+                .execute(&mut admin)
+                .await
+                .map(|_| ())
+            })
+        })
+        .join();
+        if !matches!(dropped, Ok(Ok(()))) {
+            eprintln!("could not drop test database {}", self.name);
+        }
+    }
+}
+
+/// Why `PostgresStore::open` refuses `config` (it must).
+async fn refusal(config: &StoreConfig) -> String {
+    match PostgresStore::open(config).await {
+        Ok(_) => panic!("{} was opened", config.database),
+        Err(e) => e.to_string(),
+    }
+}
+
+#[tokio::test]
+async fn gateways_opening_one_new_database_together_migrate_it_once() {
+    let db = TestDatabase::create().await;
+    let config = db.config();
+    let opens: Vec<_> = (0..4)
+        .map(|_| {
+            let config = config.clone();
+            tokio::spawn(async move { PostgresStore::open(&config).await })
+        })
+        .collect();
+    for open in opens {
+        open.await
+            .expect("open task")
+            .expect("every gateway opens the database")
+            .close()
+            .await;
+    }
+    let mut conn = db.connect().await;
+    let migrations: i64 = sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations")
+        .fetch_one(&mut conn)
+        .await
+        .expect("migrations table");
+    let applied = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/postgres"))
+        .expect("migrations folder")
+        .count();
+    assert_eq!(migrations, applied as i64, "each migration recorded once");
+    let identities: Vec<String> = sqlx::query_scalar("SELECT application FROM wsr_identity")
+        .fetch_all(&mut conn)
+        .await
+        .expect("identity");
+    assert_eq!(identities, ["wsr-gateway"]);
+    let offsets: Vec<(String, i64)> =
+        sqlx::query_as("SELECT name, last FROM sequences ORDER BY name")
+            .fetch_all(&mut conn)
+            .await
+            .expect("sequences");
+    assert_eq!(
+        offsets,
+        [("inbox".to_owned(), 0), ("out_events".to_owned(), 0)]
+    );
+
+    // And a gateway started later finds it done.
+    PostgresStore::open(&config)
+        .await
+        .expect("reopens")
+        .close()
+        .await;
+}
+
+#[tokio::test]
+async fn a_database_with_someone_elses_tables_is_refused_and_left_untouched() {
+    let db = TestDatabase::create().await;
+    db.execute("CREATE TABLE invoices (id BIGINT PRIMARY KEY)")
+        .await;
+    let error = refusal(&db.config()).await;
+    assert!(error.contains("not a wsr-gateway database"), "{error}");
+    assert!(error.contains("invoices"), "{error}");
+    assert_eq!(db.tables().await, ["invoices"], "nothing of ours was added");
+}
+
+#[tokio::test]
+async fn a_database_claimed_by_another_application_is_refused() {
+    let db = TestDatabase::create().await;
+    PostgresStore::open(&db.config())
+        .await
+        .expect("opens")
+        .close()
+        .await;
+    db.execute("UPDATE wsr_identity SET application = 'other-app'")
+        .await;
+    let error = refusal(&db.config()).await;
+    assert!(error.contains("belongs to other-app"), "{error}");
+}
+
+#[tokio::test]
+async fn a_refused_connection_names_the_database_without_its_password() {
+    let config = StoreConfig {
+        // Port 1 on loopback: nothing listens there.
+        database: Database::Postgres("postgres://wsr:s3cret@127.0.0.1:1/wsr".to_owned()),
+        durability: Durability::Full,
+        policy: Default::default(),
+    };
+    let error = refusal(&config).await;
+    assert!(
+        error.contains("cannot connect to postgres://wsr:***@127.0.0.1:1/wsr"),
+        "{error}"
+    );
+    assert!(!error.contains("s3cret"), "{error}");
+}
+
+/// Until its storage traits exist, a gateway refuses a PostgreSQL database before it touches
+/// it, rather than starting half a backend.
+#[tokio::test]
+async fn a_gateway_on_postgres_refuses_to_start_until_the_backend_is_complete() {
+    let db = TestDatabase::create().await;
+    let mut config = wsr_gateway::Config::for_tests(Default::default());
+    config.database = Database::parse(&db.url);
+    let error = format!(
+        "{:#}",
+        wsr_gateway::App::build(config)
+            .await
+            .err()
+            .expect("refused")
+    );
+    assert!(
+        error.contains("PostgreSQL backend is not complete"),
+        "{error}"
+    );
+    assert!(db.tables().await.is_empty(), "the database was not touched");
+}
