@@ -48,11 +48,12 @@ impl Store {
             ))),
             // Refused before anything touches the database: a gateway that cannot serve must
             // not leave a schema behind that a later version might migrate differently.
-            Database::Postgres(_) => Err(StoreError::Refused(format!(
-                "{}: the PostgreSQL backend is not complete yet (its schema and migrations \
-                 are; its storage traits are not); use a SQLite database",
-                config.database
-            ))),
+            // The caller names the database (without its password) in its context.
+            Database::Postgres(_) => Err(StoreError::Refused(
+                "the PostgreSQL backend is not complete yet (its schema and migrations are; \
+                 its storage traits are not); use a SQLite database"
+                    .to_owned(),
+            )),
         }
     }
 }
