@@ -10,6 +10,7 @@ mod config;
 pub mod delivery;
 mod error;
 mod future;
+pub mod group_state;
 pub mod health;
 pub mod outbound;
 mod postgres;
@@ -17,6 +18,8 @@ mod received;
 pub mod receiver;
 mod sqlite;
 pub mod sweeper;
+pub(in crate::store) mod time;
+mod wakes;
 
 pub use sqlite::group_json;
 
@@ -46,14 +49,9 @@ impl Store {
             Database::Sqlite(path) => Ok(Store(std::sync::Arc::new(
                 SqliteStore::open(path, config).await?,
             ))),
-            // Refused before anything touches the database: a gateway that cannot serve must
-            // not leave a schema behind that a later version might migrate differently.
-            // The caller names the database (without its password) in its context.
-            Database::Postgres(_) => Err(StoreError::Refused(
-                "the PostgreSQL backend is not complete yet (its schema and migrations are; \
-                 its storage traits are not); use a SQLite database"
-                    .to_owned(),
-            )),
+            Database::Postgres(_) => Ok(Store(std::sync::Arc::new(
+                PostgresStore::open(config).await?,
+            ))),
         }
     }
 }

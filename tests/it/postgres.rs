@@ -188,24 +188,3 @@ async fn a_refused_connection_names_the_database_without_its_password() {
     );
     assert!(!error.contains("s3cret"), "{error}");
 }
-
-/// Until its storage traits exist, a gateway refuses a PostgreSQL database before it touches
-/// it, rather than starting half a backend.
-#[tokio::test]
-async fn a_gateway_on_postgres_refuses_to_start_until_the_backend_is_complete() {
-    let db = TestDatabase::create().await;
-    let mut config = wsr_gateway::Config::for_tests(Default::default());
-    config.database = Database::parse(&db.url);
-    let error = format!(
-        "{:#}",
-        wsr_gateway::App::build(config)
-            .await
-            .err()
-            .expect("refused")
-    );
-    assert!(
-        error.contains("PostgreSQL backend is not complete"),
-        "{error}"
-    );
-    assert!(db.tables().await.is_empty(), "the database was not touched");
-}

@@ -4,14 +4,28 @@
 //! first migrates (the first migration writes the identity row), the others wait and then
 //! find it done.
 //!
-//! Not yet here (issue 15): the storage traits. Until they are, `Store::open` refuses a
-//! `postgres://` database before touching it, and this handle is reached by its own tests.
+//! Every write is one transaction that reads the rows its decision needs with the locks that
+//! keep other gateways off them (a group: `pg_advisory_xact_lock`; queued work: `FOR UPDATE
+//! SKIP LOCKED`), lets the pure rules decide, writes the result and announces what it made
+//! possible with NOTIFY (`notify.rs`), delivered at the commit to every gateway. The trait
+//! implementations are in `receiver.rs`, `backend.rs`, `delivery/` and `outbound/`.
+
+mod backend;
+mod delivery;
+mod notify;
+mod outbound;
+mod receiver;
+mod shared;
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
+use sqlx::{Postgres, Transaction};
 
+pub(in crate::store) use self::notify::Announcement;
+use self::shared::Shared;
 use crate::store::config::{Database, Durability, StoreConfig};
 use crate::store::error::StoreError;
 
@@ -29,6 +43,7 @@ const POOL_SIZE: u32 = 8;
 #[derive(Clone)]
 pub struct PostgresStore {
     pub(in crate::store) pool: PgPool,
+    pub(in crate::store) shared: Arc<Shared>,
 }
 
 impl PostgresStore {
@@ -76,7 +91,33 @@ impl PostgresStore {
             conn.detach();
             tracing::warn!(error = %e, "could not release the migration lock; connection closed");
         }
-        Ok(PostgresStore { pool })
+        let shared = Arc::new(Shared::new(config.policy.clone()));
+        notify::start(&pool, &shared).await?;
+        Ok(PostgresStore { pool, shared })
+    }
+
+    /// This gateway's id: the owner its leases name.
+    pub(in crate::store) fn gateway(&self) -> &str {
+        &self.shared.gateway
+    }
+
+    pub(in crate::store) async fn begin(
+        &self,
+    ) -> Result<Transaction<'static, Postgres>, StoreError> {
+        Ok(self.pool.begin().await?)
+    }
+
+    /// Commits `tx` with its announcement (sent inside it, so other gateways hear of the
+    /// change only if it commits), then wakes this gateway's own waiters.
+    pub(in crate::store) async fn commit(
+        &self,
+        mut tx: Transaction<'static, Postgres>,
+        announcement: Announcement,
+    ) -> Result<(), StoreError> {
+        notify::announce(&mut tx, &announcement).await?;
+        tx.commit().await?;
+        announcement.wake_here(&self.shared);
+        Ok(())
     }
 
     /// Closes every connection (waiting for those in use to come back).
@@ -123,4 +164,13 @@ async fn claim_and_migrate(
     // The first migration writes the identity row itself.
     sqlx::migrate!("./migrations/postgres").run(pool).await?;
     Ok(())
+}
+
+/// Whether a failed statement is worth running again in a new transaction: PostgreSQL broke a
+/// deadlock or a serialisation conflict between gateways by aborting this one.
+pub(in crate::store) fn retryable(e: &sqlx::Error) -> bool {
+    matches!(
+        e.as_database_error().and_then(|d| d.code()).as_deref(),
+        Some("40001" | "40P01")
+    )
 }

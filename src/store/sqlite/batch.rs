@@ -11,7 +11,6 @@ use rusqlite::{Connection, params};
 use super::group_index::{GroupIndex, IndexChanges};
 use super::group_rows::{self, GroupRow};
 use super::group_state;
-use super::time::millis;
 use crate::rmp::group::{GroupState, GroupStatus, Policy};
 use crate::rmp::receive_plan::{
     GroupWrite, OwedCallback, ReceivePlan, SweepPlan, plan_receive, plan_sweep,
@@ -19,6 +18,7 @@ use crate::rmp::receive_plan::{
 use crate::rmp::receiver::{Action, Incoming, starts_counted_group};
 use crate::store::error::StoreError;
 use crate::store::received::{Payload, Received, ReceivedMessage, SweepReport};
+use crate::store::time::millis;
 use crate::wsr::{GroupId, MessageKey};
 
 /// Most groups one sweep pass handles; the rest are due again at once.

@@ -7,9 +7,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::time::{from_millis, millis};
 use crate::rmp::group::{Buffered, GroupParams, GroupState, GroupStatus};
 use crate::rmp::ranges::RangeSet;
+use crate::store::time::{from_millis, millis};
 use crate::wsr::datetime::{XsDuration, format_date_time, parse_date_time};
 use crate::wsr::{FaultCode, GroupId, GroupLimit, ReplyPattern, ReplyTo};
 

@@ -28,7 +28,6 @@ mod outbound;
 mod prefill;
 mod receiver;
 mod shared;
-pub(in crate::store) mod time;
 mod writer;
 
 use self::group_state::decode_stored;
@@ -36,12 +35,12 @@ pub(crate) use self::job::Change;
 use self::job::{Job, MAX_BATCH};
 use self::shared::Shared;
 pub(crate) use self::shared::Wakes;
-use self::time::from_millis;
 use crate::rmp::group::GroupState;
 use crate::store::config::{Durability, StoreConfig};
 use crate::store::error::StoreError;
 use crate::store::health::Health;
 use crate::store::received::InboxEntry;
+use crate::store::time::from_millis;
 
 /// A handle to the SQLite backend; cheap to clone. Nothing writes but the writer thread, which
 /// begins each batch with `BEGIN IMMEDIATE` (a deferred transaction that later wants to write

@@ -7,12 +7,12 @@ use chrono::{DateTime, Duration, Utc};
 use rusqlite::params;
 
 use super::group_rows::{self, GroupRow};
-use super::time::millis;
 use super::{SqliteStore, Wakes, group_state};
 use crate::rmp::receive_plan::group_deadline;
 use crate::rmp::receiver::{Incoming, receive};
 use crate::store::backend::Backend as _;
 use crate::store::error::StoreError;
+use crate::store::time::millis;
 use crate::wsr::{GroupId, MessageId, ReplyPattern, Request, SequenceNum};
 
 /// The source prefilled groups are counted against.

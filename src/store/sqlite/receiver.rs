@@ -10,7 +10,6 @@ use tokio::sync::{Notify, oneshot};
 
 use super::batch::{CallbackRow, insert_callback};
 use super::job::Job;
-use super::time::{from_millis, millis};
 use super::{SqliteStore, Wakes, batch, decode_group, inbox_from_row, select_inbox};
 use crate::rmp::group::GroupState;
 use crate::rmp::replies::{Asked, RecordedFault, ReplyItem, answer_poll};
@@ -21,6 +20,7 @@ use crate::store::received::{
     Endpoints, InboxEntry, PendingCallback, Received, ReceivedMessage, SweepReport,
 };
 use crate::store::receiver::ReceiverStore;
+use crate::store::time::{from_millis, millis};
 use crate::wsr::{FaultCode, GroupId, MessageKey, RefToMessageIds, Response, SeqRange};
 
 impl ReceiverStore for SqliteStore {

@@ -18,7 +18,7 @@ use crate::delivery::settle;
 use crate::delivery::subscription::{Ordering, SettleMode};
 use crate::store::StoreError;
 use crate::store::delivery::{DeliveryError, Handed, Subscription};
-use crate::store::sqlite::time::{from_millis, millis};
+use crate::store::time::{from_millis, millis};
 
 /// Inbox messages matched against one subscription's filter per pass.
 const MATCH_BATCH: i64 = 2_000;

@@ -20,8 +20,8 @@ use crate::store::delivery::{
     Backlog, DeadLetter, DeadLetterChange, DeliveryError, DeliveryStore, Handed, Maintenance,
     Session, Settlement, Subscription,
 };
-use crate::store::sqlite::time::millis;
 use crate::store::sqlite::{Change, SqliteStore, Wakes};
+use crate::store::time::millis;
 use crate::store::{StoreError, StoreFuture};
 
 impl From<rusqlite::Error> for DeliveryError {

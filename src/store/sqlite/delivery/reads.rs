@@ -10,8 +10,8 @@ use crate::delivery::session;
 use crate::delivery::wake::Deadlines;
 use crate::store::StoreError;
 use crate::store::delivery::{Backlog, DeadLetter, Session, Subscription};
-use crate::store::sqlite::time::{from_millis, millis};
 use crate::store::sqlite::{inbox_from_row, select_inbox};
+use crate::store::time::{from_millis, millis};
 
 async fn with_grants(
     pool: &SqlitePool,

@@ -10,8 +10,8 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use crate::delivery::group;
 use crate::delivery::lease::{Lease, State};
 use crate::store::delivery::{Session, Subscription};
-use crate::store::sqlite::time::{from_millis, millis};
 use crate::store::sqlite::{payload_text, select_inbox};
+use crate::store::time::{from_millis, millis};
 use crate::store::{InboxEntry, StoreError};
 
 /// `SELECT` of lease rows followed by `$rest`; `LeaseRow::read(row, 0)` reads them.

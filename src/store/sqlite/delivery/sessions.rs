@@ -13,7 +13,7 @@ use crate::delivery::retention::{self, Hold};
 use crate::delivery::{session, wake};
 use crate::store::StoreError;
 use crate::store::delivery::{DeliveryError, Maintenance, Session};
-use crate::store::sqlite::time::{from_millis, millis};
+use crate::store::time::{from_millis, millis};
 
 /// Ends one session: its leases go back to the others at once (not counted as failures), its
 /// groups lose their affinity, and an ephemeral subscription left without members starts its

@@ -14,7 +14,7 @@ use crate::store::StoreError;
 use crate::store::outbound::{
     Due, IdempotencyKey, KeyedSubmission, OutEvent, OutMessage, SubmitError, Submitted,
 };
-use crate::store::sqlite::time::{from_millis, millis};
+use crate::store::time::{from_millis, millis};
 
 pub(super) async fn earlier_submission(
     pool: &SqlitePool,

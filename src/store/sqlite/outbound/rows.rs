@@ -10,7 +10,7 @@ use sqlx::Row;
 use crate::rmp::sender::{OutState, Outbound, RetrySchedule};
 use crate::store::StoreError;
 use crate::store::outbound::{LastError, OutMessage};
-use crate::store::sqlite::time::from_millis;
+use crate::store::time::from_millis;
 use crate::wsr::{FaultCode, GroupId, SoapVersion};
 
 /// A static query over messages joined with their group, in the column order `Columns`

@@ -10,8 +10,8 @@ use super::write::{Changed, insert_event};
 use crate::rmp::send_group::{self, Close, GroupRow, Joining, Newest};
 use crate::store::StoreError;
 use crate::store::outbound::{IdempotencyKey, KeyedSubmission, Submission, SubmitError, Submitted};
-use crate::store::sqlite::time::millis;
 use crate::store::sqlite::{Change, Wakes};
+use crate::store::time::millis;
 use crate::wsr::{GroupId, Headers, MessageId, Request, SequenceNum, SoapVersion, write_envelope};
 
 type Conn = rusqlite::Connection;

@@ -12,8 +12,8 @@ use crate::rmp::send_group::{self, Member, ReplySource, Settled};
 use crate::rmp::sender::{Event, OutState, Outbound};
 use crate::store::StoreError;
 use crate::store::outbound::OutMessage;
-use crate::store::sqlite::time::millis;
 use crate::store::sqlite::{Change, Wakes};
+use crate::store::time::millis;
 
 type Conn = rusqlite::Connection;
 

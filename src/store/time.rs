@@ -1,4 +1,4 @@
-//! How the SQLite backend stores instants: Unix milliseconds in INTEGER columns.
+//! How both backends store instants: Unix milliseconds in integer columns (INTEGER, BIGINT).
 
 use chrono::{DateTime, Utc};
 

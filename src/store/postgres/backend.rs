@@ -1,0 +1,99 @@
+//! The lifecycle operations of the PostgreSQL backend: policy, readiness, the barrier, and
+//! the test hooks.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+
+use super::PostgresStore;
+use crate::rmp::group::Policy;
+use crate::store::backend::Backend;
+use crate::store::error::StoreError;
+use crate::store::future::StoreFuture;
+
+impl Backend for PostgresStore {
+    fn policy(&self) -> &Policy {
+        &self.shared.policy
+    }
+
+    fn panic_on_group(&self, group: Option<&str>) {
+        *self
+            .shared
+            .panicking_group
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = group.map(str::to_owned);
+    }
+
+    fn cap_database_size<'a>(&'a self, _capped: bool) -> StoreFuture<'a, Result<(), StoreError>> {
+        // A full disk is the database server's to report; no gateway can simulate it there.
+        Box::pin(async move {
+            Err(StoreError::Refused(
+                "a database size cap is a SQLite test hook; PostgreSQL has none".into(),
+            ))
+        })
+    }
+
+    fn readiness<'a>(&'a self) -> StoreFuture<'a, Result<(), String>> {
+        Box::pin(async move {
+            const PROBE_EVERY: Duration = Duration::from_secs(1);
+            const PROBE_WAIT: Duration = Duration::from_secs(2);
+            let health = &self.shared.health;
+            if health.committed_within(PROBE_EVERY) {
+                return Ok(());
+            }
+            let mut last_probe = self.shared.probe.lock().await;
+            if health.committed_within(PROBE_EVERY)
+                || last_probe.is_some_and(|t| t.elapsed() < PROBE_EVERY)
+            {
+                return health.state();
+            }
+            *last_probe = Some(std::time::Instant::now());
+            // A write, not a read: a server in recovery or read-only answers reads.
+            let probe = tokio::time::timeout(PROBE_WAIT, async {
+                sqlx::query(
+                    "INSERT INTO settings (key, value) VALUES ('ready_probe', gen_random_uuid()::text::bytea) \
+                     ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                )
+                .execute(&self.pool)
+                .await
+            })
+            .await;
+            match probe {
+                Ok(Ok(_)) => {
+                    health.committed(false);
+                    health.state()
+                }
+                Ok(Err(e)) => {
+                    let why = format!("the database refuses writes: {e}");
+                    health.failed(&why);
+                    Err(why)
+                }
+                Err(_) => Err(format!(
+                    "the database did not answer within {} s",
+                    PROBE_WAIT.as_secs()
+                )),
+            }
+        })
+    }
+
+    fn fail_next_commits(&self, n: usize) {
+        self.shared.failing_commits.store(n, Ordering::SeqCst);
+    }
+
+    fn flush<'a>(&'a self) -> StoreFuture<'a, Result<(), StoreError>> {
+        // Every write commits before it answers: there is no queue to drain.
+        Box::pin(async move { Ok(()) })
+    }
+
+    fn prefill_delivered<'a>(
+        &'a self,
+        channel: &'a str,
+        groups: u64,
+        per_group: u64,
+        payload_bytes: usize,
+        now: DateTime<Utc>,
+    ) -> StoreFuture<'a, Result<u64, StoreError>> {
+        Box::pin(self.fill_delivered(channel, groups, per_group, payload_bytes, now))
+    }
+}
