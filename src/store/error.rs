@@ -27,3 +27,12 @@ pub enum StoreError {
     #[error("the store is shut down")]
     Closed,
 }
+
+/// The text a panic carried, for the log.
+pub(in crate::store) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}

@@ -154,7 +154,7 @@ impl<'c> Batch<'c> {
                 policy,
             )
         }));
-        Ok(planned.map_err(|p| StoreError::Panicked(super::job::panic_message(&*p))))
+        Ok(planned.map_err(|p| StoreError::Panicked(crate::store::error::panic_message(&*p))))
     }
 
     /// Applies a message's plan. A `Corrupt` error (a buffered message the state names is

@@ -46,12 +46,3 @@ pub(super) trait ChangeJob: Send {
     fn run(&mut self, conn: &rusqlite::Connection) -> Result<Ran, StoreError>;
     fn answer(self: Box<Self>, outcome: Result<(), StoreError>);
 }
-
-/// The text a panic carried, for the log.
-pub(super) fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".into())
-}

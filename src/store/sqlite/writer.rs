@@ -15,10 +15,11 @@ use tokio::sync::mpsc;
 
 use super::batch::Batch;
 use super::checkpointer::Checkpoints;
-use super::job::{Job, MAX_BATCH, Ran, panic_message};
+use super::job::{Job, MAX_BATCH, Ran};
 use super::shared::Shared;
 use crate::store::config::Durability;
 use crate::store::error::StoreError;
+use crate::store::error::panic_message;
 use crate::store::received::{Received, SweepReport};
 
 /// Where the writer (re)opens its connection.
