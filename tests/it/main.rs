@@ -5,6 +5,7 @@ mod api_security;
 mod bench;
 mod bounded;
 mod chaos;
+mod cluster;
 mod contract;
 mod crash;
 mod delivery;

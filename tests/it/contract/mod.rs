@@ -5,7 +5,7 @@
 
 mod delivery;
 mod outbound;
-mod receiver;
+pub mod receiver;
 
 use wsr_gateway::rmp::group::Policy;
 use wsr_gateway::store::{Database, Durability, Store, StoreConfig};

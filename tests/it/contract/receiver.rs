@@ -8,11 +8,11 @@ use wsr_gateway::wsr::{GroupId, MessageId, ReplyPattern, ReplyTo, Request, Seque
 
 use super::backends;
 
-fn now() -> DateTime<Utc> {
+pub fn now() -> DateTime<Utc> {
     Utc::now()
 }
 
-fn message(
+pub fn message(
     group: &str,
     number: Option<u64>,
     reply: ReplyPattern,
@@ -50,7 +50,7 @@ async fn inbox(store: &Store) -> Vec<InboxEntry> {
     store.inbox(0, 10).await.expect("inbox")
 }
 
-fn text(s: &str) -> Payload {
+pub fn text(s: &str) -> Payload {
     Payload::from(s.to_owned())
 }
 

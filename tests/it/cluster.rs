@@ -1,0 +1,269 @@
+//! Several gateways on one PostgreSQL database (DESIGN §7): the rules that held because one
+//! process owned a SQLite file, checked with two stores opened on one database — two pools,
+//! two listeners, nothing shared in memory, as two gateway processes would have.
+
+use std::collections::BTreeSet;
+
+use chrono::Duration;
+use wsr_gateway::rmp::receiver::Verdict;
+use wsr_gateway::store::{Store, StoreConfig};
+use wsr_gateway::wsr::{ReplyPattern, ReplyTo};
+
+use crate::contract::receiver::{message, now, text};
+use crate::postgres::TestDatabase;
+
+/// Two gateways' stores on one new database.
+async fn two_gateways() -> (TestDatabase, Store, Store) {
+    let db = TestDatabase::create().await;
+    let config: StoreConfig = db.config();
+    let g1 = Store::open(&config).await.expect("gateway 1");
+    let g2 = Store::open(&config).await.expect("gateway 2");
+    (db, g1, g2)
+}
+
+/// Every inbox entry, oldest first.
+async fn whole_inbox(store: &Store) -> Vec<wsr_gateway::store::InboxEntry> {
+    store.inbox(0, 100_000).await.expect("inbox")
+}
+
+#[tokio::test]
+async fn resends_of_one_message_through_two_gateways_at_once_are_delivered_once() {
+    let (_db, g1, g2) = two_gateways().await;
+    for round in 0..10 {
+        let m = message(
+            &format!("mid:resent-{round}@cluster"),
+            None,
+            ReplyPattern::Response,
+            text("<a/>"),
+        );
+        let sends: Vec<_> = (0..8)
+            .map(|i| {
+                let store = if i % 2 == 0 { g1.clone() } else { g2.clone() };
+                let m = m.clone();
+                tokio::spawn(async move { store.receive(m).await })
+            })
+            .collect();
+        for send in sends {
+            let received = send.await.expect("task").expect("stored");
+            assert_eq!(received.verdict, Verdict::Ack, "every copy is acked");
+        }
+    }
+    let inbox = whole_inbox(&g1).await;
+    let groups: BTreeSet<&str> = inbox.iter().map(|e| e.group_id.as_str()).collect();
+    assert_eq!(inbox.len(), 10, "one delivery per message: {inbox:?}");
+    assert_eq!(groups.len(), 10);
+}
+
+#[tokio::test]
+async fn an_ordered_group_split_over_two_gateways_is_delivered_in_order_without_gaps() {
+    let (_db, g1, g2) = two_gateways().await;
+    const N: u64 = 60;
+    // Highest numbers first, alternating gateways, all at once: most wait in the buffer of
+    // a group whose state the two gateways take turns deciding on.
+    let sends: Vec<_> = (0..N)
+        .rev()
+        .map(|n| {
+            let store = if n % 2 == 0 { g1.clone() } else { g2.clone() };
+            let m = message(
+                "mid:ordered@cluster",
+                Some(n),
+                ReplyPattern::Response,
+                text(&format!("<n>{n}</n>")),
+            );
+            tokio::spawn(async move { store.receive(m).await })
+        })
+        .collect();
+    for send in sends {
+        send.await.expect("task").expect("stored");
+    }
+    let numbers: Vec<Option<u64>> = whole_inbox(&g2).await.iter().map(|e| e.number).collect();
+    assert_eq!(numbers, (0..N).map(Some).collect::<Vec<_>>());
+    let group = g1
+        .group("", "mid:ordered@cluster")
+        .await
+        .expect("read")
+        .expect("group");
+    assert!(group.buffered.is_empty(), "nothing left waiting");
+}
+
+/// Polls the server until some backend of `db` is in the state `condition` (a WHERE clause on
+/// pg_stat_activity) names: the event a test waits for, not a guess at a duration.
+async fn until_a_backend(db: &TestDatabase, condition: &'static str) {
+    let mut conn = db.connect().await;
+    let sql = format!(
+        "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() AND {condition})"
+    );
+    for _ in 0..1_000 {
+        let found: bool = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.clone()))
+            .fetch_one(&mut conn)
+            .await
+            .expect("pg_stat_activity");
+        if found {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("no backend came to {condition}");
+}
+
+/// A message whose commit is slow (a trigger sleeps in its transaction, after its offset was
+/// taken) and one received meanwhile through the other gateway: a cursor that reads while the
+/// first is still uncommitted must not see the second yet, or it would move past the first
+/// and never see it.
+#[tokio::test]
+async fn a_message_that_commits_late_is_not_skipped_by_a_cursor() {
+    let (db, g1, g2) = two_gateways().await;
+    db.execute(
+        "CREATE FUNCTION slow_commit() RETURNS trigger LANGUAGE plpgsql AS \
+         $$ BEGIN PERFORM pg_sleep(2); RETURN NEW; END $$",
+    )
+    .await;
+    db.execute(
+        "CREATE TRIGGER slow_commit AFTER INSERT ON inbox FOR EACH ROW \
+         WHEN (NEW.group_id LIKE 'mid:slow%') EXECUTE FUNCTION slow_commit()",
+    )
+    .await;
+    let slow = {
+        let g1 = g1.clone();
+        tokio::spawn(async move {
+            g1.receive(message(
+                "mid:slow@cluster",
+                None,
+                ReplyPattern::Response,
+                text("<a/>"),
+            ))
+            .await
+        })
+    };
+    until_a_backend(&db, "wait_event = 'PgSleep'").await;
+    let fast = {
+        let g2 = g2.clone();
+        tokio::spawn(async move {
+            g2.receive(message(
+                "mid:fast@cluster",
+                None,
+                ReplyPattern::Response,
+                text("<b/>"),
+            ))
+            .await
+        })
+    };
+    // The fast one either waits for the slow one's offsets or (wrongly) commits past them.
+    let mut fast = Some(fast);
+    while fast.as_ref().is_some_and(|f| !f.is_finished()) {
+        let waiting: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity \
+             WHERE datname = current_database() AND wait_event_type = 'Lock')",
+        )
+        .fetch_one(&mut db.connect().await)
+        .await
+        .expect("pg_stat_activity");
+        if waiting {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    let mut cursor = 0;
+    let mut seen = Vec::new();
+    for e in g1.inbox(cursor, 10).await.expect("page") {
+        cursor = e.offset;
+        seen.push(e.group_id);
+    }
+    slow.await.expect("task").expect("stored");
+    if let Some(fast) = fast.take() {
+        fast.await.expect("task").expect("stored");
+    }
+    for e in g1.inbox(cursor, 10).await.expect("page") {
+        seen.push(e.group_id);
+    }
+    seen.sort();
+    assert_eq!(
+        seen,
+        ["mid:fast@cluster", "mid:slow@cluster"],
+        "the cursor skipped one"
+    );
+}
+
+#[tokio::test]
+async fn a_message_received_by_one_gateway_wakes_the_other_ones_fetchers() {
+    let (_db, g1, g2) = two_gateways().await;
+    let mut appended = g1.inbox_appends();
+    appended.borrow_and_update();
+    g2.receive(message(
+        "mid:wake@cluster",
+        None,
+        ReplyPattern::Response,
+        text("<a/>"),
+    ))
+    .await
+    .expect("stored");
+    tokio::time::timeout(std::time::Duration::from_secs(10), appended.changed())
+        .await
+        .expect("gateway 1 heard of gateway 2's commit")
+        .expect("store alive");
+}
+
+#[tokio::test]
+async fn a_held_response_completes_when_the_gap_is_filled_through_the_other_gateway() {
+    let (_db, g1, g2) = two_gateways().await;
+    let second = message(
+        "mid:gap@cluster",
+        Some(1),
+        ReplyPattern::Response,
+        text("<n>1</n>"),
+    );
+    let key = second.request.key();
+    let held = g1.watch_delivery("", &key);
+    // Buffered ahead of the gap: not acked yet (the HTTP layer holds its answer).
+    assert_eq!(
+        g1.receive(second).await.expect("buffered").verdict,
+        Verdict::NoAck
+    );
+    g2.receive(message(
+        "mid:gap@cluster",
+        Some(0),
+        ReplyPattern::Response,
+        text("<n>0</n>"),
+    ))
+    .await
+    .expect("stored");
+    tokio::time::timeout(std::time::Duration::from_secs(10), held)
+        .await
+        .expect("gateway 1's held request was told")
+        .expect("told, not dropped");
+}
+
+#[tokio::test]
+async fn a_callback_ack_is_sent_by_one_gateway_and_taken_over_when_its_lease_runs_out() {
+    let (_db, g1, g2) = two_gateways().await;
+    let mut m = message(
+        "mid:callback@cluster",
+        None,
+        ReplyPattern::Callback(ReplyTo {
+            uri: "http://127.0.0.1:9/acks".into(),
+            reference_scheme: None,
+        }),
+        text("<a/>"),
+    );
+    m.now = now();
+    g1.receive(m.clone()).await.expect("stored");
+    let t = m.now + Duration::seconds(1);
+    let taken = g1.due_callbacks(t, 10).await.expect("due");
+    assert_eq!(taken.len(), 1);
+    assert!(
+        g2.due_callbacks(t, 10).await.expect("due").is_empty(),
+        "the other gateway does not send it too"
+    );
+    // Gateway 1 dies before it sent it: once its lease runs out the other one takes it.
+    let next = g2
+        .next_callback_due()
+        .await
+        .expect("next")
+        .expect("still owed");
+    assert!(next > t, "due again only after the lease");
+    let taken_over = g2.due_callbacks(next, 10).await.expect("due");
+    assert_eq!(taken_over.len(), 1);
+    assert_eq!(taken_over[0].id, taken[0].id);
+    g2.callbacks_sent(&[taken_over[0].id]).await.expect("sent");
+    assert_eq!(g1.next_callback_due().await.expect("next"), None);
+}
