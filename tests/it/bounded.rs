@@ -175,11 +175,12 @@ async fn a_big_allowed_poll_against_many_delivered_ranges_answers_in_bounded_mem
     let dir = tempfile::tempdir().expect("temp dir");
     let port = free_port();
     let config = dir.path().join("gateway.toml");
+    let database = super::support::fresh_database(dir.path(), "gw.db").await;
     std::fs::write(
         &config,
         format!(
             "listen = \"127.0.0.1:{port}\"\ndatabase = {:?}\ndurability = \"os\"\nhold_ms = 0\n",
-            dir.path().join("gw.db").display().to_string()
+            database.setting()
         ),
     )
     .expect("config");

@@ -10,7 +10,7 @@ use wsr_gateway::store::{Store, StoreConfig};
 use wsr_gateway::wsr::{ReplyPattern, ReplyTo};
 
 use crate::contract::receiver::{message, now, text};
-use crate::postgres::TestDatabase;
+use crate::test_database::TestDatabase;
 
 /// Two gateways' stores on one new database.
 async fn two_gateways() -> (TestDatabase, Store, Store) {

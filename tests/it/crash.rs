@@ -168,12 +168,12 @@ async fn sigkill_at_random_moments_loses_and_doubles_nothing() {
     let dir = tempfile::tempdir().expect("temp dir");
     let port = super::support::free_port();
     let config = dir.path().join("gw.toml");
-    let database = dir.path().join("gw.db");
+    let database = super::support::fresh_database(dir.path(), "gw.db").await;
     std::fs::write(
         &config,
         format!(
             "listen = \"127.0.0.1:{port}\"\ndatabase = {:?}\nhold_ms = 0\ncallback_retry_initial_ms = 50\ncallback_retry_max_ms = 200\ncallback_endpoints = [{:?}]\n",
-            database.display().to_string(),
+            database.setting(),
             partner.url
         ),
     )
@@ -241,7 +241,7 @@ async fn sigkill_at_random_moments_loses_and_doubles_nothing() {
 
     // Read the store as a fresh gateway would.
     let store = wsr_gateway::store::Store::open(&wsr_gateway::store::StoreConfig {
-        database: wsr_gateway::store::Database::Sqlite(database),
+        database: database.database.clone(),
         durability: wsr_gateway::store::Durability::Full,
         policy: Default::default(),
     })

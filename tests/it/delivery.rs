@@ -339,7 +339,6 @@ async fn post_all(app: &TestApp, xmls: Vec<String>) -> Vec<(u16, String)> {
 /// commit with it (the writer's batch falls back to a savepoint per job).
 #[tokio::test]
 async fn a_corrupt_group_fails_alone_in_its_batch() {
-    use sqlx::Connection as _;
     let app = gateway().await;
     let base = app.url("");
     let broken = "mid:broken@test";
@@ -349,14 +348,15 @@ async fn a_corrupt_group_fails_alone_in_its_batch() {
         wsr_message("Order", broken, Some(0), true),
     )
     .await;
-    let mut db = sqlx::SqliteConnection::connect(&format!("sqlite://{}", app.config.database))
-        .await
-        .expect("open the store");
-    sqlx::query("UPDATE groups SET state = '{not json' WHERE group_id = ?")
-        .bind(broken)
-        .execute(&mut db)
-        .await
-        .expect("corrupt it");
+    super::support::execute_with(
+        &app.config.database,
+        (
+            "UPDATE groups SET state = '{not json' WHERE group_id = ?",
+            "UPDATE groups SET state_bin = '\\x00'::bytea WHERE group_id = $1",
+        ),
+        broken,
+    )
+    .await;
     // One message for `group` and 20 healthy singletons, all at once (so they share batches).
     let together = |group: &str, number: u64, healthy: std::ops::Range<usize>| {
         let mut xmls = vec![wsr_message("Order", group, Some(number), true)];
@@ -388,11 +388,15 @@ async fn a_corrupt_group_fails_alone_in_its_batch() {
     // its gap is filled) sends the batch round again job by job: still it fails alone.
     let gapped = "mid:gapped@test";
     post_all(&app, vec![wsr_message("Order", gapped, Some(1), true)]).await;
-    sqlx::query("DELETE FROM buffered WHERE group_id = ?")
-        .bind(gapped)
-        .execute(&mut db)
-        .await
-        .expect("lose the buffered message");
+    super::support::execute_with(
+        &app.config.database,
+        (
+            "DELETE FROM buffered WHERE group_id = ?",
+            "DELETE FROM buffered WHERE group_id = $1",
+        ),
+        gapped,
+    )
+    .await;
     let answers = together(gapped, 0, 20..40).await;
     for (status, body) in &answers[1..] {
         assert_eq!(*status, 200, "{body}");
@@ -1139,12 +1143,13 @@ async fn leases_cursors_and_dead_letters_survive_sigkill() {
     let dir = tempfile::tempdir().expect("temp dir");
     let port = super::support::free_port();
     let config = dir.path().join("gw.toml");
+    let database = super::support::fresh_database(dir.path(), "gw.db").await;
     std::fs::write(
         &config,
         format!(
             "listen = \"127.0.0.1:{port}\"\ndatabase = {:?}\n\
              [[tokens]]\ntoken = \"{OWNER}\"\nprincipal = \"billing\"\nscopes = [\"consume\"]\n",
-            dir.path().join("gw.db").display().to_string()
+            database.setting()
         ),
     )
     .expect("config");

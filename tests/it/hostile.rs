@@ -1,6 +1,6 @@
 //! Hostile input against the running gateway (issue 12): dates and durations at the edge of
-//! the representable range, a writer job that panics, a full disk, a second gateway on one
-//! database, a database that is not ours, ids that must not be guessable.
+//! the representable range, a writer job that panics, ids that must not be guessable. (A full
+//! disk, a second gateway on one SQLite file, a file that is not ours: `sqlite_file.rs`.)
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use serde_json::{Value, json};
@@ -16,7 +16,7 @@ use super::support::{Answer, ClockExt, TestApp, spawn_app, spawn_app_with};
 const V: SoapVersion = SoapVersion::Soap11;
 
 /// A Response-pattern message on `default`: singleton unless `number` is given.
-fn message(
+pub(crate) fn message(
     group: &str,
     number: Option<u64>,
     expiry: DateTime<Utc>,
@@ -50,7 +50,7 @@ fn message_last(
     super::support::request_envelope(&request, "<p:Order xmlns:p=\"urn:p\">hostile</p:Order>")
 }
 
-fn fault_of(answer: &Answer) -> Option<FaultCode> {
+pub(crate) fn fault_of(answer: &Answer) -> Option<FaultCode> {
     let env = answer.envelope();
     let replies = env.response?.replies;
     replies.into_iter().find_map(|r| match r {
@@ -59,14 +59,14 @@ fn fault_of(answer: &Answer) -> Option<FaultCode> {
     })
 }
 
-async fn acked(app: &TestApp, group: &str) {
+pub(crate) async fn acked(app: &TestApp, group: &str) {
     let expiry = app.clock.now_utc() + Duration::hours(1);
     let answer = app.send(V, message(group, None, expiry, None)).await;
     assert_eq!(answer.status, 200, "{}", answer.body);
     assert_eq!(fault_of(&answer), None, "{}", answer.body);
 }
 
-async fn readyz(app: &TestApp) -> (u16, String) {
+pub(crate) async fn readyz(app: &TestApp) -> (u16, String) {
     let r = app
         .client
         .get(app.url("/readyz"))
@@ -208,141 +208,6 @@ async fn a_panicking_writer_job_fails_alone_and_the_writer_carries_on() {
     assert_eq!(app.inbox().await.len(), 2);
     assert_eq!(readyz(&app).await.0, 200);
     app.stop().await;
-}
-
-/// Item 10: while the store cannot commit (here: the database may not grow, as on a full
-/// disk) `/readyz` says so with the reason, and says ready again once commits work.
-#[tokio::test]
-async fn readyz_is_503_with_the_reason_while_the_store_cannot_commit() {
-    let app = spawn_app().await;
-    assert_eq!(readyz(&app).await.0, 200);
-    app.store.cap_database_size(true).await.expect("cap");
-    let expiry = app.clock.now_utc() + Duration::hours(1);
-    let big = format!(
-        "<p:Blob xmlns:p=\"urn:p\">{}</p:Blob>",
-        "x".repeat(256 * 1024)
-    );
-    let mut refused = 0;
-    for i in 0..8 {
-        let xml = message(&format!("mid:full-{i}@test"), None, expiry, None)
-            .replace("<p:Order xmlns:p=\"urn:p\">hostile</p:Order>", &big);
-        let answer = app.send(V, xml).await;
-        if fault_of(&answer) == Some(FaultCode::MessageProcessingFailure) {
-            refused += 1;
-        }
-    }
-    assert!(refused > 0, "a full database refuses messages");
-    let (status, reason) = readyz(&app).await;
-    assert_eq!(status, 503, "{reason}");
-    assert!(reason.contains("full"), "{reason}");
-    app.store.cap_database_size(false).await.expect("uncap");
-    acked(&app, "mid:room-again@test").await;
-    assert_eq!(readyz(&app).await.0, 200);
-    app.stop().await;
-}
-
-/// Item 11: one SQLite database serves one gateway.
-#[tokio::test]
-async fn a_second_gateway_on_the_same_database_is_refused() {
-    let app = spawn_app().await;
-    let second = wsr_gateway::App::build(app.config.clone()).await;
-    let error = format!("{:#}", second.err().expect("the second gateway is refused"));
-    assert!(error.contains("in use by another wsr-gateway"), "{error}");
-    app.stop().await;
-}
-
-/// The lock is taken beside the real file: another name for the same database meets it.
-#[tokio::test]
-async fn a_second_gateway_through_a_symlink_is_refused_too() {
-    let app = spawn_app().await;
-    let dir = tempfile::tempdir().expect("temp dir");
-    let alias = dir.path().join("alias.db");
-    std::os::unix::fs::symlink(
-        app.config.database.sqlite_path().expect("a SQLite file"),
-        &alias,
-    )
-    .expect("symlink");
-    let second = wsr_gateway::App::build(wsr_gateway::Config::for_tests(alias)).await;
-    let error = format!("{:#}", second.err().expect("the second gateway is refused"));
-    assert!(error.contains("in use by another wsr-gateway"), "{error}");
-    app.stop().await;
-}
-
-#[test]
-fn a_second_gateway_process_exits_1_with_a_clear_error() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let config = dir.path().join("gw.toml");
-    let port = super::support::free_port();
-    std::fs::write(
-        &config,
-        format!(
-            "listen = \"127.0.0.1:{port}\"\ndatabase = \"{}\"\n",
-            dir.path().join("gw.db").display()
-        ),
-    )
-    .expect("config");
-    let mut first = super::support::start_gateway(&config);
-    let other_port = super::support::free_port();
-    let second = std::process::Command::new(env!("CARGO_BIN_EXE_wsr-gateway"))
-        .args(["serve", "--config"])
-        .arg(&config)
-        .env("WSR_LISTEN", format!("127.0.0.1:{other_port}"))
-        .env_remove("WSR_CONFIG")
-        .output()
-        .expect("second gateway runs");
-    let _ = first.kill();
-    let _ = first.wait();
-    assert_eq!(second.status.code(), Some(1));
-    let stderr = String::from_utf8_lossy(&second.stderr);
-    assert!(stderr.contains("in use by another wsr-gateway"), "{stderr}");
-}
-
-/// Item 11: another application's SQLite file is refused, and nothing is added to it.
-#[tokio::test]
-async fn a_database_that_is_not_ours_is_refused_untouched() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let path = dir.path().join("theirs.db");
-    {
-        use sqlx::Connection as _;
-        let options = sqlx::sqlite::SqliteConnectOptions::new()
-            .filename(&path)
-            .create_if_missing(true);
-        let mut conn = sqlx::SqliteConnection::connect_with(&options)
-            .await
-            .expect("their database");
-        sqlx::query("CREATE TABLE invoices (id INTEGER PRIMARY KEY)")
-            .execute(&mut conn)
-            .await
-            .expect("their table");
-        conn.close().await.expect("close");
-    }
-    let refused = wsr_gateway::App::build(wsr_gateway::Config::for_tests(path.clone())).await;
-    let error = format!("{:#}", refused.err().expect("refused"));
-    assert!(error.contains("not a wsr-gateway database"), "{error}");
-    assert!(error.contains("invoices"), "{error}");
-    let options = sqlx::sqlite::SqliteConnectOptions::new().filename(&path);
-    let pool = sqlx::SqlitePool::connect_with(options).await.expect("open");
-    let tables: Vec<String> =
-        sqlx::query_scalar("SELECT name FROM sqlite_master WHERE type = 'table'")
-            .fetch_all(&pool)
-            .await
-            .expect("tables");
-    assert_eq!(tables, vec!["invoices".to_owned()]);
-}
-
-/// Item 11: a place the gateway cannot write names the operating system's reason.
-#[tokio::test]
-async fn an_unwritable_database_path_names_the_os_cause() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    // A regular file where a directory would have to be: refused whoever we run as.
-    let blocker = dir.path().join("not-a-dir");
-    std::fs::write(&blocker, "x").expect("file");
-    for path in [blocker.join("gw.db"), "/proc/wsr-gateway-test/gw.db".into()] {
-        let refused = wsr_gateway::App::build(wsr_gateway::Config::for_tests(path.clone())).await;
-        let error = format!("{:#}", refused.err().expect("refused"));
-        assert!(error.contains("os error"), "{}: {error}", path.display());
-        assert!(!error.contains("unable to open database file"), "{error}");
-    }
 }
 
 const TOKEN: &str = "producer-token-0123456789";

@@ -1,5 +1,9 @@
 //! One integration-test binary (it links once): the codec against tables, properties, the XSD
-//! and the recorded Holodeck exchanges; and the running gateway's health endpoint.
+//! and the recorded Holodeck exchanges; the running gateway, on SQLite (`it-postgres` runs the
+//! gateway's behaviour tests again on PostgreSQL); the store contract suites on both.
+
+/// The backend this binary's gateways run on (`test_database.rs`).
+pub const BACKEND: test_database::TestBackend = test_database::TestBackend::Sqlite;
 
 mod api_security;
 mod bench;
@@ -25,6 +29,8 @@ mod roundtrip;
 mod schema;
 mod scoping;
 mod sender;
+mod sqlite_file;
 mod support;
+mod test_database;
 mod tls;
 mod valid;

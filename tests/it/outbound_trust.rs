@@ -112,13 +112,14 @@ async fn a_huge_answer_is_cut_at_the_cap_and_memory_stays_bounded() {
     let dir = tempfile::tempdir().expect("temp dir");
     let port = free_port();
     let config = dir.path().join("gw.toml");
+    let database = super::support::fresh_database(dir.path(), "gw.db").await;
     std::fs::write(
         &config,
         format!(
             "listen = \"127.0.0.1:{port}\"\ndatabase = {:?}\nmax_message_bytes = 1048576\n\
              [partners]\nbig = {big:?}\n\
              [[tokens]]\ntoken = \"{TOKEN}\"\nprincipal = \"app\"\nscopes = [\"produce\"]\n",
-            dir.path().join("gw.db").display().to_string()
+            database.setting()
         ),
     )
     .expect("config");

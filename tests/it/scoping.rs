@@ -20,7 +20,7 @@ use super::support::{
     request_envelope, spawn_app_with, submit_as,
 };
 
-const GROUP: &str = "mid:shared@partners";
+pub(crate) const GROUP: &str = "mid:shared@partners";
 const PRODUCER: &str = "producer-token-000000001";
 const CONSUMER: &str = "consumer-token-000000002";
 const ADMIN: &str = "operator-token-000000003";
@@ -44,7 +44,12 @@ fn inbound_token(partner: &str) -> String {
 }
 
 /// A reliable message of group `GROUP` (numbered, and ordered, when `number` is given).
-fn message(app: &TestApp, number: Option<u64>, pattern: ReplyPattern, body: &str) -> String {
+pub(crate) fn message(
+    app: &TestApp,
+    number: Option<u64>,
+    pattern: ReplyPattern,
+    body: &str,
+) -> String {
     let request = Request {
         message_id: MessageId {
             group_id: GroupId::parse(GROUP).expect("group"),
@@ -543,148 +548,6 @@ async fn fetch(app: &TestApp, session: &str) -> Vec<Value> {
     )
     .await;
     answer["messages"].as_array().expect("messages").clone()
-}
-
-#[tokio::test]
-async fn the_migration_keeps_earlier_rows_as_the_anonymous_callers() {
-    use sqlx::Row as _;
-    // A database at the previous migration level (0001–0009), with rows in it.
-    let dir = tempfile::tempdir().expect("temp dir");
-    let earlier = dir.path().join("migrations");
-    std::fs::create_dir(&earlier).expect("dir");
-    let all = super::support::repo_root().join("migrations/sqlite");
-    for entry in std::fs::read_dir(&all).expect("migrations") {
-        let path = entry.expect("entry").path();
-        let name = path
-            .file_name()
-            .and_then(|n| n.to_str())
-            .unwrap_or("")
-            .to_owned();
-        if name.as_str() < "0010" {
-            std::fs::copy(&path, earlier.join(&name)).expect("copy");
-        }
-    }
-    let db = dir.path().join("gw.db");
-    let now = Utc::now().timestamp_millis();
-    {
-        let options = sqlx::sqlite::SqliteConnectOptions::new()
-            .filename(&db)
-            .create_if_missing(true);
-        let pool = sqlx::SqlitePool::connect_with(options).await.expect("open");
-        sqlx::migrate::Migrator::new(earlier.as_path())
-            .await
-            .expect("migrations")
-            .run(&pool)
-            .await
-            .expect("migrate to 0009");
-        // A group state as the gateway writes it: taken from a store that received one.
-        let state = scratch_group_state().await;
-        for sql in [
-            "INSERT INTO groups (group_id, channel, status, next_deadline, updated_at, state, \
-             source) VALUES (?3, 'default', 'open', NULL, ?1, ?2, '192.0.2.1')",
-            "INSERT INTO inbox (channel, topic, group_id, number, payload, namespaces, \
-             received_at, expiry) VALUES ('default', 'default/Order', ?3, NULL, \
-             '<x/>', '[]', ?1, ?1)",
-            "INSERT INTO callback_endpoints (url, created_at) VALUES ('http://127.0.0.1:9/old', ?1)",
-            "INSERT INTO message_faults (group_id, singleton, number, fault, expiry) \
-             VALUES (?3, 1, 0, 'InvalidRequest', ?1)",
-            "INSERT INTO subscriptions (name, filter, owner, rules, cursor, created_at) \
-             VALUES ('old', 'default/#', 'reader', '{}', 1, ?1)",
-            "INSERT INTO deliveries (subscription_id, offset, group_id, state, attempt, failures, \
-             due, avoid) VALUES (1, 1, ?3, 'available', 0, 0, ?1, '[]')",
-            "INSERT INTO group_heads (subscription_id, group_id, head) VALUES (1, ?3, 1)",
-        ] {
-            sqlx::query(sql)
-                .bind(now)
-                .bind(&state)
-                .bind(GROUP)
-                .execute(&pool)
-                .await
-                .unwrap_or_else(|e| panic!("{sql}: {e}"));
-        }
-        pool.close().await;
-    }
-    let store = wsr_gateway::store::Store::open(&wsr_gateway::store::StoreConfig {
-        database: wsr_gateway::store::Database::Sqlite(db.clone()),
-        durability: wsr_gateway::store::Durability::Full,
-        policy: wsr_gateway::rmp::group::Policy::default(),
-    })
-    .await
-    .expect("the store opens and migrates");
-    assert!(
-        store.group("", GROUP).await.expect("read").is_some(),
-        "the group is the anonymous caller's"
-    );
-    assert!(store.group("alpha", GROUP).await.expect("read").is_none());
-    let inbox = store.inbox(0, 10).await.expect("inbox");
-    assert_eq!(inbox.len(), 1);
-    assert_eq!(inbox[0].partner, "");
-    assert!(
-        store
-            .is_callback_endpoint("", "http://127.0.0.1:9/old")
-            .await
-            .expect("read")
-    );
-    let old = || RefToMessageIds {
-        group_id: GroupId::parse(GROUP).expect("group"),
-        ranges: Vec::<SeqRange>::new(),
-    };
-    assert!(
-        store
-            .poll_answer("", &[old()])
-            .await
-            .expect("poll")
-            .is_some()
-    );
-    assert!(
-        store
-            .poll_answer("alpha", &[old()])
-            .await
-            .expect("poll")
-            .is_none()
-    );
-    drop(store);
-    // The ordering groups of subscriptions became (partner "", group) keys.
-    let pool =
-        sqlx::SqlitePool::connect_with(sqlx::sqlite::SqliteConnectOptions::new().filename(&db))
-            .await
-            .expect("open");
-    let key: String = sqlx::query("SELECT group_key FROM deliveries")
-        .fetch_one(&pool)
-        .await
-        .expect("read")
-        .get(0);
-    assert_eq!(key, json!(["", GROUP]).to_string());
-    let head: String = sqlx::query("SELECT group_key FROM group_heads")
-        .fetch_one(&pool)
-        .await
-        .expect("read")
-        .get(0);
-    assert_eq!(head, key);
-    let groups: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM groups WHERE partner = '' AND source = '192.0.2.1'",
-    )
-    .fetch_one(&pool)
-    .await
-    .expect("read");
-    assert_eq!(groups, 1, "the source is kept");
-    pool.close().await;
-}
-
-/// The stored JSON of a real group state (a singleton's).
-async fn scratch_group_state() -> String {
-    let app = spawn_app_with(|_| {}).await;
-    let xml = message(&app, None, ReplyPattern::Response, "scratch");
-    let answer = app.send(SoapVersion::Soap11, xml).await;
-    assert_eq!(answer.status, 200, "{}", answer.body);
-    let state = app
-        .store
-        .group("", GROUP)
-        .await
-        .expect("read")
-        .expect("group");
-    app.stop().await;
-    wsr_gateway::store::group_json::encode(&state)
 }
 
 #[tokio::test]

@@ -466,6 +466,7 @@ async fn sigkilled_sender_resumes_every_pending_message_with_the_same_identity()
     let dir = tempfile::tempdir().expect("temp dir");
     let port = super::support::free_port();
     let config = dir.path().join("sender.toml");
+    let database = super::support::fresh_database(dir.path(), "sender.db").await;
     std::fs::write(
         &config,
         format!(
@@ -474,7 +475,7 @@ async fn sigkilled_sender_resumes_every_pending_message_with_the_same_identity()
              allow_url_destinations = true\nallowed_destination_hosts = [\"127.0.0.1\"]\n\
              [default_agreement]\nmax_attempts = 1000\ninterval_ms = 100\nbackoff = 1\nexpiry_seconds = 3600\n\
              [[tokens]]\ntoken = \"{TOKEN}\"\nprincipal = \"app\"\nscopes = [\"produce\"]\n",
-            dir.path().join("sender.db").display().to_string()
+            database.setting()
         ),
     )
     .expect("config");

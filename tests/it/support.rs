@@ -21,6 +21,8 @@ use wsr_gateway::wsr::datetime::date_time_string;
 use wsr_gateway::wsr::{Envelope, Limits, SoapVersion, read_message};
 use wsr_gateway::{App, Config};
 
+pub use crate::test_database::{FreshDatabase, fresh_database};
+
 pub const WSRM: &str = "http://docs.oasis-open.org/wsrm/2004/06/ws-reliability-1.1.xsd";
 
 pub fn limits() -> Limits {
@@ -125,7 +127,7 @@ pub struct TestApp {
     pub clock: ManualClock,
     pub client: reqwest::Client,
     pub config: Config,
-    _dir: Option<tempfile::TempDir>,
+    kept: Kept,
     stop: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<anyhow::Result<()>>>,
 }
@@ -160,13 +162,25 @@ pub async fn spawn_app_with(adjust: impl FnOnce(&mut Config)) -> TestApp {
 async fn spawn_app_on(clock: ManualClock, adjust: impl FnOnce(&mut Config)) -> TestApp {
     init_tracing();
     let dir = tempfile::tempdir().expect("temp dir");
+    let database = fresh_database(dir.path(), "gw.db").await;
     let mut config = Config::for_tests(dir.path().join("gw.db"));
+    config.database = database.database.clone();
     config.callback_retry_initial = std::time::Duration::from_millis(20);
     config.callback_retry_max = std::time::Duration::from_millis(200);
     adjust(&mut config);
     let mut app = start(config, clock).await;
-    app._dir = Some(dir);
+    app.kept = Kept {
+        _dir: Some(dir),
+        _database: Some(database),
+    };
     app
+}
+
+/// What keeps a stopped gateway's database alive, to start it again on the same one.
+#[derive(Default)]
+pub struct Kept {
+    _dir: Option<tempfile::TempDir>,
+    _database: Option<FreshDatabase>,
 }
 
 /// Starts a gateway on an existing configuration (e.g. the same database again).
@@ -186,7 +200,7 @@ pub async fn start(config: Config, clock: ManualClock) -> TestApp {
         clock,
         client: reqwest::Client::new(),
         config,
-        _dir: None,
+        kept: Kept::default(),
         stop: Some(stop),
         server: Some(server),
     }
@@ -275,7 +289,7 @@ impl TestApp {
     }
 
     /// Stops the server (answering requests in flight) and hands back its configuration.
-    pub async fn stop(mut self) -> (Config, ManualClock, Option<tempfile::TempDir>) {
+    pub async fn stop(mut self) -> (Config, ManualClock, Kept) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
@@ -285,7 +299,11 @@ impl TestApp {
                 .expect("server task")
                 .expect("server stops cleanly");
         }
-        (self.config.clone(), self.clock.clone(), self._dir.take())
+        (
+            self.config.clone(),
+            self.clock.clone(),
+            std::mem::take(&mut self.kept),
+        )
     }
 }
 
@@ -619,6 +637,37 @@ impl TestPki {
             key_file: self.path("key.pem"),
             client_ca_file: client_ca.then(|| self.path("ca.pem")),
             reload_check_seconds: 0,
+        }
+    }
+}
+
+/// Runs one statement with one text parameter on a gateway's database, behind its back (to
+/// corrupt or lose rows): `(sqlite, postgres)` spell it for each backend.
+pub async fn execute_with(
+    database: &wsr_gateway::store::Database,
+    (sqlite, postgres): (&'static str, &'static str),
+    value: &str,
+) {
+    use sqlx::Connection as _;
+    use wsr_gateway::store::Database;
+    match database {
+        Database::Sqlite(path) => {
+            let mut db = sqlx::SqliteConnection::connect(&format!("sqlite://{}", path.display()))
+                .await
+                .expect("open the store");
+            sqlx::query(sqlite)
+                .bind(value)
+                .execute(&mut db)
+                .await
+                .unwrap_or_else(|e| panic!("{sqlite}: {e}"));
+        }
+        Database::Postgres(url) => {
+            let mut db = sqlx::PgConnection::connect(url).await.expect("connect");
+            sqlx::query(postgres)
+                .bind(value)
+                .execute(&mut db)
+                .await
+                .unwrap_or_else(|e| panic!("{postgres}: {e}"));
         }
     }
 }

@@ -10,7 +10,7 @@ pub mod receiver;
 use wsr_gateway::rmp::group::Policy;
 use wsr_gateway::store::{Database, Durability, Store, StoreConfig};
 
-use crate::postgres::TestDatabase;
+use crate::test_database::TestDatabase;
 
 /// A fresh, empty store of one backend, with whatever keeps it alive (a temporary folder, a
 /// database of its own).
