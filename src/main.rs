@@ -43,6 +43,16 @@ enum Command {
         #[arg(long)]
         sha256: bool,
     },
+    /// Copy a SQLite store (its gateway stopped) into a new, empty PostgreSQL database, every
+    /// row in one transaction: then start the gateway with `database = "postgres://…"`.
+    MigrateStore {
+        /// The SQLite database file (the `database` setting it ran with).
+        #[arg(long)]
+        from: String,
+        /// The PostgreSQL database, postgres://user@host/db; created empty beforehand.
+        #[arg(long)]
+        to: String,
+    },
     /// Benchmark fixture: fill the configured store (gateway stopped) with delivered messages
     /// in ordered groups, for the growth benchmark and the restart time.
     Prefill {
@@ -176,6 +186,24 @@ async fn main() -> anyhow::Result<()> {
                 "added {added} delivered messages in {groups} groups in {:.1} s",
                 started.elapsed().as_secs_f64()
             );
+            Ok(())
+        }
+        Command::MigrateStore { from, to } => {
+            let store = |database| wsr_gateway::store::StoreConfig {
+                database,
+                durability: wsr_gateway::store::Durability::Full,
+                policy: Default::default(),
+            };
+            let (from, to) = (
+                store(wsr_gateway::store::Database::parse(&from)),
+                store(wsr_gateway::store::Database::parse(&to)),
+            );
+            let started = std::time::Instant::now();
+            let migrated = wsr_gateway::store::migrate_store(&from, &to)
+                .await
+                .with_context(|| format!("cannot migrate {} to {}", from.database, to.database))?;
+            print!("{migrated}");
+            println!("in {:.1} s", started.elapsed().as_secs_f64());
             Ok(())
         }
         Command::HashSecret { sha256 } => {

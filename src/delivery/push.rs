@@ -101,9 +101,13 @@ async fn worker(store: Store, clock: Arc<dyn Clock>, sub: Subscription, answer_c
             return;
         }
     };
-    // A fixed member id: a restarted worker first takes back (releases) what its
-    // predecessor held.
-    let session = format!("push-{}", sub.id);
+    // A fixed member id per gateway: a restarted worker first takes back (releases) what its
+    // predecessor held. Gateways sharing a database are members each; one that died loses
+    // what it held when its session lapses (its id is new at every start).
+    let session = match store.gateway_id() {
+        "" => format!("push-{}", sub.id),
+        gateway => format!("push-{gateway}-{}", sub.id),
+    };
     let ttl = chrono::Duration::from_std(ack_wait * 2)
         .unwrap_or_default()
         .max(chrono::Duration::seconds(30));

@@ -14,6 +14,11 @@ use crate::rmp::group::Policy;
 pub trait Backend: ReceiverStore + DeliveryStore + OutboundStore {
     fn policy(&self) -> &Policy;
 
+    /// This gateway among those sharing the database ("" when it is the only one, as on a
+    /// SQLite file): part of the ids of the members it runs itself (push workers), so that
+    /// two gateways' workers on one subscription are two members, not one they fight over.
+    fn gateway_id(&self) -> &str;
+
     /// Test hook: every message of `group` panics inside the writer, as a bug would.
     fn panic_on_group(&self, group: Option<&str>);
 

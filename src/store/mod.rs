@@ -12,6 +12,7 @@ mod error;
 mod future;
 pub mod group_state;
 pub mod health;
+mod migrate;
 pub mod outbound;
 mod postgres;
 mod received;
@@ -28,6 +29,7 @@ pub use config::{Database, Durability, StoreConfig};
 pub use delivery::DeliveryStore;
 pub use error::StoreError;
 pub use future::StoreFuture;
+pub use migrate::{Migrated, migrate_store};
 pub use outbound::OutboundStore;
 pub use postgres::PostgresStore;
 pub use received::{

@@ -105,3 +105,90 @@ async fn a_refused_connection_names_the_database_without_its_password() {
     );
     assert!(!error.contains("s3cret"), "{error}");
 }
+
+/// `migrate-store`: a SQLite store's rows move into a new PostgreSQL database, where a gateway
+/// carries on: the same inbox offsets, groups that still know their messages (a resend is a
+/// duplicate), a receipt key that still verifies, and the next offset after the copied ones.
+#[tokio::test]
+async fn a_sqlite_store_moves_into_postgres_and_carries_on() {
+    use crate::contract::receiver::{message, text};
+    use wsr_gateway::rmp::receiver::Verdict;
+    use wsr_gateway::store::{DeliveryStore as _, ReceiverStore as _, Store};
+    use wsr_gateway::wsr::ReplyPattern;
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let sqlite = StoreConfig {
+        database: Database::Sqlite(dir.path().join("old.db")),
+        durability: Durability::Full,
+        policy: Default::default(),
+    };
+    let ordered = |n| {
+        message(
+            "mid:moved@migrate",
+            Some(n),
+            ReplyPattern::Response,
+            text("<o/>"),
+        )
+    };
+    let (secret, before) = {
+        let old = Store::open(&sqlite).await.expect("sqlite");
+        for n in [0, 1, 3] {
+            old.receive(ordered(n)).await.expect("stored");
+        }
+        old.receive(message(
+            "mid:single@migrate",
+            None,
+            ReplyPattern::Response,
+            text("<s/>"),
+        ))
+        .await
+        .expect("stored");
+        (
+            old.receipt_secret().await.expect("secret"),
+            old.inbox(0, 100).await.expect("inbox"),
+        )
+    };
+    let db = TestDatabase::create().await;
+    let migrated = wsr_gateway::store::migrate_store(&sqlite, &db.config())
+        .await
+        .expect("migrated");
+    let rows: u64 = migrated.tables.iter().map(|(_, n)| n).sum();
+    assert_eq!(rows, 7, "settings 1, groups 2, inbox 3, buffered 1: {migrated}");
+
+    let new = Store::open(&db.config()).await.expect("postgres");
+    assert_eq!(new.inbox(0, 100).await.expect("inbox"), before);
+    assert_eq!(new.receipt_secret().await.expect("secret"), secret);
+    let group = new
+        .group("", "mid:moved@migrate")
+        .await
+        .expect("read")
+        .expect("group");
+    assert_eq!(group.buffered.len(), 1, "number 3 still waits for 2");
+    let resent = new.receive(ordered(1)).await.expect("stored");
+    assert_eq!(resent.verdict, Verdict::Ack);
+    new.receive(ordered(2)).await.expect("stored");
+    let after = new.inbox(0, 100).await.expect("inbox");
+    let numbers: Vec<_> = after.iter().map(|e| (e.offset, e.number)).collect();
+    assert_eq!(
+        after.len(),
+        6,
+        "2 and the released 3 added, the resend not: {numbers:?}"
+    );
+    let last = before.last().expect("copied").offset;
+    assert_eq!(
+        (
+            after[4].offset,
+            after[4].number,
+            after[5].offset,
+            after[5].number
+        ),
+        (last + 1, Some(2), last + 2, Some(3))
+    );
+
+    // A database already in use is refused.
+    let again = wsr_gateway::store::migrate_store(&sqlite, &db.config())
+        .await
+        .err()
+        .expect("refused");
+    assert!(again.to_string().contains("already holds"), "{again}");
+}

@@ -17,6 +17,10 @@ impl Backend for PostgresStore {
         &self.shared.policy
     }
 
+    fn gateway_id(&self) -> &str {
+        self.gateway()
+    }
+
     fn panic_on_group(&self, group: Option<&str>) {
         *self
             .shared

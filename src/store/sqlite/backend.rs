@@ -17,6 +17,10 @@ impl Backend for SqliteStore {
         &self.shared.policy
     }
 
+    fn gateway_id(&self) -> &str {
+        ""
+    }
+
     fn panic_on_group(&self, group: Option<&str>) {
         *self
             .shared
