@@ -1,5 +1,6 @@
 //! How both backends store an outbound message's state (name, fault code, reason columns)
-//! and its retry schedule (JSON), so that the two read and write the same values.
+//! and its retry schedule (JSON), so that the two read and write the same values, and the one
+//! rewrite of a stored envelope (closing its group after the fact).
 
 use std::time::Duration;
 
@@ -7,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::rmp::sender::{OutState, RetrySchedule};
 use crate::store::StoreError;
-use crate::wsr::FaultCode;
+use crate::wsr::{FaultCode, Headers, write_envelope};
 
 /// A stored state with its fault code or reason.
 pub(in crate::store) fn state_of(
@@ -96,4 +97,20 @@ pub(in crate::store) fn decode_schedule(s: &str) -> Result<RetrySchedule, StoreE
             RetrySchedule::Waits(w.into_iter().map(Duration::from_millis).collect())
         }
     })
+}
+
+/// Our own stored envelope with `last="true"` on its SequenceNum, rewritten by the codec.
+pub(in crate::store) fn mark_last(envelope: &str) -> Option<String> {
+    let env =
+        crate::wsr::read_envelope(envelope.as_bytes(), &crate::wsr::Limits::default()).ok()?;
+    let mut request = env.request?;
+    request.message_id.sequence.as_mut()?.last = true;
+    Some(write_envelope(
+        env.version,
+        Headers {
+            request: Some(&request),
+            ..Headers::default()
+        },
+        env.body.content,
+    ))
 }
