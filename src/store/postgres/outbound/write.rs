@@ -2,6 +2,8 @@
 //! silence and replies. Each reads the rows its decision needs under `FOR UPDATE` in its own
 //! transaction, lets `rmp::send_group` / `rmp::sender` decide, and writes what they decided.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, Utc};
 use sqlx::postgres::PgConnection;
 use sqlx::{Postgres, Row, Transaction};
@@ -199,24 +201,33 @@ fn fails(state: &OutState) -> bool {
     matches!(state, OutState::Faulted(_) | OutState::Failed(_))
 }
 
-/// Locks the ordered groups (by group id) of the messages `ids`, or of the groups `groups`,
-/// before any of their messages: a failure in one may fail the rest of it, which must not
-/// race a submit to it (that reads whether the group has failed under the same lock).
-async fn lock_ordered_groups(
-    c: &mut PgConnection,
-    ids: &[String],
-    groups: &[String],
-) -> Result<(), Failure> {
+/// Locks the ordered groups among `groups`, by group id, before any of their messages: a
+/// failure in one may fail the rest of it, which must not race a submit to it (that reads
+/// whether the group has failed under the same lock).
+async fn lock_ordered_groups(c: &mut PgConnection, groups: &[String]) -> Result<(), Failure> {
     sqlx::query(
-        "SELECT g.group_id FROM out_groups g WHERE g.ordered AND (g.group_id = ANY($2) \
-         OR g.group_id IN (SELECT m.group_id FROM out_messages m WHERE m.id = ANY($1))) \
-         ORDER BY g.group_id FOR UPDATE",
+        "SELECT group_id FROM out_groups WHERE group_id = ANY($1) AND ordered \
+         ORDER BY group_id FOR UPDATE",
     )
-    .bind(ids)
     .bind(groups)
     .execute(&mut *c)
     .await
     .doing("locking ordered outbound groups")?;
+    Ok(())
+}
+
+/// `lock_ordered_groups` for the groups of the messages `ids` (a query of its own: one
+/// condition over both would scan every group).
+async fn lock_groups_of(c: &mut PgConnection, ids: &[String]) -> Result<(), Failure> {
+    sqlx::query(
+        "SELECT g.group_id FROM out_groups g WHERE g.ordered AND g.group_id IN \
+         (SELECT m.group_id FROM out_messages m WHERE m.id = ANY($1)) \
+         ORDER BY g.group_id FOR UPDATE OF g",
+    )
+    .bind(ids)
+    .execute(&mut *c)
+    .await
+    .doing("locking the ordered groups of outbound messages")?;
     Ok(())
 }
 
@@ -231,7 +242,7 @@ async fn save(
     now: DateTime<Utc>,
 ) -> Result<(), Failure> {
     if fails(&after.state) {
-        lock_ordered_groups(c, std::slice::from_ref(&id.to_owned()), &[]).await?;
+        lock_groups_of(c, &[id.to_owned()]).await?;
     }
     let row = sqlx::query(
         "UPDATE out_messages m SET state = $1, fault = $2, reason = $3, \
@@ -359,16 +370,18 @@ pub(super) async fn not_held(
     now: DateTime<Utc>,
 ) -> Result<Vec<String>, Failure> {
     let mut tx = store.begin().await?;
-    lock_ordered_groups(&mut tx, ids, &[]).await?;
-    let mut messages = lock_messages(&mut tx, ids).await?;
+    lock_groups_of(&mut tx, ids).await?;
+    let mut messages: HashMap<String, OutMessage> = lock_messages(&mut tx, ids)
+        .await?
+        .into_iter()
+        .map(|m| (m.id.clone(), m))
+        .collect();
     let mut saved = Saved::default();
-    // In the order asked, each once (a repeat would find it saved already).
-    let mut seen = std::collections::HashSet::new();
-    for id in ids.iter().filter(|id| seen.insert(id.as_str())) {
-        let Some(at) = messages.iter().position(|m| &m.id == id) else {
+    // In the order asked; a repeat finds nothing left to do, as it would find it saved.
+    for id in ids {
+        let Some(m) = messages.remove(id) else {
             continue;
         };
-        let m = messages.swap_remove(at);
         let mut after = m.outbound.clone();
         after.apply(Event::NotHeld { asked_at, kept_for }, now);
         if after != m.outbound {
@@ -404,7 +417,7 @@ pub(super) async fn apply_replies(
         }
     }
     let mut tx = store.begin().await?;
-    lock_ordered_groups(&mut tx, &[], &groups).await?;
+    lock_ordered_groups(&mut tx, &groups).await?;
     let rows = sqlx::query(select_messages!(
         "WHERE m.id IN (SELECT o.id FROM unnest($1::text[], $2::bigint[], $3::bigint[]) \
            AS r(group_id, lo, hi) JOIN out_messages o ON o.group_id = r.group_id \
