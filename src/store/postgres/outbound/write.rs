@@ -79,7 +79,7 @@ impl Events {
 /// What saves did: the events they log, the messages that reached a final state, and
 /// whether the commit wakes the sender.
 #[derive(Default)]
-pub(super) struct Saved {
+struct Saved {
     events: Events,
     finished: Vec<String>,
     wakes_sender: bool,
@@ -241,6 +241,7 @@ async fn save(
     after: &Outbound,
     now: DateTime<Utc>,
 ) -> Result<(), Failure> {
+    // The group before the message's row, as everywhere (a no-op where the caller has it).
     if fails(&after.state) {
         lock_groups_of(c, &[id.to_owned()]).await?;
     }
