@@ -146,7 +146,7 @@ CREATE TABLE out_messages (
     idem_principal   TEXT,
     idem_key         TEXT,
     idem_fingerprint TEXT,
-    unreached        BOOLEAN NOT NULL DEFAULT FALSE,
+    unreached        INTEGER NOT NULL DEFAULT 0, -- attempts known never to have arrived
     last_error       TEXT,
     last_error_at    BIGINT,
     principal        TEXT,

@@ -18,6 +18,7 @@ mod postgres;
 mod received;
 pub mod receiver;
 mod sqlite;
+pub(in crate::store) mod stored_outbound;
 pub mod sweeper;
 pub(in crate::store) mod time;
 mod wakes;

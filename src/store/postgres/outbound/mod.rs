@@ -1,7 +1,20 @@
-//! The PostgreSQL backend of `OutboundStore` (not built yet: every operation fails).
-#![allow(unused_variables, reason = "stubs until the port lands")]
+//! The PostgreSQL backend of `OutboundStore`: reads on the pool (`read`), every write one
+//! transaction (`submit`, `write`) that reads the rows its decision needs under `FOR UPDATE`,
+//! lets `rmp::send_group` / `rmp::sender` decide, and writes what they decided. Several
+//! gateways may run the same operation on the same rows at once; each waits for the other's
+//! locks, and a try PostgreSQL aborts to break a deadlock is run again (`retrying`).
+//!
+//! Locks are taken in one order, so that gateways wait for each other instead of deadlocking:
+//! an ordered group's row (several: by group id) before any of its messages, messages by id,
+//! and the `out_events` sequence row last of all (`write::Events`).
+
+mod read;
+mod rows;
+mod submit;
+mod write;
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -11,12 +24,87 @@ use crate::store::outbound::{
     Due, IdempotencyKey, OutEvent, OutMessage, OutboundStore, ReplySource, Submission, SubmitError,
     Submitted,
 };
-use crate::store::postgres::PostgresStore;
+use crate::store::postgres::{PostgresStore, retryable};
 use crate::store::{StoreError, StoreFuture};
 use crate::wsr::{GroupId, Reply};
 
-fn not_built(what: &str) -> StoreError {
-    StoreError::Failed(format!("PostgreSQL backend: {what} is not built yet"))
+/// How many times one operation is tried before its failure is answered.
+const TRIES: u32 = 5;
+
+/// Why one try of an operation failed.
+#[derive(Debug)]
+pub(super) enum Failure {
+    /// A statement failed; `doing` says what it was for.
+    Sql {
+        doing: &'static str,
+        error: sqlx::Error,
+    },
+    /// Another gateway stored a message under the same idempotency key after this try looked
+    /// the key up: the next try finds that message.
+    KeyTaken,
+    Store(StoreError),
+}
+
+impl Failure {
+    fn worth_retrying(&self) -> bool {
+        match self {
+            Failure::Sql { error, .. } => retryable(error),
+            Failure::KeyTaken => true,
+            Failure::Store(_) => false,
+        }
+    }
+}
+
+impl From<StoreError> for Failure {
+    fn from(e: StoreError) -> Failure {
+        Failure::Store(e)
+    }
+}
+
+impl From<Failure> for StoreError {
+    fn from(f: Failure) -> StoreError {
+        match f {
+            Failure::Sql { doing, error } => StoreError::Backend(format!("{doing}: {error}")),
+            Failure::KeyTaken => StoreError::Failed(format!(
+                "the idempotency key was being stored by other gateways in {TRIES} tries"
+            )),
+            Failure::Store(e) => e,
+        }
+    }
+}
+
+/// Names what a statement was for, should it fail.
+pub(super) trait Doing<T> {
+    fn doing(self, doing: &'static str) -> Result<T, Failure>;
+}
+
+impl<T> Doing<T> for Result<T, sqlx::Error> {
+    fn doing(self, doing: &'static str) -> Result<T, Failure> {
+        self.map_err(|error| Failure::Sql { doing, error })
+    }
+}
+
+/// Runs `once` (one transaction) until it succeeds, fails for good, or has been tried `TRIES`
+/// times. A try that fails rolls back as its transaction is dropped.
+async fn retrying<T, F, Fut>(mut once: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, Failure>>,
+{
+    let mut tried = 1;
+    loop {
+        match once().await {
+            Err(failure) if tried < TRIES && failure.worth_retrying() => {
+                tracing::debug!(
+                    ?failure,
+                    tried,
+                    "outbound transaction aborted; trying again"
+                );
+                tried += 1;
+            }
+            done => return done.map_err(StoreError::from),
+        }
+    }
 }
 
 impl OutboundStore for PostgresStore {
@@ -24,7 +112,7 @@ impl OutboundStore for PostgresStore {
         &'a self,
         idem: &'a IdempotencyKey,
     ) -> StoreFuture<'a, Result<Option<Submitted>, SubmitError>> {
-        Box::pin(async move { Err(not_built("earlier_submission").into()) })
+        Box::pin(read::earlier_submission(&self.pool, idem))
     }
 
     fn submit<'a>(
@@ -32,7 +120,7 @@ impl OutboundStore for PostgresStore {
         s: Submission,
         now: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<Submitted, SubmitError>> {
-        Box::pin(async move { Err(not_built("submit").into()) })
+        Box::pin(async move { retrying(|| submit::submit(self, &s, now)).await? })
     }
 
     fn outbound_due(&self) -> &tokio::sync::Notify {
@@ -43,7 +131,7 @@ impl OutboundStore for PostgresStore {
         &'a self,
         id: &'a str,
     ) -> StoreFuture<'a, Result<Option<OutMessage>, StoreError>> {
-        Box::pin(async move { Err(not_built("out_message").into()) })
+        Box::pin(read::out_message(&self.pool, id))
     }
 
     fn out_messages_of<'a>(
@@ -54,7 +142,9 @@ impl OutboundStore for PostgresStore {
         after: Option<&'a str>,
         limit: i64,
     ) -> StoreFuture<'a, Result<Vec<OutMessage>, StoreError>> {
-        Box::pin(async move { Err(not_built("out_messages_of").into()) })
+        Box::pin(read::out_messages_of(
+            &self.pool, principal, state, group, after, limit,
+        ))
     }
 
     fn due_outbound<'a>(
@@ -64,7 +154,7 @@ impl OutboundStore for PostgresStore {
         windows: &'a BTreeMap<String, u64>,
         limit: i64,
     ) -> StoreFuture<'a, Result<Due, StoreError>> {
-        Box::pin(async move { Err(not_built("due_outbound").into()) })
+        Box::pin(read::due_outbound(&self.pool, now, window, windows, limit))
     }
 
     fn awaiting_poll<'a>(
@@ -72,14 +162,14 @@ impl OutboundStore for PostgresStore {
         after: &'a str,
         limit: i64,
     ) -> StoreFuture<'a, Result<Vec<OutMessage>, StoreError>> {
-        Box::pin(async move { Err(not_built("awaiting_poll").into()) })
+        Box::pin(read::awaiting_poll(&self.pool, after, limit))
     }
 
     fn next_outbound_due(
         &self,
         after: DateTime<Utc>,
     ) -> StoreFuture<'_, Result<Option<DateTime<Utc>>, StoreError>> {
-        Box::pin(async move { Err(not_built("next_outbound_due").into()) })
+        Box::pin(read::next_outbound_due(&self.pool, after))
     }
 
     fn claim_attempt<'a>(
@@ -89,7 +179,9 @@ impl OutboundStore for PostgresStore {
         after: &'a Outbound,
         now: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<Option<String>, StoreError>> {
-        Box::pin(async move { Err(not_built("claim_attempt").into()) })
+        Box::pin(retrying(move || {
+            write::claim_attempt(self, id, before, after, now)
+        }))
     }
 
     fn save_unreached<'a>(
@@ -97,7 +189,7 @@ impl OutboundStore for PostgresStore {
         id: &'a str,
         after: &'a Outbound,
     ) -> StoreFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move { Err(not_built("save_unreached").into()) })
+        Box::pin(retrying(move || write::save_unreached(self, id, after)))
     }
 
     fn record_failure<'a>(
@@ -106,7 +198,9 @@ impl OutboundStore for PostgresStore {
         cause: &'a str,
         at: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move { Err(not_built("record_failure").into()) })
+        Box::pin(retrying(move || {
+            write::record_failure(self, ids, cause, at)
+        }))
     }
 
     fn save_outbound<'a>(
@@ -116,7 +210,9 @@ impl OutboundStore for PostgresStore {
         after: &'a Outbound,
         now: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<Vec<String>, StoreError>> {
-        Box::pin(async move { Err(not_built("save_outbound").into()) })
+        Box::pin(retrying(move || {
+            write::save_outbound(self, id, before, after, now)
+        }))
     }
 
     fn not_held<'a>(
@@ -126,7 +222,9 @@ impl OutboundStore for PostgresStore {
         kept_for: Duration,
         now: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<Vec<String>, StoreError>> {
-        Box::pin(async move { Err(not_built("not_held").into()) })
+        Box::pin(retrying(move || {
+            write::not_held(self, ids, asked_at, kept_for, now)
+        }))
     }
 
     fn apply_replies<'a>(
@@ -135,7 +233,13 @@ impl OutboundStore for PostgresStore {
         source: ReplySource<'a>,
         now: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<Vec<String>, StoreError>> {
-        Box::pin(async move { Err(not_built("apply_replies").into()) })
+        Box::pin(async move {
+            let verdicts = crate::rmp::replies::Verdicts::new(replies);
+            if verdicts.is_empty() {
+                return Ok(Vec::new());
+            }
+            retrying(|| write::apply_replies(self, &verdicts, source, now)).await
+        })
     }
 
     fn out_events_of<'a>(
@@ -144,7 +248,7 @@ impl OutboundStore for PostgresStore {
         after: i64,
         limit: i64,
     ) -> StoreFuture<'a, Result<Vec<OutEvent>, StoreError>> {
-        Box::pin(async move { Err(not_built("out_events_of").into()) })
+        Box::pin(read::out_events_of(&self.pool, principal, after, limit))
     }
 
     fn close_group<'a>(
@@ -152,6 +256,6 @@ impl OutboundStore for PostgresStore {
         group_id: &'a GroupId,
         principal: Option<&'a str>,
     ) -> StoreFuture<'a, Result<Option<u64>, SubmitError>> {
-        Box::pin(async move { Err(not_built("close_group").into()) })
+        Box::pin(async move { retrying(|| submit::close_group(self, group_id, principal)).await? })
     }
 }

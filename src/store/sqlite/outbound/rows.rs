@@ -1,17 +1,17 @@
-//! How outbound rows are stored: the column list every message read uses, one mapping from
+//! How outbound rows are read: the column list every message read uses, and one mapping from
 //! those columns to `OutMessage` for both connections (the sqlx pool's reads and the writer's
-//! rusqlite connection), and the stored form of a retry schedule.
+//! rusqlite connection). The stored forms of a state and a retry schedule are both backends'
+//! (`store::stored_outbound`).
 
-use std::time::Duration;
-
-use serde::{Deserialize, Serialize};
 use sqlx::Row;
 
-use crate::rmp::sender::{OutState, Outbound, RetrySchedule};
+use crate::rmp::sender::Outbound;
 use crate::store::StoreError;
 use crate::store::outbound::{LastError, OutMessage};
+use crate::store::stored_outbound::decode_schedule;
+pub(super) use crate::store::stored_outbound::{encode_schedule, fault_of, reason_of, state_of};
 use crate::store::time::from_millis;
-use crate::wsr::{FaultCode, GroupId, SoapVersion};
+use crate::wsr::{GroupId, SoapVersion};
 
 /// A static query over messages joined with their group, in the column order `Columns`
 /// reads (static, so that no value is spliced into the SQL).
@@ -154,95 +154,6 @@ impl Columns {
             principal: self.principal,
         })
     }
-}
-
-/// A stored state with its fault code or reason.
-pub(super) fn state_of(
-    name: &str,
-    fault: Option<&str>,
-    reason: Option<String>,
-) -> Result<OutState, StoreError> {
-    Ok(match name {
-        "queued" => OutState::Queued,
-        "sent" => OutState::Sent,
-        "acked" => OutState::Acked,
-        "faulted" => OutState::Faulted(
-            fault
-                .and_then(FaultCode::from_local_name)
-                .ok_or_else(|| StoreError::Corrupt("faulted without a known fault".into()))?,
-        ),
-        "failed" => OutState::Failed(reason.unwrap_or_default()),
-        other => {
-            return Err(StoreError::Corrupt(format!(
-                "unknown outbound state {other}"
-            )));
-        }
-    })
-}
-
-/// The fault code column of a state.
-pub(super) fn fault_of(state: &OutState) -> Option<&'static str> {
-    match state {
-        OutState::Faulted(code) => Some(code.local_name()),
-        _ => None,
-    }
-}
-
-/// The reason column of a state.
-pub(super) fn reason_of(state: &OutState) -> Option<&str> {
-    match state {
-        OutState::Failed(reason) => Some(reason.as_str()),
-        _ => None,
-    }
-}
-
-#[derive(Serialize, Deserialize)]
-enum StoredSchedule {
-    Interval {
-        max_attempts: u32,
-        interval_ms: u64,
-        backoff: u32,
-    },
-    Waits(Vec<u64>),
-}
-
-pub(super) fn encode_schedule(s: &RetrySchedule) -> String {
-    let stored = match s {
-        RetrySchedule::Interval {
-            max_attempts,
-            interval,
-            backoff,
-        } => StoredSchedule::Interval {
-            max_attempts: *max_attempts,
-            interval_ms: interval.as_millis().try_into().unwrap_or(u64::MAX),
-            backoff: *backoff,
-        },
-        RetrySchedule::Waits(w) => StoredSchedule::Waits(
-            w.iter()
-                .map(|d| d.as_millis().try_into().unwrap_or(u64::MAX))
-                .collect(),
-        ),
-    };
-    serde_json::to_string(&stored).unwrap_or_default()
-}
-
-fn decode_schedule(s: &str) -> Result<RetrySchedule, StoreError> {
-    let stored: StoredSchedule =
-        serde_json::from_str(s).map_err(|e| StoreError::Corrupt(format!("schedule: {e}")))?;
-    Ok(match stored {
-        StoredSchedule::Interval {
-            max_attempts,
-            interval_ms,
-            backoff,
-        } => RetrySchedule::Interval {
-            max_attempts,
-            interval: Duration::from_millis(interval_ms),
-            backoff,
-        },
-        StoredSchedule::Waits(w) => {
-            RetrySchedule::Waits(w.into_iter().map(Duration::from_millis).collect())
-        }
-    })
 }
 
 /// The message stored under an idempotency key (principal, key), for both drivers; read into

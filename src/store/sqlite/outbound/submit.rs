@@ -11,6 +11,7 @@ use crate::rmp::send_group::{self, Close, GroupRow, Joining, Newest};
 use crate::store::StoreError;
 use crate::store::outbound::{IdempotencyKey, KeyedSubmission, Submission, SubmitError, Submitted};
 use crate::store::sqlite::{Change, Wakes};
+use crate::store::stored_outbound::mark_last;
 use crate::store::time::millis;
 use crate::wsr::{GroupId, Headers, MessageId, Request, SequenceNum, SoapVersion, write_envelope};
 
@@ -240,20 +241,4 @@ pub(super) fn close_group(
     conn.prepare_cached("UPDATE out_groups SET last_number = ?1 WHERE group_id = ?2")?
         .execute(params![number as i64, group_id.as_str()])?;
     Ok(Change::Keep(Some(number), Wakes::NONE))
-}
-
-/// Our own stored envelope with `last="true"` on its SequenceNum, rewritten by the codec.
-fn mark_last(envelope: &str) -> Option<String> {
-    let env =
-        crate::wsr::read_envelope(envelope.as_bytes(), &crate::wsr::Limits::default()).ok()?;
-    let mut request = env.request?;
-    request.message_id.sequence.as_mut()?.last = true;
-    Some(write_envelope(
-        env.version,
-        Headers {
-            request: Some(&request),
-            ..Headers::default()
-        },
-        env.body.content,
-    ))
 }
