@@ -1,0 +1,244 @@
+//! A fetch inside one transaction, under its subscription's lock: renew the member, lapse
+//! what is overdue, match new inbox messages against the filter, read the candidates, let
+//! `delivery::pick` choose and `delivery::settle::hand` hand them out, and write the leases
+//! back.
+
+use std::collections::BTreeSet;
+
+use chrono::{DateTime, Utc};
+use sqlx::PgConnection;
+
+use super::Fail;
+use super::rows::{self, LeaseRow};
+use super::sessions;
+use crate::delivery::filter::Filter;
+use crate::delivery::group;
+use crate::delivery::lease::Lease;
+use crate::delivery::pick::{Candidate, Members, pick};
+use crate::delivery::receipt::Receipt;
+use crate::delivery::settle;
+use crate::delivery::subscription::{Ordering, SettleMode};
+use crate::store::StoreError;
+use crate::store::delivery::{DeliveryError, Handed, Subscription};
+use crate::store::time::{from_millis, millis};
+
+/// Inbox messages matched against one subscription's filter per pass.
+const MATCH_BATCH: i64 = 2_000;
+
+/// Pages of candidates one fetch looks through at most.
+const CANDIDATE_PAGES: usize = 8;
+
+/// What a fetch handed out, and whether others may now take something (lapses, releases).
+pub(super) async fn fetch(
+    conn: &mut PgConnection,
+    session_id: &str,
+    max: usize,
+    now: DateTime<Utc>,
+) -> Result<(Vec<Handed>, bool), Fail> {
+    // First, as it takes the subscription's lock that everything below decides under.
+    let session = sessions::renew(conn, session_id, now).await?;
+    let mut lapsed = sessions::lapse_sessions(conn, now).await?;
+    let sub = rows::subscription_by_id(&mut *conn, session.subscription_id)
+        .await?
+        .ok_or_else(|| DeliveryError::NotFound("the subscription was deleted".into()))?;
+    lapsed += sessions::lapse_leases(conn, Some(sub.id), now).await?;
+    match_new_messages(conn, &sub).await?;
+
+    let live: Vec<String> =
+        sqlx::query_scalar("SELECT id FROM sessions WHERE subscription_id = $1")
+            .bind(sub.id)
+            .fetch_all(&mut *conn)
+            .await?;
+    let live: BTreeSet<String> = live.into_iter().collect();
+    let members = Members {
+        me: session_id,
+        live: &live,
+        strict_avoid: sub.rules.settle_mode == SettleMode::Settled,
+    };
+    // Candidates page by page: those held back (by another member's group affinity, or kept
+    // from this member) must not hide the ones after them.
+    let page = (max as i64).saturating_mul(4).saturating_add(32);
+    let mut after = 0i64;
+    let mut handed = Vec::new();
+    let mut released = false;
+    for _ in 0..CANDIDATE_PAGES {
+        let (candidates, groups) = candidates(conn, &sub, now, after, page).await?;
+        let picked = pick(&candidates, &members, max - handed.len(), now);
+        for i in picked {
+            let (candidate, group) = (&candidates[i], groups[i].as_deref());
+            if let Some(h) = hand_out(conn, &sub, session_id, candidate, group, now).await? {
+                released |= h.1;
+                handed.push(h.0);
+            }
+        }
+        match candidates.last() {
+            Some(last) if handed.len() < max && candidates.len() as i64 == page => {
+                after = last.offset
+            }
+            _ => break,
+        }
+    }
+    Ok((handed, lapsed > 0 || released))
+}
+
+/// A waiting message with what `pick` needs beside its lease.
+#[derive(sqlx::FromRow)]
+struct CandidateRow {
+    #[sqlx(flatten)]
+    lease: LeaseRow,
+    affinity: Option<String>,
+    group_busy: bool,
+}
+
+/// One page of waiting messages due by `now` beyond `after`, in offset order, with their
+/// groups. ordering = group: each group's head only, with its affinity and whether another
+/// message of the group is leased (`pick` decides what that means).
+async fn candidates(
+    conn: &mut PgConnection,
+    sub: &Subscription,
+    now: DateTime<Utc>,
+    after: i64,
+    page: i64,
+) -> Result<(Vec<Candidate>, Vec<Option<String>>), Fail> {
+    let sql = if sub.rules.ordering == Ordering::Group {
+        "SELECT d.\"offset\", d.state, d.attempt, d.failures, d.consumer, d.due, d.avoid, \
+         d.reason, d.group_key, a.consumer AS affinity, EXISTS (SELECT 1 FROM deliveries e \
+           WHERE e.subscription_id = $1 AND e.group_key = h.group_key \
+           AND e.state = 'acquired') AS group_busy \
+         FROM group_heads h \
+         JOIN deliveries d ON d.subscription_id = h.subscription_id AND d.\"offset\" = h.head \
+         LEFT JOIN group_affinity a \
+         ON a.subscription_id = h.subscription_id AND a.group_key = h.group_key \
+         WHERE h.subscription_id = $1 AND h.head > $4 AND d.state = 'available' \
+         AND d.due <= $2 ORDER BY h.head LIMIT $3"
+    } else {
+        "SELECT d.\"offset\", d.state, d.attempt, d.failures, d.consumer, d.due, d.avoid, \
+         d.reason, d.group_key, NULL::TEXT AS affinity, FALSE AS group_busy FROM deliveries d \
+         WHERE d.subscription_id = $1 AND d.state = 'available' AND d.due <= $2 \
+         AND d.\"offset\" > $4 ORDER BY d.\"offset\" LIMIT $3"
+    };
+    let rows: Vec<CandidateRow> = sqlx::query_as(sql)
+        .bind(sub.id)
+        .bind(millis(now))
+        .bind(page)
+        .bind(after)
+        .fetch_all(&mut *conn)
+        .await?;
+    let mut candidates = Vec::with_capacity(rows.len());
+    let mut groups = Vec::with_capacity(rows.len());
+    for row in rows {
+        candidates.push(Candidate {
+            offset: row.lease.offset,
+            lease: row.lease.lease()?,
+            affinity: row.affinity,
+            group_busy: row.group_busy,
+        });
+        groups.push(row.lease.group);
+    }
+    Ok((candidates, groups))
+}
+
+/// Hands one picked message to the member (`settle::hand`) and binds its group to it; with
+/// whether that released it at once. `None`: the message is gone from the inbox.
+async fn hand_out(
+    conn: &mut PgConnection,
+    sub: &Subscription,
+    session_id: &str,
+    candidate: &Candidate,
+    group: Option<&str>,
+    now: DateTime<Utc>,
+) -> Result<Option<(Handed, bool)>, Fail> {
+    let offset = candidate.offset;
+    let Some(message) = rows::inbox_entry(&mut *conn, offset).await? else {
+        tracing::error!(
+            offset,
+            subscription = sub.id,
+            "a leased message is missing from the inbox"
+        );
+        return Ok(None);
+    };
+    let mut lease = candidate.lease.clone();
+    let handing = settle::hand(&sub.rules, &mut lease, session_id, now);
+    rows::save_leases(conn, sub.id, &[(offset, &lease)], now).await?;
+    if let Some(group) = group {
+        sqlx::query(
+            "INSERT INTO group_affinity (subscription_id, group_key, consumer) \
+             VALUES ($1, $2, $3) \
+             ON CONFLICT (subscription_id, group_key) DO UPDATE SET consumer = excluded.consumer",
+        )
+        .bind(sub.id)
+        .bind(group)
+        .bind(session_id)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(Some((
+        Handed {
+            receipt: Receipt {
+                subscription: sub.id.to_string(),
+                offset,
+                attempt: handing.attempt,
+                consumer: session_id.to_owned(),
+            },
+            deadline: handing.deadline,
+            message,
+        },
+        handing.released,
+    )))
+}
+
+/// Matches inbox messages beyond the subscription's cursor against its filter and gives each
+/// match a lease (and, ordering = group, its group a head), then moves the cursor past them.
+/// The inbox becomes visible in offset order (gap-free, in commit order), so no message
+/// committed late lies behind the cursor.
+async fn match_new_messages(conn: &mut PgConnection, sub: &Subscription) -> Result<(), Fail> {
+    let filter = Filter::parse(&sub.filter)
+        .map_err(|e| StoreError::Corrupt(format!("subscription {} filter: {e}", sub.id)))?;
+    let grouped = sub.rules.ordering == Ordering::Group;
+    let cursor: i64 = sqlx::query_scalar("SELECT cursor FROM subscriptions WHERE id = $1")
+        .bind(sub.id)
+        .fetch_one(&mut *conn)
+        .await?;
+    let rows: Vec<(i64, String, String, String, i64)> = sqlx::query_as(
+        "SELECT \"offset\", topic, partner, group_id, received_at FROM inbox \
+         WHERE \"offset\" > $1 ORDER BY \"offset\" LIMIT $2",
+    )
+    .bind(cursor)
+    .bind(MATCH_BATCH)
+    .fetch_all(&mut *conn)
+    .await?;
+    let Some(last) = rows.last().map(|r| r.0) else {
+        return Ok(());
+    };
+    let mut leases = Vec::new();
+    for (offset, topic, partner, group_id, received_at) in &rows {
+        if filter.matches(topic) {
+            // The ordering group is the sender's: (partner, group id), as one opaque key,
+            // written as SQLite's json_array writes it.
+            let group = if grouped {
+                Some(serde_json::to_string(&[partner, group_id]).map_err(|e| {
+                    StoreError::Failed(format!("cannot encode the group at offset {offset}: {e}"))
+                })?)
+            } else {
+                None
+            };
+            let received = from_millis(*received_at);
+            leases.push((*offset, group, Lease::new(received), received));
+        }
+    }
+    rows::insert_leases(conn, sub.id, &leases).await?;
+    // A group with nothing pending gets its first new message as head.
+    let matched = leases
+        .iter()
+        .filter_map(|(offset, group, _, _)| Some((*offset, group.as_deref()?)));
+    for (group, first) in group::first_of_each(matched) {
+        let head = group::head_with(rows::head(conn, sub.id, group).await?, first);
+        rows::set_head(conn, sub.id, group, head).await?;
+    }
+    sqlx::query("UPDATE subscriptions SET cursor = $2 WHERE id = $1")
+        .bind(sub.id)
+        .bind(last)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
