@@ -402,8 +402,9 @@ async fn purge_inbox(
     emptied.dedup();
     for sub_id in emptied {
         // A group keeps its member while any of its messages is retained. Under the
-        // subscription's lock, so that no fetch binds a group meanwhile; one busy elsewhere
-        // keeps its stale bindings, which bind nothing that is still there.
+        // subscription's lock, so that no fetch binds a group meanwhile. One busy elsewhere
+        // keeps these bindings until a later purge of its messages: a group's next message
+        // may then go first to its former member, which orders nothing differently.
         if rows::try_lock_subscription(conn, sub_id).await? {
             sqlx::query(
                 "DELETE FROM group_affinity a WHERE a.subscription_id = $1 \
