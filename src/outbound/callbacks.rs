@@ -46,20 +46,19 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>, policy: RetryPolicy, clien
             tokio::time::sleep(Duration::from_secs(1)).await;
             continue;
         }
-        let wait = match store.next_callback_due().await {
-            Ok(Some(t)) => (t - clock.now())
-                .to_std()
-                .unwrap_or(Duration::ZERO)
-                .min(IDLE_RECHECK),
-            Ok(None) => IDLE_RECHECK,
-            Err(_) => IDLE_RECHECK,
+        // On the gateway's clock: an ack another gateway leased is due again when the lease
+        // runs out on the same clock its deadline was written with.
+        let recheck = clock.now() + chrono::Duration::from_std(IDLE_RECHECK).unwrap_or_default();
+        let wake_at = match store.next_callback_due().await {
+            Ok(Some(t)) => t.min(recheck),
+            Ok(None) | Err(_) => recheck,
         };
-        if wait.is_zero() {
+        if wake_at <= clock.now() {
             tokio::task::yield_now().await;
             continue;
         }
         tokio::select! {
-            _ = tokio::time::sleep(wait) => {}
+            _ = clock.sleep_until(wake_at) => {}
             _ = store.callbacks_due().notified() => {}
         }
     }

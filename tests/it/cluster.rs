@@ -10,6 +10,7 @@ use wsr_gateway::store::{Store, StoreConfig};
 use wsr_gateway::wsr::{ReplyPattern, ReplyTo};
 
 use crate::contract::receiver::{message, now, text};
+use crate::support::ClockExt as _;
 use crate::test_database::TestDatabase;
 
 /// Two gateways' stores on one new database.
@@ -266,4 +267,95 @@ async fn a_callback_ack_is_sent_by_one_gateway_and_taken_over_when_its_lease_run
     assert_eq!(taken_over[0].id, taken[0].id);
     g2.callbacks_sent(&[taken_over[0].id]).await.expect("sent");
     assert_eq!(g1.next_callback_due().await.expect("next"), None);
+}
+
+/// Two gateways (one process each, as far as the database can tell) on one new database,
+/// sharing one test clock.
+async fn two_running_gateways(
+    db: &TestDatabase,
+) -> (crate::support::TestApp, crate::support::TestApp) {
+    let clock = wsr_gateway::clock::ManualClock::new(chrono::Utc::now());
+    let mut config = wsr_gateway::Config::for_tests("unused.db".into());
+    config.database = db.config().database;
+    config.callback_retry_initial = std::time::Duration::from_millis(20);
+    config.callback_retry_max = std::time::Duration::from_millis(200);
+    let g1 = crate::support::start(config.clone(), clock.clone()).await;
+    let g2 = crate::support::start(config, clock).await;
+    (g1, g2)
+}
+
+/// A callback endpoint whose first POST never gets an answer (its gateway dies holding it);
+/// every later one is recorded and answered 200.
+async fn endpoint_that_hangs_once() -> (
+    String,
+    tokio::sync::mpsc::UnboundedReceiver<String>,
+    tokio::sync::oneshot::Receiver<()>,
+) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let (posts, received) = tokio::sync::mpsc::unbounded_channel();
+    let (hung, first_arrived) = tokio::sync::oneshot::channel();
+    let hung = std::sync::Arc::new(std::sync::Mutex::new(Some(hung)));
+    let answered_once = std::sync::Arc::new(AtomicBool::new(false));
+    let handler = move |body: axum::body::Bytes| {
+        let (posts, hung, answered_once) = (posts.clone(), hung.clone(), answered_once.clone());
+        async move {
+            if !answered_once.swap(true, Ordering::SeqCst) {
+                if let Some(told) = hung.lock().expect("lock").take() {
+                    let _ = told.send(());
+                }
+                std::future::pending::<()>().await;
+            }
+            let _ = posts.send(String::from_utf8_lossy(&body).into_owned());
+            axum::http::StatusCode::OK
+        }
+    };
+    let router = axum::Router::new().route("/acks", axum::routing::post(handler));
+    let url = format!("{}/acks", crate::support::serve_local(router).await);
+    (url, received, first_arrived)
+}
+
+/// A gateway dies while its callback POST is in flight: the other one sends the ack once the
+/// lease of the dead one has run out (60 s of clock: taken over within 2× the lease).
+#[tokio::test]
+async fn a_callback_ack_held_by_a_gateway_killed_mid_post_is_sent_by_the_other() {
+    let db = TestDatabase::create().await;
+    let (g1, g2) = two_running_gateways(&db).await;
+    let (url, mut posts, first_arrived) = endpoint_that_hangs_once().await;
+    g1.register_callback(&url).await;
+    let request = wsr_gateway::wsr::Request {
+        reply_pattern: ReplyPattern::Callback(ReplyTo::bare(&url)),
+        expiry_time: g1.clock.now_utc() + Duration::hours(1),
+        ..message("mid:orphan@cluster", None, ReplyPattern::Response, text("")).request
+    };
+    let xml = crate::support::request_envelope(&request, "<p:Order xmlns:p=\"urn:p\"/>");
+    let answer = g1.send(wsr_gateway::wsr::SoapVersion::Soap11, xml).await;
+    assert_eq!(answer.status, 202, "{}", answer.body);
+    tokio::time::timeout(std::time::Duration::from_secs(10), first_arrived)
+        .await
+        .expect("one gateway POSTed the ack")
+        .expect("told");
+    // Kill whichever gateway holds it.
+    let holder: String = sqlx::query_scalar("SELECT lease_owner FROM pending_callbacks")
+        .fetch_one(&mut db.connect().await)
+        .await
+        .expect("the ack is leased");
+    let (dead, survivor) = if g1.store.gateway_id() == holder {
+        (g1, g2)
+    } else {
+        (g2, g1)
+    };
+    assert_eq!(dead.store.gateway_id(), holder);
+    dead.kill();
+    assert!(posts.try_recv().is_err(), "nobody sent it yet");
+    survivor.clock.advance(Duration::seconds(61));
+    let body = tokio::time::timeout(std::time::Duration::from_secs(10), posts.recv())
+        .await
+        .expect("the surviving gateway sent the ack after the lease")
+        .expect("posted");
+    assert!(body.contains("mid:orphan@cluster"), "{body}");
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM pending_callbacks")
+        .fetch_one(&mut db.connect().await)
+        .await
+        .expect("count");
+    assert_eq!(left, 0, "sent once, forgotten");
 }

@@ -288,6 +288,14 @@ impl TestApp {
             .expect("register endpoint");
     }
 
+    /// Ends the gateway as kill -9 would, as far as its database can tell: every task stops
+    /// where it is (no drain, nothing released), and its connections close.
+    pub fn kill(mut self) {
+        if let Some(server) = self.server.take() {
+            server.abort();
+        }
+    }
+
     /// Stops the server (answering requests in flight) and hands back its configuration.
     pub async fn stop(mut self) -> (Config, ManualClock, Kept) {
         if let Some(stop) = self.stop.take() {
