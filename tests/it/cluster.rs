@@ -359,3 +359,57 @@ async fn a_callback_ack_held_by_a_gateway_killed_mid_post_is_sent_by_the_other()
         .expect("count");
     assert_eq!(left, 0, "sent once, forgotten");
 }
+
+/// Messages arriving together are decided in one transaction (the group-commit writer); a
+/// message whose decision fails — its group's stored state unreadable, or the rules panicking
+/// on it — fails alone, and the rest are stored with offsets that leave no gap.
+#[tokio::test]
+async fn a_message_that_fails_in_a_batch_fails_alone() {
+    let (db, g1, _g2) = two_gateways().await;
+    let broken = "mid:broken@batch";
+    g1.receive(message(
+        broken,
+        Some(0),
+        ReplyPattern::Response,
+        text("<n>0</n>"),
+    ))
+    .await
+    .expect("first of the group");
+    db.execute("UPDATE groups SET state_bin = '\\x00'::bytea WHERE group_id = 'mid:broken@batch'")
+        .await;
+    g1.panic_on_group(Some("mid:doomed@batch"));
+    let mut sends: Vec<_> = (0..40)
+        .map(|i| {
+            let store = g1.clone();
+            let m = message(
+                &format!("mid:single-{i}@batch"),
+                None,
+                ReplyPattern::Response,
+                text("<a/>"),
+            );
+            tokio::spawn(async move { store.receive(m).await })
+        })
+        .collect();
+    for (group, number) in [(broken, Some(1)), ("mid:doomed@batch", None)] {
+        let store = g1.clone();
+        let m = message(group, number, ReplyPattern::Response, text("<b/>"));
+        sends.insert(20, tokio::spawn(async move { store.receive(m).await }));
+    }
+    let mut failures = Vec::new();
+    for send in sends {
+        match send.await.expect("task") {
+            Ok(received) => assert_eq!(received.verdict, Verdict::Ack),
+            Err(e) => failures.push(e.to_string()),
+        }
+    }
+    failures.sort();
+    assert_eq!(failures.len(), 2, "{failures:?}");
+    assert!(failures[0].contains("corrupt"), "{failures:?}");
+    assert!(failures[1].contains("injected panic"), "{failures:?}");
+    let offsets: Vec<i64> = whole_inbox(&g1).await.iter().map(|e| e.offset).collect();
+    assert_eq!(
+        offsets,
+        (1..=41).collect::<Vec<_>>(),
+        "the first message and the 40 singletons"
+    );
+}

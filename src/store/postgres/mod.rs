@@ -16,6 +16,7 @@ mod notify;
 mod outbound;
 mod receiver;
 mod shared;
+mod writer;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -91,7 +92,12 @@ impl PostgresStore {
             conn.detach();
             tracing::warn!(error = %e, "could not release the migration lock; connection closed");
         }
-        let shared = Arc::new(Shared::new(config.policy.clone()));
+        let (queue, jobs) = writer::queue();
+        let shared = Arc::new(Shared::new(
+            config.policy.clone(),
+            writer::Writer::new(queue),
+        ));
+        writer::spawn(&pool, &shared, jobs);
         notify::start(&pool, &shared).await?;
         Ok(PostgresStore { pool, shared })
     }

@@ -1,7 +1,9 @@
 //! `ReceiverStore` for PostgreSQL. Decisions about one group are serialised across gateways by
 //! a transaction-scoped advisory lock on (partner, group id), taken before the group is read
 //! and held to the commit; inbox offsets come from the `sequences` row, taken last and also
-//! held to the commit, so that offsets become visible in commit order with no gap. Callback
+//! held to the commit, so that offsets become visible in commit order with no gap. Received
+//! messages are decided and stored by the group-commit writer (`writer.rs`); the sweep and
+//! the rest are here. Callback
 //! acks are claimed with a lease, so that one gateway POSTs each and another takes over when
 //! it dies.
 
@@ -15,8 +17,7 @@ use tokio::sync::{Notify, oneshot};
 
 use super::{Announcement, PostgresStore, retryable};
 use crate::rmp::group::{GroupState, slot};
-use crate::rmp::receive_plan::{OwedCallback, ReceivePlan, SweepPlan, plan_receive, plan_sweep};
-use crate::rmp::receiver::{Action, Incoming, starts_counted_group};
+use crate::rmp::receive_plan::{OwedCallback, SweepPlan, plan_sweep};
 use crate::rmp::replies::{Asked, RecordedFault, ReplyItem, answer_poll};
 use crate::store::group_state;
 use crate::store::received::{
@@ -87,18 +88,8 @@ pub(in crate::store) fn inbox_entry(r: &PgRow) -> Result<InboxEntry, sqlx::Error
     })
 }
 
-/// Serialises decisions about `partner`'s group `group_id` across gateways until the
-/// transaction ends. A hash collision between two groups only makes them wait for each other.
-async fn lock_group(conn: &mut PgConnection, partner: &str, group_id: &str) -> Result<(), Failure> {
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1 || chr(31) || $2, 0))")
-        .bind(partner)
-        .bind(group_id)
-        .execute(conn)
-        .await?;
-    Ok(())
-}
-
-/// Like `lock_group`, without waiting: `false` when another transaction holds the group.
+/// Takes the group's lock (the one the writer's batches take, `writer.rs`) without waiting:
+/// `false` when another transaction holds the group.
 async fn try_lock_group(
     conn: &mut PgConnection,
     partner: &str,
@@ -113,31 +104,8 @@ async fn try_lock_group(
     .await?)
 }
 
-fn decode(bin: &[u8]) -> Result<GroupState, StoreError> {
+pub(super) fn decode(bin: &[u8]) -> Result<GroupState, StoreError> {
     group_state::decode(bin).map_err(StoreError::Corrupt)
-}
-
-/// A group's row id and state, read under its lock.
-async fn read_group(
-    conn: &mut PgConnection,
-    partner: &str,
-    group_id: &str,
-) -> Result<Option<(i64, GroupState)>, Failure> {
-    let row = sqlx::query("SELECT id, state_bin FROM groups WHERE partner = $1 AND group_id = $2")
-        .bind(partner)
-        .bind(group_id)
-        .fetch_optional(&mut *conn)
-        .await?;
-    match row {
-        None => Ok(None),
-        Some(r) => {
-            let state = decode(r.try_get::<&[u8], _>(1)?).map_err(|e| {
-                tracing::error!(reason = %e, "message refused: its group's stored state is unreadable");
-                e
-            })?;
-            Ok(Some((r.try_get(0)?, state)))
-        }
-    }
 }
 
 /// Writes a group's state (a new row when `id` is `None`).
@@ -188,7 +156,7 @@ async fn write_group(
 
 /// Takes `n` inbox offsets: the last of them is returned. The row stays locked to the commit,
 /// so a later offset can never become visible before an earlier one.
-async fn take_offsets(conn: &mut PgConnection, n: i64) -> Result<i64, Failure> {
+pub(super) async fn take_offsets(conn: &mut PgConnection, n: i64) -> Result<i64, Failure> {
     Ok(sqlx::query_scalar(
         "UPDATE sequences SET last = last + $1 WHERE name = 'inbox' RETURNING last",
     )
@@ -305,7 +273,7 @@ async fn insert_fault(
 
 impl PostgresStore {
     /// Runs `attempt` again while PostgreSQL aborts it to break a deadlock between gateways.
-    async fn retrying<T, F, Fut>(&self, mut attempt: F) -> Result<T, StoreError>
+    pub(super) async fn retrying<T, F, Fut>(&self, mut attempt: F) -> Result<T, StoreError>
     where
         F: FnMut() -> Fut,
         Fut: std::future::Future<Output = Result<T, Failure>>,
@@ -320,168 +288,6 @@ impl PostgresStore {
                 other => return other.map_err(StoreError::from),
             }
         }
-    }
-
-    /// One receive in one transaction (see the module's comment for its locks).
-    async fn receive_once(&self, m: &ReceivedMessage) -> Result<Received, Failure> {
-        let request = &m.request;
-        let key = request.key();
-        let partner = m.partner.as_str();
-        let group_id = key.group_id.as_str();
-        let now = millis(m.now);
-        let mut tx = self.begin().await?;
-        lock_group(&mut tx, partner, group_id).await?;
-        let stored = read_group(&mut tx, partner, group_id).await?;
-        let open_groups_of_source = if stored.is_none() && starts_counted_group(request) {
-            let open: i64 = sqlx::query_scalar(
-                "SELECT count(*) FROM groups WHERE source = $1 AND status = 'open'",
-            )
-            .bind(&m.source)
-            .fetch_one(&mut *tx)
-            .await?;
-            u64::try_from(open).unwrap_or(0)
-        } else {
-            0
-        };
-        let doomed = self
-            .shared
-            .panicking_group
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_deref()
-            == Some(group_id);
-        let planned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            if doomed {
-                panic!("injected panic (test hook)");
-            }
-            plan_receive(
-                stored.as_ref().map(|(_, s)| s),
-                Incoming {
-                    request,
-                    channel: &m.channel,
-                    body_bytes: m.payload.len() as u64,
-                    open_groups_of_source,
-                },
-                m.now,
-                &self.shared.policy,
-            )
-        }));
-        let plan: ReceivePlan =
-            planned.map_err(|p| StoreError::Panicked(crate::store::error::panic_message(&*p)))?;
-        let mut announcement = Announcement::default();
-        delete_buffered(&mut tx, partner, group_id, &plan.discard).await?;
-        for c in &plan.callbacks {
-            owe_callback(&mut tx, partner, group_id, c, m.soap12, now).await?;
-            announcement.wakes.callbacks = true;
-        }
-        if let Some(f) = &plan.poll_fault {
-            insert_fault(
-                &mut tx,
-                partner,
-                &key.group_id,
-                f.number,
-                f.code,
-                f.keep_until,
-            )
-            .await?;
-        }
-        if let Some(write) = &plan.group {
-            let deadline = write.deadline.map(millis);
-            let id = stored.as_ref().map(|(id, _)| *id);
-            write_group(&mut tx, id, partner, &m.source, &write.state, deadline, now).await?;
-            announcement.deadline(deadline);
-        }
-        let number = key.number.map(|n| n as i64);
-        let expiry = millis(request.expiry_time);
-        if plan.action == Action::Buffer {
-            sqlx::query(
-                "INSERT INTO buffered (partner, group_id, number, channel, topic, namespaces, \
-                 received_at, expiry, payload) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-            )
-            .bind(partner)
-            .bind(group_id)
-            .bind(number)
-            .bind(&m.channel)
-            .bind(&m.topic)
-            .bind(&m.namespaces)
-            .bind(now)
-            .bind(expiry)
-            .bind(m.payload.as_bytes())
-            .execute(&mut *tx)
-            .await?;
-        }
-        // Offsets last: the sequence row is what every receive waits for, so it is held only
-        // for the inbox inserts and the commit.
-        let delivers = i64::from(plan.action == Action::Deliver);
-        let appended = delivers + plan.release.len() as i64;
-        if appended > 0 {
-            let last = take_offsets(&mut tx, appended).await?;
-            let mut offset = last - appended;
-            if delivers == 1 {
-                offset += 1;
-                sqlx::query(
-                    "INSERT INTO inbox (\"offset\", partner, group_id, number, channel, topic, \
-                     namespaces, received_at, expiry, payload) \
-                     VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
-                )
-                .bind(offset)
-                .bind(partner)
-                .bind(group_id)
-                .bind(number)
-                .bind(&m.channel)
-                .bind(&m.topic)
-                .bind(&m.namespaces)
-                .bind(now)
-                .bind(expiry)
-                .bind(m.payload.as_bytes())
-                .execute(&mut *tx)
-                .await?;
-            }
-            for n in &plan.release {
-                offset += 1;
-                let moved = sqlx::query(
-                    "WITH released AS (DELETE FROM buffered \
-                     WHERE partner = $2 AND group_id = $3 AND number = $4 RETURNING *) \
-                     INSERT INTO inbox (\"offset\", channel, topic, group_id, number, namespaces, \
-                     received_at, expiry, partner, payload) SELECT $1, channel, topic, group_id, \
-                     number, namespaces, received_at, expiry, partner, payload FROM released",
-                )
-                .bind(offset)
-                .bind(partner)
-                .bind(group_id)
-                .bind(*n as i64)
-                .execute(&mut *tx)
-                .await?
-                .rows_affected();
-                if moved != 1 {
-                    let why = format!("buffered message {group_id}#{n} is missing");
-                    tracing::error!(reason = %why, "message refused; its transaction rolled back");
-                    return Err(StoreError::Corrupt(why).into());
-                }
-                announcement.delivered.push((
-                    partner.to_owned(),
-                    MessageKey {
-                        group_id: key.group_id.clone(),
-                        number: Some(*n),
-                    },
-                ));
-            }
-            announcement.wakes.appended = true;
-        }
-        let injected = self
-            .shared
-            .failing_commits
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok();
-        if injected {
-            tx.rollback().await?;
-            return Err(StoreError::Injected.into());
-        }
-        self.commit(tx, announcement).await?;
-        self.shared.health.committed(true);
-        Ok(Received {
-            verdict: plan.verdict,
-        })
     }
 
     /// One sweep pass in one transaction. Groups another gateway is deciding about right now
@@ -666,7 +472,7 @@ impl ReceiverStore for PostgresStore {
         message: ReceivedMessage,
     ) -> StoreFuture<'a, Result<Received, StoreError>> {
         Box::pin(async move {
-            let received = self.retrying(|| self.receive_once(&message)).await;
+            let received = self.enqueue(message).await;
             if let Err(e) = &received {
                 // Refusals of this message alone say nothing about the database's health.
                 if matches!(

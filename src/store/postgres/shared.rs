@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicI64, AtomicUsize};
 
 use tokio::sync::{Notify, oneshot, watch};
 
+use super::writer::Writer;
 use crate::rmp::group::Policy;
 use crate::store::health::Health;
 use crate::store::wakes::{Waiters, Wakes};
@@ -35,10 +36,12 @@ pub(in crate::store) struct Shared {
     pub(in crate::store) inbox_appended: watch::Sender<u64>,
     /// The task that LISTENs for other gateways' commits; stopped with the last handle.
     pub(in crate::store) listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    /// The group-commit writer every receive goes through; stopped with the last handle.
+    pub(super) writer: Writer,
 }
 
 impl Shared {
-    pub(in crate::store) fn new(policy: Policy) -> Shared {
+    pub(super) fn new(policy: Policy, writer: Writer) -> Shared {
         Shared {
             policy,
             gateway: uuid::Uuid::now_v7().to_string(),
@@ -54,6 +57,7 @@ impl Shared {
             deliveries_changed: watch::channel(0).0,
             inbox_appended: watch::channel(0).0,
             listener: Mutex::new(None),
+            writer,
         }
     }
 
