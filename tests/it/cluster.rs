@@ -413,3 +413,93 @@ async fn a_message_that_fails_in_a_batch_fails_alone() {
         "the first message and the 40 singletons"
     );
 }
+
+/// A gateway dies while its POST of an outbound message is in flight: another gateway of the
+/// database resends it, same message, once the attempt's wait has run out on the clock (the
+/// wait is the attempt's lease: taken over within it, however long the dead POST hangs).
+#[tokio::test]
+async fn an_outbound_message_whose_gateway_died_mid_post_is_resent_by_another() {
+    const TOKEN: &str = "producer-token-cluster-01";
+    let db = TestDatabase::create().await;
+    let clock = wsr_gateway::clock::ManualClock::new(chrono::Utc::now());
+    let mut config = wsr_gateway::Config::for_tests("unused.db".into());
+    config.database = db.config().database;
+    config.tokens = vec![crate::support::producer_token(TOKEN)];
+    crate::support::allow_loopback_urls(&mut config);
+    let g1 = crate::support::start(config.clone(), clock.clone()).await;
+    let (url, mut posts, first_arrived) = endpoint_that_hangs_once().await;
+    let (status, answer) = crate::support::submit_as(
+        &g1,
+        TOKEN,
+        serde_json::json!({
+            "destination": url,
+            "agreement": { "waits_ms": [30_000, 30_000], "expiry_seconds": 3600 },
+            "body": "<r:Once xmlns:r=\"urn:r\"/>",
+        }),
+    )
+    .await;
+    assert_eq!(status, 202, "{answer}");
+    let group_id = answer["group_id"].as_str().expect("group id").to_owned();
+    tokio::time::timeout(std::time::Duration::from_secs(10), first_arrived)
+        .await
+        .expect("gateway 1 POSTed the message")
+        .expect("told");
+    g1.kill();
+    let g2 = crate::support::start(config, clock.clone()).await;
+    assert!(posts.try_recv().is_err(), "nobody resent it yet");
+    clock.advance(Duration::seconds(31));
+    let body = tokio::time::timeout(std::time::Duration::from_secs(10), posts.recv())
+        .await
+        .expect("gateway 2 resent the message after the attempt's wait")
+        .expect("posted");
+    assert!(body.contains(&group_id), "the same message: {body}");
+    let m = g2
+        .store
+        .out_message(answer["id"].as_str().expect("id"))
+        .await
+        .expect("read")
+        .expect("stored");
+    assert_eq!(m.outbound.attempts, 2, "one attempt each");
+}
+
+/// A gateway dies while its push worker's POST is in flight: the message's lease runs out (its
+/// ack wait, on the clock) and the other gateway's push worker — a push session of its own —
+/// delivers it again.
+#[tokio::test]
+async fn a_push_held_by_a_gateway_killed_mid_post_is_pushed_by_the_other() {
+    use crate::delivery::{ADMIN, Api, OWNER, deliver_singletons, tokens, webhook};
+    let db = TestDatabase::create().await;
+    let clock = wsr_gateway::clock::ManualClock::new(chrono::Utc::now());
+    let mut config = wsr_gateway::Config::for_tests("unused.db".into());
+    config.database = db.config().database;
+    config.tokens = tokens();
+    let g1 = crate::support::start(config.clone(), clock.clone()).await;
+    // The first push hangs (past the gateway's death); every later one is accepted.
+    let mut hook = webhook(vec![0], 0).await;
+    let (status, _) = Api::of(&g1, ADMIN)
+        .post(
+            "/api/v1/push-endpoints",
+            serde_json::json!({ "url": hook.url }),
+        )
+        .await;
+    assert_eq!(status, 201);
+    let sub = Api::of(&g1, OWNER)
+        .create(serde_json::json!({
+            "name": "hooked", "filter": "default/#", "mode": "push", "push_url": hook.url,
+            "ack_wait_ms": 10_000,
+        }))
+        .await;
+    deliver_singletons(&g1, "Order", 1).await;
+    let first = hook.next().await;
+    assert_eq!(first["attempt"], 1);
+    g1.kill();
+    let g2 = crate::support::start(config, clock.clone()).await;
+    clock.advance(Duration::seconds(11));
+    let second = hook.next().await;
+    assert_eq!(second["offset"], first["offset"], "the same message");
+    assert_eq!(second["attempt"], 2);
+    let (_, s) = Api::of(&g2, OWNER)
+        .get(&format!("/api/v1/subscriptions/{sub}"))
+        .await;
+    assert_eq!(s["mode"], "push", "{s}");
+}

@@ -17,11 +17,11 @@ use wsr_gateway::wsr::{
 
 use super::support::{ClockExt, TestApp, serve_local, spawn_app_with, start, start_gateway};
 
-const OWNER: &str = "billing-token-0000000001";
+pub(crate) const OWNER: &str = "billing-token-0000000001";
 const OTHER: &str = "shipping-token-000000002";
-const ADMIN: &str = "operator-token-000000003";
+pub(crate) const ADMIN: &str = "operator-token-000000003";
 
-fn tokens() -> Vec<ApiToken> {
+pub(crate) fn tokens() -> Vec<ApiToken> {
     vec![
         ApiToken {
             secret: wsr_gateway::secrets::Stored::Plain(wsr_gateway::secrets::Secret::new(OWNER)),
@@ -96,7 +96,7 @@ async fn deliver_to(app: &TestApp, xml: String) {
     deliver(&app.url(""), &app.client, xml).await;
 }
 
-async fn deliver_singletons(app: &TestApp, root: &str, count: usize) {
+pub(crate) async fn deliver_singletons(app: &TestApp, root: &str, count: usize) {
     for i in 0..count {
         let group = format!("mid:{root}-{i}-{}@test", uniq());
         deliver_to(app, wsr_message(root, &group, None, false)).await;
@@ -110,14 +110,14 @@ fn uniq() -> usize {
 
 /// The delivery API as one principal.
 #[derive(Clone)]
-struct Api {
+pub(crate) struct Api {
     base: String,
     client: reqwest::Client,
     token: &'static str,
 }
 
 impl Api {
-    fn of(app: &TestApp, token: &'static str) -> Api {
+    pub(crate) fn of(app: &TestApp, token: &'static str) -> Api {
         Api {
             base: app.url(""),
             client: app.client.clone(),
@@ -139,7 +139,7 @@ impl Api {
         (status, serde_json::from_str(&text).unwrap_or(Value::Null))
     }
 
-    async fn get(&self, path: &str) -> (u16, Value) {
+    pub(crate) async fn get(&self, path: &str) -> (u16, Value) {
         self.call(reqwest::Method::GET, path, None).await
     }
 
@@ -147,7 +147,7 @@ impl Api {
         self.call(reqwest::Method::DELETE, path, None).await.0
     }
 
-    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+    pub(crate) async fn post(&self, path: &str, body: Value) -> (u16, Value) {
         self.call(reqwest::Method::POST, path, Some(body)).await
     }
 
@@ -156,7 +156,7 @@ impl Api {
         self.post("/api/v1/subscriptions", body).await
     }
 
-    async fn create(&self, body: Value) -> i64 {
+    pub(crate) async fn create(&self, body: Value) -> i64 {
         let (status, answer) = self.try_create(body).await;
         assert_eq!(status, 201, "{answer}");
         answer["id"].as_i64().expect("id")
@@ -919,15 +919,15 @@ async fn without_a_grant_join_fetch_and_settle_are_forbidden_and_a_share_name_ca
 }
 
 // 7. Push.
-struct Webhook {
-    url: String,
+pub(crate) struct Webhook {
+    pub(crate) url: String,
     received: tokio::sync::mpsc::UnboundedReceiver<Value>,
     max_concurrent: Arc<AtomicUsize>,
 }
 
 /// A webhook answering each POST with the next planned answer (a status, or 0: hang for 5 s),
 /// then 200.
-async fn webhook(plan: Vec<u16>, hold_ms: u64) -> Webhook {
+pub(crate) async fn webhook(plan: Vec<u16>, hold_ms: u64) -> Webhook {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let plan = Arc::new(Mutex::new(plan.into_iter()));
     let current = Arc::new(AtomicUsize::new(0));
@@ -956,7 +956,7 @@ async fn webhook(plan: Vec<u16>, hold_ms: u64) -> Webhook {
 }
 
 impl Webhook {
-    async fn next(&mut self) -> Value {
+    pub(crate) async fn next(&mut self) -> Value {
         tokio::time::timeout(std::time::Duration::from_secs(10), self.received.recv())
             .await
             .expect("a push within 10 s")
