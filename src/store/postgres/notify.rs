@@ -120,7 +120,7 @@ pub(super) async fn start(pool: &PgPool, shared: &Arc<Shared>) -> Result<(), Sto
     let mut listener = PgListener::connect_with(pool).await?;
     listener.listen(CHANNEL).await?;
     let task = tokio::spawn(listen(listener, pool.clone(), Arc::downgrade(shared)));
-    *shared.listener.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
+    shared.listener.set(task);
     Ok(())
 }
 

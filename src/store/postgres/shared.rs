@@ -35,7 +35,7 @@ pub(in crate::store) struct Shared {
     pub(in crate::store) deliveries_changed: watch::Sender<u64>,
     pub(in crate::store) inbox_appended: watch::Sender<u64>,
     /// The task that LISTENs for other gateways' commits; stopped with the last handle.
-    pub(in crate::store) listener: Mutex<Option<tokio::task::JoinHandle<()>>>,
+    pub(super) listener: Task,
     /// The group-commit writer every receive goes through; stopped with the last handle.
     pub(super) writer: Writer,
 }
@@ -56,7 +56,7 @@ impl Shared {
             probe: tokio::sync::Mutex::new(None),
             deliveries_changed: watch::channel(0).0,
             inbox_appended: watch::channel(0).0,
-            listener: Mutex::new(None),
+            listener: Task::default(),
             writer,
         }
     }
@@ -128,14 +128,19 @@ impl Shared {
     }
 }
 
-impl Drop for Shared {
+/// A background task of this gateway's store, stopped when its owner goes.
+#[derive(Default)]
+pub(super) struct Task(Mutex<Option<tokio::task::JoinHandle<()>>>);
+
+impl Task {
+    pub(super) fn set(&self, task: tokio::task::JoinHandle<()>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
+    }
+}
+
+impl Drop for Task {
     fn drop(&mut self) {
-        if let Some(task) = self
-            .listener
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
+        if let Some(task) = self.0.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
             task.abort();
         }
     }

@@ -21,7 +21,7 @@ use sqlx::{PgConnection, Row};
 use tokio::sync::{mpsc, oneshot};
 
 use super::receiver::{Failure, decode, take_offsets};
-use super::shared::Shared;
+use super::shared::{Shared, Task};
 use super::{Announcement, PostgresStore};
 use crate::rmp::group::{GroupState, slot};
 use crate::rmp::receive_plan::{ReceivePlan, plan_receive};
@@ -51,27 +51,14 @@ pub(super) struct Job {
 /// Where receives hand their messages to this gateway's writer, and the writer's task.
 pub(super) struct Writer {
     queue: mpsc::Sender<Job>,
-    task: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
+    task: Task,
 }
 
 impl Writer {
     pub(super) fn new(queue: mpsc::Sender<Job>) -> Writer {
         Writer {
             queue,
-            task: std::sync::Mutex::new(None),
-        }
-    }
-}
-
-impl Drop for Writer {
-    fn drop(&mut self) {
-        if let Some(task) = self
-            .task
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            task.abort();
+            task: Task::default(),
         }
     }
 }
@@ -84,7 +71,7 @@ pub(super) fn queue() -> (mpsc::Sender<Job>, mpsc::Receiver<Job>) {
 /// Starts the writer; it stops with the last handle to `shared` (which holds its queue).
 pub(super) fn spawn(pool: &PgPool, shared: &Arc<Shared>, jobs: mpsc::Receiver<Job>) {
     let task = tokio::spawn(run(pool.clone(), Arc::downgrade(shared), jobs));
-    *shared.writer.task.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
+    shared.writer.task.set(task);
 }
 
 /// The writer's loop: a batch of whatever is waiting, decided and committed, then the next.
