@@ -4,7 +4,8 @@
 //! order, and every failure has a lawful reason.
 //!
 //! `wsr-chaos run [--short]` orchestrates; `proxy` and `consume` are the child processes it
-//! starts (itself, with those subcommands).
+//! starts (itself, with those subcommands). `run --postgres` runs two gateways a side on
+//! PostgreSQL, each pair behind a round-robin proxy.
 
 mod certs;
 mod check;
@@ -39,8 +40,10 @@ enum Cmd {
 struct ProxyArgs {
     #[arg(long)]
     listen: std::net::SocketAddr,
-    #[arg(long)]
-    upstream: std::net::SocketAddr,
+    /// Where to forward: one address, or several (repeated, or comma-separated) taken
+    /// round-robin, a refused connection passed on to the next (see `proxy`).
+    #[arg(long, required = true, value_delimiter = ',')]
+    upstream: Vec<std::net::SocketAddr>,
     #[arg(long)]
     seed: u64,
     /// The fault rates as JSON (`proxy::FaultRates`).
@@ -110,7 +113,12 @@ async fn proxy_main(args: ProxyArgs) -> anyhow::Result<()> {
     }
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
     let stats = Arc::new(proxy::ProxyStats::default());
-    println!("proxy listening on {} → {}", args.listen, args.upstream);
+    let upstreams: Vec<String> = args.upstream.iter().map(|u| u.to_string()).collect();
+    println!(
+        "proxy listening on {} → {}",
+        args.listen,
+        upstreams.join(",")
+    );
     let report = stats.clone();
     // The run reads the last of these lines from the log after it kills the proxy.
     tokio::spawn(async move {

@@ -26,6 +26,19 @@
 //! [`ProxyStats::upstream_failures`] — the normal situation while the harness kills and
 //! restarts the upstream process.
 //!
+//! # Several upstreams: round-robin, next upstream on a failed connection
+//!
+//! The proxy may have several upstreams (gateways on one shared database, as behind a load
+//! balancer). Each forwarded copy takes the next upstream in turn — per copy, so the two
+//! copies of a duplicated request go to two different upstreams. When the connection to the
+//! chosen upstream cannot be made (TCP connect refused or failed, or the TLS handshake
+//! failed), the proxy tries the next one, and so on once round, before it fails the request
+//! with `502`: what nginx's `proxy_next_upstream error` does. As nginx does for non-idempotent
+//! requests, it never passes a request on once any of it has been sent: a failure after that
+//! (a cut connection, a timeout, a malformed answer) fails the request as with one upstream,
+//! because that upstream may have acted on it. Each connection passed on so is counted in
+//! [`ProxyStats::next_upstream`]. With one upstream nothing changes.
+//!
 //! Only `Content-Length` framing is accepted from clients: a request with
 //! `Transfer-Encoding` is answered `501`, a head over 64 KiB (or with more than 128 header
 //! fields) `431`, a body over 64 MiB `413`, a malformed request `400`; each then closes.
@@ -36,6 +49,8 @@
 //! the connection's accept index, and every request draws the same number of values from
 //! it. Runs with the same seed whose connections arrive in the same order therefore make
 //! the same choices, however the handling of those connections interleaves afterwards.
+//! (Which of several upstreams a copy goes to follows the order in which copies are
+//! forwarded, and is not seeded.)
 //!
 //! # TLS
 //!
@@ -53,7 +68,7 @@
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use anyhow::Context;
@@ -138,6 +153,9 @@ pub struct ProxyStats {
     pub resets: AtomicU64,
     /// Upstream exchanges that failed: refused, cut, malformed or timed out.
     pub upstream_failures: AtomicU64,
+    /// Connections to an upstream that could not be made and were passed on to the next
+    /// upstream (only with several).
+    pub next_upstream: AtomicU64,
 }
 
 impl ProxyStats {
@@ -146,7 +164,7 @@ impl ProxyStats {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         format!(
             "requests={} forwarded={} dropped_requests={} dropped_responses={} duplicated={} \
-             delayed={} errors_5xx={} resets={} upstream_failures={}",
+             delayed={} errors_5xx={} resets={} upstream_failures={} next_upstream={}",
             get(&self.requests),
             get(&self.forwarded),
             get(&self.dropped_requests),
@@ -156,6 +174,7 @@ impl ProxyStats {
             get(&self.errors_5xx),
             get(&self.resets),
             get(&self.upstream_failures),
+            get(&self.next_upstream),
         )
     }
 }
@@ -274,29 +293,52 @@ impl ProxyTls {
     }
 }
 
-/// Serves until the task is dropped/aborted. `upstream` is host:port on 127.0.0.1.
+/// The upstreams, taken in turn (see "Several upstreams" above).
+struct Upstreams {
+    addrs: Vec<SocketAddr>,
+    next: AtomicUsize,
+}
+
+impl Upstreams {
+    /// The order to try them in for one forwarded copy: the next in turn, then the others
+    /// after it, each once.
+    fn turn(&self) -> impl Iterator<Item = SocketAddr> + '_ {
+        let first = self.next.fetch_add(1, Ordering::Relaxed);
+        (0..self.addrs.len()).map(move |i| self.addrs[first.wrapping_add(i) % self.addrs.len()])
+    }
+}
+
+/// Serves until the task is dropped/aborted. `upstreams` are host:port on 127.0.0.1, one or
+/// more, used round-robin.
 ///
 /// Connection tasks live in a `JoinSet` owned by this future, so aborting it also ends
-/// every connection in flight. Only a failure to read the listener's own address returns
-/// an error; failed accepts are logged and retried.
+/// every connection in flight. Only a failure to read the listener's own address (or no
+/// upstream at all) returns an error; failed accepts are logged and retried.
 pub async fn serve(
     listener: TcpListener,
-    upstream: SocketAddr,
+    upstreams: Vec<SocketAddr>,
     rates: FaultRates,
     seed: u64,
     stats: Arc<ProxyStats>,
     tls: ProxyTls,
 ) -> io::Result<()> {
     let local = listener.local_addr()?;
+    if upstreams.is_empty() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "no upstream"));
+    }
     tracing::debug!(
         %local,
-        %upstream,
+        ?upstreams,
         ?rates,
         seed,
         tls_in = tls.accept.is_some(),
         tls_out = tls.connect.is_some(),
         "chaos proxy listening"
     );
+    let upstreams = Arc::new(Upstreams {
+        addrs: upstreams,
+        next: AtomicUsize::new(0),
+    });
     let mut tasks = JoinSet::new();
     let mut index: u64 = 0;
     loop {
@@ -317,7 +359,7 @@ pub async fn serve(
             stream,
             peer,
             index,
-            upstream,
+            Arc::clone(&upstreams),
             rates,
             rng,
             stats,
@@ -660,26 +702,67 @@ struct Response {
     body: Vec<u8>,
 }
 
-/// One whole upstream exchange on a fresh connection (TLS if `connector`), bounded by
-/// [`UPSTREAM_TIMEOUT`].
-async fn exchange(
+/// A connection to an upstream, made before any of the request is sent.
+enum UpstreamConn {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+/// A fresh connection to `upstream` (TLS if `connector`): TCP connect and TLS handshake.
+async fn connect(
     upstream: SocketAddr,
     connector: Option<&TlsConnector>,
-    request: &[u8],
+) -> io::Result<UpstreamConn> {
+    let stream = TcpStream::connect(upstream).await?;
+    let _ = stream.set_nodelay(true);
+    match connector {
+        Some(connector) => {
+            // The gateways' server certificates name 127.0.0.1.
+            let name = ServerName::IpAddress(upstream.ip().into());
+            let stream = connector.connect(name, stream).await?;
+            Ok(UpstreamConn::Tls(Box::new(stream)))
+        }
+        None => Ok(UpstreamConn::Plain(stream)),
+    }
+}
+
+/// One whole upstream exchange on a fresh connection (TLS if `connector`), bounded by
+/// [`UPSTREAM_TIMEOUT`], with the next upstream in turn. A connection that cannot be made
+/// passes the request on to the next upstream (nginx's `proxy_next_upstream error`); once
+/// the request is being sent it stays with that upstream, succeed or fail.
+async fn exchange(
+    upstreams: &Upstreams,
+    connector: Option<&TlsConnector>,
+    req: &Request,
     head_request: bool,
+    stats: &ProxyStats,
+    conn: u64,
 ) -> io::Result<Response> {
     let attempt = async {
-        let stream = TcpStream::connect(upstream).await?;
-        let _ = stream.set_nodelay(true);
-        match connector {
-            Some(connector) => {
-                // The gateways' server certificates name 127.0.0.1.
-                let name = ServerName::IpAddress(upstream.ip().into());
-                let stream = connector.connect(name, stream).await?;
-                talk(stream, request, head_request).await
-            }
-            None => talk(stream, request, head_request).await,
+        let mut candidates = upstreams.turn().peekable();
+        while let Some(upstream) = candidates.next() {
+            let stream = match connect(upstream, connector).await {
+                Ok(stream) => stream,
+                Err(error) if candidates.peek().is_some() => {
+                    // Nothing was sent: safe to try the next upstream, even for a POST.
+                    bump(&stats.next_upstream);
+                    tracing::debug!(
+                        conn,
+                        %upstream,
+                        %error,
+                        "chaos proxy: upstream connection failed; trying the next"
+                    );
+                    continue;
+                }
+                Err(error) => return Err(error),
+            };
+            let request = upstream_request(req, upstream);
+            return match stream {
+                UpstreamConn::Plain(stream) => talk(stream, &request, head_request).await,
+                UpstreamConn::Tls(stream) => talk(*stream, &request, head_request).await,
+            };
         }
+        Err(io::Error::new(io::ErrorKind::InvalidInput, "no upstream"))
     };
     match tokio::time::timeout(UPSTREAM_TIMEOUT, attempt).await {
         Ok(result) => result,
@@ -860,23 +943,23 @@ async fn answer_and_close<S: Conn>(mut stream: S, answer: &[u8], conn: u64) {
     .await;
 }
 
-/// One upstream copy, counted in the stats.
+/// One upstream copy (to the next upstream in turn), counted in the stats.
 async fn forward_once(
-    upstream: SocketAddr,
+    upstreams: &Upstreams,
     connector: Option<&TlsConnector>,
-    request: &[u8],
+    req: &Request,
     head_request: bool,
     stats: &ProxyStats,
     conn: u64,
 ) -> Option<Response> {
-    match exchange(upstream, connector, request, head_request).await {
+    match exchange(upstreams, connector, req, head_request, stats, conn).await {
         Ok(resp) => {
             bump(&stats.forwarded);
             Some(resp)
         }
         Err(error) => {
             bump(&stats.upstream_failures);
-            tracing::debug!(conn, %upstream, %error, "chaos proxy: upstream exchange failed");
+            tracing::debug!(conn, %error, "chaos proxy: upstream exchange failed");
             None
         }
     }
@@ -887,7 +970,7 @@ async fn handle_connection(
     stream: TcpStream,
     peer: SocketAddr,
     conn: u64,
-    upstream: SocketAddr,
+    upstreams: Arc<Upstreams>,
     rates: FaultRates,
     rng: fastrand::Rng,
     stats: Arc<ProxyStats>,
@@ -896,13 +979,14 @@ async fn handle_connection(
     let _ = stream.set_nodelay(true);
     let connector = tls.connect.as_ref();
     match &tls.accept {
-        None => handle_stream(stream, peer, conn, upstream, connector, rates, rng, stats).await,
+        None => handle_stream(stream, peer, conn, &upstreams, connector, rates, rng, stats).await,
         Some(acceptor) => {
             // A handshake that fails (no client certificate, one from another CA) or
             // stalls ends the connection before any request: nothing to fault.
             match tokio::time::timeout(CLIENT_TIMEOUT, acceptor.accept(stream)).await {
                 Ok(Ok(stream)) => {
-                    handle_stream(stream, peer, conn, upstream, connector, rates, rng, stats).await
+                    handle_stream(stream, peer, conn, &upstreams, connector, rates, rng, stats)
+                        .await
                 }
                 Ok(Err(error)) => {
                     tracing::debug!(conn, %peer, %error, "chaos proxy: TLS handshake failed");
@@ -919,7 +1003,7 @@ async fn handle_stream<S: Conn>(
     stream: S,
     peer: SocketAddr,
     conn: u64,
-    upstream: SocketAddr,
+    upstreams: &Upstreams,
     connector: Option<&TlsConnector>,
     rates: FaultRates,
     mut rng: fastrand::Rng,
@@ -998,7 +1082,6 @@ async fn handle_stream<S: Conn>(
         tokio::time::sleep(delay).await;
     }
     let head_request = method.eq_ignore_ascii_case("HEAD");
-    let request = upstream_request(&req, upstream);
     let response = if decision.fault == Fault::Duplicate {
         bump(&stats.duplicated);
         tracing::debug!(
@@ -1008,7 +1091,7 @@ async fn handle_stream<S: Conn>(
             concurrently = decision.duplicate_concurrently,
             "chaos proxy: forwarding the request twice"
         );
-        let once = || forward_once(upstream, connector, &request, head_request, &stats, conn);
+        let once = || forward_once(upstreams, connector, &req, head_request, &stats, conn);
         let (first, second) = if decision.duplicate_concurrently {
             tokio::join!(once(), once())
         } else {
@@ -1021,7 +1104,7 @@ async fn handle_stream<S: Conn>(
             first.or(second)
         }
     } else {
-        forward_once(upstream, connector, &request, head_request, &stats, conn).await
+        forward_once(upstreams, connector, &req, head_request, &stats, conn).await
     };
 
     if decision.fault == Fault::DropResponse {
@@ -1164,12 +1247,19 @@ mod tests {
     }
 
     async fn proxy(upstream: SocketAddr, rates: FaultRates) -> (SocketAddr, Arc<ProxyStats>) {
+        proxy_to(vec![upstream], rates).await
+    }
+
+    async fn proxy_to(
+        upstreams: Vec<SocketAddr>,
+        rates: FaultRates,
+    ) -> (SocketAddr, Arc<ProxyStats>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
         let addr = listener.local_addr().expect("proxy addr");
         let stats = Arc::new(ProxyStats::default());
         tokio::spawn(serve(
             listener,
-            upstream,
+            upstreams,
             rates,
             42,
             Arc::clone(&stats),
@@ -1415,6 +1505,84 @@ mod tests {
             assert_eq!(resp.text().await.expect("body"), "echo:again");
             assert_eq!(seen.recv().await.expect("seen").body, b"again");
         }
+    }
+
+    /// A port nothing listens on (bound, then let go).
+    async fn dead_port() -> SocketAddr {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        listener.local_addr().expect("addr")
+    }
+
+    #[tokio::test]
+    async fn several_upstreams_take_turns() {
+        let (up1, mut seen1) = upstream().await;
+        let (up2, mut seen2) = upstream().await;
+        let (px, stats) = proxy_to(vec![up1, up2], FaultRates::default()).await;
+        for i in 0..4 {
+            let resp = post_via(px, format!("m{i}")).await.expect("request");
+            assert_eq!(resp.status(), 200);
+            let (seen, up) = if i % 2 == 0 {
+                (&mut seen1, up1)
+            } else {
+                (&mut seen2, up2)
+            };
+            let got = seen.recv().await.expect("seen");
+            assert_eq!(got.body, format!("m{i}").as_bytes());
+            assert_eq!(got.header("host"), Some(up.to_string().as_str()));
+        }
+        assert!(seen1.try_recv().is_err() && seen2.try_recv().is_err());
+        assert_eq!(count(&stats.next_upstream), 0);
+
+        // The two copies of a duplicated request go to the two upstreams.
+        let (px, stats) = proxy_to(
+            vec![up1, up2],
+            FaultRates {
+                duplicate: 1.0,
+                ..FaultRates::default()
+            },
+        )
+        .await;
+        for i in 0..3 {
+            let resp = post_via(px, format!("d{i}")).await.expect("request");
+            assert_eq!(resp.status(), 200);
+            assert_eq!(
+                seen1.recv().await.expect("copy 1").body,
+                format!("d{i}").as_bytes()
+            );
+            assert_eq!(
+                seen2.recv().await.expect("copy 2").body,
+                format!("d{i}").as_bytes()
+            );
+        }
+        assert_eq!(count(&stats.forwarded), 6);
+    }
+
+    #[tokio::test]
+    async fn a_refused_connection_passes_the_request_to_the_next_upstream() {
+        let down = dead_port().await;
+        let (up, mut seen) = upstream().await;
+        let (px, stats) = proxy_to(vec![down, up], FaultRates::default()).await;
+        for i in 0..4 {
+            let resp = post_via(px, format!("m{i}")).await.expect("request");
+            assert_eq!(resp.status(), 200, "request {i}");
+            assert_eq!(
+                seen.recv().await.expect("seen").body,
+                format!("m{i}").as_bytes()
+            );
+        }
+        // Every other request was the dead one's turn: passed on, never failed.
+        assert_eq!(count(&stats.next_upstream), 2);
+        assert_eq!(count(&stats.upstream_failures), 0);
+        assert_eq!(count(&stats.forwarded), 4);
+
+        // All of them down: 502 once each has been tried.
+        let (px, stats) = proxy_to(vec![down, dead_port().await], FaultRates::default()).await;
+        for _ in 0..2 {
+            let resp = post_via(px, "payload").await.expect("request");
+            assert_eq!(resp.status(), 502);
+        }
+        assert_eq!(count(&stats.next_upstream), 2);
+        assert_eq!(count(&stats.upstream_failures), 2);
     }
 
     #[tokio::test]
@@ -1678,7 +1846,7 @@ mod tests {
                 let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
                 let addr = listener.local_addr().expect("proxy addr");
                 let stats = Arc::new(ProxyStats::default());
-                tokio::spawn(serve(listener, up, rates, 7, Arc::clone(&stats), tls));
+                tokio::spawn(serve(listener, vec![up], rates, 7, Arc::clone(&stats), tls));
                 (addr, stats)
             }
         };

@@ -7,6 +7,12 @@
 //! The gateways are each other's partners over mutual TLS (certificates made per run, see
 //! `certs`): B knows A by Basic and by A's client certificate, A knows B by B's client
 //! certificate; the proxies terminate TLS and present the sender's certificate upstream.
+//!
+//! With `--postgres` each side is two gateways on one PostgreSQL database of the run's own:
+//! A1 and A2 on one, B1 and B2 on the other, each pair behind its proxy (round-robin, a
+//! refused connection passed on to the other). The driver submits to A1 and A2 in turn,
+//! consumers are spread over B1 and B2, kills hit all four, and at least once B1 and B2 are
+//! down together.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -16,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
-use sqlx::Row;
+use sqlx::{Connection, Row};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -27,6 +33,8 @@ use crate::proxy::FaultRates;
 
 const PRODUCER_TOKEN: &str = "chaos-producer-token-0001";
 const CONSUMER_TOKEN: &str = "chaos-consumer-token-0001";
+/// The admin connection `--postgres` makes the run's databases through, if it names none.
+const DEFAULT_POSTGRES: &str = "postgres://postgres@127.0.0.1:5432/test";
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {
@@ -57,6 +65,12 @@ pub struct RunArgs {
     /// The gateway binary (default: `wsr-gateway` beside this one).
     #[arg(long)]
     gateway_bin: Option<PathBuf>,
+    /// Run on PostgreSQL: two receiving gateways B1, B2 on one database and two sending
+    /// gateways A1, A2 on another, each pair behind its proxy. URL: an admin connection
+    /// (default postgres://postgres@127.0.0.1:5432/test) through which the run creates its
+    /// two databases, and drops them after a passing run.
+    #[arg(long, value_name = "URL", num_args = 0..=1, default_missing_value = DEFAULT_POSTGRES)]
+    postgres: Option<String>,
     #[arg(long, default_value_t = 0.03)]
     drop_request: f64,
     #[arg(long, default_value_t = 0.03)]
@@ -321,9 +335,68 @@ fn free_port() -> Result<u16> {
         .port())
 }
 
+/// The gateways' base URLs: one a side, or A1, A2 and B1, B2 with `--postgres`.
 struct Topology {
-    a_url: String,
-    b_url: String,
+    a_urls: Vec<String>,
+    b_urls: Vec<String>,
+}
+
+/// The run's two PostgreSQL databases (`--postgres`), made through the admin connection:
+/// A1 and A2 share one, B1 and B2 the other.
+struct PgDatabases {
+    admin: String,
+    a: String,
+    b: String,
+}
+
+impl PgDatabases {
+    async fn create(admin: &str, seed: u64) -> Result<PgDatabases> {
+        let base = format!("wsr_chaos_{seed}_{}", std::process::id());
+        let dbs = PgDatabases {
+            admin: admin.to_owned(),
+            a: format!("{base}_a"),
+            b: format!("{base}_b"),
+        };
+        // Checked before anything is created: the gateways' URLs are made from it.
+        dbs.url(&dbs.a)?;
+        let mut conn = dbs.connect().await?;
+        for name in [&dbs.a, &dbs.b] {
+            sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}")))
+                .execute(&mut conn)
+                .await
+                .with_context(|| format!("create database {name}"))?;
+        }
+        let _ = conn.close().await;
+        Ok(dbs)
+    }
+
+    async fn connect(&self) -> Result<sqlx::PgConnection> {
+        sqlx::PgConnection::connect(&self.admin)
+            .await
+            .context("connect to PostgreSQL through the --postgres URL")
+    }
+
+    /// The admin URL with the database replaced by `name` (user, host and options kept).
+    fn url(&self, name: &str) -> Result<String> {
+        let mut url = reqwest::Url::parse(&self.admin).context("the --postgres URL")?;
+        url.set_path(&format!("/{name}"));
+        Ok(url.to_string())
+    }
+
+    /// Drops both, with any connection still open to them.
+    async fn drop_both(&self) -> Result<()> {
+        let mut conn = self.connect().await?;
+        for name in [&self.a, &self.b] {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "DROP DATABASE IF EXISTS {name} WITH (FORCE)"
+            )))
+            .execute(&mut conn)
+            .await
+            .with_context(|| format!("drop database {name}"))?;
+        }
+        let _ = conn.close().await;
+        Ok(())
+    }
 }
 
 /// B's Basic user name for A (B's `[partners.a]`, A's `our_username`).
@@ -427,14 +500,46 @@ pub async fn run(args: RunArgs) -> Result<bool> {
         bail!("need at least one message per group");
     }
 
-    let (a_port, b_port, to_b_port, to_a_port) =
-        (free_port()?, free_port()?, free_port()?, free_port()?);
-    let top = Topology {
-        a_url: format!("https://127.0.0.1:{a_port}"),
-        b_url: format!("https://127.0.0.1:{b_port}"),
+    // On SQLite one gateway a side, each on its own file; on PostgreSQL two a side, the
+    // side's two sharing the side's database (and the same config but for the port).
+    let postgres = match &args.postgres {
+        Some(admin) => {
+            let dbs = PgDatabases::create(admin, settings.seed).await?;
+            println!(
+                "chaos: postgres: A1, A2 on database {}; B1, B2 on database {}",
+                dbs.a, dbs.b
+            );
+            Some(dbs)
+        }
+        None => None,
     };
-    // Both gateways talk only through the proxies, over mutual TLS: A → proxy-to-b → B for
-    // messages and polls, B → proxy-to-a → A for callbacks.
+    let per_side = if postgres.is_some() { 2 } else { 1 };
+    let names = |side: &str| -> Vec<String> {
+        if per_side == 1 {
+            vec![side.to_owned()]
+        } else {
+            (1..=per_side).map(|i| format!("{side}{i}")).collect()
+        }
+    };
+    let (a_names, b_names) = (names("a"), names("b"));
+    let mut ports: Vec<u16> = Vec::new();
+    while ports.len() < 2 * per_side + 2 {
+        let port = free_port()?;
+        if !ports.contains(&port) {
+            ports.push(port);
+        }
+    }
+    let a_ports = ports[..per_side].to_vec();
+    let b_ports = ports[per_side..2 * per_side].to_vec();
+    let (to_b_port, to_a_port) = (ports[2 * per_side], ports[2 * per_side + 1]);
+    let https = |port: &u16| format!("https://127.0.0.1:{port}");
+    let top = Topology {
+        a_urls: a_ports.iter().map(https).collect(),
+        b_urls: b_ports.iter().map(https).collect(),
+    };
+    // The gateways talk only through the proxies, over mutual TLS: A → proxy-to-b → B for
+    // messages and polls, B → proxy-to-a → A for callbacks. With two gateways a side each
+    // proxy takes them in turn (and passes a refused connection on to the other).
     let to_b = format!("https://127.0.0.1:{to_b_port}");
     let to_a = format!("https://127.0.0.1:{to_a_port}");
     let certs = certs::make(&dir.join("certs"))?;
@@ -443,6 +548,10 @@ pub async fn run(args: RunArgs) -> Result<bool> {
     let password_hash = hash_secret(&gateway, &password).await?;
     drop(password);
     let path = |p: PathBuf| p.display().to_string();
+    let (a_database, b_database) = match &postgres {
+        Some(dbs) => (dbs.url(&dbs.a)?, dbs.url(&dbs.b)?),
+        None => (path(dir.join("a.db")), path(dir.join("b.db"))),
+    };
     let tls = |name: &str| {
         format!(
             "[tls]\ncert_file = {:?}\nkey_file = {:?}\nclient_ca_file = {:?}\n\n",
@@ -451,69 +560,75 @@ pub async fn run(args: RunArgs) -> Result<bool> {
             path(certs.ca()),
         )
     };
-    std::fs::write(
-        dir.join("a.toml"),
-        format!(
-            "listen = \"127.0.0.1:{a_port}\"\ndatabase = {:?}\n\
-             # The ReplyTo of A's Callback-pattern messages: B calls back through proxy-to-a.\n\
-             public_url = {to_a:?}\n\
-             poll_interval_ms = 500\n\
-             # B is a wsr-gateway: it keeps delivered IDs an hour past expiry.\n\
-             partner_id_retention_seconds = 3600\n\n{}\
-             [[tokens]]\ntoken = {PRODUCER_TOKEN:?}\n\
-             principal = \"chaos-app\"\nscopes = [\"produce\"]\n\n\
-             [partners.b]\n\
-             # B's callbacks arrive through proxy-to-a, which presents B's client certificate.\n\
-             cert_names = [\"gateway-b.example\"]\n\
-             # Messages and polls go to proxy-to-b, which presents A's client certificate; A\n\
-             # adds Basic credentials, which the proxy passes on unchanged.\n\
-             address = \"{to_b}/wsr/default\"\nca_file = {:?}\n\
-             client_cert_file = {:?}\nclient_key_file = {:?}\n\
-             our_username = {A_USERNAME:?}\nour_password_file = {:?}\n",
-            path(dir.join("a.db")),
-            tls("a"),
-            path(certs.ca()),
-            path(certs.cert("a-client")),
-            path(certs.key("a-client")),
-            path(password_file),
-        ),
-    )?;
-    std::fs::write(
-        dir.join("b.toml"),
-        format!(
-            "listen = \"127.0.0.1:{b_port}\"\ndatabase = {:?}\n\
-             callback_retry_initial_ms = 200\ncallback_retry_max_ms = 2000\n\n{}\
-             # Not anonymous: only partner a may post here.\n\
-             [[channels]]\nname = \"default\"\n\n\
-             [[tokens]]\ntoken = {CONSUMER_TOKEN:?}\nprincipal = \"chaos-consumer\"\n\
-             scopes = [\"consume\"]\n\n\
-             [partners.a]\nchannels = [\"default\"]\n\
-             # A proves itself twice: Basic, and its client certificate (via proxy-to-b).\n\
-             username = {A_USERNAME:?}\npassword_hash = {password_hash:?}\n\
-             cert_names = [\"gateway-a.example\"]\n\
-             callback_endpoints = [\"{to_a}/wsr/_callback\"]\n\
-             # Callbacks towards A: proxy-to-a's certificate is checked against the CA, and\n\
-             # B presents its own client certificate.\n\
-             ca_file = {:?}\nclient_cert_file = {:?}\nclient_key_file = {:?}\n",
-            path(dir.join("b.db")),
-            tls("b"),
-            path(certs.ca()),
-            path(certs.cert("b-client")),
-            path(certs.key("b-client")),
-        ),
-    )?;
+    for (name, port) in a_names.iter().zip(&a_ports) {
+        std::fs::write(
+            dir.join(format!("{name}.toml")),
+            format!(
+                "listen = \"127.0.0.1:{port}\"\ndatabase = {a_database:?}\n\
+                 # The ReplyTo of A's Callback-pattern messages: B calls back through proxy-to-a.\n\
+                 public_url = {to_a:?}\n\
+                 poll_interval_ms = 500\n\
+                 # B is a wsr-gateway: it keeps delivered IDs an hour past expiry.\n\
+                 partner_id_retention_seconds = 3600\n\n{}\
+                 [[tokens]]\ntoken = {PRODUCER_TOKEN:?}\n\
+                 principal = \"chaos-app\"\nscopes = [\"produce\"]\n\n\
+                 [partners.b]\n\
+                 # B's callbacks arrive through proxy-to-a, which presents B's client certificate.\n\
+                 cert_names = [\"gateway-b.example\"]\n\
+                 # Messages and polls go to proxy-to-b, which presents A's client certificate; A\n\
+                 # adds Basic credentials, which the proxy passes on unchanged.\n\
+                 address = \"{to_b}/wsr/default\"\nca_file = {:?}\n\
+                 client_cert_file = {:?}\nclient_key_file = {:?}\n\
+                 our_username = {A_USERNAME:?}\nour_password_file = {:?}\n",
+                tls("a"),
+                path(certs.ca()),
+                path(certs.cert("a-client")),
+                path(certs.key("a-client")),
+                path(password_file.clone()),
+            ),
+        )?;
+    }
+    for (name, port) in b_names.iter().zip(&b_ports) {
+        std::fs::write(
+            dir.join(format!("{name}.toml")),
+            format!(
+                "listen = \"127.0.0.1:{port}\"\ndatabase = {b_database:?}\n\
+                 callback_retry_initial_ms = 200\ncallback_retry_max_ms = 2000\n\n{}\
+                 # Not anonymous: only partner a may post here.\n\
+                 [[channels]]\nname = \"default\"\n\n\
+                 [[tokens]]\ntoken = {CONSUMER_TOKEN:?}\nprincipal = \"chaos-consumer\"\n\
+                 scopes = [\"consume\"]\n\n\
+                 [partners.a]\nchannels = [\"default\"]\n\
+                 # A proves itself twice: Basic, and its client certificate (via proxy-to-b).\n\
+                 username = {A_USERNAME:?}\npassword_hash = {password_hash:?}\n\
+                 cert_names = [\"gateway-a.example\"]\n\
+                 callback_endpoints = [\"{to_a}/wsr/_callback\"]\n\
+                 # Callbacks towards A: proxy-to-a's certificate is checked against the CA, and\n\
+                 # B presents its own client certificate.\n\
+                 ca_file = {:?}\nclient_cert_file = {:?}\nclient_key_file = {:?}\n",
+                tls("b"),
+                path(certs.ca()),
+                path(certs.cert("b-client")),
+                path(certs.key("b-client")),
+            ),
+        )?;
+    }
 
     let rates = serde_json::to_string(&args.rates())?;
     // Each proxy terminates TLS (its own certificate; a client certificate required) and
     // presents the sender's client certificate upstream, so that the receiving gateway
     // still authenticates the real partner.
-    let proxy_args = |name: &str, listen: u16, upstream: u16, sender: &str, seed: u64| {
+    let proxy_args = |name: &str, listen: u16, upstreams: &[u16], sender: &str, seed: u64| {
+        let upstreams: Vec<String> = upstreams
+            .iter()
+            .map(|port| format!("127.0.0.1:{port}"))
+            .collect();
         vec![
             "proxy".to_owned(),
             "--listen".into(),
             format!("127.0.0.1:{listen}"),
             "--upstream".into(),
-            format!("127.0.0.1:{upstream}"),
+            upstreams.join(","),
             "--seed".into(),
             seed.to_string(),
             "--rates".into(),
@@ -539,7 +654,7 @@ pub async fn run(args: RunArgs) -> Result<bool> {
             proxy_args(
                 "proxy-to-b",
                 to_b_port,
-                b_port,
+                &b_ports,
                 "a-client",
                 settings.seed ^ 1,
             ),
@@ -552,7 +667,7 @@ pub async fn run(args: RunArgs) -> Result<bool> {
             proxy_args(
                 "proxy-to-a",
                 to_a_port,
-                a_port,
+                &a_ports,
                 "b-client",
                 settings.seed ^ 2,
             ),
@@ -563,31 +678,33 @@ pub async fn run(args: RunArgs) -> Result<bool> {
     for p in &mut proxies {
         p.start().await?;
     }
-    let serve = |name: &str| {
-        vec![
+    let serve = |name: &String| {
+        let args = vec![
             "serve".to_owned(),
             "--config".into(),
             dir.join(format!("{name}.toml")).display().to_string(),
-        ]
+        ];
+        Proc::new(name, &gateway, args, "listening", &dir)
     };
-    let mut gateways = vec![
-        Proc::new("a", &gateway, serve("a"), "listening", &dir),
-        Proc::new("b", &gateway, serve("b"), "listening", &dir),
-    ];
-    for g in &mut gateways {
+    let mut a_gateways: Vec<Proc> = a_names.iter().map(serve).collect();
+    let mut b_gateways: Vec<Proc> = b_names.iter().map(serve).collect();
+    for g in a_gateways.iter_mut().chain(b_gateways.iter_mut()) {
         g.start().await?;
     }
 
     let http = https_client(&ca_pem, Duration::from_secs(20))?;
-    let subscription = create_subscription(&http, &top.b_url).await?;
+    // Once, through the first B: the subscription lives in B's database.
+    let subscription = create_subscription(&http, &top.b_urls[0]).await?;
     let app_db = dir.join("app.db");
     drop(open_app_db(&app_db).await?);
+    // Consumer i talks to B(i mod the B count): sessions, leases and receipts live in B's
+    // database, whichever B a consumer reaches.
     let mut consumers: Vec<Proc> = (0..args.consumers)
         .map(|i| {
             let args = vec![
                 "consume".to_owned(),
                 "--url".into(),
-                top.b_url.clone(),
+                top.b_urls[i % top.b_urls.len()].clone(),
                 "--token".into(),
                 CONSUMER_TOKEN.into(),
                 "--subscription".into(),
@@ -612,27 +729,71 @@ pub async fn run(args: RunArgs) -> Result<bool> {
     let started = Instant::now();
     let mut drivers = tokio::task::JoinSet::new();
     for g in plan.clone() {
-        let (http, top_a, refused) = (http.clone(), top.a_url.clone(), refused.clone());
+        let (http, a_urls, refused) = (http.clone(), top.a_urls.clone(), refused.clone());
         let spread = settings.active.mul_f64(0.7);
         let seed = rng.u64(..);
-        drivers.spawn(async move { drive(&http, &top_a, &g, spread, seed, &refused).await });
+        drivers.spawn(async move { drive(&http, &a_urls, &g, spread, seed, &refused).await });
     }
 
     // Kills, spread over the active period, round-robin over A, B and a random consumer so
-    // that every kind of process dies.
+    // that every kind of process dies; with two gateways a side, over A1, B1, a consumer, A2,
+    // B2, a consumer (the same share of each kind). With two B gateways they also die
+    // together, and both stay down: at the kill nearest the middle, and once more later in a
+    // run of 12 kills or more; each such time counts as two kills.
+    let together_at: Vec<usize> = if b_gateways.len() > 1 && settings.kills >= 2 {
+        let mut at = vec![settings.kills / 2];
+        if settings.kills >= 12 {
+            at.push(settings.kills * 3 / 4 + 1);
+        }
+        at
+    } else {
+        Vec::new()
+    };
     let mut kills = 0;
+    let mut single_kills = 0;
+    let mut both_b_down = 0;
     let mut proxy_restarts = 0;
-    let per_kill = settings.active.div_f64(settings.kills.max(1) as f64);
+    let occasions = settings.kills - together_at.len() * (b_gateways.len() - 1);
+    let per_kill = settings.active.div_f64(occasions.max(1) as f64);
     while kills < settings.kills {
         tokio::time::sleep(per_kill.mul_f64(0.5 + rng.f64())).await;
-        let victim = match kills % 3 {
-            0 => &mut gateways[0],
-            1 => &mut gateways[1],
+        if together_at.contains(&(kills + 1)) {
+            for b in &mut b_gateways {
+                b.kill().await;
+            }
+            let first = kills + 1;
+            kills += b_gateways.len();
+            both_b_down += 1;
+            let names: Vec<&str> = b_gateways.iter().map(|b| b.name.as_str()).collect();
+            println!(
+                "chaos: t={:>4}s kill -9 {} together (#{first}-#{kills}): both B gateways down",
+                started.elapsed().as_secs(),
+                names.join(" and ")
+            );
+            // Down together for at least a second: A's sends, the consumers' fetches and
+            // the proxy's next-upstream all find nobody.
+            tokio::time::sleep(Duration::from_millis(rng.u64(1000..=3000))).await;
+            for b in &mut b_gateways {
+                b.start().await?;
+            }
+            continue;
+        }
+        let slot = single_kills % 6;
+        single_kills += 1;
+        let victim = match slot % 3 {
+            0 => {
+                let i = (slot / 3) % a_gateways.len();
+                &mut a_gateways[i]
+            }
+            1 => {
+                let i = (slot / 3) % b_gateways.len();
+                &mut b_gateways[i]
+            }
             _ => {
                 let i = rng.usize(0..consumers.len().max(1));
                 match consumers.get_mut(i) {
                     Some(c) => c,
-                    None => &mut gateways[1],
+                    None => &mut b_gateways[0],
                 }
             }
         };
@@ -667,8 +828,13 @@ pub async fn run(args: RunArgs) -> Result<bool> {
     while let Some(done) = drivers.join_next().await {
         done.context("a driver task")??;
     }
+    let together = if postgres.is_some() {
+        format!(", both B down together {both_b_down} time(s)")
+    } else {
+        String::new()
+    };
     println!(
-        "chaos: t={:>4}s all submitted, {kills} kills (and {proxy_restarts} of proxies); quiet period",
+        "chaos: t={:>4}s all submitted, {kills} kills (and {proxy_restarts} of proxies){together}; quiet period",
         started.elapsed().as_secs()
     );
 
@@ -681,7 +847,7 @@ pub async fn run(args: RunArgs) -> Result<bool> {
     }
     println!("chaos: t={:>4}s collecting", started.elapsed().as_secs());
 
-    let mut fates = a_fates(&http, &top.a_url).await?;
+    let mut fates = a_fates(&http, &top.a_urls).await?;
     for (hid, reason) in refused
         .lock()
         .map_err(|_| anyhow::anyhow!("poisoned"))?
@@ -692,7 +858,7 @@ pub async fn run(args: RunArgs) -> Result<bool> {
     for c in &mut consumers {
         c.kill().await;
     }
-    for g in &mut gateways {
+    for g in a_gateways.iter_mut().chain(b_gateways.iter_mut()) {
         g.kill().await;
     }
     for p in &mut proxies {
@@ -704,7 +870,10 @@ pub async fn run(args: RunArgs) -> Result<bool> {
         kills,
         ..Facts::default()
     };
-    read_inbox(&dir.join("b.db"), &mut facts).await?;
+    match &postgres {
+        Some(dbs) => read_inbox_postgres(&dbs.url(&dbs.b)?, &mut facts).await?,
+        None => read_inbox(&dir.join("b.db"), &mut facts).await?,
+    }
     read_app_db(&app_db, &mut facts).await?;
     let summary = check::check(&facts);
     for p in &proxies {
@@ -712,12 +881,30 @@ pub async fn run(args: RunArgs) -> Result<bool> {
     }
     println!("chaos: failures by kind: {}", check::failure_kinds(&facts));
     print!("{}", check::report(&summary));
-    println!("{}", summary.line());
+    let mut line = summary.line();
+    if postgres.is_some() {
+        println!("chaos: both B gateways down together {both_b_down} time(s)");
+        line.push_str(&format!(" both_b_down={both_b_down}"));
+    }
+    println!("{line}");
     let passed = summary.violations() == 0;
     if passed && temporary {
         let _ = std::fs::remove_dir_all(&dir);
-    } else if !passed {
-        println!("chaos: FAILED; stores and logs kept in {}", dir.display());
+        if let Some(dbs) = &postgres
+            && let Err(e) = dbs.drop_both().await
+        {
+            println!("chaos: could not drop the run's PostgreSQL databases: {e:#}");
+        }
+    } else {
+        if !passed {
+            println!("chaos: FAILED; stores and logs kept in {}", dir.display());
+        }
+        if let Some(dbs) = &postgres {
+            println!(
+                "chaos: PostgreSQL databases kept: {} (A1, A2) and {} (B1, B2)",
+                dbs.a, dbs.b
+            );
+        }
     }
     Ok(passed)
 }
@@ -746,15 +933,22 @@ async fn create_subscription(http: &reqwest::Client, b: &str) -> Result<i64> {
 
 /// Submits one group's messages in order, spread over `spread`, each with its harness id as
 /// the Idempotency-Key so that a submit lost to a kill is retried safely.
+///
+/// With several A gateways (on one database) the submits go to them in turn, and one that
+/// cannot be reached or answers 5xx is retried at the next: the key is known to all of them,
+/// so a retry through another A is as safe as through the same one.
 async fn drive(
     http: &reqwest::Client,
-    a: &str,
+    a_urls: &[String],
     g: &GroupPlan,
     spread: Duration,
     seed: u64,
     refused: &Mutex<HashMap<String, String>>,
 ) -> Result<()> {
     let mut rng = fastrand::Rng::with_seed(seed);
+    // Whose turn it is; the first from the seed, not drawn from `rng`, so that with one A
+    // the draws are the same as ever.
+    let mut turn = (seed % a_urls.len().max(1) as u64) as usize;
     let step = spread.div_f64(g.count as f64);
     let mut group_id: Option<String> = None;
     for seq in 0..g.count {
@@ -778,6 +972,7 @@ async fn drive(
             request["group"] = json!({ "id": group_id, "last": seq + 1 == g.count });
         }
         loop {
+            let a = &a_urls[turn % a_urls.len()];
             let answer = http
                 .post(format!("{a}/api/v1/messages"))
                 .bearer_auth(PRODUCER_TOKEN)
@@ -786,7 +981,9 @@ async fn drive(
                 .send()
                 .await;
             let Ok(answer) = answer else {
-                // A is down (being killed or restarting): the key makes the retry safe.
+                // A is down (being killed or restarting): the key makes the retry safe, at
+                // the other A too.
+                turn += 1;
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 continue;
             };
@@ -794,6 +991,7 @@ async fn drive(
             let body: Value = answer.json().await.unwrap_or(Value::Null);
             if status.as_u16() == 202 {
                 group_id = body["group_id"].as_str().map(str::to_owned);
+                turn += 1;
                 break;
             }
             if status.as_u16() == 409 && g.kind == Kind::Ordered {
@@ -807,40 +1005,58 @@ async fn drive(
                 return Ok(());
             }
             if status.is_server_error() {
+                turn += 1;
                 tokio::time::sleep(Duration::from_millis(200)).await;
                 continue;
             }
-            bail!("A refused {id}: {status} {body}");
+            bail!("A ({a}) refused {id}: {status} {body}");
         }
     }
     Ok(())
+}
+
+/// GETs `path` (with its query) as JSON from the first of `bases` that answers: the
+/// gateways of a side share their database, so any live one tells the same.
+async fn get_json(
+    http: &reqwest::Client,
+    bases: &[String],
+    path: &str,
+    token: &str,
+) -> Result<Value> {
+    let mut last = None;
+    for base in bases {
+        let answer = async {
+            http.get(format!("{base}{path}"))
+                .bearer_auth(token)
+                .send()
+                .await?
+                .json::<Value>()
+                .await
+        }
+        .await;
+        match answer {
+            Ok(value) => return Ok(value),
+            Err(e) => last = Some(e),
+        }
+    }
+    match last {
+        Some(e) => Err(e.into()),
+        None => bail!("no gateway to ask"),
+    }
 }
 
 /// Whether everything has come to rest: nothing queued or sent at A, nothing waiting or in
 /// flight at B.
 async fn settled(http: &reqwest::Client, top: &Topology, subscription: i64) -> Result<bool> {
     for state in ["queued", "sent"] {
-        let page: Value = http
-            .get(format!(
-                "{}/api/v1/messages?state={state}&limit=1",
-                top.a_url
-            ))
-            .bearer_auth(PRODUCER_TOKEN)
-            .send()
-            .await?
-            .json()
-            .await?;
+        let path = format!("/api/v1/messages?state={state}&limit=1");
+        let page = get_json(http, &top.a_urls, &path, PRODUCER_TOKEN).await?;
         if page["messages"].as_array().is_none_or(|m| !m.is_empty()) {
             return Ok(false);
         }
     }
-    let sub: Value = http
-        .get(format!("{}/api/v1/subscriptions/{subscription}", top.b_url))
-        .bearer_auth(CONSUMER_TOKEN)
-        .send()
-        .await?
-        .json()
-        .await?;
+    let path = format!("/api/v1/subscriptions/{subscription}");
+    let sub = get_json(http, &top.b_urls, &path, CONSUMER_TOKEN).await?;
     let b = &sub["backlog"];
     Ok(["waiting", "in_flight", "unmatched"]
         .iter()
@@ -848,21 +1064,15 @@ async fn settled(http: &reqwest::Client, top: &Topology, subscription: i64) -> R
 }
 
 /// A's final states, by Idempotency-Key (the harness id).
-async fn a_fates(http: &reqwest::Client, a: &str) -> Result<HashMap<String, Fate>> {
+async fn a_fates(http: &reqwest::Client, a_urls: &[String]) -> Result<HashMap<String, Fate>> {
     let mut fates = HashMap::new();
     let mut after: Option<String> = None;
     loop {
-        let mut url = format!("{a}/api/v1/messages?limit=1000");
+        let mut path = "/api/v1/messages?limit=1000".to_owned();
         if let Some(after) = &after {
-            url.push_str(&format!("&after={after}"));
+            path.push_str(&format!("&after={after}"));
         }
-        let page: Value = http
-            .get(url)
-            .bearer_auth(PRODUCER_TOKEN)
-            .send()
-            .await?
-            .json()
-            .await?;
+        let page = get_json(http, a_urls, &path, PRODUCER_TOKEN).await?;
         let messages = page["messages"].as_array().cloned().unwrap_or_default();
         if messages.is_empty() {
             return Ok(fates);
@@ -899,6 +1109,26 @@ async fn read_inbox(b_db: &Path, facts: &mut Facts) -> Result<()> {
         facts
             .inbox
             .push(harness_id(&payload).unwrap_or("?").to_owned());
+    }
+    Ok(())
+}
+
+/// B's inbox on PostgreSQL (`--postgres`): the payload is BYTEA there.
+async fn read_inbox_postgres(b_url: &str, facts: &mut Facts) -> Result<()> {
+    let mut conn = sqlx::PgConnection::connect(b_url)
+        .await
+        .context("connect to B's PostgreSQL database")?;
+    let payloads: Vec<Vec<u8>> =
+        sqlx::query_scalar(r#"SELECT payload FROM inbox ORDER BY "offset""#)
+            .fetch_all(&mut conn)
+            .await?;
+    let _ = conn.close().await;
+    for payload in payloads {
+        // Not UTF-8: no harness id, so the checker counts it as never planned.
+        let hid = String::from_utf8(payload)
+            .ok()
+            .and_then(|p| harness_id(&p).map(str::to_owned));
+        facts.inbox.push(hid.unwrap_or_else(|| "?".to_owned()));
     }
     Ok(())
 }
