@@ -4,8 +4,10 @@
 //! and the neighbours), while the server's CPU time per message of one build stays within
 //! about ±10 %: the better figure to compare two builds by. The server is the gateway child,
 //! or the broker's own processes (`nats-server`, RabbitMQ's `beam.smp`), found by name; the
-//! ceiling server runs inside this tool, so it has none.
+//! ceiling server runs inside this tool, so it has none. A gateway on PostgreSQL does part of
+//! its work in the PostgreSQL backends serving its database, which count too.
 
+use std::collections::BTreeMap;
 use std::future::Future;
 
 use crate::load::Figures;
@@ -17,11 +19,31 @@ const TICKS_PER_SECOND: f64 = 100.0;
 /// The processes whose CPU counts as the server's.
 pub struct Server {
     pids: Vec<u32>,
+    /// The PostgreSQL database whose backends count too. They are looked up at each reading:
+    /// the gateways' pools open connections as the load grows.
+    postgres_db: Option<String>,
 }
 
 impl Server {
     pub fn pid(pid: u32) -> Server {
-        Server { pids: vec![pid] }
+        Server {
+            pids: vec![pid],
+            postgres_db: None,
+        }
+    }
+
+    /// Both sets of processes.
+    pub fn and(mut self, other: Server) -> Server {
+        self.pids.extend(other.pids);
+        self.postgres_db = self.postgres_db.or(other.postgres_db);
+        self
+    }
+
+    /// With the backends of this machine's PostgreSQL serving `database` (none are found when
+    /// PostgreSQL runs elsewhere).
+    pub fn with_postgres_backends(mut self, database: &str) -> Server {
+        self.postgres_db = Some(database.to_owned());
+        self
     }
 
     /// Every process whose command name (`/proc/{pid}/comm`) is `name`; none found is an
@@ -37,15 +59,30 @@ impl Server {
                     .is_ok_and(|comm| comm.trim_end() == name)
             })
             .collect();
-        Server { pids }
+        Server {
+            pids,
+            postgres_db: None,
+        }
     }
 
-    /// User plus system CPU ticks of the processes so far; `None` when one cannot be read.
-    fn ticks(&self) -> Option<u64> {
+    /// User plus system CPU ticks of each process so far; `None` when one of the fixed
+    /// processes cannot be read. A backend that ended meanwhile is just left out.
+    fn ticks(&self) -> Option<BTreeMap<u32, u64>> {
         if self.pids.is_empty() {
             return None;
         }
-        self.pids.iter().map(|pid| process_ticks(*pid)).sum()
+        let mut ticks = BTreeMap::new();
+        for pid in &self.pids {
+            ticks.insert(*pid, process_ticks(*pid)?);
+        }
+        if let Some(db) = &self.postgres_db {
+            for pid in postgres_backends(db) {
+                if let Some(t) = process_ticks(pid) {
+                    ticks.insert(pid, t);
+                }
+            }
+        }
+        Some(ticks)
     }
 
     /// Runs a phase and adds to its figures the server's CPU microseconds per completed
@@ -59,11 +96,41 @@ impl Server {
         if let (Some(before), Some(after)) = (before, self.ticks())
             && figures.count > 0
         {
-            let seconds = after.saturating_sub(before) as f64 / TICKS_PER_SECOND;
+            // A backend first seen after the phase counts from zero: it was started during the
+            // phase, for its load (the database is fresh and the gateways' own).
+            let ticks: u64 = after
+                .iter()
+                .map(|(pid, t)| t.saturating_sub(before.get(pid).copied().unwrap_or(0)))
+                .sum();
+            let seconds = ticks as f64 / TICKS_PER_SECOND;
             figures.server_cpu_us = Some(seconds * 1e6 / figures.count as f64);
         }
         Ok(figures)
     }
+}
+
+/// The PostgreSQL backends connected to `database`: processes named `postgres` whose title
+/// (`postgres: [cluster:] user database host(port) activity`, in `/proc/{pid}/cmdline`) names
+/// it. The database's name is this tool's own (`wsr_compare_…`), so it matches nothing else.
+fn postgres_backends(database: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|comm| comm.trim_end() == "postgres")
+                && std::fs::read(format!("/proc/{pid}/cmdline"))
+                    .is_ok_and(|title| serves(&String::from_utf8_lossy(&title), database))
+        })
+        .collect()
+}
+
+/// Whether a backend's process title names `database`.
+fn serves(title: &str, database: &str) -> bool {
+    let mut words = title.split(|c: char| c.is_whitespace() || c == '\0');
+    words.next() == Some("postgres:") && words.any(|w| w == database)
 }
 
 /// utime + stime of one process (fields 14 and 15 of `/proc/{pid}/stat`, counted after the
@@ -84,7 +151,26 @@ fn parse_ticks(stat: &str) -> Option<u64> {
 
 #[cfg(test)]
 mod tests {
-    use super::parse_ticks;
+    use super::{parse_ticks, serves};
+
+    #[test]
+    fn a_backend_is_known_by_the_database_in_its_title() {
+        let db = "wsr_compare_42_0";
+        assert!(serves(
+            "postgres: 15/main: postgres wsr_compare_42_0 127.0.0.1(51234) idle\0\0",
+            db
+        ));
+        assert!(serves("postgres: wsr wsr_compare_42_0 [local] COMMIT", db));
+        assert!(!serves(
+            "postgres: 15/main: postgres wsr_compare_42_01 127.0.0.1(51234) idle",
+            db
+        ));
+        assert!(!serves("postgres: 15/main: walwriter", db));
+        assert!(!serves(
+            "/usr/lib/postgresql/15/bin/postgres\0-D\0wsr_compare_42_0\0",
+            db
+        ));
+    }
 
     #[test]
     fn reads_user_and_system_ticks_after_a_name_with_spaces_and_parentheses() {

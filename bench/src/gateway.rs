@@ -48,6 +48,16 @@ fn scrub_env(cmd: &mut Command) {
     }
 }
 
+/// Where a gateway keeps its state.
+#[derive(Debug, Clone, Copy)]
+pub enum Store<'a> {
+    /// A fresh SQLite file in the gateway's temporary directory.
+    Sqlite,
+    /// A PostgreSQL database (`postgres://…`), made fresh by the caller (`postgres.rs`) and
+    /// possibly shared by several gateways.
+    Postgres(&'a str),
+}
+
 /// A running `wsr-gateway serve` with its own temporary directory (config, store, log).
 pub struct Gateway {
     child: Child,
@@ -59,20 +69,30 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// Starts a gateway with `durability` on a fresh store and waits until `/healthz` answers.
+    /// Starts a gateway with `durability` on a fresh SQLite store and waits until `/healthz`
+    /// answers.
     pub async fn start(bin: &Path, durability: &str) -> anyhow::Result<Gateway> {
-        Gateway::start_with(bin, durability, "").await
+        Gateway::start_with(bin, durability, Store::Sqlite, "").await
     }
 
-    /// As [`Gateway::start`], with `extra` top-level settings (TOML lines) in the config.
-    pub async fn start_with(bin: &Path, durability: &str, extra: &str) -> anyhow::Result<Gateway> {
+    /// As [`Gateway::start`], on `store`, with `extra` top-level settings (TOML lines) in the
+    /// config.
+    pub async fn start_with(
+        bin: &Path,
+        durability: &str,
+        store: Store<'_>,
+        extra: &str,
+    ) -> anyhow::Result<Gateway> {
         let dir = tempfile::Builder::new()
             .prefix("wsr-compare-gw-")
             .tempdir()
             .context("creating a temporary directory for the gateway")?;
         let port = free_port()?;
         let config = dir.path().join("gateway.toml");
-        let db = dir.path().join("gw.db");
+        let db = match store {
+            Store::Sqlite => dir.path().join("gw.db").to_string_lossy().into_owned(),
+            Store::Postgres(url) => url.to_owned(),
+        };
         let log = dir.path().join("gateway.log");
         let text = format!(
             concat!(
@@ -87,7 +107,7 @@ impl Gateway {
                 "scopes = [\"consume\"]\n",
             ),
             port = port,
-            db = toml_string(&db.to_string_lossy()),
+            db = toml_string(&db),
             durability = durability,
             extra = extra,
             token = CONSUMER_TOKEN,
@@ -151,6 +171,12 @@ impl Gateway {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    /// The last lines of the gateway's log, to show when a phase had errors (the log goes
+    /// with the gateway's directory).
+    pub fn log_tail(&self) -> String {
+        log_tail(&self.log)
     }
 
     /// Peak resident set size so far (`VmHWM`), in KiB.

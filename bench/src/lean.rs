@@ -260,21 +260,26 @@ pub fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
-/// The closed loop: C workers, each on its own connection, one message outstanding.
+/// The closed loop: C workers, each on its own connection, one message outstanding; worker
+/// `i` sends to `targets[i % n]` (several gateways on one database share the load). One
+/// template for all, so group ids stay unique across the targets.
 pub async fn load(
-    target: &Target,
+    targets: &[Target],
     shape: Shape,
     params: &Params,
     started: Instant,
     deadline: Instant,
 ) -> anyhow::Result<Recorder> {
+    if targets.is_empty() {
+        bail!("no target to load");
+    }
     let template = std::sync::Arc::new(Template::new(shape, params.payload));
     load::run_workers(
         params.connections,
         load::worker_bound(params.duration),
         |worker| {
             let template = template.clone();
-            let target = target.clone();
+            let target = targets[worker % targets.len()].clone();
             async move {
                 let mut rec = Recorder::default();
                 let mut conn: Option<Conn> = None;
@@ -320,9 +325,18 @@ pub async fn load(
 
 /// One lean phase: its figures.
 pub async fn phase(target: &Target, shape: Shape, params: &Params) -> anyhow::Result<Figures> {
+    phase_on(std::slice::from_ref(target), shape, params).await
+}
+
+/// One lean phase with the workers spread over `targets`: the figures of all together.
+pub async fn phase_on(
+    targets: &[Target],
+    shape: Shape,
+    params: &Params,
+) -> anyhow::Result<Figures> {
     let started = Instant::now();
     let deadline = started + params.duration;
-    let rec = load(target, shape, params, started, deadline).await?;
+    let rec = load(targets, shape, params, started, deadline).await?;
     Ok(rec.figures(started.elapsed()))
 }
 
@@ -374,7 +388,7 @@ pub async fn e2e_phase(target: &Target, params: &Params, token: &str) -> anyhow:
     let ingest = {
         let (target, params) = (target.clone(), params.clone());
         tokio::spawn(
-            async move { load(&target, Shape::Response, &params, started, deadline).await },
+            async move { load(&[target], Shape::Response, &params, started, deadline).await },
         )
     };
     let mut sessions = sessions.into_iter();

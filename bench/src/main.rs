@@ -10,6 +10,8 @@
 //!   full-codec generator (`wsr-gateway bench`) instead;
 //! - NATS JetStream (file storage, deduplication): publish, and publish + consume;
 //! - RabbitMQ: a quorum queue with publisher confirms, and publish + consume;
+//! - with `--postgres`: the durable response load on a gateway on a fresh PostgreSQL database,
+//!   and on two gateways sharing one (`postgres.rs`);
 //! - one large message (`--large-mib`, 100 MiB) to a fresh gateway: its peak RSS.
 //!
 //! `--runs N` repeats everything but the large message and prints the median run of each row.
@@ -22,6 +24,7 @@ mod cpu;
 mod gateway;
 mod jetstream;
 mod load;
+mod postgres;
 mod rabbit;
 mod table;
 
@@ -32,9 +35,10 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use clap::{Parser, ValueEnum};
 
-use crate::gateway::{Gateway, Mode};
+use crate::gateway::{Gateway, Mode, Store};
 use crate::jetstream::{AckStyle, JetStream};
 use crate::load::Params;
+use crate::postgres::FreshDatabase;
 use crate::rabbit::Rabbit;
 use crate::table::{Large, Outcome, Report, RowKey};
 
@@ -77,6 +81,15 @@ struct Cli {
     /// RabbitMQ server.
     #[arg(long, default_value = "amqp://guest:guest@127.0.0.1:5672/%2f")]
     amqp_url: String,
+    /// Add the PostgreSQL rows: an admin connection to the server, which gets a fresh database
+    /// per row (created and dropped by this tool).
+    #[arg(
+        long,
+        value_name = "URL",
+        num_args = 0..=1,
+        default_missing_value = postgres::DEFAULT_ADMIN_URL
+    )]
+    postgres: Option<String>,
     /// Which client loads the HTTP ceiling and the gateway rows.
     #[arg(long, value_enum, default_value_t = Client::Lean)]
     client: Client,
@@ -102,8 +115,10 @@ enum Client {
 enum Phase {
     /// The HTTP ceiling.
     Ceiling,
-    /// All wsr-gateway rows.
+    /// All wsr-gateway rows on SQLite.
     Gateway,
+    /// Both PostgreSQL rows (without `--postgres`: on its default URL).
+    Postgres,
     /// Both JetStream rows.
     Jetstream,
     /// Both RabbitMQ rows.
@@ -116,6 +131,10 @@ impl Cli {
     fn wants(&self, phase: Phase) -> bool {
         if self.skip_brokers && matches!(phase, Phase::Jetstream | Phase::Rabbit) {
             return false;
+        }
+        // It needs a PostgreSQL server: only when asked for, by `--postgres` or by name.
+        if phase == Phase::Postgres {
+            return self.only.contains(&phase) || (self.only.is_empty() && self.postgres.is_some());
         }
         self.only.is_empty() || self.only.contains(&phase)
     }
@@ -136,6 +155,12 @@ impl Cli {
             consumers: self.consumers,
             batch: self.batch,
         })
+    }
+
+    fn postgres_url(&self) -> &str {
+        self.postgres
+            .as_deref()
+            .unwrap_or(postgres::DEFAULT_ADMIN_URL)
     }
 
     fn gateway_bin(&self) -> PathBuf {
@@ -251,7 +276,7 @@ async fn run(cli: &Cli, first: bool) -> anyhow::Result<Report> {
         };
         report.set(RowKey::Ceiling, outcome);
     }
-    if cli.wants(Phase::Ceiling) || cli.wants(Phase::Gateway) {
+    if cli.wants(Phase::Ceiling) || cli.wants(Phase::Gateway) || cli.wants(Phase::Postgres) {
         report.notes.push(match cli.client {
             Client::Lean => "HTTP ceiling and wsr-gateway rows are loaded by this tool's lean client (bare hyper, C keep-alive HTTP/1.1 connections, SOAP 1.1 envelopes spliced from a template, the ack checked by status 200 and a byte search for the message's groupId reply without fault=); the broker rows by this tool's own closed loop.".into(),
             Client::Codec => "HTTP ceiling and wsr-gateway rows are loaded by `wsr-gateway bench` (the gateway's full-codec client, C keep-alive HTTP/1.1 connections); the broker rows by this tool's own closed loop.".into(),
@@ -268,6 +293,17 @@ async fn run(cli: &Cli, first: bool) -> anyhow::Result<Report> {
                     RowKey::GatewayE2e,
                     RowKey::GatewayOs,
                 ] {
+                    report.set(key, Outcome::Unavailable(why.clone()));
+                }
+            }
+        }
+    }
+
+    if cli.wants(Phase::Postgres) {
+        match &bin_ok {
+            Ok(()) => postgres_phases(cli, &bin, &params, &mut report).await,
+            Err(why) => {
+                for key in [RowKey::PostgresResponse, RowKey::PostgresPair] {
                     report.set(key, Outcome::Unavailable(why.clone()));
                 }
             }
@@ -306,7 +342,7 @@ async fn large_phase(bin: &Path, mib: usize) -> anyhow::Result<Large> {
     progress(format!(
         "wsr-gateway large message: {mib} MiB to a fresh gateway"
     ));
-    let gw = Gateway::start_with(bin, "full", &extra).await?;
+    let gw = Gateway::start_with(bin, "full", Store::Sqlite, &extra).await?;
     let target = lean::Target::parse(&gw.url())?;
     let template = lean::Template::new(lean::Shape::Response, payload);
     let group = template.group(0, Some(0));
@@ -500,6 +536,143 @@ async fn gateway_phases(cli: &Cli, bin: &Path, params: &Params, report: &mut Rep
                 RowKey::GatewayOs,
                 Outcome::Failed(format!("gateway did not start: {why}")),
             );
+        }
+    }
+}
+
+/// The PostgreSQL rows, each on a fresh database: one gateway, then two sharing one.
+async fn postgres_phases(cli: &Cli, bin: &Path, params: &Params, report: &mut Report) {
+    let admin = cli.postgres_url();
+    progress(format!(
+        "PostgreSQL: fresh databases on {}",
+        rabbit::redact(admin)
+    ));
+    let single = postgres_single(cli, bin, admin, params, report).await;
+    report.set(RowKey::PostgresResponse, single);
+    let pair = match (cli.client, params.connections) {
+        // The row's percentiles are over both halves' latencies, which only the lean client,
+        // in this process, has.
+        (Client::Codec, _) => Outcome::Unavailable("needs --client lean".into()),
+        (_, c) if c < 2 => Outcome::Unavailable("needs -c 2 or more".into()),
+        _ => postgres_pair(bin, admin, params, report).await,
+    };
+    report.set(RowKey::PostgresPair, pair);
+    report.notes.push(
+        "wsr-gateway on PostgreSQL: durability=full (synchronous_commit on: the ack waits for the WAL flush), each row on a fresh database, dropped afterwards. ×2: two gateway processes on one database, worker i sending to gateway i mod 2; figure = both together, latency over all workers. Server CPU = the gateways plus the PostgreSQL backends serving the database (found by process title, so only when PostgreSQL runs on this machine), not PostgreSQL's shared WAL writer, checkpointer or background writer.".into(),
+    );
+}
+
+/// A fresh database, or why not: the row is then unavailable.
+async fn fresh_database(admin: &str) -> Result<FreshDatabase, Outcome> {
+    match FreshDatabase::create(admin).await {
+        Ok(db) => {
+            progress(format!("  database {}", db.name()));
+            Ok(db)
+        }
+        Err(e) => {
+            let why = format!("{e:#}");
+            progress(format!("  unavailable: {why}"));
+            Err(Outcome::Unavailable(why))
+        }
+    }
+}
+
+async fn postgres_single(
+    cli: &Cli,
+    bin: &Path,
+    admin: &str,
+    params: &Params,
+    report: &mut Report,
+) -> Outcome {
+    let db = match fresh_database(admin).await {
+        Ok(db) => db,
+        Err(outcome) => return outcome,
+    };
+    progress("wsr-gateway on PostgreSQL: starting");
+    let gw = match Gateway::start_with(bin, "full", Store::Postgres(db.url()), "").await {
+        Ok(gw) => gw,
+        Err(e) => return start_failed(e),
+    };
+    progress(format!(
+        "wsr-gateway on PostgreSQL: --mode response for {} s",
+        params.duration.as_secs()
+    ));
+    let result = gw
+        .server()
+        .with_postgres_backends(db.name())
+        .measure(gateway_load(cli, bin, &gw.url(), Mode::Response, params))
+        .await;
+    let outcome = measured(result);
+    show_logs_on_errors(&outcome, &[&gw]);
+    if let Err(e) = gw.stop().await {
+        report.notes.push(format!("gateway (PostgreSQL): {e:#}"));
+    }
+    outcome
+}
+
+async fn postgres_pair(bin: &Path, admin: &str, params: &Params, report: &mut Report) -> Outcome {
+    let db = match fresh_database(admin).await {
+        Ok(db) => db,
+        Err(outcome) => return outcome,
+    };
+    progress("wsr-gateway ×2 on PostgreSQL: starting");
+    // One after the other: the first creates the schema, the second finds it there.
+    let started = async {
+        let a = Gateway::start_with(bin, "full", Store::Postgres(db.url()), "").await?;
+        let b = Gateway::start_with(bin, "full", Store::Postgres(db.url()), "").await?;
+        anyhow::Ok((a, b))
+    };
+    let (a, b) = match started.await {
+        Ok(pair) => pair,
+        Err(e) => return start_failed(e),
+    };
+    progress(format!(
+        "wsr-gateway ×2 on PostgreSQL: --mode response, {} workers over both, for {} s",
+        params.connections,
+        params.duration.as_secs()
+    ));
+    let load = async {
+        let targets = [
+            lean::Target::parse(&a.url())?,
+            lean::Target::parse(&b.url())?,
+        ];
+        lean::phase_on(&targets, lean::Shape::Response, params).await
+    };
+    let result = a
+        .server()
+        .and(b.server())
+        .with_postgres_backends(db.name())
+        .measure(load)
+        .await;
+    let outcome = measured(result);
+    show_logs_on_errors(&outcome, &[&a, &b]);
+    for gw in [a, b] {
+        if let Err(e) = gw.stop().await {
+            report.notes.push(format!("gateway (PostgreSQL ×2): {e:#}"));
+        }
+    }
+    outcome
+}
+
+fn start_failed(e: anyhow::Error) -> Outcome {
+    let why = format!("{e:#}");
+    progress(format!("  failed to start: {why}"));
+    Outcome::Failed(format!("gateway did not start: {why}"))
+}
+
+/// A phase with errors: the gateways' own account of them, before their logs go.
+fn show_logs_on_errors(outcome: &Outcome, gateways: &[&Gateway]) {
+    let errors = match outcome {
+        Outcome::Measured(f) => f.error_count() > 0,
+        _ => true,
+    };
+    if errors {
+        for (i, gw) in gateways.iter().enumerate() {
+            progress(format!(
+                "  gateway {} log (tail):\n{}",
+                i + 1,
+                gw.log_tail()
+            ));
         }
     }
 }

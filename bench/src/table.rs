@@ -41,6 +41,8 @@ pub enum RowKey {
     GatewayOs,
     GatewayOrdered,
     GatewayE2e,
+    PostgresResponse,
+    PostgresPair,
     JetStreamPublish,
     JetStreamE2e,
     RabbitQuorum,
@@ -48,12 +50,14 @@ pub enum RowKey {
 }
 
 impl RowKey {
-    pub const ALL: [RowKey; 9] = [
+    pub const ALL: [RowKey; 11] = [
         RowKey::Ceiling,
         RowKey::GatewayFull,
         RowKey::GatewayOs,
         RowKey::GatewayOrdered,
         RowKey::GatewayE2e,
+        RowKey::PostgresResponse,
+        RowKey::PostgresPair,
         RowKey::JetStreamPublish,
         RowKey::JetStreamE2e,
         RowKey::RabbitQuorum,
@@ -67,11 +71,19 @@ impl RowKey {
             RowKey::GatewayOs => "wsr-gateway response durability=os",
             RowKey::GatewayOrdered => "wsr-gateway ordered",
             RowKey::GatewayE2e => "wsr-gateway e2e (ingest→fetch→accept)",
+            RowKey::PostgresResponse => "wsr-gateway response (PostgreSQL)",
+            RowKey::PostgresPair => "wsr-gateway response ×2 (PostgreSQL)",
             RowKey::JetStreamPublish => "JetStream publish (file, dedup)",
             RowKey::JetStreamE2e => "JetStream publish+consume e2e",
             RowKey::RabbitQuorum => "RabbitMQ quorum publish (confirms)",
             RowKey::RabbitE2e => "RabbitMQ quorum publish+consume e2e",
         }
+    }
+
+    /// Rows printed only when their phase was asked for (`--postgres`): a run without a
+    /// PostgreSQL server shows nothing of them.
+    fn on_request(self) -> bool {
+        matches!(self, RowKey::PostgresResponse | RowKey::PostgresPair)
     }
 
     /// Whether the acknowledgement waits for the data to reach the disk.
@@ -82,6 +94,7 @@ impl RowKey {
                 "yes (group commit)"
             }
             RowKey::GatewayOs => "no (WAL, OS cache)",
+            RowKey::PostgresResponse | RowKey::PostgresPair => "yes (WAL flush on commit)",
             RowKey::JetStreamPublish | RowKey::JetStreamE2e => "no (sync every 2 min)",
             RowKey::RabbitQuorum | RowKey::RabbitE2e => "yes (fdatasync)",
         }
@@ -162,6 +175,9 @@ impl Report {
         let unmeasured = |state: &str| (state.to_owned(), "-".into(), "-".into(), "-".into());
         for key in RowKey::ALL {
             let outcome = self.outcome(key);
+            if key.on_request() && matches!(outcome, Outcome::Skipped) {
+                continue;
+            }
             let mut label = key.label().to_owned();
             let (rate, p50, p99, cpu) = match outcome {
                 Outcome::Measured(f) => {
@@ -255,7 +271,11 @@ impl Report {
                 .filter(|v| v.is_finite() && *v > 0.0)
         };
         let throughput = |num: RowKey, den: RowKey| (rate(num), rate(den));
-        for (name, (a, b), target) in [
+        let ratio = |(a, b): (Option<f64>, Option<f64>)| match (a, b) {
+            (Some(a), Some(b)) => format!("{:.2}", a / b),
+            _ => "n/a".to_owned(),
+        };
+        for (name, pair, target) in [
             (
                 "response/RabbitMQ-quorum",
                 throughput(RowKey::GatewayFull, RowKey::RabbitQuorum),
@@ -292,11 +312,28 @@ impl Report {
                 ">= 0.35",
             ),
         ] {
-            let value = match (a, b) {
-                (Some(a), Some(b)) => format!("{:.2}", a / b),
-                _ => "n/a".to_owned(),
-            };
-            let _ = writeln!(out, "{name:<26} {value:>5}   (target {target})");
+            let _ = writeln!(out, "{name:<26} {:>5}   (target {target})", ratio(pair));
+        }
+        let postgres_ran = [RowKey::PostgresResponse, RowKey::PostgresPair]
+            .iter()
+            .any(|k| !matches!(self.outcome(*k), Outcome::Skipped));
+        if postgres_ran {
+            for (name, pair, what) in [
+                (
+                    "postgres/RabbitMQ-quorum",
+                    throughput(RowKey::PostgresResponse, RowKey::RabbitQuorum),
+                    "target >= 0.75",
+                ),
+                // Two gateways on one database: how far the shared store lets them scale out
+                // (on a machine with few cores the gateways also share the CPU).
+                (
+                    "postgres×2/postgres×1",
+                    throughput(RowKey::PostgresPair, RowKey::PostgresResponse),
+                    "scale-out; no target",
+                ),
+            ] {
+                let _ = writeln!(out, "{name:<26} {:>5}   ({what})", ratio(pair));
+            }
         }
         let mb = |kib: Option<u64>| {
             kib.map_or("n/a".to_owned(), |k| format!("{:.1} MB", k as f64 / 1024.0))
