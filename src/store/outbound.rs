@@ -289,6 +289,10 @@ pub trait OutboundStore: Send + Sync {
     /// A message of an ordered group that ends faulted or failed fails every later message of
     /// the group not yet final (`send_group::failed_with`). Returns the messages that reached
     /// a final state.
+    ///
+    /// A decision made on a view that no longer holds is not saved: when the stored state is
+    /// not `before`, or more attempts are stored than `after` counts (another gateway of the
+    /// database claimed one meanwhile), nothing changes and the next pass decides again.
     fn save_outbound<'a>(
         &'a self,
         id: &'a str,

@@ -886,3 +886,48 @@ async fn a_submit_wakes_the_sender() {
         woken.await;
     }
 }
+
+/// A stop-rule decision made on a message read before another gateway claimed an attempt of
+/// it ("expired before it was sent", "no attempt reached the destination") is not saved: the
+/// message was sent meanwhile, and may be delivered.
+#[tokio::test]
+async fn a_decision_made_on_a_view_an_attempt_has_overtaken_is_not_saved() {
+    for b in backends().await {
+        let store = &b.store;
+        submit(store, submission("stale")).await;
+        let read = message(store, "stale").await;
+        // Another gateway claims an attempt of it …
+        claim(store, "stale", t0()).await;
+        // … while this one, on what it read, fails it as expired before any attempt.
+        let expired = t0() + secs(3601);
+        let failed = {
+            let mut o = read.outbound.clone();
+            assert!(!o.due(expired, Duration::from_secs(60)), "{}", b.name);
+            o
+        };
+        assert!(
+            failed.state.is_final(),
+            "the stop rules failed it: {}",
+            b.name
+        );
+        let finished = store
+            .save_outbound("stale", &read.outbound.state, &failed, expired)
+            .await
+            .expect("save");
+        assert!(finished.is_empty(), "nothing finished: {}", b.name);
+        let stored = message(store, "stale").await;
+        assert_eq!(stored.outbound.state, OutState::Sent, "{}", b.name);
+        assert_eq!(stored.outbound.attempts, 1, "{}", b.name);
+        // A decision on what is stored now is saved (a sent message past its expiry waits
+        // for a poll to settle its doubt).
+        let mut decided = stored.outbound.clone();
+        assert!(!decided.due(expired, Duration::from_secs(60)), "{}", b.name);
+        assert_ne!(decided, stored.outbound, "the rules changed it: {}", b.name);
+        store
+            .save_outbound("stale", &stored.outbound.state, &decided, expired)
+            .await
+            .expect("save");
+        let after = message(store, "stale").await;
+        assert_eq!(after.outbound, decided, "{}", b.name);
+    }
+}

@@ -233,6 +233,12 @@ async fn lock_groups_of(c: &mut PgConnection, ids: &[String]) -> Result<(), Fail
 
 /// Saves a message's new state; the store keeps final states final. A fault or failure
 /// fails what `send_group::failed_with` says of the rest of its group.
+///
+/// Fenced like a claim: the decision was made on `before` and `after.attempts`, read maybe
+/// before another gateway claimed an attempt of the message. If the stored state is no longer
+/// `before`, or more attempts are stored, the decision is stale — "expired before it was sent"
+/// about a message another gateway has just sent — and is not saved; the next pass decides
+/// again on what is stored.
 async fn save(
     c: &mut PgConnection,
     saved: &mut Saved,
@@ -249,7 +255,8 @@ async fn save(
         "UPDATE out_messages m SET state = $1, fault = $2, reason = $3, \
          attempts = GREATEST(m.attempts, $4), next_attempt = $5, updated_at = $6 \
          FROM out_groups g WHERE g.group_id = m.group_id AND m.id = $7 \
-         AND m.state IN ('queued', 'sent') RETURNING m.group_id, m.number, g.ordered",
+         AND m.state IN ('queued', 'sent') AND m.state = $8 AND m.attempts <= $4 \
+         RETURNING m.group_id, m.number, g.ordered",
     )
     .bind(after.state.name())
     .bind(fault_of(&after.state))
@@ -258,6 +265,7 @@ async fn save(
     .bind(after.next_attempt.map(millis))
     .bind(millis(now))
     .bind(id)
+    .bind(before.name())
     .fetch_optional(&mut *c)
     .await
     .doing("saving an outbound state")?;

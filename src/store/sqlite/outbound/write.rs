@@ -101,7 +101,7 @@ pub(super) fn save(
         .prepare_cached(
             "UPDATE out_messages SET state = ?1, fault = ?2, reason = ?3, \
              attempts = MAX(attempts, ?4), next_attempt = ?5, updated_at = ?6 \
-             WHERE id = ?7 AND state IN ('queued', 'sent')",
+             WHERE id = ?7 AND state IN ('queued', 'sent') AND state = ?8 AND attempts <= ?4",
         )?
         .execute(params![
             after.state.name(),
@@ -110,7 +110,8 @@ pub(super) fn save(
             i64::from(after.attempts),
             after.next_attempt.map(millis),
             millis(now),
-            id
+            id,
+            before.name()
         ])?;
     if changed != 1 {
         return Ok(());
