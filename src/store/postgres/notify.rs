@@ -120,7 +120,7 @@ pub(super) async fn start(pool: &PgPool, shared: &Arc<Shared>) -> Result<(), Sto
     let mut listener = PgListener::connect_with(pool).await?;
     listener.listen(CHANNEL).await?;
     let task = tokio::spawn(listen(listener, pool.clone(), Arc::downgrade(shared)));
-    shared.listener.set(task);
+    shared.listener.add(task);
     Ok(())
 }
 

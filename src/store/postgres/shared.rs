@@ -35,7 +35,7 @@ pub(in crate::store) struct Shared {
     pub(in crate::store) deliveries_changed: watch::Sender<u64>,
     pub(in crate::store) inbox_appended: watch::Sender<u64>,
     /// The task that LISTENs for other gateways' commits; stopped with the last handle.
-    pub(super) listener: Task,
+    pub(super) listener: Tasks,
     /// The group-commit writer every receive goes through; stopped with the last handle.
     pub(super) writer: Writer,
 }
@@ -56,7 +56,7 @@ impl Shared {
             probe: tokio::sync::Mutex::new(None),
             deliveries_changed: watch::channel(0).0,
             inbox_appended: watch::channel(0).0,
-            listener: Task::default(),
+            listener: Tasks::default(),
             writer,
         }
     }
@@ -128,19 +128,24 @@ impl Shared {
     }
 }
 
-/// A background task of this gateway's store, stopped when its owner goes.
+/// Background tasks of this gateway's store, stopped when their owner goes.
 #[derive(Default)]
-pub(super) struct Task(Mutex<Option<tokio::task::JoinHandle<()>>>);
+pub(super) struct Tasks(Mutex<Vec<tokio::task::JoinHandle<()>>>);
 
-impl Task {
-    pub(super) fn set(&self, task: tokio::task::JoinHandle<()>) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(task);
+impl Tasks {
+    pub(super) fn add(&self, task: tokio::task::JoinHandle<()>) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(task);
     }
 }
 
-impl Drop for Task {
+impl Drop for Tasks {
     fn drop(&mut self) {
-        if let Some(task) = self.0.get_mut().unwrap_or_else(|p| p.into_inner()).take() {
+        for task in self
+            .0
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .drain(..)
+        {
             task.abort();
         }
     }
