@@ -49,16 +49,7 @@ impl Server {
     /// Every process whose command name (`/proc/{pid}/comm`) is `name`; none found is an
     /// empty set (the figure is then left out).
     pub fn named(name: &str) -> Server {
-        let pids = std::fs::read_dir("/proc")
-            .into_iter()
-            .flatten()
-            .flatten()
-            .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
-            .filter(|pid| {
-                std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                    .is_ok_and(|comm| comm.trim_end() == name)
-            })
-            .collect();
+        let pids = processes_named(name).collect();
         Server {
             pids,
             postgres_db: None,
@@ -113,18 +104,25 @@ impl Server {
 /// (`postgres: [cluster:] user database host(port) activity`, in `/proc/{pid}/cmdline`) names
 /// it. The database's name is this tool's own (`wsr_compare_…`), so it matches nothing else.
 fn postgres_backends(database: &str) -> Vec<u32> {
+    processes_named("postgres")
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|title| serves(&String::from_utf8_lossy(&title), database))
+        })
+        .collect()
+}
+
+/// The processes whose command name (`/proc/{pid}/comm`) is `name`.
+fn processes_named(name: &str) -> impl Iterator<Item = u32> + '_ {
     std::fs::read_dir("/proc")
         .into_iter()
         .flatten()
         .flatten()
         .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|pid| {
+        .filter(move |pid| {
             std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|comm| comm.trim_end() == "postgres")
-                && std::fs::read(format!("/proc/{pid}/cmdline"))
-                    .is_ok_and(|title| serves(&String::from_utf8_lossy(&title), database))
+                .is_ok_and(|comm| comm.trim_end() == name)
         })
-        .collect()
 }
 
 /// Whether a backend's process title names `database`.
