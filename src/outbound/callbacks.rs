@@ -48,12 +48,13 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>, policy: RetryPolicy, clien
         }
         // On the gateway's clock: an ack another gateway leased is due again when the lease
         // runs out on the same clock its deadline was written with.
-        let recheck = clock.now() + chrono::Duration::from_std(IDLE_RECHECK).unwrap_or_default();
+        let now = clock.now();
+        let recheck = crate::wsr::datetime::saturating_add_std(now, IDLE_RECHECK);
         let wake_at = match store.next_callback_due().await {
             Ok(Some(t)) => t.min(recheck),
             Ok(None) | Err(_) => recheck,
         };
-        if wake_at <= clock.now() {
+        if wake_at <= now {
             tokio::task::yield_now().await;
             continue;
         }

@@ -92,11 +92,8 @@ impl PostgresStore {
             conn.detach();
             tracing::warn!(error = %e, "could not release the migration lock; connection closed");
         }
-        let (queue, jobs) = writer::queue();
-        let shared = Arc::new(Shared::new(
-            config.policy.clone(),
-            writer::Writer::new(queue),
-        ));
+        let (writer, jobs) = writer::Writer::new();
+        let shared = Arc::new(Shared::new(config.policy.clone(), writer));
         writer::spawn(&pool, &shared, jobs);
         notify::start(&pool, &shared).await?;
         Ok(PostgresStore { pool, shared })

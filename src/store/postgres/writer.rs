@@ -55,17 +55,15 @@ pub(super) struct Writer {
 }
 
 impl Writer {
-    pub(super) fn new(queue: mpsc::Sender<Job>) -> Writer {
-        Writer {
+    /// The writer's end for receives, and the jobs its task (`spawn`) will take.
+    pub(super) fn new() -> (Writer, mpsc::Receiver<Job>) {
+        let (queue, jobs) = mpsc::channel(QUEUE);
+        let writer = Writer {
             queue,
             tasks: Tasks::default(),
-        }
+        };
+        (writer, jobs)
     }
-}
-
-/// A writer's queue: receives send into the first half, the writer takes from the second.
-pub(super) fn queue() -> (mpsc::Sender<Job>, mpsc::Receiver<Job>) {
-    mpsc::channel(QUEUE)
 }
 
 /// Starts the writer; it stops with the last handle to `shared` (which holds its queue).

@@ -253,7 +253,7 @@ async fn save(
     }
     let row = sqlx::query(
         "UPDATE out_messages m SET state = $1, fault = $2, reason = $3, \
-         attempts = GREATEST(m.attempts, $4), next_attempt = $5, updated_at = $6 \
+         attempts = $4, next_attempt = $5, updated_at = $6 \
          FROM out_groups g WHERE g.group_id = m.group_id AND m.id = $7 \
          AND m.state IN ('queued', 'sent') AND m.state = $8 AND m.attempts <= $4 \
          RETURNING m.group_id, m.number, g.ordered",

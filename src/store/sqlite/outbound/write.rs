@@ -100,7 +100,7 @@ pub(super) fn save(
     let changed = conn
         .prepare_cached(
             "UPDATE out_messages SET state = ?1, fault = ?2, reason = ?3, \
-             attempts = MAX(attempts, ?4), next_attempt = ?5, updated_at = ?6 \
+             attempts = ?4, next_attempt = ?5, updated_at = ?6 \
              WHERE id = ?7 AND state IN ('queued', 'sent') AND state = ?8 AND attempts <= ?4",
         )?
         .execute(params![
