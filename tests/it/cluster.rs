@@ -269,14 +269,23 @@ async fn a_callback_ack_is_sent_by_one_gateway_and_taken_over_when_its_lease_run
     assert_eq!(g1.next_callback_due().await.expect("next"), None);
 }
 
+/// A gateway's configuration on `db`, and the test clock the gateways of a test share (a
+/// lease written by one is judged by the other on the same clock).
+fn gateway_config(db: &TestDatabase) -> (wsr_gateway::Config, wsr_gateway::clock::ManualClock) {
+    let mut config = wsr_gateway::Config::for_tests("unused.db".into());
+    config.database = db.config().database;
+    (
+        config,
+        wsr_gateway::clock::ManualClock::new(chrono::Utc::now()),
+    )
+}
+
 /// Two gateways (one process each, as far as the database can tell) on one new database,
 /// sharing one test clock.
 async fn two_running_gateways(
     db: &TestDatabase,
 ) -> (crate::support::TestApp, crate::support::TestApp) {
-    let clock = wsr_gateway::clock::ManualClock::new(chrono::Utc::now());
-    let mut config = wsr_gateway::Config::for_tests("unused.db".into());
-    config.database = db.config().database;
+    let (mut config, clock) = gateway_config(db);
     config.callback_retry_initial = std::time::Duration::from_millis(20);
     config.callback_retry_max = std::time::Duration::from_millis(200);
     let g1 = crate::support::start(config.clone(), clock.clone()).await;
@@ -355,19 +364,14 @@ async fn a_callback_ack_held_by_a_gateway_killed_mid_post_is_sent_by_the_other()
     assert!(body.contains("mid:orphan@cluster"), "{body}");
     // The endpoint hands the body over before its 200 reaches the gateway, which forgets the
     // ack only then: wait (bounded) for that.
-    let mut conn = db.connect().await;
-    let mut left: i64 = 1;
-    for _ in 0..500 {
-        left = sqlx::query_scalar("SELECT count(*) FROM pending_callbacks")
-            .fetch_one(&mut conn)
+    crate::support::eventually("sent once, forgotten", || async {
+        let left: i64 = sqlx::query_scalar("SELECT count(*) FROM pending_callbacks")
+            .fetch_one(&mut db.connect().await)
             .await
             .expect("count");
-        if left == 0 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    assert_eq!(left, 0, "sent once, forgotten");
+        (left == 0).then_some(())
+    })
+    .await;
     assert!(posts.try_recv().is_err(), "sent once");
 }
 
@@ -432,9 +436,7 @@ async fn a_message_that_fails_in_a_batch_fails_alone() {
 async fn an_outbound_message_whose_gateway_died_mid_post_is_resent_by_another() {
     const TOKEN: &str = "producer-token-cluster-01";
     let db = TestDatabase::create().await;
-    let clock = wsr_gateway::clock::ManualClock::new(chrono::Utc::now());
-    let mut config = wsr_gateway::Config::for_tests("unused.db".into());
-    config.database = db.config().database;
+    let (mut config, clock) = gateway_config(&db);
     config.tokens = vec![crate::support::producer_token(TOKEN)];
     crate::support::allow_loopback_urls(&mut config);
     let g1 = crate::support::start(config.clone(), clock.clone()).await;
@@ -480,9 +482,7 @@ async fn an_outbound_message_whose_gateway_died_mid_post_is_resent_by_another() 
 async fn a_push_held_by_a_gateway_killed_mid_post_is_pushed_by_the_other() {
     use crate::delivery::{ADMIN, Api, OWNER, deliver_singletons, tokens, webhook};
     let db = TestDatabase::create().await;
-    let clock = wsr_gateway::clock::ManualClock::new(chrono::Utc::now());
-    let mut config = wsr_gateway::Config::for_tests("unused.db".into());
-    config.database = db.config().database;
+    let (mut config, clock) = gateway_config(&db);
     config.tokens = tokens();
     let g1 = crate::support::start(config.clone(), clock.clone()).await;
     // The first push hangs (past the gateway's death); every later one is accepted.

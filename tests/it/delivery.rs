@@ -1086,12 +1086,9 @@ where
     Fut: std::future::Future<Output = bool>,
 {
     let settings = &app.config.delivery;
-    for pass in 0..50 {
+    super::support::eventually("housekeeping done", || async {
         if done().await {
-            return;
-        }
-        if pass > 0 {
-            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            return Some(());
         }
         app.store
             .maintain_deliveries(
@@ -1101,8 +1098,9 @@ where
             )
             .await
             .expect("maintenance");
-    }
-    panic!("housekeeping did not get there in 50 passes");
+        None
+    })
+    .await;
 }
 
 // Ephemeral subscriptions and inbox retention.

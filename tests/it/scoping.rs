@@ -356,18 +356,15 @@ async fn a_partner_may_name_only_its_own_callback_endpoints() {
     // The owed ack names the partner whose message it answers. (On PostgreSQL the gateway's
     // own callback worker may be claiming it at this very moment, and a claim skips rows
     // another claim holds: look again until that statement is over.)
-    let mut due = Vec::new();
-    for _ in 0..50 {
-        due = app
+    let due = super::support::eventually("the owed callback", || async {
+        let due = app
             .store
             .due_callbacks(Utc::now() + Duration::hours(1), 10)
             .await
             .expect("due");
-        if !due.is_empty() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+        (!due.is_empty()).then_some(due)
+    })
+    .await;
     assert_eq!(due.len(), 1);
     assert_eq!(due[0].partner, "alpha");
     app.stop().await;

@@ -184,6 +184,24 @@ pub struct Kept {
 }
 
 /// Starts a gateway on an existing configuration (e.g. the same database again).
+/// Asks `probe` until it answers `Some` (at most 500 times, 10 ms apart): for what another
+/// task, process or transaction finishes at a moment the test cannot name.
+pub async fn eventually<T, F, Fut>(what: &str, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    for attempt in 0..500 {
+        if attempt > 0 {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        if let Some(found) = probe().await {
+            return found;
+        }
+    }
+    panic!("{what}: not within 500 looks");
+}
+
 pub async fn start(config: Config, clock: ManualClock) -> TestApp {
     let app = App::build_with_clock(config.clone(), Arc::new(clock.clone()))
         .await
@@ -282,17 +300,12 @@ impl TestApp {
     /// nothing is due.
     pub async fn sweep(&self) {
         let now = self.clock.now_utc();
-        for pass in 0..50 {
-            if pass > 0 {
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-            }
+        eventually("every deadline due swept", || async {
             self.store.sweep(now).await.expect("sweep");
             let next = self.store.next_deadline().await.expect("next deadline");
-            if next.is_none_or(|d| d > now) {
-                return;
-            }
-        }
-        panic!("deadlines still due after 50 sweeps");
+            next.is_none_or(|d| d > now).then_some(())
+        })
+        .await;
     }
 
     pub async fn register_callback(&self, url: &str) {
