@@ -275,50 +275,48 @@ impl Report {
             (Some(a), Some(b)) => format!("{:.2}", a / b),
             _ => "n/a".to_owned(),
         };
-        for (name, pair, target) in [
+        let mut ratios = vec![
             (
                 "response/RabbitMQ-quorum",
                 throughput(RowKey::GatewayFull, RowKey::RabbitQuorum),
-                ">= 1.25",
+                "target >= 1.25",
             ),
             (
                 "response p99/RabbitMQ p99",
                 (p99(RowKey::GatewayFull), p99(RowKey::RabbitQuorum)),
-                "<= 1.00",
+                "target <= 1.00",
             ),
             (
                 "response/HTTP-ceiling",
                 throughput(RowKey::GatewayFull, RowKey::Ceiling),
-                ">= 0.30",
+                "target >= 0.30",
             ),
             (
                 "os/JetStream-publish",
                 throughput(RowKey::GatewayOs, RowKey::JetStreamPublish),
-                ">= 0.60",
+                "target >= 0.60",
             ),
             (
                 "ordered/response",
                 throughput(RowKey::GatewayOrdered, RowKey::GatewayFull),
-                ">= 0.90",
+                "target >= 0.90",
             ),
             (
                 "e2e/RabbitMQ-e2e",
                 throughput(RowKey::GatewayE2e, RowKey::RabbitE2e),
-                ">= 1.00",
+                "target >= 1.00",
             ),
             (
                 "e2e/JetStream-e2e",
                 throughput(RowKey::GatewayE2e, RowKey::JetStreamE2e),
-                ">= 0.35",
+                "target >= 0.35",
             ),
-        ] {
-            let _ = writeln!(out, "{name:<26} {:>5}   (target {target})", ratio(pair));
-        }
+        ];
         let postgres_ran = [RowKey::PostgresResponse, RowKey::PostgresPair]
             .iter()
             .any(|k| !matches!(self.outcome(*k), Outcome::Skipped));
         if postgres_ran {
-            for (name, pair, what) in [
+            ratios.extend([
                 (
                     "postgres/RabbitMQ-quorum",
                     throughput(RowKey::PostgresResponse, RowKey::RabbitQuorum),
@@ -331,9 +329,10 @@ impl Report {
                     throughput(RowKey::PostgresPair, RowKey::PostgresResponse),
                     "scale-out; no target",
                 ),
-            ] {
-                let _ = writeln!(out, "{name:<26} {:>5}   ({what})", ratio(pair));
-            }
+            ]);
+        }
+        for (name, pair, note) in ratios {
+            let _ = writeln!(out, "{name:<26} {:>5}   ({note})", ratio(pair));
         }
         let mb = |kib: Option<u64>| {
             kib.map_or("n/a".to_owned(), |k| format!("{:.1} MB", k as f64 / 1024.0))
