@@ -97,18 +97,24 @@ impl Announcement {
     }
 }
 
+/// The channel and payloads that announce `announcement`, for a write that sends them with
+/// its own statement (the group-commit writer's `wsr_apply_received`).
+pub(super) fn notifications(announcement: &Announcement) -> (&'static str, Vec<String>) {
+    (CHANNEL, announcement.payloads())
+}
+
 /// Sends the announcement inside the caller's transaction: it reaches the other gateways when
 /// (and only if) that transaction commits.
 pub(in crate::store) async fn announce(
     conn: &mut PgConnection,
     announcement: &Announcement,
 ) -> Result<(), StoreError> {
-    let payloads = announcement.payloads();
+    let (channel, payloads) = notifications(announcement);
     if payloads.is_empty() {
         return Ok(());
     }
     sqlx::query("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p")
-        .bind(CHANNEL)
+        .bind(channel)
         .bind(&payloads)
         .execute(conn)
         .await?;

@@ -38,7 +38,7 @@ const SWEEP_BATCH: i64 = 500;
 const CALLBACK_LEASE_MS: i64 = 60_000;
 
 /// Attempts at a transaction PostgreSQL aborted to break a deadlock between gateways.
-const ATTEMPTS: usize = 5;
+pub(super) const ATTEMPTS: usize = 5;
 
 /// Why a transaction failed: the database (maybe worth another attempt), or the store's own
 /// reasons (corrupt rows, a panic, the test hook).
@@ -152,17 +152,6 @@ async fn write_group(
         }
     }
     Ok(())
-}
-
-/// Takes `n` inbox offsets: the last of them is returned. The row stays locked to the commit,
-/// so a later offset can never become visible before an earlier one.
-pub(super) async fn take_offsets(conn: &mut PgConnection, n: i64) -> Result<i64, Failure> {
-    Ok(sqlx::query_scalar(
-        "UPDATE sequences SET last = last + $1 WHERE name = 'inbox' RETURNING last",
-    )
-    .bind(n)
-    .fetch_one(conn)
-    .await?)
 }
 
 async fn delete_buffered(
@@ -472,7 +461,7 @@ impl ReceiverStore for PostgresStore {
         message: ReceivedMessage,
     ) -> StoreFuture<'a, Result<Received, StoreError>> {
         Box::pin(async move {
-            let received = self.enqueue(message).await;
+            let received = super::writer::enqueue(&self.shared, message).await;
             if let Err(e) = &received {
                 // Refusals of this message alone say nothing about the database's health.
                 if matches!(

@@ -1,28 +1,32 @@
-//! The group-commit writer (DESIGN §7): one task per gateway takes every received message
-//! waiting for it, decides them all in one transaction with multi-row statements and commits
-//! once. A commit is what a durable ack waits for (the WAL flush), and the `sequences` row that
-//! hands out inbox offsets is held from the moment offsets are taken to the end of that flush,
-//! so one commit per message would serialise every gateway on one flush each; one commit per
-//! batch shares each flush among everything that arrived meanwhile.
+//! The group-commit writer (DESIGN §7): one thread per gateway takes every received message
+//! waiting for it, reads their groups, decides them all and writes the batch in one call of
+//! `wsr_apply_received` (migration 0002), which is its own transaction: two round trips and one
+//! commit per batch. A commit is what a durable ack waits for (the WAL flush), and the
+//! `sequences` row that hands out inbox offsets is held from the moment offsets are taken to
+//! the end of that flush, so one commit per message would serialise every gateway on one flush
+//! each; one commit per batch shares each flush among everything that arrived meanwhile.
 //!
 //! A batch holds at most one message per group: the decisions about a group then never depend
 //! on another message of the same batch, and a message of a group already in the batch starts
-//! the next one. Its groups are locked in one statement, in hash order, so that two gateways'
-//! batches wait for each other instead of deadlocking. A message whose decision fails (an
-//! unreadable group, a panic) fails alone; a statement that fails takes the batch back, and
-//! then each message is tried in a batch of its own, so that only the one at fault fails.
+//! the next one. The groups are read without a lock; the write locks them, in hash order so
+//! that two gateways' batches wait for each other instead of deadlocking, and writes only if
+//! each is still the version that was read; if one is not, the batch is decided again in a
+//! transaction holding the locks from before the read. A message whose decision fails (an
+//! unreadable group, a panic) fails alone; a write that fails takes the batch back, and then
+//! each message is tried in a batch of its own, so that only the one at fault fails.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
+use std::time::Duration;
 
-use sqlx::postgres::PgPool;
-use sqlx::{PgConnection, Row};
+use sqlx::postgres::{PgConnectOptions, PgPool};
+use sqlx::{Connection as _, PgConnection, Row};
 use tokio::sync::{mpsc, oneshot};
 
-use super::receiver::{Failure, decode, take_offsets};
+use super::receiver::{ATTEMPTS, Failure, decode};
 use super::shared::{Shared, Tasks};
-use super::{Announcement, PostgresStore};
+use super::{Announcement, notify, retryable};
 use crate::rmp::group::{GroupState, slot};
 use crate::rmp::receive_plan::{ReceivePlan, plan_receive};
 use crate::rmp::receiver::{Action, Incoming, starts_counted_group};
@@ -41,6 +45,24 @@ const MAX_BATCH_BYTES: usize = 16 << 20;
 
 /// Messages waiting for the writer; a receive waits here when the writer falls behind.
 const QUEUE: usize = 1024;
+
+/// The SQLSTATE `wsr_apply_received` raises when buffered messages its batch releases are not
+/// there (a group and its buffer disagree: the store is corrupt).
+const RELEASE_MISSING: &str = "WR001";
+
+/// Planner settings of the writer's connection: no sequential scans, and no hash or merge joins
+/// (which would read a whole table or index to join the batch's few keys), so that every plan
+/// looks rows up by index (see the note above `lock_groups`); and then one generic plan per
+/// statement, made once, instead of one per batch.
+const KEYED_PLANS_ONLY: [(&str, &str); 4] = [
+    ("enable_seqscan", "off"),
+    ("enable_hashjoin", "off"),
+    ("enable_mergejoin", "off"),
+    ("plan_cache_mode", "force_generic_plan"),
+];
+
+/// How long the writer waits for its connection to the database (as the pool does).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// One received message and where its decision goes.
 pub(super) struct Job {
@@ -66,16 +88,55 @@ impl Writer {
     }
 }
 
-/// Starts the writer; it stops with the last handle to `shared` (which holds its queue).
+/// Starts the writer; it stops with the last handle to `shared` (which holds its queue). It
+/// has a connection of its own, outside the pool: one that keeps the planner settings its
+/// statements need (`KEYED_PLANS_ONLY`), and that it never waits for (nor pings) in the pool.
 pub(super) fn spawn(pool: &PgPool, shared: &Arc<Shared>, jobs: mpsc::Receiver<Job>) {
-    let task = tokio::spawn(run(pool.clone(), Arc::downgrade(shared), jobs));
+    let options = (*pool.connect_options()).clone().options(KEYED_PLANS_ONLY);
+    let task = tokio::spawn(run(options, Arc::downgrade(shared), jobs));
     shared.writer.tasks.add(task);
 }
 
+/// The writer's own connection, opened when first needed and again after it broke.
+struct WriterConnection {
+    options: PgConnectOptions,
+    open: Option<PgConnection>,
+}
+
+impl WriterConnection {
+    async fn get(&mut self) -> Result<&mut PgConnection, Failure> {
+        let conn = match self.open.take() {
+            Some(conn) => conn,
+            None => {
+                tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&self.options))
+                    .await
+                    .map_err(|_| sqlx::Error::PoolTimedOut)??
+            }
+        };
+        Ok(self.open.insert(conn))
+    }
+
+    /// After a failed transaction: a connection that failed other than by the database's
+    /// answer (I/O, protocol) is closed, and the next batch opens a new one.
+    fn failed(&mut self, failure: &Failure) {
+        if let Failure::Db(e) = failure
+            && e.as_database_error().is_none()
+        {
+            self.open = None;
+        }
+    }
+}
+
 /// The writer's loop: a batch of whatever is waiting, decided and committed, then the next.
-/// One batch at a time: a second writer overlapping the first's flush was measured to cost
-/// more CPU per message (smaller batches) for no more throughput on two cores.
-async fn run(pool: PgPool, shared: Weak<Shared>, mut queue: mpsc::Receiver<Job>) {
+/// One batch at a time: a second batch in flight on a second connection, read and decided
+/// while the first waits for its commit, was measured (twice, before and after the batch
+/// became two round trips) to make smaller batches that cost more CPU per message, for less
+/// throughput on two cores.
+async fn run(options: PgConnectOptions, shared: Weak<Shared>, mut queue: mpsc::Receiver<Job>) {
+    let mut connection = WriterConnection {
+        options,
+        open: None,
+    };
     let mut held_over: Option<Job> = None;
     loop {
         let first = match held_over.take() {
@@ -107,11 +168,7 @@ async fn run(pool: PgPool, shared: Weak<Shared>, mut queue: mpsc::Receiver<Job>)
             }
             return;
         };
-        let store = PostgresStore {
-            pool: pool.clone(),
-            shared,
-        };
-        let results = store.write(&batch).await;
+        let results = write(&mut connection, &shared, &batch).await;
         for (job, result) in batch.into_iter().zip(results) {
             // The request may have gone (its client hung up); the decision stands.
             let _ = job.answer.send(result);
@@ -127,162 +184,246 @@ fn group_of(m: &ReceivedMessage) -> (String, String) {
     )
 }
 
-impl PostgresStore {
-    /// Hands `message` to the writer and waits for its committed decision.
-    pub(super) fn enqueue(
-        &self,
-        message: ReceivedMessage,
-    ) -> StoreFuture<'_, Result<Received, StoreError>> {
-        Box::pin(async move {
-            let (answer, decided) = oneshot::channel();
-            self.shared
-                .writer
-                .queue
-                .send(Job { message, answer })
-                .await
-                .map_err(|_| StoreError::Closed)?;
-            decided.await.map_err(|_| StoreError::Closed)?
-        })
-    }
+/// Hands `message` to the writer and waits for its committed decision.
+pub(super) fn enqueue(
+    shared: &Shared,
+    message: ReceivedMessage,
+) -> StoreFuture<'_, Result<Received, StoreError>> {
+    Box::pin(async move {
+        let (answer, decided) = oneshot::channel();
+        shared
+            .writer
+            .queue
+            .send(Job { message, answer })
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        decided.await.map_err(|_| StoreError::Closed)?
+    })
+}
 
-    /// Decides and commits `batch`, one result per job in its order.
-    async fn write(&self, batch: &[Job]) -> Vec<Result<Received, StoreError>> {
-        let messages: Vec<&ReceivedMessage> = batch.iter().map(|j| &j.message).collect();
-        match self.retrying(|| self.write_once(&messages)).await {
-            Ok(results) => results,
-            Err(StoreError::Injected) => {
-                messages.iter().map(|_| Err(StoreError::Injected)).collect()
+/// Decides and commits `batch`, one result per job in its order.
+async fn write(
+    connection: &mut WriterConnection,
+    shared: &Shared,
+    batch: &[Job],
+) -> Vec<Result<Received, StoreError>> {
+    let messages: Vec<&ReceivedMessage> = batch.iter().map(|j| &j.message).collect();
+    match write_retrying(connection, shared, &messages).await {
+        Ok(results) => results,
+        Err(StoreError::Injected) => messages.iter().map(|_| Err(StoreError::Injected)).collect(),
+        Err(e) if messages.len() == 1 => vec![Err(e)],
+        Err(e) => {
+            tracing::debug!(error = %e, messages = messages.len(), "batch failed; each message again on its own");
+            let mut results = Vec::with_capacity(messages.len());
+            for m in &messages {
+                let alone = write_retrying(connection, shared, &[*m]).await;
+                results.push(alone.and_then(|mut r| r.pop().unwrap_or(Err(StoreError::Closed))));
             }
-            Err(e) if messages.len() == 1 => vec![Err(e)],
-            Err(e) => {
-                tracing::debug!(error = %e, messages = messages.len(), "batch failed; each message again on its own");
-                let mut results = Vec::with_capacity(messages.len());
-                for m in &messages {
-                    let one = [*m];
-                    let alone = self.retrying(|| self.write_once(&one)).await;
-                    results
-                        .push(alone.and_then(|mut r| r.pop().unwrap_or(Err(StoreError::Closed))));
-                }
-                results
-            }
+            results
         }
     }
+}
 
-    /// One transaction for `messages` (at most one per group; see the module's comment).
-    async fn write_once(
-        &self,
-        messages: &[&ReceivedMessage],
-    ) -> Result<Vec<Result<Received, StoreError>>, Failure> {
-        let mut tx = self.begin().await?;
-        let partners: Vec<&str> = messages.iter().map(|m| m.partner.as_str()).collect();
-        let group_ids: Vec<String> = messages
-            .iter()
-            .map(|m| m.request.key().group_id.as_str().to_owned())
-            .collect();
-        lock_groups(&mut tx, &partners, &group_ids).await?;
-        let mut stored = read_groups(&mut tx, &partners, &group_ids).await?;
-        let mut open_by_source = open_groups_by_source(&mut tx, messages, &stored).await?;
+/// `write_once`, again while PostgreSQL aborts it to break a deadlock between gateways (as
+/// `PostgresStore::retrying` does for the pool's transactions).
+async fn write_retrying(
+    connection: &mut WriterConnection,
+    shared: &Shared,
+    messages: &[&ReceivedMessage],
+) -> Result<Vec<Result<Received, StoreError>>, StoreError> {
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        let failure = match connection.get().await {
+            Ok(conn) => match write_once(conn, shared, messages).await {
+                Ok(results) => return Ok(results),
+                Err(failure) => failure,
+            },
+            Err(failure) => failure,
+        };
+        connection.failed(&failure);
+        match failure {
+            Failure::Db(e) if retryable(&e) && tries < ATTEMPTS => {
+                tracing::debug!(error = %e, "transaction aborted by the database; again");
+            }
+            other => return Err(other.into()),
+        }
+    }
+}
 
-        let mut decided: Vec<Result<Decided<'_>, StoreError>> = Vec::with_capacity(messages.len());
-        for (m, group_id) in messages.iter().zip(&group_ids) {
-            let stored_group = stored.remove(&(m.partner.clone(), group_id.clone()));
-            let outcome = match stored_group {
-                Some(Err(e)) => Err(e),
-                Some(Ok((id, state))) => self.decide(m, Some((id, &state)), 0),
-                None => {
-                    let open = open_by_source.get(m.source.as_str()).copied().unwrap_or(0);
-                    let d = self.decide(m, None, open);
-                    if let Ok(d) = &d {
-                        let opens = d.plan.group.as_ref().is_some_and(|w| {
-                            w.state.status.as_str() == "open" && starts_counted_group(&m.request)
-                        });
-                        if opens {
-                            *open_by_source.entry(m.source.as_str()).or_default() += 1;
-                        }
-                    }
-                    d
-                }
-            };
-            decided.push(outcome);
-        }
+/// One attempt at `messages` (at most one per group; see the module's comment). They are
+/// decided from their groups as read without a lock, and written in one call that checks,
+/// under the groups' locks, that none changed meanwhile (`wsr_apply_received`, migration
+/// 0002): two round trips a batch. When one did change (another gateway, or this one's
+/// sweeper, wrote it between the read and the write), the batch is decided again in a
+/// transaction that holds the locks from before the read.
+async fn write_once(
+    conn: &mut PgConnection,
+    shared: &Shared,
+    messages: &[&ReceivedMessage],
+) -> Result<Vec<Result<Received, StoreError>>, Failure> {
+    let keys = BatchKeys::of(messages);
+    let stored = read_groups(&mut *conn, &keys).await?;
+    if let Some(written) = decide_and_apply(&mut *conn, shared, messages, stored).await? {
+        return Ok(written.committed(shared));
+    }
+    tracing::debug!(
+        messages = messages.len(),
+        "a group of the batch changed since it was read; deciding again under its lock"
+    );
+    let mut tx = conn.begin().await?;
+    lock_groups(&mut tx, &keys).await?;
+    let stored = read_groups(&mut tx, &keys).await?;
+    let Some(written) = decide_and_apply(&mut tx, shared, messages, stored).await? else {
+        let why = "a group changed while this gateway held its lock".to_owned();
+        tracing::error!(reason = %why, "messages refused; their transaction rolled back");
+        return Err(StoreError::Corrupt(why).into());
+    };
+    tx.commit().await?;
+    Ok(written.committed(shared))
+}
 
-        let mut announcement = Announcement::default();
-        let mut rows = Rows::default();
-        for d in decided.iter().flatten() {
-            rows.add(d, &mut announcement);
+/// The (partner, group id) of each message of a batch, in its order.
+struct BatchKeys<'m> {
+    partners: Vec<&'m str>,
+    group_ids: Vec<String>,
+}
+
+impl<'m> BatchKeys<'m> {
+    fn of(messages: &[&'m ReceivedMessage]) -> BatchKeys<'m> {
+        BatchKeys {
+            partners: messages.iter().map(|m| m.partner.as_str()).collect(),
+            group_ids: messages
+                .iter()
+                .map(|m| m.request.key().group_id.as_str().to_owned())
+                .collect(),
         }
-        rows.write_before_offsets(&mut tx).await?;
-        let appended = appended(&decided);
-        if appended > 0 {
-            let last = take_offsets(&mut tx, appended).await?;
-            rows.write_inbox(&mut tx, &decided, last - appended, &mut announcement)
-                .await?;
-            announcement.wakes.appended = true;
-        }
-        let injected = self
-            .shared
-            .failing_commits
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok();
-        if injected {
-            tx.rollback().await?;
-            return Err(StoreError::Injected.into());
-        }
-        self.commit(tx, announcement).await?;
-        self.shared.health.committed(true);
-        Ok(decided
+    }
+}
+
+/// A batch written (or about to be committed, under the locks), with what it announces.
+struct Written<'m> {
+    decided: Vec<Result<Decided<'m>, StoreError>>,
+    announcement: Announcement,
+}
+
+impl Written<'_> {
+    /// After the commit: wakes this gateway's own waiters (the other gateways hear of it by
+    /// the NOTIFY the write sent) and answers each message.
+    fn committed(self, shared: &Shared) -> Vec<Result<Received, StoreError>> {
+        self.announcement.wake_here(shared);
+        shared.health.committed(true);
+        self.decided
             .into_iter()
             .map(|d| {
                 d.map(|d| Received {
                     verdict: d.plan.verdict,
                 })
             })
-            .collect())
-    }
-
-    /// The pure rules' decision for one message, a panic in them caught as its failure.
-    fn decide<'m>(
-        &self,
-        m: &'m ReceivedMessage,
-        stored: Option<(i64, &GroupState)>,
-        open_groups_of_source: u64,
-    ) -> Result<Decided<'m>, StoreError> {
-        let doomed = self
-            .shared
-            .panicking_group
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .as_deref()
-            == Some(m.request.key().group_id.as_str());
-        let planned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            if doomed {
-                panic!("injected panic (test hook)");
-            }
-            plan_receive(
-                stored.map(|(_, s)| s),
-                Incoming {
-                    request: &m.request,
-                    channel: &m.channel,
-                    body_bytes: m.payload.len() as u64,
-                    open_groups_of_source,
-                },
-                m.now,
-                &self.shared.policy,
-            )
-        }));
-        let plan = planned.map_err(|p| StoreError::Panicked(panic_message(&*p)))?;
-        Ok(Decided {
-            message: m,
-            group_row: stored.map(|(id, _)| id),
-            plan,
-        })
+            .collect()
     }
 }
 
-/// One message's decision, with the row id of its group when the group was stored.
+/// Decides each message from `stored` and writes the batch; `None` when a group changed since
+/// `stored` was read (nothing is written then).
+async fn decide_and_apply<'m>(
+    conn: &mut PgConnection,
+    shared: &Shared,
+    messages: &[&'m ReceivedMessage],
+    mut stored: StoredGroups,
+) -> Result<Option<Written<'m>>, Failure> {
+    let mut open_by_source = open_groups_by_source(&mut *conn, messages, &stored).await?;
+    let mut decided: Vec<Result<Decided<'m>, StoreError>> = Vec::with_capacity(messages.len());
+    for m in messages {
+        let key = (
+            m.partner.clone(),
+            m.request.key().group_id.as_str().to_owned(),
+        );
+        let outcome = match stored.remove(&key) {
+            Some(Err(e)) => Err(e),
+            Some(Ok(group)) => decide(shared, m, Some(&group), 0),
+            None => {
+                let open = open_by_source.get(m.source.as_str()).copied().unwrap_or(0);
+                let d = decide(shared, m, None, open);
+                if let Ok(d) = &d {
+                    let opens = d.plan.group.as_ref().is_some_and(|w| {
+                        w.state.status.as_str() == "open" && starts_counted_group(&m.request)
+                    });
+                    if opens {
+                        *open_by_source.entry(m.source.as_str()).or_default() += 1;
+                    }
+                }
+                d
+            }
+        };
+        decided.push(outcome);
+    }
+
+    let mut announcement = Announcement::default();
+    let mut rows = Rows::default();
+    for d in decided.iter().flatten() {
+        rows.add(d, &mut announcement);
+    }
+    announcement.wakes.appended |= rows.appended > 0;
+    let injected = shared
+        .failing_commits
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok();
+    if injected {
+        return Err(StoreError::Injected.into());
+    }
+    if !rows.apply(conn, &announcement).await? {
+        return Ok(None);
+    }
+    Ok(Some(Written {
+        decided,
+        announcement,
+    }))
+}
+
+/// The pure rules' decision for one message, a panic in them caught as its failure.
+fn decide<'m>(
+    shared: &Shared,
+    m: &'m ReceivedMessage,
+    stored: Option<&StoredGroup>,
+    open_groups_of_source: u64,
+) -> Result<Decided<'m>, StoreError> {
+    let doomed = shared
+        .panicking_group
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .as_deref()
+        == Some(m.request.key().group_id.as_str());
+    let planned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if doomed {
+            panic!("injected panic (test hook)");
+        }
+        plan_receive(
+            stored.map(|g| &g.state),
+            Incoming {
+                request: &m.request,
+                channel: &m.channel,
+                body_bytes: m.payload.len() as u64,
+                open_groups_of_source,
+            },
+            m.now,
+            &shared.policy,
+        )
+    }));
+    let plan = planned.map_err(|p| StoreError::Panicked(panic_message(&*p)))?;
+    Ok(Decided {
+        message: m,
+        group_row: stored.map(|g| g.id),
+        group_version: stored.map(|g| g.version),
+        plan,
+    })
+}
+
+/// One message's decision, with the row id and version of its group when the group was stored.
 struct Decided<'m> {
     message: &'m ReceivedMessage,
     group_row: Option<i64>,
+    group_version: Option<i64>,
     plan: ReceivePlan,
 }
 
@@ -296,60 +437,65 @@ impl Decided<'_> {
     }
 }
 
-// The statements that join the batch's arrays to a table run unprepared (`persistent(false)`):
-// a prepared statement's generic plan, made once per connection while a table was small, keeps
+// Every statement of the writer joins the batch's arrays to a table by key, and a prepared
+// statement's generic plan, made once per connection while a table was small, would keep
 // scanning the whole table after it has grown (measured: the read of the batch's groups fell
-// from 5,400 to 2,900 msgs/s within 70,000 groups). Planned with the batch's own arrays and the
-// table as it is, they look rows up by index; the cost is one plan per batch, not per message.
+// from 5,400 to 2,900 msgs/s within 70,000 groups). The writer's connection therefore forbids
+// the plans that scan (`KEYED_PLANS_ONLY`): what is left is an index lookup per key, right at
+// any size, so its statements are prepared once and planned once, as are those PL/pgSQL
+// caches for `wsr_apply_received` (planning each batch's statements anew was measured at a
+// fifth of its backend's time).
 
 /// Locks every group of the batch until the transaction ends, in hash order: PostgreSQL
 /// evaluates a volatile function of the SELECT list after the ORDER BY, so the locks are taken
 /// in that order and two batches sharing groups cannot each hold one the other waits for.
-async fn lock_groups(
-    conn: &mut PgConnection,
-    partners: &[&str],
-    group_ids: &[String],
-) -> Result<(), Failure> {
+/// `wsr_apply_received` takes the same locks in the same order.
+async fn lock_groups(conn: &mut PgConnection, keys: &BatchKeys<'_>) -> Result<(), Failure> {
     sqlx::query(
         "SELECT pg_advisory_xact_lock(k) FROM (SELECT DISTINCT \
          hashtextextended(p || chr(31) || g, 0) AS k FROM unnest($1::text[], $2::text[]) \
          AS t(p, g)) AS keys ORDER BY k",
     )
-    .bind(partners)
-    .bind(group_ids)
+    .bind(&keys.partners)
+    .bind(&keys.group_ids)
     .execute(conn)
     .await?;
     Ok(())
 }
 
-type StoredGroups = HashMap<(String, String), Result<(i64, GroupState), StoreError>>;
+/// A group as stored: its row, the row's version (`xmin`: the transaction that last wrote
+/// it, renewed by every write) and its state.
+struct StoredGroup {
+    id: i64,
+    version: i64,
+    state: GroupState,
+}
 
-/// The stored groups of the batch (read under their locks); an unreadable one fails only
-/// its message.
+type StoredGroups = HashMap<(String, String), Result<StoredGroup, StoreError>>;
+
+/// The stored groups of the batch; an unreadable one fails only its message.
 async fn read_groups(
     conn: &mut PgConnection,
-    partners: &[&str],
-    group_ids: &[String],
+    keys: &BatchKeys<'_>,
 ) -> Result<StoredGroups, Failure> {
     let rows = sqlx::query(
-        "SELECT g.partner, g.group_id, g.id, g.state_bin FROM groups g \
+        "SELECT g.partner, g.group_id, g.id, g.xmin::text::bigint, g.state_bin FROM groups g \
          JOIN unnest($1::text[], $2::text[]) AS t(p, gid) \
          ON g.partner = t.p AND g.group_id = t.gid",
     )
-    .persistent(false)
-    .bind(partners)
-    .bind(group_ids)
+    .bind(&keys.partners)
+    .bind(&keys.group_ids)
     .fetch_all(conn)
     .await?;
     let mut stored = HashMap::with_capacity(rows.len());
     for r in rows {
         let key: (String, String) = (r.try_get(0)?, r.try_get(1)?);
-        let state = decode(r.try_get::<&[u8], _>(3)?).map_err(|e| {
+        let state = decode(r.try_get::<&[u8], _>(4)?).map_err(|e| {
             tracing::error!(reason = %e, "message refused: its group's stored state is unreadable");
             e
         });
-        let id: i64 = r.try_get(2)?;
-        stored.insert(key, state.map(|s| (id, s)));
+        let (id, version) = (r.try_get(2)?, r.try_get(3)?);
+        stored.insert(key, state.map(|state| StoredGroup { id, version, state }));
     }
     Ok(stored)
 }
@@ -394,24 +540,32 @@ async fn open_groups_by_source<'m>(
     Ok(open)
 }
 
-/// Inbox offsets the batch appends: each delivered message, then what it released.
-fn appended(decided: &[Result<Decided<'_>, StoreError>]) -> i64 {
-    decided
-        .iter()
-        .flatten()
-        .map(|d| i64::from(d.delivers()) + d.plan.release.len() as i64)
-        .sum()
-}
-
-/// The batch's writes, gathered column by column for multi-row statements.
+/// The batch's writes, gathered column by column for `wsr_apply_received`'s arrays.
 #[derive(Default)]
 struct Rows<'m> {
+    /// Every group decided about, with the version of it the decision read (`None`: none
+    /// was stored).
+    decided_groups: DecidedGroups,
     discard: Triples,
     callbacks: CallbackRows,
     faults: FaultRows,
     new_groups: NewGroupRows,
     changed_groups: ChangedGroupRows,
     buffered: MessageRows<'m>,
+    /// Delivered messages, with their offsets counted from 1 within the batch.
+    delivered: MessageRows<'m>,
+    /// Buffered messages released, and their offsets within the batch.
+    released: Triples,
+    released_offsets: Vec<i64>,
+    /// Inbox offsets the batch takes: each delivered message, then what it released.
+    appended: i64,
+}
+
+#[derive(Default)]
+struct DecidedGroups {
+    partner: Vec<String>,
+    group_id: Vec<String>,
+    version: Vec<Option<i64>>,
 }
 
 #[derive(Default)]
@@ -511,6 +665,10 @@ impl<'m> Rows<'m> {
         let partner = m.partner.as_str();
         let group_id = d.group_id();
         let now = millis(m.now);
+        let groups = &mut self.decided_groups;
+        groups.partner.push(partner.to_owned());
+        groups.group_id.push(group_id.clone());
+        groups.version.push(d.group_version);
         for n in &d.plan.discard {
             self.discard.push(partner, &group_id, *n);
         }
@@ -565,199 +723,121 @@ impl<'m> Rows<'m> {
         if d.plan.action == Action::Buffer {
             self.buffered.push(m, None);
         }
+        if d.delivers() {
+            self.appended += 1;
+            self.delivered.push(m, Some(self.appended));
+        }
+        let key = m.request.key();
+        for n in &d.plan.release {
+            self.appended += 1;
+            self.released.push(partner, &group_id, *n);
+            self.released_offsets.push(self.appended);
+            announcement.delivered.push((
+                m.partner.clone(),
+                MessageKey {
+                    group_id: key.group_id.clone(),
+                    number: Some(*n),
+                },
+            ));
+        }
     }
 
-    /// Everything but the inbox: written before the offsets are taken, so that the
-    /// `sequences` row is held only for the inbox inserts and the commit.
-    async fn write_before_offsets(&self, conn: &mut PgConnection) -> Result<(), Failure> {
-        if !self.discard.number.is_empty() {
-            sqlx::query(
-                "DELETE FROM buffered b USING unnest($1::text[], $2::text[], $3::bigint[]) \
-                 AS t(p, g, n) WHERE b.partner = t.p AND b.group_id = t.g AND b.number = t.n",
-            )
-            .persistent(false)
-            .bind(&self.discard.partner)
-            .bind(&self.discard.group_id)
-            .bind(&self.discard.number)
-            .execute(&mut *conn)
-            .await?;
-        }
-        let c = &self.callbacks;
-        if !c.partner.is_empty() {
-            sqlx::query(
-                "INSERT INTO pending_callbacks (partner, endpoint, soap12, group_id, number, \
-                 fault, expiry, next_attempt) SELECT * FROM unnest($1::text[], $2::text[], \
-                 $3::boolean[], $4::text[], $5::bigint[], $6::text[], $7::bigint[], $8::bigint[])",
-            )
-            .bind(&c.partner)
-            .bind(&c.endpoint)
-            .bind(&c.soap12)
-            .bind(&c.group_id)
-            .bind(&c.number)
-            .bind(&c.fault)
-            .bind(&c.expiry)
-            .bind(&c.next_attempt)
-            .execute(&mut *conn)
-            .await?;
-        }
-        let f = &self.faults;
-        if !f.partner.is_empty() {
-            sqlx::query(
-                "INSERT INTO message_faults (partner, group_id, singleton, number, fault, expiry) \
-                 SELECT * FROM unnest($1::text[], $2::text[], $3::boolean[], $4::bigint[], \
-                 $5::text[], $6::bigint[]) ON CONFLICT (partner, group_id, singleton, number) \
-                 DO NOTHING",
-            )
-            .bind(&f.partner)
-            .bind(&f.group_id)
-            .bind(&f.singleton)
-            .bind(&f.number)
-            .bind(&f.fault)
-            .bind(&f.expiry)
-            .execute(&mut *conn)
-            .await?;
-        }
-        let g = &self.changed_groups;
-        if !g.id.is_empty() {
-            sqlx::query(
-                "UPDATE groups SET status = t.status, next_deadline = t.deadline, \
-                 updated_at = t.updated_at, state_bin = t.state FROM unnest($1::bigint[], \
-                 $2::text[], $3::bigint[], $4::bigint[], $5::bytea[]) \
-                 AS t(id, status, deadline, updated_at, state) WHERE groups.id = t.id",
-            )
-            .persistent(false)
-            .bind(&g.id)
-            .bind(&g.status)
-            .bind(&g.deadline)
-            .bind(&g.updated_at)
-            .bind(&g.state)
-            .execute(&mut *conn)
-            .await?;
-        }
-        let g = &self.new_groups;
-        if !g.partner.is_empty() {
-            sqlx::query(
-                "INSERT INTO groups (partner, group_id, channel, status, next_deadline, \
-                 updated_at, source, state_bin) SELECT * FROM unnest($1::text[], $2::text[], \
-                 $3::text[], $4::text[], $5::bigint[], $6::bigint[], $7::text[], $8::bytea[])",
-            )
-            .bind(&g.partner)
-            .bind(&g.group_id)
-            .bind(&g.channel)
-            .bind(&g.status)
-            .bind(&g.deadline)
-            .bind(&g.updated_at)
-            .bind(&g.source)
-            .bind(&g.state)
-            .execute(&mut *conn)
-            .await?;
-        }
-        let b = &self.buffered;
-        if !b.partner.is_empty() {
-            sqlx::query(
-                "INSERT INTO buffered (partner, group_id, number, channel, topic, namespaces, \
-                 received_at, expiry, payload) SELECT * FROM unnest($1::text[], $2::text[], \
-                 $3::bigint[], $4::text[], $5::text[], $6::text[], $7::bigint[], $8::bigint[], \
-                 $9::bytea[])",
-            )
-            .bind(&b.partner)
-            .bind(&b.group_id)
-            .bind(&b.number)
-            .bind(&b.channel)
-            .bind(&b.topic)
-            .bind(&b.namespaces)
-            .bind(&b.received_at)
-            .bind(&b.expiry)
-            .bind(&b.payload)
-            .execute(&mut *conn)
-            .await?;
-        }
-        Ok(())
-    }
-
-    /// Appends to the inbox from offset `before + 1` on, in the batch's order: each message
-    /// delivered, then the buffered messages it released.
-    async fn write_inbox(
+    /// Writes the batch and sends `announcement` in one call (see migration 0002): `false`,
+    /// with nothing written, when a decided group is no longer the version its decision read.
+    async fn apply(
         &self,
         conn: &mut PgConnection,
-        decided: &[Result<Decided<'m>, StoreError>],
-        before: i64,
-        announcement: &mut Announcement,
-    ) -> Result<(), Failure> {
-        let mut offset = before;
-        let mut delivered = MessageRows::default();
-        let mut released = Triples::default();
-        let mut released_offsets = Vec::new();
-        for d in decided.iter().flatten() {
-            let m = d.message;
-            if d.delivers() {
-                offset += 1;
-                delivered.push(m, Some(offset));
-            }
-            let key = m.request.key();
-            for n in &d.plan.release {
-                offset += 1;
-                released.push(&m.partner, key.group_id.as_str(), *n);
-                released_offsets.push(offset);
-                announcement.delivered.push((
-                    m.partner.clone(),
-                    MessageKey {
-                        group_id: key.group_id.clone(),
-                        number: Some(*n),
-                    },
-                ));
-            }
-        }
-        if !delivered.offset.is_empty() {
-            sqlx::query(
-                "INSERT INTO inbox (\"offset\", partner, group_id, number, channel, topic, \
-                 namespaces, received_at, expiry, payload) SELECT * FROM unnest($1::bigint[], \
-                 $2::text[], $3::text[], $4::bigint[], $5::text[], $6::text[], $7::text[], \
-                 $8::bigint[], $9::bigint[], $10::bytea[])",
-            )
-            .bind(&delivered.offset)
-            .bind(&delivered.partner)
-            .bind(&delivered.group_id)
-            .bind(&delivered.number)
-            .bind(&delivered.channel)
-            .bind(&delivered.topic)
-            .bind(&delivered.namespaces)
-            .bind(&delivered.received_at)
-            .bind(&delivered.expiry)
-            .bind(&delivered.payload)
-            .execute(&mut *conn)
-            .await?;
-        }
-        if !released_offsets.is_empty() {
-            let moved = sqlx::query(
-                "WITH wanted AS (SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], \
-                 $4::bigint[]) AS t(o, p, g, n)), \
-                 released AS (DELETE FROM buffered b USING wanted w WHERE b.partner = w.p \
-                 AND b.group_id = w.g AND b.number = w.n RETURNING b.*) \
-                 INSERT INTO inbox (\"offset\", channel, topic, group_id, number, namespaces, \
-                 received_at, expiry, partner, payload) SELECT w.o, r.channel, r.topic, \
-                 r.group_id, r.number, r.namespaces, r.received_at, r.expiry, r.partner, \
-                 r.payload FROM released r JOIN wanted w ON r.partner = w.p \
-                 AND r.group_id = w.g AND r.number = w.n",
-            )
-            .persistent(false)
-            .bind(&released_offsets)
-            .bind(&released.partner)
-            .bind(&released.group_id)
-            .bind(&released.number)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected();
-            if moved != released_offsets.len() as u64 {
-                let why = format!(
-                    "{} of {} buffered messages to release are missing",
-                    released_offsets.len() as u64 - moved.min(released_offsets.len() as u64),
-                    released_offsets.len()
-                );
+        announcement: &Announcement,
+    ) -> Result<bool, Failure> {
+        let (channel, payloads) = notify::notifications(announcement);
+        let (k, d, c, f) = (
+            &self.decided_groups,
+            &self.discard,
+            &self.callbacks,
+            &self.faults,
+        );
+        let (u, n, b, i) = (
+            &self.changed_groups,
+            &self.new_groups,
+            &self.buffered,
+            &self.delivered,
+        );
+        let r = &self.released;
+        let applied = sqlx::query_scalar::<_, bool>(
+            "SELECT wsr_apply_received($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, \
+             $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, \
+             $30, $31, $32, $33, $34, $35, $36, $37, $38, $39, $40, $41, $42, $43, $44, $45, \
+             $46, $47, $48, $49, $50, $51, $52, $53, $54, $55, $56, $57, $58, $59)",
+        )
+        .bind(&k.partner)
+        .bind(&k.group_id)
+        .bind(&k.version)
+        .bind(&d.partner)
+        .bind(&d.group_id)
+        .bind(&d.number)
+        .bind(&c.partner)
+        .bind(&c.endpoint)
+        .bind(&c.soap12)
+        .bind(&c.group_id)
+        .bind(&c.number)
+        .bind(&c.fault)
+        .bind(&c.expiry)
+        .bind(&c.next_attempt)
+        .bind(&f.partner)
+        .bind(&f.group_id)
+        .bind(&f.singleton)
+        .bind(&f.number)
+        .bind(&f.fault)
+        .bind(&f.expiry)
+        .bind(&u.id)
+        .bind(&u.status)
+        .bind(&u.deadline)
+        .bind(&u.updated_at)
+        .bind(&u.state)
+        .bind(&n.partner)
+        .bind(&n.group_id)
+        .bind(&n.channel)
+        .bind(&n.status)
+        .bind(&n.deadline)
+        .bind(&n.updated_at)
+        .bind(&n.source)
+        .bind(&n.state)
+        .bind(&b.partner)
+        .bind(&b.group_id)
+        .bind(&b.number)
+        .bind(&b.channel)
+        .bind(&b.topic)
+        .bind(&b.namespaces)
+        .bind(&b.received_at)
+        .bind(&b.expiry)
+        .bind(&b.payload)
+        .bind(&i.offset)
+        .bind(&i.partner)
+        .bind(&i.group_id)
+        .bind(&i.number)
+        .bind(&i.channel)
+        .bind(&i.topic)
+        .bind(&i.namespaces)
+        .bind(&i.received_at)
+        .bind(&i.expiry)
+        .bind(&i.payload)
+        .bind(&self.released_offsets)
+        .bind(&r.partner)
+        .bind(&r.group_id)
+        .bind(&r.number)
+        .bind(self.appended)
+        .bind(channel)
+        .bind(&payloads)
+        .fetch_one(conn)
+        .await
+        .map_err(|e| match e.as_database_error() {
+            Some(db) if db.code().as_deref() == Some(RELEASE_MISSING) => {
+                let why = db.message().to_owned();
                 tracing::error!(reason = %why, "messages refused; their transaction rolled back");
-                return Err(StoreError::Corrupt(why).into());
+                Failure::Store(StoreError::Corrupt(why))
             }
-        }
-        Ok(())
+            _ => Failure::Db(e),
+        })?;
+        Ok(applied)
     }
 }
