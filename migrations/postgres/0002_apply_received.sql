@@ -1,9 +1,11 @@
 -- One call writes everything the group-commit writer decided for a batch of received messages
 -- (src/store/postgres/writer.rs). The batch was decided from groups read without a lock, so
 -- the call first takes the batch's group locks (the advisory locks every writer of `groups`
--- holds) and checks that each group is still the version the decision read: its row's xmin,
--- which every UPDATE renews, or no row at all. If one changed, it writes nothing and answers
--- false, and the writer decides again under the locks. Otherwise it writes the batch, takes
+-- holds) and checks that each stored group is still the version the decision read: its row's
+-- xmin, which every UPDATE renews. A group that was not stored must still not be: its INSERT
+-- finds the row another gateway added meanwhile (and a decision that writes no group for it
+-- stands as of the read, which is when it was made). If one changed, it writes nothing and
+-- answers false, and the writer decides again under the locks. Otherwise it writes, takes
 -- the inbox offsets last (so that the `sequences` row is held only for the inbox inserts and
 -- the commit) and announces the batch to every gateway.
 --
@@ -47,6 +49,7 @@ AS $$
 DECLARE
     before bigint;
     moved bigint;
+    inserted bigint;
 BEGIN
     -- In hash order, as every batch takes them: two batches sharing groups wait for each
     -- other instead of deadlocking (a lock this transaction holds already is taken again).
@@ -55,8 +58,19 @@ BEGIN
         AS keys ORDER BY k;
     IF EXISTS (SELECT 1 FROM unnest(k_partner, k_group, k_version) AS t(p, g, v)
                LEFT JOIN groups gr ON gr.partner = t.p AND gr.group_id = t.g
-               WHERE gr.xmin::text::bigint IS DISTINCT FROM t.v) THEN
+               WHERE t.v IS NOT NULL AND gr.xmin::text::bigint IS DISTINCT FROM t.v) THEN
         RETURN false;
+    END IF;
+    INSERT INTO groups (partner, group_id, channel, status, next_deadline, updated_at, source,
+            state_bin)
+        SELECT * FROM unnest(n_partner, n_group, n_channel, n_status, n_deadline,
+            n_updated_at, n_source, n_state)
+        ON CONFLICT (partner, group_id) DO NOTHING;
+    GET DIAGNOSTICS inserted = ROW_COUNT;
+    IF inserted <> coalesce(cardinality(n_partner), 0) THEN
+        -- Stored by another gateway since the read: nothing of this call may stand.
+        RAISE EXCEPTION USING ERRCODE = 'WR002',
+            MESSAGE = 'a group of the batch was stored since it was read';
     END IF;
 
     DELETE FROM buffered b USING unnest(d_partner, d_group, d_number) AS t(p, g, n)
@@ -73,10 +87,6 @@ BEGIN
         FROM unnest(u_id, u_status, u_deadline, u_updated_at, u_state)
             AS t(id, status, deadline, updated_at, state)
         WHERE groups.id = t.id;
-    INSERT INTO groups (partner, group_id, channel, status, next_deadline, updated_at, source,
-            state_bin)
-        SELECT * FROM unnest(n_partner, n_group, n_channel, n_status, n_deadline,
-            n_updated_at, n_source, n_state);
     INSERT INTO buffered (partner, group_id, number, channel, topic, namespaces, received_at,
             expiry, payload)
         SELECT * FROM unnest(b_partner, b_group, b_number, b_channel, b_topic, b_namespaces,

@@ -50,6 +50,10 @@ const QUEUE: usize = 1024;
 /// there (a group and its buffer disagree: the store is corrupt).
 const RELEASE_MISSING: &str = "WR001";
 
+/// The SQLSTATE `wsr_apply_received` raises when a group its batch found unstored was stored
+/// meanwhile (the batch is then decided again, as when a stored group changed).
+const GROUP_STORED_MEANWHILE: &str = "WR002";
+
 /// Planner settings of the writer's connection: no sequential scans, and no hash or merge joins
 /// (which would read a whole table or index to join the batch's few keys), so that every plan
 /// looks rows up by index (see the note above `lock_groups`); and then one generic plan per
@@ -829,15 +833,21 @@ impl<'m> Rows<'m> {
         .bind(channel)
         .bind(&payloads)
         .fetch_one(conn)
-        .await
-        .map_err(|e| match e.as_database_error() {
-            Some(db) if db.code().as_deref() == Some(RELEASE_MISSING) => {
-                let why = db.message().to_owned();
+        .await;
+        let e = match applied {
+            Ok(applied) => return Ok(applied),
+            Err(e) => e,
+        };
+        match e.as_database_error().and_then(|db| db.code()).as_deref() {
+            Some(GROUP_STORED_MEANWHILE) => Ok(false),
+            Some(RELEASE_MISSING) => {
+                let why = e
+                    .as_database_error()
+                    .map_or_else(String::new, |db| db.message().to_owned());
                 tracing::error!(reason = %why, "messages refused; their transaction rolled back");
-                Failure::Store(StoreError::Corrupt(why))
+                Err(StoreError::Corrupt(why).into())
             }
-            _ => Failure::Db(e),
-        })?;
-        Ok(applied)
+            _ => Err(e.into()),
+        }
     }
 }
