@@ -3,7 +3,7 @@
 -- the call first takes the batch's group locks (the advisory locks every writer of `groups`
 -- holds) and checks that each stored group is still the version the decision read: its row's
 -- xmin, which every UPDATE renews. A group that was not stored must still not be: its INSERT
--- finds the row another gateway added meanwhile (and a decision that writes no group for it
+-- fails on the row another gateway added meanwhile (and a decision that writes no group for it
 -- stands as of the read, which is when it was made). If one changed, it writes nothing and
 -- answers false, and the writer decides again under the locks. Otherwise it writes, takes
 -- the inbox offsets last (so that the `sequences` row is held only for the inbox inserts and
@@ -49,7 +49,6 @@ AS $$
 DECLARE
     before bigint;
     moved bigint;
-    inserted bigint;
 BEGIN
     -- In hash order, as every batch takes them: two batches sharing groups wait for each
     -- other instead of deadlocking (a lock this transaction holds already is taken again).
@@ -61,17 +60,13 @@ BEGIN
                WHERE t.v IS NOT NULL AND gr.xmin::text::bigint IS DISTINCT FROM t.v) THEN
         RETURN false;
     END IF;
+    -- First, so that a group stored by another gateway since the read (a unique violation on
+    -- groups_partner_group_id_key, which the writer takes for a changed group) fails the call
+    -- before anything else is written; nothing of a failed call stands.
     INSERT INTO groups (partner, group_id, channel, status, next_deadline, updated_at, source,
             state_bin)
         SELECT * FROM unnest(n_partner, n_group, n_channel, n_status, n_deadline,
-            n_updated_at, n_source, n_state)
-        ON CONFLICT (partner, group_id) DO NOTHING;
-    GET DIAGNOSTICS inserted = ROW_COUNT;
-    IF inserted <> coalesce(cardinality(n_partner), 0) THEN
-        -- Stored by another gateway since the read: nothing of this call may stand.
-        RAISE EXCEPTION USING ERRCODE = 'WR002',
-            MESSAGE = 'a group of the batch was stored since it was read';
-    END IF;
+            n_updated_at, n_source, n_state);
 
     DELETE FROM buffered b USING unnest(d_partner, d_group, d_number) AS t(p, g, n)
         WHERE b.partner = t.p AND b.group_id = t.g AND b.number = t.n;

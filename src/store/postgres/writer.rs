@@ -50,9 +50,9 @@ const QUEUE: usize = 1024;
 /// there (a group and its buffer disagree: the store is corrupt).
 const RELEASE_MISSING: &str = "WR001";
 
-/// The SQLSTATE `wsr_apply_received` raises when a group its batch found unstored was stored
-/// meanwhile (the batch is then decided again, as when a stored group changed).
-const GROUP_STORED_MEANWHILE: &str = "WR002";
+/// The constraint `wsr_apply_received` violates when a group its batch found unstored was
+/// stored meanwhile (the batch is then decided again, as when a stored group changed).
+const ONE_ROW_PER_GROUP: &str = "groups_partner_group_id_key";
 
 /// Planner settings of the writer's connection: no sequential scans, and no hash or merge joins
 /// (which would read a whole table or index to join the batch's few keys), so that every plan
@@ -838,16 +838,17 @@ impl<'m> Rows<'m> {
             Ok(applied) => return Ok(applied),
             Err(e) => e,
         };
-        match e.as_database_error().and_then(|db| db.code()).as_deref() {
-            Some(GROUP_STORED_MEANWHILE) => Ok(false),
-            Some(RELEASE_MISSING) => {
-                let why = e
-                    .as_database_error()
-                    .map_or_else(String::new, |db| db.message().to_owned());
-                tracing::error!(reason = %why, "messages refused; their transaction rolled back");
-                Err(StoreError::Corrupt(why).into())
-            }
-            _ => Err(e.into()),
+        let Some(db) = e.as_database_error() else {
+            return Err(e.into());
+        };
+        if db.constraint() == Some(ONE_ROW_PER_GROUP) {
+            return Ok(false);
         }
+        if db.code().as_deref() == Some(RELEASE_MISSING) {
+            let why = db.message().to_owned();
+            tracing::error!(reason = %why, "messages refused; their transaction rolled back");
+            return Err(StoreError::Corrupt(why).into());
+        }
+        Err(e.into())
     }
 }
