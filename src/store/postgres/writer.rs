@@ -261,14 +261,28 @@ async fn write_retrying(
 /// 0002): two round trips a batch. When one did change (another gateway, or this one's
 /// sweeper, wrote it between the read and the write), the batch is decided again in a
 /// transaction that holds the locks from before the read.
+///
+/// A batch of singletons skips the read: a singleton is almost always new, so each is decided
+/// as one whose group is not stored, and the write's insert of that group is the check (a
+/// resend finds its group there, and the batch goes the way above). This holds only if every
+/// decision stores its group; a decision that stores nothing (a fault) is not written
+/// unread: the batch is read and decided again.
 async fn write_once(
     conn: &mut PgConnection,
     shared: &Shared,
     messages: &[&ReceivedMessage],
 ) -> Result<Vec<Result<Received, StoreError>>, Failure> {
     let keys = BatchKeys::of(messages);
+    if messages.iter().all(|m| m.request.key().number.is_none()) {
+        let unread = Unread::AssumedNew;
+        let written = decide_and_apply(&mut *conn, shared, messages, unread).await?;
+        if let Some(written) = written {
+            return Ok(written.committed(shared));
+        }
+    }
     let stored = read_groups(&mut *conn, &keys).await?;
-    if let Some(written) = decide_and_apply(&mut *conn, shared, messages, stored).await? {
+    let written = decide_and_apply(&mut *conn, shared, messages, Unread::Read(stored)).await?;
+    if let Some(written) = written {
         return Ok(written.committed(shared));
     }
     tracing::debug!(
@@ -278,13 +292,22 @@ async fn write_once(
     let mut tx = conn.begin().await?;
     lock_groups(&mut tx, &keys).await?;
     let stored = read_groups(&mut tx, &keys).await?;
-    let Some(written) = decide_and_apply(&mut tx, shared, messages, stored).await? else {
+    let Some(written) = decide_and_apply(&mut tx, shared, messages, Unread::Read(stored)).await?
+    else {
         let why = "a group changed while this gateway held its lock".to_owned();
         tracing::error!(reason = %why, "messages refused; their transaction rolled back");
         return Err(StoreError::Corrupt(why).into());
     };
     tx.commit().await?;
     Ok(written.committed(shared))
+}
+
+/// What a batch is decided from.
+enum Unread {
+    /// Its stored groups, as read.
+    Read(StoredGroups),
+    /// Nothing read: every group taken for one not stored (singletons; see `write_once`).
+    AssumedNew,
 }
 
 /// The (partner, group id) of each message of a batch, in its order.
@@ -328,14 +351,20 @@ impl Written<'_> {
     }
 }
 
-/// Decides each message from `stored` and writes the batch; `None` when a group changed since
-/// `stored` was read (nothing is written then).
+/// Decides each message from `basis` and writes the batch; `None`, with nothing written, when
+/// a group changed since it was read (or, read or not, was stored meanwhile), or when a batch
+/// decided unread has a decision that stores no group.
 async fn decide_and_apply<'m>(
     conn: &mut PgConnection,
     shared: &Shared,
     messages: &[&'m ReceivedMessage],
-    mut stored: StoredGroups,
+    basis: Unread,
 ) -> Result<Option<Written<'m>>, Failure> {
+    let assumed_new = matches!(basis, Unread::AssumedNew);
+    let mut stored = match basis {
+        Unread::Read(stored) => stored,
+        Unread::AssumedNew => StoredGroups::new(),
+    };
     let mut open_by_source = open_groups_by_source(&mut *conn, messages, &stored).await?;
     let mut decided: Vec<Result<Decided<'m>, StoreError>> = Vec::with_capacity(messages.len());
     for m in messages {
@@ -361,6 +390,15 @@ async fn decide_and_apply<'m>(
             }
         };
         decided.push(outcome);
+    }
+
+    let stores_every_group = || {
+        decided
+            .iter()
+            .all(|d| d.as_ref().is_ok_and(|d| d.plan.group.is_some()))
+    };
+    if assumed_new && !stores_every_group() {
+        return Ok(None);
     }
 
     let mut announcement = Announcement::default();
