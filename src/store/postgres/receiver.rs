@@ -38,7 +38,7 @@ const SWEEP_BATCH: i64 = 500;
 const CALLBACK_LEASE_MS: i64 = 60_000;
 
 /// Attempts at a transaction PostgreSQL aborted to break a deadlock between gateways.
-pub(super) const ATTEMPTS: usize = 5;
+const ATTEMPTS: usize = 5;
 
 /// Why a transaction failed: the database (maybe worth another attempt), or the store's own
 /// reasons (corrupt rows, a panic, the test hook).
@@ -260,6 +260,18 @@ async fn insert_fault(
     Ok(())
 }
 
+/// Whether a transaction that failed with `failure` on its `tries`th attempt is run again:
+/// PostgreSQL aborted it to break a deadlock between gateways, and attempts are left.
+pub(super) fn worth_again(failure: &Failure, tries: usize) -> bool {
+    match failure {
+        Failure::Db(e) if retryable(e) && tries < ATTEMPTS => {
+            tracing::debug!(error = %e, "transaction aborted by the database; again");
+            true
+        }
+        _ => false,
+    }
+}
+
 impl PostgresStore {
     /// Runs `attempt` again while PostgreSQL aborts it to break a deadlock between gateways.
     pub(super) async fn retrying<T, F, Fut>(&self, mut attempt: F) -> Result<T, StoreError>
@@ -271,9 +283,7 @@ impl PostgresStore {
         loop {
             tries += 1;
             match attempt().await {
-                Err(Failure::Db(e)) if retryable(&e) && tries < ATTEMPTS => {
-                    tracing::debug!(error = %e, "transaction aborted by the database; again");
-                }
+                Err(failure) if worth_again(&failure, tries) => {}
                 other => return other.map_err(StoreError::from),
             }
         }

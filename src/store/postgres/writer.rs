@@ -1,7 +1,8 @@
-//! The group-commit writer (DESIGN §7): one thread per gateway takes every received message
-//! waiting for it, reads their groups, decides them all and writes the batch in one call of
-//! `wsr_apply_received` (migration 0002), which is its own transaction: two round trips and one
-//! commit per batch. A commit is what a durable ack waits for (the WAL flush), and the
+//! The group-commit writer (DESIGN §7): one task per gateway, on a connection of its own,
+//! takes every received message waiting for it, reads their groups, decides them all and
+//! writes the batch in one call of `wsr_apply_received` (migration 0002), which is its own
+//! transaction: two round trips and one commit per batch (one round trip for a batch of
+//! singletons; see `write_once`). A commit is what a durable ack waits for (the WAL flush), and the
 //! `sequences` row that hands out inbox offsets is held from the moment offsets are taken to
 //! the end of that flush, so one commit per message would serialise every gateway on one flush
 //! each; one commit per batch shares each flush among everything that arrived meanwhile.
@@ -24,9 +25,9 @@ use sqlx::postgres::{PgConnectOptions, PgPool};
 use sqlx::{Connection as _, PgConnection, Row};
 use tokio::sync::{mpsc, oneshot};
 
-use super::receiver::{ATTEMPTS, Failure, decode};
+use super::receiver::{Failure, decode, worth_again};
 use super::shared::{Shared, Tasks};
-use super::{Announcement, notify, retryable};
+use super::{Announcement, notify};
 use crate::rmp::group::{GroupState, slot};
 use crate::rmp::receive_plan::{ReceivePlan, plan_receive};
 use crate::rmp::receiver::{Action, Incoming, starts_counted_group};
@@ -114,7 +115,12 @@ impl WriterConnection {
             None => {
                 tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&self.options))
                     .await
-                    .map_err(|_| sqlx::Error::PoolTimedOut)??
+                    .map_err(|_| {
+                        sqlx::Error::Io(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            "the writer's connection to the database was not open within 10 s",
+                        ))
+                    })??
             }
         };
         Ok(self.open.insert(conn))
@@ -228,8 +234,9 @@ async fn write(
     }
 }
 
-/// `write_once`, again while PostgreSQL aborts it to break a deadlock between gateways (as
-/// `PostgresStore::retrying` does for the pool's transactions).
+/// `write_once`, again while PostgreSQL aborts it to break a deadlock between gateways (the
+/// rule `PostgresStore::retrying` applies to the pool's transactions; that one cannot lend
+/// the writer's connection to each attempt).
 async fn write_retrying(
     connection: &mut WriterConnection,
     shared: &Shared,
@@ -246,11 +253,8 @@ async fn write_retrying(
             Err(failure) => failure,
         };
         connection.failed(&failure);
-        match failure {
-            Failure::Db(e) if retryable(&e) && tries < ATTEMPTS => {
-                tracing::debug!(error = %e, "transaction aborted by the database; again");
-            }
-            other => return Err(other.into()),
+        if !worth_again(&failure, tries) {
+            return Err(failure.into());
         }
     }
 }
@@ -274,14 +278,13 @@ async fn write_once(
 ) -> Result<Vec<Result<Received, StoreError>>, Failure> {
     let keys = BatchKeys::of(messages);
     if messages.iter().all(|m| m.request.key().number.is_none()) {
-        let unread = Unread::AssumedNew;
-        let written = decide_and_apply(&mut *conn, shared, messages, unread).await?;
+        let written = decide_and_apply(&mut *conn, shared, messages, Basis::AssumedNew).await?;
         if let Some(written) = written {
             return Ok(written.committed(shared));
         }
     }
     let stored = read_groups(&mut *conn, &keys).await?;
-    let written = decide_and_apply(&mut *conn, shared, messages, Unread::Read(stored)).await?;
+    let written = decide_and_apply(&mut *conn, shared, messages, Basis::Read(stored)).await?;
     if let Some(written) = written {
         return Ok(written.committed(shared));
     }
@@ -292,7 +295,7 @@ async fn write_once(
     let mut tx = conn.begin().await?;
     lock_groups(&mut tx, &keys).await?;
     let stored = read_groups(&mut tx, &keys).await?;
-    let Some(written) = decide_and_apply(&mut tx, shared, messages, Unread::Read(stored)).await?
+    let Some(written) = decide_and_apply(&mut tx, shared, messages, Basis::Read(stored)).await?
     else {
         let why = "a group changed while this gateway held its lock".to_owned();
         tracing::error!(reason = %why, "messages refused; their transaction rolled back");
@@ -303,7 +306,7 @@ async fn write_once(
 }
 
 /// What a batch is decided from.
-enum Unread {
+enum Basis {
     /// Its stored groups, as read.
     Read(StoredGroups),
     /// Nothing read: every group taken for one not stored (singletons; see `write_once`).
@@ -358,12 +361,12 @@ async fn decide_and_apply<'m>(
     conn: &mut PgConnection,
     shared: &Shared,
     messages: &[&'m ReceivedMessage],
-    basis: Unread,
+    basis: Basis,
 ) -> Result<Option<Written<'m>>, Failure> {
-    let assumed_new = matches!(basis, Unread::AssumedNew);
+    let assumed_new = matches!(basis, Basis::AssumedNew);
     let mut stored = match basis {
-        Unread::Read(stored) => stored,
-        Unread::AssumedNew => StoredGroups::new(),
+        Basis::Read(stored) => stored,
+        Basis::AssumedNew => StoredGroups::new(),
     };
     let mut open_by_source = open_groups_by_source(&mut *conn, messages, &stored).await?;
     let mut decided: Vec<Result<Decided<'m>, StoreError>> = Vec::with_capacity(messages.len());
