@@ -35,6 +35,28 @@ const MAX_HORIZON_SECONDS: u64 = 3_660 * 86_400;
 /// The largest retry backoff factor of a submitted message.
 const MAX_BACKOFF: u32 = 10;
 
+/// Variables of the client commands (`send`, `status`, `bench`, the operator commands) and
+/// `serve`'s own `--config`: not gateway settings, so `serve` ignores them.
+pub const CLIENT_VARIABLES: &[&str] = &[
+    "WSR_CONFIG",
+    "WSR_API",
+    "WSR_TOKEN",
+    "WSR_BENCH_TOKEN",
+    "WSR_BENCH_AUTHORIZATION",
+];
+
+/// Settings that are tables or lists of tables in the file: no environment variable sets them
+/// (`WSR_ADMIN_TOKEN` adds one admin token).
+const FILE_ONLY_SETTINGS: &[&str] = &[
+    "channels",
+    "tokens",
+    "partners",
+    "tls",
+    "trusted_proxy",
+    "agreements",
+    "default_agreement",
+];
+
 /// The file format. Every field has a default; unknown keys are errors, not silently ignored.
 /// No `Debug`: tokens and partners' secrets may be inline.
 #[derive(Clone, Deserialize)]
@@ -605,6 +627,24 @@ impl Config {
         file.check(base)
     }
 
+    /// What `check-config` reports: where the gateway would listen and keep its data, and
+    /// how many of each thing it would serve; never a secret.
+    pub fn summary(&self) -> String {
+        let channels: Vec<&str> = self.channels.keys().map(String::as_str).collect();
+        format!(
+            "listen {}\ndatabase {} (durability {})\nchannels {}\npartners {}\napi tokens {}",
+            self.listen,
+            self.database,
+            match self.durability {
+                Durability::Full => "full",
+                Durability::Os => "os",
+            },
+            channels.join(", "),
+            self.partners.iter().count(),
+            self.tokens.len(),
+        )
+    }
+
     /// A configuration for tests: port 0, the given database, defaults otherwise.
     pub fn for_tests(database: PathBuf) -> Config {
         Config {
@@ -652,6 +692,32 @@ impl FileConfig {
             "WSR_ALLOW_URL_DESTINATIONS" => self.allow_url_destinations = value.parse()?,
             "WSR_ALLOWED_DESTINATION_HOSTS" => {
                 self.allowed_destination_hosts.extend(url_list(value))
+            }
+            "WSR_BUFFER_MAX_MESSAGES" => self.buffer_max_messages = value.parse()?,
+            "WSR_BUFFER_MAX_BYTES" => self.buffer_max_bytes = value.parse()?,
+            "WSR_CALLBACK_RETRY_INITIAL_MS" => self.callback_retry_initial_ms = value.parse()?,
+            "WSR_CALLBACK_RETRY_MAX_MS" => self.callback_retry_max_ms = value.parse()?,
+            "WSR_PUBLIC_URL" => self.public_url = Some(value.to_owned()),
+            "WSR_SEND_WINDOW" => self.send_window = value.parse()?,
+            "WSR_POLL_INTERVAL_MS" => self.poll_interval_ms = value.parse()?,
+            "WSR_RESOLVE_IN_DOUBT_SECONDS" => self.resolve_in_doubt_seconds = value.parse()?,
+            "WSR_PARTNER_ID_RETENTION_SECONDS" => {
+                self.partner_id_retention_seconds = value.parse()?
+            }
+            "WSR_SESSION_TTL_MS" => self.session_ttl_ms = value.parse()?,
+            "WSR_EPHEMERAL_GRACE_MS" => self.ephemeral_grace_ms = value.parse()?,
+            // The client commands' own variables: `export WSR_TOKEN=…` for `send` must not stop
+            // a later `serve` in the same shell.
+            client if CLIENT_VARIABLES.contains(&client) => {}
+            table
+                if FILE_ONLY_SETTINGS.contains(
+                    &table
+                        .trim_start_matches("WSR_")
+                        .to_ascii_lowercase()
+                        .as_str(),
+                ) =>
+            {
+                bail!("{table}: this setting is a table; set it in the config file")
             }
             other if other.starts_with("WSR_") => {
                 bail!("unknown setting {other}; see README for the WSR_* variables")
@@ -1033,6 +1099,47 @@ mod tests {
         assert_eq!(c.perimeter.idle_timeout, Duration::from_secs(MAX_SECONDS));
         assert!(Config::load(None, env("WSR_MAX_CONNECTIONS", "0")).is_err());
         assert!(Config::load(None, env("WSR_MAX_BODY_BYTES_IN_FLIGHT", "1000")).is_err());
+    }
+
+    /// Every setting of the file that is not a table has its `WSR_*` variable (README says
+    /// any may be overridden), and the client commands' variables do not stop `serve`.
+    #[test]
+    fn every_plain_setting_has_a_variable() {
+        let err = toml::from_str::<FileConfig>("no_such_setting = 1")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        let (_, expected) = err
+            .split_once("expected one of")
+            .expect("serde names the known fields");
+        let fields: Vec<&str> = expected
+            .split(',')
+            .map(|f| {
+                f.trim()
+                    .trim_matches(|c: char| c == '`' || c.is_whitespace())
+            })
+            .filter(|f| !f.is_empty())
+            .collect();
+        assert!(fields.len() > 30, "{fields:?}");
+        for field in fields {
+            let variable = format!("WSR_{}", field.to_ascii_uppercase());
+            let mut file = FileConfig::default();
+            let answer = file.apply_env(&variable, "not a value of any kind");
+            let said = answer.err().map(|e| format!("{e:#}")).unwrap_or_default();
+            assert!(!said.contains("unknown setting"), "{variable}: {said}");
+            if FILE_ONLY_SETTINGS.contains(&field) {
+                assert!(said.contains("config file"), "{variable}: {said}");
+            }
+        }
+        for client in CLIENT_VARIABLES {
+            let env = [(
+                client.to_string(),
+                "http://127.0.0.1:1/ or a token".to_owned(),
+            )];
+            Config::load(None, env).expect("a client variable is not a gateway setting");
+        }
+        let env = [("WSR_SEND_WINDOW".to_owned(), "3".to_owned())];
+        assert_eq!(Config::load(None, env).expect("valid").send_window, 3);
     }
 
     #[test]

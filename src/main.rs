@@ -8,8 +8,17 @@ use wsr_gateway::bench::BenchArgs;
 use wsr_gateway::http::tls::TlsReloader;
 use wsr_gateway::{App, Config};
 
+/// The version with the commit it was built from (build.rs), so that an operator's report
+/// names the exact code.
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("WSR_BUILD_COMMIT"),
+    ")"
+);
+
 #[derive(Parser)]
-#[command(version, about = "WS-Reliability 1.1 gateway")]
+#[command(version = VERSION, about = "WS-Reliability 1.1 gateway")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -22,6 +31,15 @@ enum Command {
         /// TOML configuration file; WSR_* environment variables override it.
         #[arg(long, env = "WSR_CONFIG")]
         config: Option<PathBuf>,
+        /// The address to listen on (overrides `listen` and WSR_LISTEN), e.g. 127.0.0.1:9090.
+        #[arg(long)]
+        listen: Option<std::net::SocketAddr>,
+    },
+    /// Check a configuration file (with the WSR_* environment applied) without starting: says
+    /// what it would serve, or what is wrong, and exits non-zero then.
+    CheckConfig {
+        /// The TOML configuration file.
+        file: PathBuf,
     },
     /// Submit messages to a running gateway for reliable sending (one per FILE).
     Send(wsr_gateway::client::SendArgs),
@@ -122,8 +140,26 @@ impl Signals {
 /// Log lines waiting for the log thread before a request that logs waits too (README).
 const LOG_BACKLOG_LINES: usize = 128_000;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+fn main() -> std::process::ExitCode {
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    // An error is told as its chain of causes on one line, never as a backtrace (which anyhow
+    // adds to `Debug` when RUST_BACKTRACE is set): it is for an operator, not a debugger.
+    match runtime.block_on(run()) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run() -> anyhow::Result<()> {
     // Never lossy: a full buffer (a stuck terminal or disk) slows requests down rather than
     // drop lines. The guard writes out what is left when main returns.
     let (log_writer, _log_guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
@@ -140,9 +176,11 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     match Cli::parse().command {
-        Command::Serve { config } => {
-            let env = std::env::vars().filter(|(k, _)| k != "WSR_CONFIG");
-            let config = Config::load(config.as_deref(), env)?;
+        Command::Serve { config, listen } => {
+            // The flag wins over the file and the environment, and is checked as they are
+            // (anonymous channels only on loopback).
+            let flag = listen.map(|addr| ("WSR_LISTEN".to_owned(), addr.to_string()));
+            let config = Config::load(config.as_deref(), std::env::vars().chain(flag))?;
             let signals = Signals::install()?;
             let app = App::build(config).await?;
             let stop = signals.stopped(app.tls_reloader());
@@ -151,6 +189,12 @@ async fn main() -> anyhow::Result<()> {
                 .await
                 .context("gateway stopped with an error")?;
             tracing::info!("wsr-gateway stopped");
+            Ok(())
+        }
+        Command::CheckConfig { file } => {
+            let config = Config::load(Some(&file), std::env::vars())?;
+            println!("{}: valid", file.display());
+            println!("{}", config.summary());
             Ok(())
         }
         Command::Send(args) => {
@@ -169,8 +213,7 @@ async fn main() -> anyhow::Result<()> {
             per_group,
             body_bytes,
         } => {
-            let env = std::env::vars().filter(|(k, _)| k != "WSR_CONFIG");
-            let config = Config::load(config.as_deref(), env)?;
+            let config = Config::load(config.as_deref(), std::env::vars())?;
             let store = wsr_gateway::store::Store::open(&wsr_gateway::store::StoreConfig {
                 database: config.database.clone(),
                 durability: config.durability,

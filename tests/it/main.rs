@@ -9,6 +9,7 @@ mod api_security;
 mod bench;
 mod bounded;
 mod chaos;
+mod cli;
 mod cluster;
 mod contract;
 mod crash;

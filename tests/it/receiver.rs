@@ -855,10 +855,22 @@ async fn unknown_channel_is_404() {
     app.stop().await;
 }
 
-// The README's example: the envelope in examples/ is acked, and the example config loads.
+// The README's example: the envelope in examples/ is acked by a gateway configured by the
+// example config (its port and database aside), as the README's first run does.
 #[tokio::test]
 async fn readme_example_envelope_is_acked_and_example_config_loads() {
-    let app = spawn_app().await;
+    let path = super::support::repo_root().join("examples/gateway.toml");
+    let example = wsr_gateway::Config::load(Some(&path), []).expect("example config is valid");
+    assert!(example.channels.contains_key("orders"));
+    assert!(example.partners.get("acme").is_some() && example.agreements.contains_key("orders"));
+    let app = spawn_app_with(|c| {
+        *c = wsr_gateway::Config {
+            listen: c.listen,
+            database: c.database.clone(),
+            ..example
+        }
+    })
+    .await;
     // As the README does: the example's ExpiryTime becomes one hour from now (every channel
     // refuses one more than 30 days ahead).
     let in_an_hour = super::support::xs(app.clock.now_utc() + Duration::hours(1));
@@ -882,10 +894,6 @@ async fn readme_example_envelope_is_acked_and_example_config_loads() {
     }
     assert_eq!(app.inbox().await.len(), 1, "the second POST is a duplicate");
     assert_eq!(app.inbox().await[0].topic, "default/PurchaseOrder");
-    let path = super::support::repo_root().join("examples/gateway.toml");
-    let config = wsr_gateway::Config::load(Some(&path), []).expect("example config is valid");
-    assert!(config.channels.contains_key("orders"));
-    assert!(config.partners.get("acme").is_some() && config.agreements.contains_key("orders"));
     app.stop().await;
 }
 
