@@ -1,9 +1,83 @@
-//! `wsr-gateway send` and `wsr-gateway status`: a thin client of a running gateway's API.
+//! `wsr-gateway send` and `wsr-gateway status`: a thin client of a running gateway's API, and
+//! `Api`, the one way the CLI calls it (the operator commands in `ops.rs` too).
 
 use std::path::PathBuf;
 
 use anyhow::{Context as _, bail};
 use serde_json::{Value, json};
+
+/// A client of a gateway's `/api/v1` with one bearer token. Paths are built from segments,
+/// each percent-encoded, so that an id given on the command line stays one segment; answers
+/// are JSON, and a failure is told with the status and the API's reason.
+pub struct Api {
+    client: reqwest::Client,
+    base: reqwest::Url,
+    token: String,
+}
+
+impl Api {
+    pub fn new(base: &str, token: &str) -> anyhow::Result<Api> {
+        let base = reqwest::Url::parse(base)
+            .with_context(|| format!("{base:?} is not a URL (e.g. http://127.0.0.1:8080)"))?;
+        if base.cannot_be_a_base() || !matches!(base.scheme(), "http" | "https") {
+            bail!("{base} is not an http(s) base URL");
+        }
+        Ok(Api {
+            client: reqwest::Client::new(),
+            base,
+            token: token.to_owned(),
+        })
+    }
+
+    fn url(&self, segments: &[&str], query: &[(&str, String)]) -> reqwest::Url {
+        let mut url = self.base.clone();
+        if let Ok(mut path) = url.path_segments_mut() {
+            path.pop_if_empty().extend(["api", "v1"]).extend(segments);
+        }
+        if !query.is_empty() {
+            url.query_pairs_mut().extend_pairs(query);
+        }
+        url
+    }
+
+    pub async fn get(&self, segments: &[&str], query: &[(&str, String)]) -> anyhow::Result<Value> {
+        self.call(self.client.get(self.url(segments, query))).await
+    }
+
+    pub async fn post(&self, segments: &[&str], body: &Value) -> anyhow::Result<Value> {
+        self.call(self.client.post(self.url(segments, &[])).json(body))
+            .await
+    }
+
+    pub async fn delete(&self, segments: &[&str], body: &Value) -> anyhow::Result<Value> {
+        self.call(self.client.delete(self.url(segments, &[])).json(body))
+            .await
+    }
+
+    async fn call(&self, request: reqwest::RequestBuilder) -> anyhow::Result<Value> {
+        let answer = request
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .with_context(|| format!("cannot reach the gateway's API at {}", self.base))?;
+        let status = answer.status();
+        let bytes = answer
+            .bytes()
+            .await
+            .with_context(|| format!("the API's answer ({status}) broke off"))?;
+        // A removal answers 204 with no body.
+        let body: Value = if bytes.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_slice(&bytes)
+                .with_context(|| format!("the API's answer ({status}) is not JSON"))?
+        };
+        if !status.is_success() {
+            bail!("{status}: {}", body["reason"].as_str().unwrap_or(""));
+        }
+        Ok(body)
+    }
+}
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct ApiArgs {
@@ -44,7 +118,7 @@ pub struct SendArgs {
 
 /// Submits one message per file; returns one line per message.
 pub async fn send(args: &SendArgs) -> anyhow::Result<Vec<String>> {
-    let client = reqwest::Client::new();
+    let api = Api::new(&args.api.api, &args.api.token)?;
     let reply = match args.reply.as_str() {
         "callback" => "Callback",
         "poll" => "Poll",
@@ -74,29 +148,10 @@ pub async fn send(args: &SendArgs) -> anyhow::Result<Vec<String>> {
             }
             request["group"] = g;
         }
-        let answer = client
-            .post(format!(
-                "{}/api/v1/messages",
-                args.api.api.trim_end_matches('/')
-            ))
-            .bearer_auth(&args.api.token)
-            .json(&request)
-            .send()
+        let answer = api
+            .post(&["messages"], &request)
             .await
-            .context("cannot reach the gateway's API")?;
-        let status = answer.status();
-        let answer: Value = answer
-            .json()
-            .await
-            .context("the API's answer is not JSON")?;
-        if status.as_u16() != 202 {
-            bail!(
-                "{}: {} {}",
-                file.display(),
-                status,
-                answer["reason"].as_str().unwrap_or("")
-            );
-        }
+            .with_context(|| format!("{}", file.display()))?;
         group = answer["group_id"].as_str().map(str::to_owned);
         lines.push(format!(
             "{}\t{}\t{}\t{}",
@@ -111,22 +166,8 @@ pub async fn send(args: &SendArgs) -> anyhow::Result<Vec<String>> {
 
 /// The state of one submitted message, as pretty JSON.
 pub async fn status(api: &ApiArgs, id: &str) -> anyhow::Result<String> {
-    let answer = reqwest::Client::new()
-        .get(format!(
-            "{}/api/v1/messages/{id}",
-            api.api.trim_end_matches('/')
-        ))
-        .bearer_auth(&api.token)
-        .send()
-        .await
-        .context("cannot reach the gateway's API")?;
-    let status = answer.status();
-    let body: Value = answer
-        .json()
-        .await
-        .context("the API's answer is not JSON")?;
-    if !status.is_success() {
-        bail!("{status}: {}", body["reason"].as_str().unwrap_or(""));
-    }
-    Ok(serde_json::to_string_pretty(&body)?)
+    let answer = Api::new(&api.api, &api.token)?
+        .get(&["messages", id], &[])
+        .await?;
+    Ok(serde_json::to_string_pretty(&answer)?)
 }

@@ -13,6 +13,7 @@ pub mod config;
 pub mod delivery;
 pub mod hex;
 pub mod http;
+pub mod ops;
 pub mod outbound;
 pub mod partners;
 pub mod rmp;

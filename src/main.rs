@@ -3,9 +3,10 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, Parser, Subcommand};
 use wsr_gateway::bench::BenchArgs;
 use wsr_gateway::http::tls::TlsReloader;
+use wsr_gateway::ops::{EndpointsCommand, GroupsCommand, MessagesCommand, OpsArgs, SubsCommand};
 use wsr_gateway::{App, Config};
 
 /// The version with the commit it was built from (build.rs), so that an operator's report
@@ -40,6 +41,39 @@ enum Command {
     CheckConfig {
         /// The TOML configuration file.
         file: PathBuf,
+    },
+    /// Outbound messages: list, show, resend, fail (admin API).
+    Messages {
+        #[command(flatten)]
+        ops: OpsArgs,
+        #[command(subcommand)]
+        command: MessagesCommand,
+    },
+    /// Received groups: list, show (admin API).
+    Groups {
+        #[command(flatten)]
+        ops: OpsArgs,
+        #[command(subcommand)]
+        command: GroupsCommand,
+    },
+    /// Subscriptions: list, show, dead-letters, replay.
+    Subs {
+        #[command(flatten)]
+        ops: OpsArgs,
+        #[command(subcommand)]
+        command: SubsCommand,
+    },
+    /// Callback endpoints and push webhooks: list, add, rm (admin API).
+    Endpoints {
+        #[command(flatten)]
+        ops: OpsArgs,
+        #[command(subcommand)]
+        command: EndpointsCommand,
+    },
+    /// Print a shell completion script: `wsr-gateway completions bash > /etc/bash_completion.d/wsr-gateway`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
     },
     /// Submit messages to a running gateway for reliable sending (one per FILE).
     Send(wsr_gateway::client::SendArgs),
@@ -195,6 +229,31 @@ async fn run() -> anyhow::Result<()> {
             let config = Config::load(Some(&file), std::env::vars())?;
             println!("{}: valid", file.display());
             println!("{}", config.summary());
+            Ok(())
+        }
+        Command::Messages { ops, command } => {
+            print!("{}", wsr_gateway::ops::messages(&ops, &command).await?);
+            Ok(())
+        }
+        Command::Groups { ops, command } => {
+            print!("{}", wsr_gateway::ops::groups(&ops, &command).await?);
+            Ok(())
+        }
+        Command::Subs { ops, command } => {
+            print!("{}", wsr_gateway::ops::subs(&ops, &command).await?);
+            Ok(())
+        }
+        Command::Endpoints { ops, command } => {
+            print!("{}", wsr_gateway::ops::endpoints(&ops, &command).await?);
+            Ok(())
+        }
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "wsr-gateway",
+                &mut std::io::stdout(),
+            );
             Ok(())
         }
         Command::Send(args) => {

@@ -6,6 +6,7 @@ mod admin;
 pub mod auth;
 mod forwarded;
 pub mod messages;
+mod operator;
 pub mod serve;
 pub mod soap;
 pub mod streams;
@@ -92,6 +93,14 @@ pub fn router(state: AppState) -> Router {
         .route(
             "/api/v1/messages/{id}",
             api(PRODUCE, get(messages::get_message)),
+        )
+        .route(
+            "/api/v1/messages/{id}/resend",
+            api(ADMIN, post(operator::resend)),
+        )
+        .route(
+            "/api/v1/messages/{id}/fail",
+            api(ADMIN, post(operator::fail)),
         )
         .route(
             "/api/v1/groups/{id}/close",

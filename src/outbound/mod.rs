@@ -7,6 +7,7 @@
 pub mod callbacks;
 pub mod destination;
 pub mod http_client;
+pub mod operator;
 pub mod partner_clients;
 pub mod sender;
 pub mod view;

@@ -320,6 +320,73 @@ impl Outbound {
             self.next_attempt = None;
         }
     }
+
+    /// An operator's resend (the console's and the CLI's): one attempt now, with the same
+    /// identity, even when the schedule's attempts are used up — typically for a message in
+    /// doubt, whose resend the destination either acks as a duplicate or delivers. Refused
+    /// once final, and from its ExpiryTime on, when the destination would refuse it (then
+    /// only polls, or an operator's fail, settle it).
+    pub fn resend_now(&mut self, now: DateTime<Utc>) -> Result<(), OperatorRefusal> {
+        if self.state.is_final() {
+            return Err(OperatorRefusal::Final(self.state.name()));
+        }
+        if now >= self.expiry {
+            return Err(OperatorRefusal::Expired);
+        }
+        if self.attempts >= self.schedule.max_attempts() {
+            self.schedule = self.schedule.with_one_more();
+        }
+        self.next_attempt = Some(now);
+        Ok(())
+    }
+
+    /// An operator's fail: the message ends `failed` with who said so and why, and (as any
+    /// failure) fails the rest of its ordered group. Refused once final.
+    pub fn fail_by_operator(&mut self, operator: &str, why: &str) -> Result<(), OperatorRefusal> {
+        if self.state.is_final() {
+            return Err(OperatorRefusal::Final(self.state.name()));
+        }
+        let why = why.trim();
+        self.fail(&if why.is_empty() {
+            format!("failed by operator {operator}")
+        } else {
+            format!("failed by operator {operator}: {why}")
+        });
+        Ok(())
+    }
+}
+
+/// Why an operator's resend or fail does not apply to a message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum OperatorRefusal {
+    #[error("the message is already {0}; a final state never changes")]
+    Final(&'static str),
+    #[error(
+        "the message has expired: the destination would refuse a resend; polls settle it, or fail it"
+    )]
+    Expired,
+}
+
+impl RetrySchedule {
+    /// The same schedule with room for one attempt more (an operator's resend).
+    fn with_one_more(&self) -> RetrySchedule {
+        match self {
+            RetrySchedule::Interval {
+                max_attempts,
+                interval,
+                backoff,
+            } => RetrySchedule::Interval {
+                max_attempts: max_attempts.saturating_add(1),
+                interval: *interval,
+                backoff: *backoff,
+            },
+            RetrySchedule::Waits(waits) => {
+                let mut waits = waits.clone();
+                waits.push(waits.last().copied().unwrap_or(Duration::ZERO));
+                RetrySchedule::Waits(waits)
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -361,6 +428,45 @@ mod tests {
         assert_eq!(list.max_attempts(), 3);
         assert_eq!(list.wait_after(2), Some(Duration::from_secs(5)));
         assert_eq!(list.wait_after(3), None);
+    }
+
+    #[test]
+    fn an_operator_resends_a_message_in_doubt_until_it_expires_and_fails_what_is_not_final() {
+        let schedule = RetrySchedule::Waits(vec![Duration::from_secs(10)]);
+        let mut m = Outbound::new(t0() + secs(3600), schedule, t0());
+        m.apply(Event::Sent, t0());
+        m.apply(Event::Sent, t0() + secs(10));
+        assert!(m.in_doubt(), "both attempts out, no verdict");
+        assert!(!m.due(t0() + secs(20), RESOLVE_FOR));
+        m.resend_now(t0() + secs(20))
+            .expect("before its ExpiryTime");
+        assert!(!m.in_doubt());
+        assert!(
+            m.due(t0() + secs(20), RESOLVE_FOR),
+            "one more attempt, at once"
+        );
+        m.apply(Event::Sent, t0() + secs(20));
+        assert_eq!(m.attempts, 3);
+        assert!(m.in_doubt(), "and no fourth unless asked again");
+        assert_eq!(
+            m.resend_now(t0() + secs(3600)),
+            Err(OperatorRefusal::Expired)
+        );
+        m.fail_by_operator("ops", " lost at acme ")
+            .expect("not final yet");
+        assert_eq!(
+            m.state,
+            OutState::Failed("failed by operator ops: lost at acme".into())
+        );
+        assert_eq!(m.next_attempt, None);
+        assert_eq!(
+            m.fail_by_operator("ops", ""),
+            Err(OperatorRefusal::Final("failed"))
+        );
+        assert_eq!(
+            m.resend_now(t0() + secs(30)),
+            Err(OperatorRefusal::Final("failed"))
+        );
     }
 
     #[test]

@@ -81,3 +81,117 @@ fn a_failure_is_one_line_of_causes_without_a_backtrace() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read config file"));
 }
+
+/// Runs the operator CLI against `app` with `token`; (exit code, stdout, stderr). Async, so
+/// that the gateway in this test's runtime can answer it.
+async fn operator(
+    app: &super::support::TestApp,
+    token: &str,
+    args: &[&str],
+) -> (i32, String, String) {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_wsr-gateway"));
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("WSR_") {
+            command.env_remove(&name);
+        }
+    }
+    let out = command
+        .args(args)
+        .env("WSR_API", app.url(""))
+        .env("WSR_TOKEN", token)
+        .output()
+        .await
+        .expect("runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn operator_commands_list_show_and_change_over_the_admin_api() {
+    use super::support::ClockExt as _;
+    use wsr_gateway::config::{ApiToken, Scope};
+    const ADMIN: &str = "operator-token-0123456789";
+    let app = super::support::spawn_app_with(|c| {
+        c.tokens = vec![ApiToken::plain(ADMIN, "ops", vec![Scope::Admin])];
+    })
+    .await;
+    let in_an_hour = super::support::xs(app.clock.now_utc() + chrono::Duration::hours(1));
+    let xml =
+        std::fs::read_to_string(super::support::repo_root().join("examples/purchase-order.xml"))
+            .expect("example envelope")
+            .replace("2099-12-31T23:59:59Z", &in_an_hour);
+    let answer = app
+        .post("/wsr/default", "text/xml; charset=utf-8", xml)
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+
+    let (code, out, err) = operator(&app, ADMIN, &["groups", "list"]).await;
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("PARTNER  GROUP"), "{out}");
+    assert!(
+        lines[1].contains("mid:example-po-0001@partner.example.org"),
+        "{out}"
+    );
+    let (code, out, err) = operator(
+        &app,
+        ADMIN,
+        &[
+            "groups",
+            "show",
+            "mid:example-po-0001@partner.example.org",
+            "-o",
+            "json",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    let group: serde_json::Value = serde_json::from_str(&out).expect("JSON");
+    assert_eq!(group["channel"], "default");
+
+    let url = "https://partner.example.org/acks";
+    let (code, _, err) = operator(&app, ADMIN, &["endpoints", "add", url]).await;
+    assert_eq!(code, 0, "{err}");
+    let (_, out, _) = operator(&app, ADMIN, &["endpoints", "list", "--output", "json"]).await;
+    assert!(out.contains(url), "{out}");
+    let (code, _, err) = operator(&app, ADMIN, &["endpoints", "rm", url]).await;
+    assert_eq!(code, 0, "{err}");
+    let (_, out, _) = operator(&app, ADMIN, &["endpoints", "list"]).await;
+    assert!(!out.contains(url), "{out}");
+
+    let (code, out, err) = operator(&app, ADMIN, &["messages", "list"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 1, "the headings, no message: {out}");
+    let (code, out, err) = operator(&app, ADMIN, &["subs", "list", "-o", "json"]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\"subscriptions\": []"), "{out}");
+
+    // A failure: one line with the API's status and reason, exit 1.
+    let (code, _, err) = operator(&app, ADMIN, &["messages", "show", "no/such?id"]).await;
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with("error: 404 Not Found: no message no/such?id"),
+        "{err}"
+    );
+    let (code, _, err) = operator(&app, "not-a-token-0123456789", &["groups", "list"]).await;
+    assert_eq!(code, 1);
+    assert!(err.contains("401"), "{err}");
+    app.stop().await;
+}
+
+#[test]
+fn completions_are_printed_for_a_shell() {
+    let out = gateway()
+        .args(["completions", "bash"])
+        .output()
+        .expect("runs");
+    assert!(out.status.success());
+    let script = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        script.contains("wsr-gateway") && script.contains("messages"),
+        "{script}"
+    );
+}

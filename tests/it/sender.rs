@@ -1435,3 +1435,136 @@ async fn an_ack_opens_the_window_without_the_clock_moving() {
     receiver.stop().await;
     sender.stop().await;
 }
+
+/// An operator's resend and fail (`POST /api/v1/messages/{id}/resend|fail`, admin only): a
+/// message in doubt — its one attempt went out, no verdict came — is resent at once with the
+/// same identity and acked; another is failed with the operator's reason; a final message
+/// refuses both.
+#[tokio::test]
+async fn an_operator_resends_a_message_in_doubt_and_fails_another() {
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::response::IntoResponse;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use wsr_gateway::rmp::sender::OutState;
+
+    const ADMIN: &str = "operator-token-0123456789";
+    let receiver = spawn_app_with(|_| {}).await;
+    let upstream = receiver.url("/wsr/default");
+    // Down (503: the POST reached it, so it may have been delivered) until the test says up.
+    let up = Arc::new(AtomicBool::new(false));
+    let client = reqwest::Client::new();
+    let is_up = up.clone();
+    let handler = move |headers: HeaderMap, body: axum::body::Bytes| {
+        let (client, upstream, is_up) = (client.clone(), upstream.clone(), is_up.clone());
+        async move {
+            if !is_up.load(Ordering::SeqCst) {
+                return StatusCode::SERVICE_UNAVAILABLE.into_response();
+            }
+            forward(&client, &upstream, &headers, body).await
+        }
+    };
+    let router = axum::Router::new().route("/wsr/default", axum::routing::post(handler));
+    let proxy = format!("{}/wsr/default", super::support::serve_local(router).await);
+    let sender = spawn_app_with(|c| {
+        c.tokens = vec![
+            super::support::producer_token(TOKEN),
+            ApiToken::plain(ADMIN, "ops", vec![Scope::Admin]),
+        ];
+        allow_loopback_urls(c);
+    })
+    .await;
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let (status, answer) = submit(
+            &sender,
+            json!({
+                "destination": proxy,
+                "agreement": { "expiry_seconds": 3600, "max_attempts": 1, "interval_ms": 100, "backoff": 1 },
+                "body": "<t:Doubt xmlns:t=\"urn:t\"/>",
+            }),
+        )
+        .await;
+        assert_eq!(status, 202, "{answer}");
+        ids.push(answer["id"].as_str().expect("id").to_owned());
+    }
+    let in_doubt = |id: String| {
+        let store = sender.store.clone();
+        async move {
+            let m = store.out_message(&id).await.expect("read")?;
+            m.outbound.in_doubt().then_some(m)
+        }
+    };
+    for id in &ids {
+        super::support::eventually("the attempt went out", || in_doubt(id.clone())).await;
+    }
+    let operate = |id: &str, action: &str, token: &str, body: Option<Value>| {
+        let mut request = sender
+            .client
+            .post(sender.url(&format!("/api/v1/messages/{id}/{action}")))
+            .bearer_auth(token);
+        if let Some(body) = body {
+            request = request.json(&body);
+        }
+        async move {
+            let answer = request.send().await.expect("answer");
+            let status = answer.status().as_u16();
+            (status, answer.json::<Value>().await.unwrap_or(Value::Null))
+        }
+    };
+    let (status, _) = operate(&ids[0], "resend", TOKEN, None).await;
+    assert_eq!(status, 403, "operators only");
+    let (status, _) = operate("no-such-message", "resend", ADMIN, None).await;
+    assert_eq!(status, 404);
+
+    up.store(true, Ordering::SeqCst);
+    let (status, answer) = operate(&ids[0], "resend", ADMIN, None).await;
+    assert_eq!(status, 200, "{answer}");
+    let acked = |id: String| {
+        let store = sender.store.clone();
+        async move {
+            let m = store.out_message(&id).await.expect("read")?;
+            (m.outbound.state == OutState::Acked).then_some(m)
+        }
+    };
+    let resent = super::support::eventually("the resend is acked", || acked(ids[0].clone())).await;
+    assert_eq!(
+        resent.outbound.attempts, 2,
+        "one attempt beyond its schedule"
+    );
+    assert_eq!(receiver.inbox().await.len(), 1, "delivered once");
+
+    let (status, answer) = operate(
+        &ids[1],
+        "fail",
+        ADMIN,
+        Some(json!({ "reason": "acme lost it; resubmitted by hand" })),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["state"], "failed", "{answer}");
+    let failed = sender
+        .store
+        .out_message(&ids[1])
+        .await
+        .expect("read")
+        .expect("stored");
+    assert_eq!(
+        failed.outbound.state,
+        OutState::Failed("failed by operator ops: acme lost it; resubmitted by hand".into())
+    );
+    for (id, action) in [(&ids[0], "fail"), (&ids[1], "resend"), (&ids[1], "fail")] {
+        let (status, answer) = operate(id, action, ADMIN, None).await;
+        assert_eq!(status, 409, "{action} of a final message: {answer}");
+        assert!(
+            answer["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("final")),
+            "{answer}"
+        );
+    }
+    let (status, answer) = operate(&ids[1], "fail", ADMIN, Some(json!({ "why": "x" }))).await;
+    assert_eq!(status, 400, "unknown field: {answer}");
+    sender.stop().await;
+    receiver.stop().await;
+}

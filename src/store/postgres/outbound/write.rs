@@ -16,7 +16,7 @@ use crate::rmp::sender::{Event, OutState, Outbound};
 use crate::store::StoreError;
 use crate::store::outbound::OutMessage;
 use crate::store::postgres::{Announcement, PostgresStore};
-use crate::store::stored_outbound::{fault_of, reason_of, state_of};
+use crate::store::stored_outbound::{encode_schedule, fault_of, reason_of, state_of};
 use crate::store::time::millis;
 use crate::store::wakes::Wakes;
 
@@ -253,7 +253,7 @@ async fn save(
     }
     let row = sqlx::query(
         "UPDATE out_messages m SET state = $1, fault = $2, reason = $3, \
-         attempts = $4, next_attempt = $5, updated_at = $6 \
+         attempts = $4, next_attempt = $5, updated_at = $6, schedule = $9 \
          FROM out_groups g WHERE g.group_id = m.group_id AND m.id = $7 \
          AND m.state IN ('queued', 'sent') AND m.state = $8 AND m.attempts <= $4 \
          RETURNING m.group_id, m.number, g.ordered",
@@ -266,6 +266,8 @@ async fn save(
     .bind(millis(now))
     .bind(id)
     .bind(before.name())
+    // An operator's resend may have given it an attempt more.
+    .bind(encode_schedule(&after.schedule))
     .fetch_optional(&mut *c)
     .await
     .doing("saving an outbound state")?;

@@ -13,6 +13,7 @@ use crate::rmp::sender::{Event, OutState, Outbound};
 use crate::store::StoreError;
 use crate::store::outbound::OutMessage;
 use crate::store::sqlite::{Change, Wakes};
+use crate::store::stored_outbound::encode_schedule;
 use crate::store::time::millis;
 
 type Conn = rusqlite::Connection;
@@ -100,7 +101,7 @@ pub(super) fn save(
     let changed = conn
         .prepare_cached(
             "UPDATE out_messages SET state = ?1, fault = ?2, reason = ?3, \
-             attempts = ?4, next_attempt = ?5, updated_at = ?6 \
+             attempts = ?4, next_attempt = ?5, updated_at = ?6, schedule = ?9 \
              WHERE id = ?7 AND state IN ('queued', 'sent') AND state = ?8 AND attempts <= ?4",
         )?
         .execute(params![
@@ -111,7 +112,9 @@ pub(super) fn save(
             after.next_attempt.map(millis),
             millis(now),
             id,
-            before.name()
+            before.name(),
+            // An operator's resend may have given it an attempt more.
+            encode_schedule(&after.schedule),
         ])?;
     if changed != 1 {
         return Ok(());

@@ -1,0 +1,68 @@
+//! An operator's word on one outbound message — resend it now, or fail it — as the admin API
+//! (and so the console and the CLI) asks: read the message, let the pure rule decide
+//! (`Outbound::resend_now`, `Outbound::fail_by_operator`), save it fenced as every decision
+//! of the sender is (`OutboundStore::save_outbound`), and read it back to tell whether it
+//! held: an ack, or another gateway's attempt, may have come between the read and the save.
+
+use chrono::{DateTime, Utc};
+
+use crate::rmp::sender::OperatorRefusal;
+use crate::store::outbound::OutMessage;
+use crate::store::{Store, StoreError};
+
+/// What the operator asks.
+#[derive(Debug, Clone, Copy)]
+pub enum OperatorAction<'a> {
+    /// One attempt now, with the same identity (even past the schedule's last).
+    Resend,
+    /// End it `failed`, saying who and why.
+    Fail { operator: &'a str, why: &'a str },
+}
+
+/// Why an operator's action did not apply.
+#[derive(Debug, thiserror::Error)]
+pub enum ActionError {
+    #[error("no message {0}")]
+    NotFound(String),
+    #[error(transparent)]
+    Refused(#[from] OperatorRefusal),
+    /// The message changed between the read and the save; it is now as `OutMessage` says.
+    #[error("the message changed meanwhile (it is now {}); look at it again", .0.outbound.state.name())]
+    Changed(Box<OutMessage>),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Applies `action` to message `id` at `now`; the message as saved.
+pub async fn act(
+    store: &Store,
+    id: &str,
+    action: OperatorAction<'_>,
+    now: DateTime<Utc>,
+) -> Result<OutMessage, ActionError> {
+    let not_found = || ActionError::NotFound(id.to_owned());
+    let message = store.out_message(id).await?.ok_or_else(not_found)?;
+    let before = message.outbound.clone();
+    let mut after = before.clone();
+    match action {
+        OperatorAction::Resend => after.resend_now(now)?,
+        OperatorAction::Fail { operator, why } => after.fail_by_operator(operator, why)?,
+    }
+    store.save_outbound(id, &before.state, &after, now).await?;
+    let saved = store.out_message(id).await?.ok_or_else(not_found)?;
+    let now_is = &saved.outbound;
+    let held = match action {
+        OperatorAction::Fail { .. } => now_is.state == after.state,
+        // Due now as decided (stored to the millisecond), or already sent again.
+        OperatorAction::Resend => {
+            !now_is.state.is_final()
+                && (now_is.attempts > before.attempts
+                    || now_is.next_attempt.is_some_and(|t| t <= now))
+        }
+    };
+    if held {
+        Ok(saved)
+    } else {
+        Err(ActionError::Changed(Box::new(saved)))
+    }
+}
