@@ -133,6 +133,10 @@ async fn real_messages_move_the_counters_histograms_and_gauges() {
         "{after}"
     );
     assert!(sample(&after, "wsr_writer_batch_size_count", &[]) > 0.0);
+    assert!(
+        sample(&after, "wsr_writer_batch_size_sum", &[]) > 0.0,
+        "batches hold jobs"
+    );
     let route = [("route", "/wsr/{channel}"), ("method", "POST")];
     assert!(sample(&after, "wsr_http_request_duration_seconds_count", &route) >= 4.0);
     // The store's gauges are this gateway's store: exactly what it holds.
