@@ -80,6 +80,7 @@ pub async fn receive(
     if env.request.is_none() && env.poll_request.is_none() {
         if env.response.is_some() {
             // Acks for messages we sent belong to the sending RMP, at /wsr/_callback.
+            access.note(|n| n.faulted(FaultCode::FeatureNotSupported));
             return soap::fault(
                 version,
                 FaultCode::FeatureNotSupported,
@@ -87,6 +88,7 @@ pub async fn receive(
                 None,
             );
         }
+        access.note(|n| n.faulted(FaultCode::InvalidRequest));
         return soap::fault(
             version,
             FaultCode::InvalidRequest,
