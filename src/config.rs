@@ -162,6 +162,11 @@ pub struct FileConfig {
     /// Delivery: how long a message no subscription needs any more stays in the inbox
     /// (counted from its arrival).
     pub inbox_retention_seconds: u64,
+    /// `serve`'s log lines: "text" (default) or "json" (one object per line).
+    pub log_format: String,
+    /// When set, `/metrics` answers only `Authorization: Bearer <metrics_token>` (at least 16
+    /// characters); unset, anyone who reaches the listener may scrape it, as `/healthz`.
+    pub metrics_token: Option<String>,
 }
 
 /// How our own messages are sent (DESIGN §6): named in the config or given inline per
@@ -531,6 +536,8 @@ impl Default for FileConfig {
             session_ttl_ms: 30_000,
             ephemeral_grace_ms: 60_000,
             inbox_retention_seconds: 86_400,
+            log_format: "text".into(),
+            metrics_token: None,
         }
     }
 }
@@ -570,6 +577,18 @@ pub struct Config {
     pub resolve_in_doubt: Duration,
     pub partner_id_retention: Duration,
     pub delivery: DeliverySettings,
+    pub log_format: LogFormat,
+    /// The bearer token `/metrics` requires, if any.
+    pub metrics_token: Option<crate::secrets::Secret>,
+}
+
+/// How `serve` writes its log lines.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    #[default]
+    Text,
+    /// One JSON object per line, with the fields of the spans it happened in (`request_id`).
+    Json,
 }
 
 /// Timeouts and caps of the HTTP listener (D13); see `FileConfig` for their meaning.
@@ -688,6 +707,8 @@ impl FileConfig {
             }
             "WSR_CALLBACK_ENDPOINTS" => self.callback_endpoints.extend(url_list(value)),
             "WSR_PUSH_ENDPOINTS" => self.push_endpoints.extend(url_list(value)),
+            "WSR_LOG_FORMAT" => self.log_format = value.to_owned(),
+            "WSR_METRICS_TOKEN" => self.metrics_token = Some(value.to_owned()),
             "WSR_INBOX_RETENTION_SECONDS" => self.inbox_retention_seconds = value.parse()?,
             "WSR_ALLOW_URL_DESTINATIONS" => self.allow_url_destinations = value.parse()?,
             "WSR_ALLOWED_DESTINATION_HOSTS" => {
@@ -728,6 +749,16 @@ impl FileConfig {
     }
 
     fn check(self, base: Option<&Path>) -> anyhow::Result<Config> {
+        let log_format = match self.log_format.as_str() {
+            "text" => LogFormat::Text,
+            "json" => LogFormat::Json,
+            other => bail!("log_format must be \"text\" or \"json\", not {other:?}"),
+        };
+        let metrics_token = match self.metrics_token {
+            // Compared as given, like an inline API token: short ones are guessable.
+            Some(t) if t.len() < 16 => bail!("metrics_token is shorter than 16 characters"),
+            other => other.map(crate::secrets::Secret::new),
+        };
         let durability = match self.durability.as_str() {
             "full" => Durability::Full,
             "os" => Durability::Os,
@@ -1024,6 +1055,8 @@ impl FileConfig {
                 ephemeral_grace: millis(self.ephemeral_grace_ms),
                 inbox_retention: millis(self.inbox_retention_seconds.saturating_mul(1000)),
             },
+            log_format,
+            metrics_token,
         })
     }
 }
@@ -1331,6 +1364,34 @@ our_password_file = "our.pass"
         }
         let env = [("WSR_LISTN".to_owned(), "x".to_owned())];
         assert!(Config::load(None, env).is_err(), "a misspelt WSR_ variable");
+    }
+
+    #[test]
+    fn log_format_and_metrics_token_from_the_environment() {
+        let env = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect()
+        };
+        let c = Config::load(None, env(&[])).expect("defaults");
+        assert_eq!(c.log_format, LogFormat::Text);
+        assert!(c.metrics_token.is_none());
+        let c = Config::load(
+            None,
+            env(&[
+                ("WSR_LOG_FORMAT", "json"),
+                ("WSR_METRICS_TOKEN", "0123456789abcdef"),
+            ]),
+        )
+        .expect("valid");
+        assert_eq!(c.log_format, LogFormat::Json);
+        assert_eq!(
+            c.metrics_token.as_ref().map(|t| t.expose().to_owned()),
+            Some("0123456789abcdef".to_owned())
+        );
+        assert!(Config::load(None, env(&[("WSR_LOG_FORMAT", "xml")])).is_err());
+        assert!(Config::load(None, env(&[("WSR_METRICS_TOKEN", "short")])).is_err());
     }
 
     #[test]

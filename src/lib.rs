@@ -3,7 +3,8 @@
 //! Rooms (DESIGN.md §3): `wsr` the wire codec; `rmp` the pure protocol decisions; `store` the
 //! durable state with its group-commit writer and sweeper; `outbound` what we send to partners
 //! (our messages, callback acks); `delivery` subscriptions for applications (pull, push,
-//! leases and receipts); `http` the thin axum surface; `config` and `clock` the settings and time.
+//! leases and receipts); `http` the thin axum surface; `config` and `clock` the settings and time;
+//! `metrics` the names and labels every room records with.
 //! `App::build` opens the store and binds, for `main` and tests alike.
 
 pub mod bench;
@@ -13,6 +14,7 @@ pub mod config;
 pub mod delivery;
 pub mod hex;
 pub mod http;
+pub mod metrics;
 pub mod ops;
 pub mod outbound;
 pub mod partners;
@@ -62,6 +64,8 @@ impl App {
 
     /// Like `build`, with the clock every decision reads (tests set it instead of sleeping).
     pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::Result<App> {
+        // Before anything records: what is recorded before the recorder exists is lost.
+        crate::metrics::handle();
         // First: a partner's unusable CA or client certificate file fails the start before
         // anything is opened or bound.
         let clients = PartnerClients::new(

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 use clap::{CommandFactory as _, Parser, Subcommand};
 use wsr_gateway::bench::BenchArgs;
+use wsr_gateway::config::LogFormat;
 use wsr_gateway::http::tls::TlsReloader;
 use wsr_gateway::ops::{EndpointsCommand, GroupsCommand, MessagesCommand, OpsArgs, SubsCommand};
 use wsr_gateway::{App, Config};
@@ -174,6 +175,32 @@ impl Signals {
 /// Log lines waiting for the log thread before a request that logs waits too (README).
 const LOG_BACKLOG_LINES: usize = 128_000;
 
+/// Starts logging to standard output in `format`; the guard writes out what is left when it
+/// is dropped (at the end of `main`).
+fn init_logging(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
+    // Never lossy: a full buffer (a stuck terminal or disk) slows requests down rather than
+    // drop lines.
+    let (log_writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .buffered_lines_limit(LOG_BACKLOG_LINES)
+        .lossy(false)
+        .thread_name("wsr-log")
+        .finish(std::io::BufWriter::new(std::io::stdout()));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let logs = tracing_subscriber::fmt()
+        .with_writer(log_writer)
+        .with_env_filter(filter);
+    match format {
+        LogFormat::Text => logs
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+            .init(),
+        // One object per line; the fields of the spans a line happened in (`request_id`)
+        // are in its `span` and `spans`.
+        LogFormat::Json => logs.json().with_ansi(false).init(),
+    }
+    guard
+}
+
 fn main() -> std::process::ExitCode {
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
@@ -194,27 +221,28 @@ fn main() -> std::process::ExitCode {
 }
 
 async fn run() -> anyhow::Result<()> {
-    // Never lossy: a full buffer (a stuck terminal or disk) slows requests down rather than
-    // drop lines. The guard writes out what is left when main returns.
-    let (log_writer, _log_guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
-        .buffered_lines_limit(LOG_BACKLOG_LINES)
-        .lossy(false)
-        .thread_name("wsr-log")
-        .finish(std::io::BufWriter::new(std::io::stdout()));
-    tracing_subscriber::fmt()
-        .with_writer(log_writer)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .init();
-    match Cli::parse().command {
+    let command = Cli::parse().command;
+    // `serve` logs in the format its configuration asks for, so it reads that first (an
+    // invalid configuration is reported by `main`'s error, not a log line); the other
+    // commands log as text.
+    let (command, config) = match command {
         Command::Serve { config, listen } => {
             // The flag wins over the file and the environment, and is checked as they are
             // (anonymous channels only on loopback).
             let flag = listen.map(|addr| ("WSR_LISTEN".to_owned(), addr.to_string()));
             let config = Config::load(config.as_deref(), std::env::vars().chain(flag))?;
+            let placeholder = Command::Serve {
+                config: None,
+                listen: None,
+            };
+            (placeholder, Some(config))
+        }
+        other => (other, None),
+    };
+    let _log_guard = init_logging(config.as_ref().map_or(LogFormat::Text, |c| c.log_format));
+    match command {
+        Command::Serve { .. } => {
+            let config = config.context("the configuration was read above")?;
             let signals = Signals::install()?;
             let app = App::build(config).await?;
             let stop = signals.stopped(app.tls_reloader());

@@ -30,6 +30,18 @@ pub enum Outcome {
     },
 }
 
+impl Outcome {
+    /// Its AMQP name (metrics labels).
+    pub fn label(&self) -> &'static str {
+        match self {
+            Outcome::Accepted => "accepted",
+            Outcome::Rejected => "rejected",
+            Outcome::Released => "released",
+            Outcome::Modified { .. } => "modified",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
     pub ack_wait: Duration,

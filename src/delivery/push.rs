@@ -211,6 +211,7 @@ async fn post(
     let mut body = message_json(&handed.message);
     body["attempt"] = json!(handed.receipt.attempt);
     body["subscription"] = json!(handed.receipt.subscription);
+    crate::metrics::delivered("push", 1);
     let failure = match exchange(client.post(&url).json(&body), answer_cap).await {
         Ok(answer) => return (handed, StatusCode::from_u16(answer.status).ok()),
         // Not followed: a failed attempt like any status that is not 2xx or 4xx.
@@ -221,6 +222,7 @@ async fn post(
     };
     let url = redacted(&url);
     tracing::warn!(%url, subscription = handed.receipt.subscription, error = %failure, "push attempt failed");
+    crate::metrics::push_failed();
     (handed, None)
 }
 
@@ -231,11 +233,15 @@ async fn settle(
     status: Option<StatusCode>,
 ) {
     let outcome = outcome_for(status);
-    if let Err(e) = store
+    let label = outcome.label();
+    match store
         .settle(&handed.receipt, Some(outcome), clock.now())
         .await
     {
-        tracing::warn!(error = %e, offset = handed.message.offset, "push settle not applied");
+        Ok(()) => crate::metrics::settled("push", label),
+        Err(e) => {
+            tracing::warn!(error = %e, offset = handed.message.offset, "push settle not applied")
+        }
     }
 }
 

@@ -35,6 +35,30 @@ pub struct AccessNote {
     pub number: Option<u64>,
     /// What became of it: `delivered`, `duplicate`, `buffered`, a fault code, `poll`, …
     pub verdict: Option<String>,
+    /// The WS-R fault it got, if any (then also its `verdict`).
+    pub fault: Option<crate::wsr::FaultCode>,
+}
+
+impl AccessNote {
+    pub fn faulted(&mut self, code: crate::wsr::FaultCode) {
+        self.verdict = Some(code.local_name().to_owned());
+        self.fault = Some(code);
+    }
+
+    /// The verdict as a metrics label: a bounded word, faults as one (`fault`).
+    fn verdict_label(&self) -> Option<&'static str> {
+        if self.fault.is_some() {
+            return Some("fault");
+        }
+        Some(match self.verdict.as_deref()? {
+            "delivered" => "delivered",
+            "buffered" => "buffered",
+            "duplicate" => "duplicate",
+            "poll" => "poll",
+            "not stored" => "not_stored",
+            _ => "other",
+        })
+    }
 }
 
 /// The handler's handle on its request's `AccessNote` (a request extension).
@@ -89,6 +113,18 @@ pub async fn guard(
         }
     };
     let note = access.taken();
+    if door == Door::Channel
+        && let Some(verdict) = note.verdict_label()
+    {
+        // Only requests the handler decided reach here with a verdict, so the channel is a
+        // configured one (an unknown channel is a 404 before): a bounded label.
+        crate::metrics::received(
+            &channel,
+            &crate::metrics::partner(partner.as_deref()),
+            verdict,
+            note.fault.map(crate::wsr::FaultCode::local_name),
+        );
+    }
     tracing::info!(
         target: "wsr_gateway::access",
         peer = peer_addr.map(tracing::field::display),

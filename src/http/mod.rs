@@ -1,12 +1,15 @@
 //! The HTTP surface: thin axum handlers only. `/wsr/{channel}` for partners' messages,
 //! `/wsr/_callback` for their acks of ours, `/api/v1/*` for operators and applications,
-//! `/healthz` and `/readyz`.
+//! `/healthz` and `/readyz`, `/metrics`. Around every request: its request id and span
+//! (`request_id.rs`) and its latency histogram.
 
 mod admin;
 pub mod auth;
 mod forwarded;
 pub mod messages;
 mod operator;
+mod request_id;
+mod scrape;
 pub mod serve;
 pub mod soap;
 pub mod streams;
@@ -181,7 +184,12 @@ pub fn router(state: AppState) -> Router {
         .route("/api/v1/extend", api(CONSUME, post(subscriptions::extend)))
         .route("/healthz", get(health))
         .route("/readyz", get(ready))
+        .route("/metrics", get(scrape::scrape))
         .layer(DefaultBodyLimit::max(body_limit))
+        // Outermost: every answer, a guard's 401 included, carries the request id, and
+        // everything logged while handling it is inside its span.
+        .layer(axum::middleware::from_fn(timed))
+        .layer(axum::middleware::from_fn(request_id::layer))
         .with_state(state)
 }
 
@@ -199,6 +207,27 @@ async fn require(
         }
         Err(problem) => problem.into_response(),
     }
+}
+
+/// Records the request's latency by route pattern (never the path: it holds ids), method and
+/// status class, until the response head.
+async fn timed(request: Request, next: Next) -> Response {
+    let started = std::time::Instant::now();
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+    let method = match *request.method() {
+        axum::http::Method::GET => "GET",
+        axum::http::Method::POST => "POST",
+        axum::http::Method::PUT => "PUT",
+        axum::http::Method::DELETE => "DELETE",
+        axum::http::Method::HEAD => "HEAD",
+        _ => "other",
+    };
+    let response = next.run(request).await;
+    crate::metrics::http_request(route, method, response.status().as_u16(), started.elapsed());
+    response
 }
 
 /// List, register and remove one kind of registered endpoint.

@@ -398,6 +398,7 @@ pub async fn fetch(
     let wait = Duration::from_millis(request.wait_ms.unwrap_or(0)).min(MAX_WAIT);
     own_session(&app, &caller, &session).await?;
     let handed = fetch_waiting(&app.store, &app.clock, &session, max, wait).await?;
+    crate::metrics::delivered("pull", handed.len());
     let messages = handed
         .iter()
         .map(|h| HandedView {
@@ -588,8 +589,14 @@ pub async fn settle(
     let mut results: Vec<Result<Receipt, Refusal>> = Vec::with_capacity(checked.len());
     for check in checked {
         results.push(match check {
-            Ok((receipt, _)) => match settled.next() {
-                Some(Ok(())) => Ok(receipt),
+            Ok((receipt, outcome)) => match settled.next() {
+                Some(Ok(())) => {
+                    crate::metrics::settled(
+                        "pull",
+                        outcome.as_ref().map_or("default", Outcome::label),
+                    );
+                    Ok(receipt)
+                }
                 Some(Err(e)) => Err(refusal(e)),
                 None => Err(problem_refusal(
                     crate::store::StoreError::Failed("a settlement went unanswered".into()).into(),

@@ -62,6 +62,7 @@ pub async fn receive(
     let env = match read_message(content_type(&headers), &body, &app.config.limits) {
         Ok(env) => env,
         Err(defect) => {
+            access.note(|n| n.faulted(defect.code));
             return answer_defect(&app, partner, version_hint(&headers), &defect).await;
         }
     };
@@ -79,6 +80,7 @@ pub async fn receive(
     if env.request.is_none() && env.poll_request.is_none() {
         if env.response.is_some() {
             // Acks for messages we sent belong to the sending RMP, at /wsr/_callback.
+            access.note(|n| n.faulted(FaultCode::FeatureNotSupported));
             return soap::fault(
                 version,
                 FaultCode::FeatureNotSupported,
@@ -86,6 +88,7 @@ pub async fn receive(
                 None,
             );
         }
+        access.note(|n| n.faulted(FaultCode::InvalidRequest));
         return soap::fault(
             version,
             FaultCode::InvalidRequest,
@@ -103,7 +106,7 @@ pub async fn receive(
             n.number = request.key().number;
         });
         if let Some((code, reason)) = agreement.unusable_reply_pattern(request) {
-            access.note(|n| n.verdict = Some(code.local_name().to_owned()));
+            access.note(|n| n.faulted(code));
             return soap::fault(version, code, &reason, None);
         }
         match handle_request(
@@ -112,6 +115,7 @@ pub async fn receive(
         .await
         {
             RequestAnswer::InResponse(None) => {
+                crate::metrics::acks_sent("response", 1);
                 replies.add(&request.message_id.group_id, request.key().number, None);
             }
             RequestAnswer::InResponse(Some((code, reason))) => {
@@ -200,7 +204,7 @@ async fn handle_request(
         })
     });
     if let Some((code, reason)) = refusal {
-        access.note(|n| n.verdict = Some(code.local_name().to_owned()));
+        access.note(|n| n.faulted(code));
         let pattern = &request.reply_pattern;
         let expiry = agreement.fault_kept_until(request.expiry_time, now);
         let version = env.version;
@@ -241,7 +245,7 @@ async fn handle_request(
             store_failed(env.version, &key, &e)
         }
         Ok(r) => {
-            access.note(|n| n.verdict = Some(verdict_name(&r.verdict)));
+            access.note(|n| note_received(n, &r));
             match answer_route(r.verdict, request) {
                 AnswerRoute::InResponse(fault) => RequestAnswer::InResponse(fault),
                 AnswerRoute::MayHold => match hold.take() {
@@ -267,14 +271,22 @@ async fn handle_request(
     answer
 }
 
-/// The verdict as the access log shows it.
-fn verdict_name(verdict: &crate::rmp::receiver::Verdict) -> String {
-    use crate::rmp::receiver::Verdict;
-    match verdict {
-        Verdict::Ack => "ack".into(),
-        Verdict::NoAck => "no-ack".into(),
-        Verdict::Fault(code, _) => code.local_name().into(),
+/// The committed decision as the access log and the metrics show it: the fault code, or
+/// what became of the message (`delivered`, `buffered`, `duplicate`).
+fn note_received(note: &mut super::auth::AccessNote, received: &crate::store::Received) {
+    use crate::rmp::receiver::{Action, Verdict};
+    if let Verdict::Fault(code, _) = &received.verdict {
+        return note.faulted(*code);
     }
+    note.verdict = Some(
+        match received.action {
+            Action::Deliver => "delivered",
+            Action::Buffer => "buffered",
+            // Nothing stored and no fault: a resend of a message delivered or held (D2).
+            Action::Drop => "duplicate",
+        }
+        .into(),
+    );
 }
 
 fn store_failed(
@@ -425,9 +437,12 @@ async fn handle_poll(
         ));
     }
     let Some(to) = &poll.reply_to else {
+        let mut acks = 0;
         for item in answer.replies.iter().flat_map(items) {
+            acks += u64::from(item.fault.is_none());
             replies.add_item(&item);
         }
+        crate::metrics::acks_sent("poll", acks);
         return Ok(());
     };
     let registered = app

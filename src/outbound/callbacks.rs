@@ -100,6 +100,8 @@ async fn send_due(
         match exchange(request, policy.answer_cap).await {
             Ok(answer) if (200..300).contains(&answer.status) => {
                 tracing::debug!(endpoint = %redacted(&endpoint), replies = ids.len(), "callback delivered");
+                let acks = pending.iter().filter(|p| p.reply.fault.is_none()).count();
+                crate::metrics::acks_sent("callback", acks as u64);
                 store.callbacks_sent(&ids).await?;
             }
             failed => {
@@ -111,6 +113,7 @@ async fn send_due(
                 };
                 let endpoint = redacted(&endpoint);
                 tracing::warn!(%endpoint, attempts, error = %what, retry_in = ?wait, "callback failed");
+                crate::metrics::callback_failed(&partner);
                 let next = crate::wsr::datetime::saturating_add_std(clock.now(), wait);
                 store.callbacks_failed(&ids, next).await?;
             }

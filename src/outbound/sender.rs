@@ -236,6 +236,7 @@ async fn attempt(
         // Acked, failed or claimed since it was read: nothing to send.
         return Ok(());
     };
+    crate::metrics::outbound_attempt(&m.partner, m.outbound.attempts > 0);
     let request = client
         .routes
         .for_message(&m.partner, &m.destination)
@@ -300,6 +301,7 @@ async fn attempt_failed(
 ) -> Result<(), StoreError> {
     let cause = failure.to_string();
     tracing::warn!(id = %m.id, destination = %redacted(&m.destination), attempt = m.outbound.attempts + 1, error = %cause, "send attempt failed; will resend while the schedule allows");
+    crate::metrics::outbound_failed(&m.partner);
     store
         .record_failure(std::slice::from_ref(&m.id), &cause, now)
         .await
@@ -362,11 +364,14 @@ async fn poll(
     partner_id_retention: Duration,
 ) -> Result<(), StoreError> {
     let mut after = String::new();
+    let mut in_doubt = 0;
     loop {
         let page = store.awaiting_poll(&after, POLL_PAGE).await?;
         let Some(last) = page.last() else {
+            crate::metrics::outbound_in_doubt(in_doubt);
             return Ok(());
         };
+        in_doubt += page.iter().filter(|m| m.outbound.in_doubt()).count();
         after = last.id.clone();
         poll_page(store, client, clock, partner_id_retention, page).await?;
     }
@@ -419,16 +424,19 @@ async fn poll_page(
         let (status, ct, body) = match exchange(request, client.cap).await {
             Ok(answer) => (answer.status, answer.content_type, answer.body),
             Err(failure) => {
+                crate::metrics::outbound_poll(&partner, false);
                 poll_failed(store, &destination, &asked, &failure, clock.now()).await?;
                 continue;
             }
         };
         let Some(replies) = read_poll_answer(status, ct.as_deref(), &body) else {
+            crate::metrics::outbound_poll(&partner, false);
             let failure = AttemptFailure::of_answer(status, false, Some(NOT_A_POLL_ANSWER))
                 .unwrap_or(AttemptFailure::Unreadable(NOT_A_POLL_ANSWER.into()));
             poll_failed(store, &destination, &asked, &failure, clock.now()).await?;
             continue;
         };
+        crate::metrics::outbound_poll(&partner, true);
         let source = ReplySource::Destination(&destination);
         let mut finished = store.apply_replies(&replies, source, clock.now()).await?;
         let unnamed = unnamed(&messages, &replies);

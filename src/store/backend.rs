@@ -7,6 +7,7 @@ use super::error::StoreError;
 use super::future::StoreFuture;
 use super::outbound::OutboundStore;
 use super::receiver::ReceiverStore;
+use super::stats::StoreStats;
 use crate::rmp::group::Policy;
 
 /// A storage backend: the three storage traits and the lifecycle operations. `Store` holds
@@ -38,6 +39,10 @@ pub trait Backend: ReceiverStore + DeliveryStore + OutboundStore {
     /// A barrier through the writer's queue: returns once everything queued before it has
     /// been committed (or failed). Shutdown flushes the writer with it.
     fn flush<'a>(&'a self) -> StoreFuture<'a, Result<(), StoreError>>;
+
+    /// What the store holds now, counted (`/metrics`' gauges): the same answer on every
+    /// gateway sharing the database.
+    fn stats<'a>(&'a self) -> StoreFuture<'a, Result<StoreStats, StoreError>>;
 
     /// Benchmark fixture: adds `groups` ordered groups of `per_group` delivered messages each
     /// (payload of `payload_bytes`), expiring a day after `now`; answers how many were added.

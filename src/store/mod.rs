@@ -18,6 +18,7 @@ mod postgres;
 mod received;
 pub mod receiver;
 mod sqlite;
+mod stats;
 pub(in crate::store) mod stored_outbound;
 pub mod sweeper;
 pub(in crate::store) mod time;
@@ -38,6 +39,7 @@ pub use received::{
 };
 pub use receiver::ReceiverStore;
 pub use sqlite::SqliteStore;
+pub use stats::{StoreStats, SubscriptionStats};
 
 /// The store as the rest of the gateway sees it: cheap to clone, whatever the backend. Its
 /// operations are the storage traits' (`ReceiverStore`, `DeliveryStore`, `OutboundStore`,

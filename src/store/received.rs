@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 
-use crate::rmp::receiver::Verdict;
+use crate::rmp::receiver::{Action, Verdict};
 use crate::rmp::replies::ReplyItem;
 use crate::wsr::Request;
 
@@ -84,6 +84,9 @@ pub struct ReceivedMessage {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Received {
     pub verdict: Verdict,
+    /// What became of the message itself: delivered, buffered, or neither (a duplicate, or
+    /// a fault). Metrics tell duplicates by it.
+    pub action: Action,
 }
 
 /// One delivered message.

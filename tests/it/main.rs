@@ -19,6 +19,7 @@ mod health;
 mod hostile;
 mod interop;
 mod malformed;
+mod metrics;
 mod outbound_trust;
 mod partner_clients;
 mod partners_auth;

@@ -24,6 +24,8 @@ mod health;
 mod hostile;
 #[path = "../it/interop.rs"]
 mod interop;
+#[path = "../it/metrics.rs"]
+mod metrics;
 #[path = "../it/outbound_trust.rs"]
 mod outbound_trust;
 #[path = "../it/partner_clients.rs"]

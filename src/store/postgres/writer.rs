@@ -178,7 +178,9 @@ async fn run(options: PgConnectOptions, shared: Weak<Shared>, mut queue: mpsc::R
             }
             return;
         };
+        let started = std::time::Instant::now();
         let results = write(&mut connection, &shared, &batch).await;
+        crate::metrics::writer_batch("postgres", batch.len(), started.elapsed());
         for (job, result) in batch.into_iter().zip(results) {
             // The request may have gone (its client hung up); the decision stands.
             let _ = job.answer.send(result);
@@ -348,6 +350,7 @@ impl Written<'_> {
             .map(|d| {
                 d.map(|d| Received {
                     verdict: d.plan.verdict,
+                    action: d.plan.action,
                 })
             })
             .collect()

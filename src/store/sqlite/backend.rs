@@ -11,6 +11,7 @@ use crate::rmp::group::Policy;
 use crate::store::backend::Backend;
 use crate::store::error::StoreError;
 use crate::store::future::StoreFuture;
+use crate::store::{StoreStats, SubscriptionStats};
 
 impl Backend for SqliteStore {
     fn policy(&self) -> &Policy {
@@ -91,6 +92,10 @@ impl Backend for SqliteStore {
         Box::pin(async move { self.keep(|_| Ok(((), Wakes::NONE))).await })
     }
 
+    fn stats<'a>(&'a self) -> StoreFuture<'a, Result<StoreStats, StoreError>> {
+        Box::pin(stats(&self.pool))
+    }
+
     fn prefill_delivered<'a>(
         &'a self,
         channel: &'a str,
@@ -101,4 +106,46 @@ impl Backend for SqliteStore {
     ) -> StoreFuture<'a, Result<u64, StoreError>> {
         Box::pin(self.fill_delivered(channel, groups, per_group, payload_bytes, now))
     }
+}
+
+/// `Backend::stats`: one COUNT or GROUP BY per table, and per subscription three counts on
+/// the `deliveries_waiting` index (subscription, state, offset).
+async fn stats(pool: &sqlx::SqlitePool) -> Result<StoreStats, StoreError> {
+    let count = |n: i64| u64::try_from(n).unwrap_or(0);
+    let (pending_callbacks, buffered_messages): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT COUNT(*) FROM pending_callbacks), (SELECT COUNT(*) FROM buffered)",
+    )
+    .fetch_one(pool)
+    .await?;
+    let by = |sql| async move {
+        let rows: Vec<(String, i64)> = sqlx::query_as(sql).fetch_all(pool).await?;
+        Ok::<_, StoreError>(rows.into_iter().map(|(k, n)| (k, count(n))).collect())
+    };
+    let groups = by("SELECT status, COUNT(*) FROM groups GROUP BY status ORDER BY status").await?;
+    let outbound =
+        by("SELECT state, COUNT(*) FROM out_messages GROUP BY state ORDER BY state").await?;
+    let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(
+        "SELECT s.name, \
+         (SELECT COUNT(*) FROM deliveries d WHERE d.subscription_id = s.id AND d.state = 'available'), \
+         (SELECT COUNT(*) FROM deliveries d WHERE d.subscription_id = s.id AND d.state = 'acquired'), \
+         (SELECT COUNT(*) FROM deliveries d WHERE d.subscription_id = s.id AND d.state = 'dead') \
+         FROM subscriptions s ORDER BY s.name",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(StoreStats {
+        pending_callbacks: count(pending_callbacks),
+        buffered_messages: count(buffered_messages),
+        groups,
+        outbound,
+        subscriptions: rows
+            .into_iter()
+            .map(|(name, waiting, in_flight, dead)| SubscriptionStats {
+                name,
+                waiting: count(waiting),
+                in_flight: count(in_flight),
+                dead_letters: count(dead),
+            })
+            .collect(),
+    })
 }

@@ -203,6 +203,7 @@ impl<'c> Batch<'c> {
         }
         Ok(Received {
             verdict: plan.verdict,
+            action: plan.action,
         })
     }
 

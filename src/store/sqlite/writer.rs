@@ -82,9 +82,14 @@ fn run(mut conn: Connection, opener: Opener, mut jobs: mpsc::Receiver<Job>, shar
                 Err(_) => break,
             }
         }
+        // Counted before the commit answers (and so takes) the batch's jobs.
+        let jobs = batch.len();
+        let started = std::time::Instant::now();
         let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
             commit_batch(&conn, &mut batch, &shared)
         }));
+        // Failed batches too: a slow failing disk shows in the latency.
+        crate::metrics::writer_batch("sqlite", jobs, started.elapsed());
         let broken = match outcome {
             Ok(connection) => connection == WriterConnection::Broken,
             Err(panic) => {

@@ -903,3 +903,56 @@ async fn the_inbox_keeps_what_a_subscription_still_needs_and_purges_the_rest_aft
         );
     }
 }
+
+#[tokio::test]
+async fn stats_count_what_the_store_holds() {
+    use super::receiver::{message, text};
+    use wsr_gateway::wsr::ReplyTo;
+    for b in backends().await {
+        let store = &b.store;
+        let empty = store.stats().await.expect("stats");
+        assert_eq!(empty, Default::default(), "{}", b.name);
+
+        // Number 1 of an ordered group, ahead of its gap: buffered.
+        let ahead = message(
+            "mid:stats-buffer@contract",
+            Some(1),
+            ReplyPattern::Response,
+            text("<a/>"),
+        );
+        store.receive(ahead).await.expect("buffered");
+        // A Callback-pattern singleton: its ack is owed.
+        let to = ReplyPattern::Callback(ReplyTo {
+            uri: "http://127.0.0.1:9/acks".into(),
+            reference_scheme: None,
+        });
+        let called = message("mid:stats-callback@contract", None, to, text("<b/>"));
+        store.receive(called).await.expect("delivered");
+        singletons(store, 3, t0()).await;
+        let sub = create(store, &pull("stats")).await;
+        join(store, sub.id, "m", secs(600)).await;
+        let held = store.fetch("m", 1, t0()).await.expect("fetch");
+        assert_eq!(held.len(), 1, "{}", b.name);
+
+        let stats = store.stats().await.expect("stats");
+        assert_eq!(stats.buffered_messages, 1, "{}", b.name);
+        assert_eq!(stats.pending_callbacks, 1, "{}", b.name);
+        let groups: u64 = stats.groups.iter().map(|(_, n)| n).sum();
+        assert_eq!(groups, 5, "{}: {:?}", b.name, stats.groups);
+        assert!(
+            stats.groups.iter().any(|(s, _)| s == "open"),
+            "{}: the ordered group is open: {:?}",
+            b.name,
+            stats.groups
+        );
+        assert!(stats.outbound.is_empty(), "{}", b.name);
+        let backlog = store.backlog(sub.id).await.expect("backlog");
+        let [one] = stats.subscriptions.as_slice() else {
+            panic!("{}: one subscription: {:?}", b.name, stats.subscriptions);
+        };
+        assert_eq!(one.name, "stats", "{}", b.name);
+        assert_eq!(one.in_flight, 1, "{}", b.name);
+        assert_eq!(one.waiting, backlog.waiting, "{}", b.name);
+        assert_eq!(one.dead_letters, 0, "{}", b.name);
+    }
+}

@@ -1,0 +1,223 @@
+//! The gateway's Prometheus metrics: the names and label values every room records with (the
+//! `metrics` facade) and the one process-wide recorder. It owns no I/O, no rules and imports
+//! no room: rooms call the small functions below where the event happens, and `http/metrics.rs`
+//! renders the recorder with the store's gauges.
+//!
+//! Counters and histograms are this process's own (a cluster's totals are the sum over its
+//! gateways).
+//!
+//! Labels are bounded: configured channel and partner names, fault codes, fixed words. Never a
+//! group id, message id or URL. Callers without a partner are `anonymous`.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+/// The label value of a request or message without a configured partner.
+pub const ANONYMOUS: &str = "anonymous";
+
+/// Buckets of the latency histograms (seconds): group commits take about a millisecond on a
+/// fast disk and tens of milliseconds on a slow one; held Response-pattern answers take up
+/// to `hold_ms` (default 1 s) and long-poll fetches longer.
+const SECONDS_BUCKETS: &[f64] = &[
+    0.000_5, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+/// Buckets of the writer's batch size (jobs per transaction; at most 256).
+const BATCH_BUCKETS: &[f64] = &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0];
+
+/// Installs the process-wide recorder (once, whoever asks first) and answers its handle.
+/// `None` when another recorder was installed before ours (an embedding program's): the
+/// gateway then records into that one and `/metrics` shows only the store's gauges.
+pub fn handle() -> Option<&'static PrometheusHandle> {
+    static HANDLE: OnceLock<Option<PrometheusHandle>> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let installed = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), SECONDS_BUCKETS)
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Full(WRITER_BATCH_SIZE.into()), BATCH_BUCKETS)
+                })
+                .and_then(PrometheusBuilder::install_recorder);
+            match installed {
+                Ok(handle) => {
+                    describe();
+                    Some(handle)
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot install the metrics recorder");
+                    None
+                }
+            }
+        })
+        .as_ref()
+}
+
+pub const RECEIVED: &str = "wsr_received_messages_total";
+pub const FAULTS: &str = "wsr_faults_total";
+pub const ACKS_SENT: &str = "wsr_acks_sent_total";
+pub const CALLBACK_FAILURES: &str = "wsr_callback_send_failures_total";
+pub const OUTBOUND_ATTEMPTS: &str = "wsr_outbound_attempts_total";
+pub const OUTBOUND_FAILURES: &str = "wsr_outbound_attempt_failures_total";
+pub const OUTBOUND_POLLS: &str = "wsr_outbound_polls_total";
+pub const OUTBOUND_IN_DOUBT: &str = "wsr_outbound_in_doubt_messages";
+pub const DELIVERIES: &str = "wsr_deliveries_total";
+pub const SETTLES: &str = "wsr_settles_total";
+pub const PUSH_FAILURES: &str = "wsr_push_failures_total";
+pub const WRITER_BATCH_SIZE: &str = "wsr_writer_batch_size";
+pub const WRITER_COMMIT_SECONDS: &str = "wsr_writer_commit_seconds";
+pub const HTTP_SECONDS: &str = "wsr_http_request_duration_seconds";
+
+fn describe() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_counter!(
+        RECEIVED,
+        "Reliable messages and polls received at /wsr/{channel}, by verdict"
+    );
+    describe_counter!(FAULTS, "WS-R faults answered to partners, by fault code");
+    describe_counter!(
+        ACKS_SENT,
+        "Acks sent to partners, by reply pattern (response, callback, poll)"
+    );
+    describe_counter!(
+        CALLBACK_FAILURES,
+        "Callback ack POSTs that failed (retried later)"
+    );
+    describe_counter!(
+        OUTBOUND_ATTEMPTS,
+        "Send attempts of our messages (first or resend)"
+    );
+    describe_counter!(OUTBOUND_FAILURES, "Send attempts that failed");
+    describe_counter!(OUTBOUND_POLLS, "PollRequests we sent, by result");
+    describe_gauge!(
+        OUTBOUND_IN_DOUBT,
+        "Messages in doubt (sent, no verdict, expired) seen by this gateway's last poll pass"
+    );
+    describe_counter!(
+        DELIVERIES,
+        "Messages handed to applications (pull fetches, push POSTs)"
+    );
+    describe_counter!(SETTLES, "Deliveries settled, by outcome");
+    describe_counter!(PUSH_FAILURES, "Push webhook POSTs without an answer");
+    describe_histogram!(
+        WRITER_BATCH_SIZE,
+        Unit::Count,
+        "Jobs committed in one group-commit transaction"
+    );
+    describe_histogram!(
+        WRITER_COMMIT_SECONDS,
+        Unit::Seconds,
+        "Time of one group-commit batch, from its first statement to its durable commit"
+    );
+    describe_histogram!(
+        HTTP_SECONDS,
+        Unit::Seconds,
+        "HTTP requests by route, method and status class, until the response head"
+    );
+}
+
+/// The label value of a partner: its configured name, or `anonymous`.
+pub fn partner(name: Option<&str>) -> String {
+    match name {
+        Some(n) if !n.is_empty() => n.to_owned(),
+        _ => ANONYMOUS.to_owned(),
+    }
+}
+
+/// One received message or poll at `/wsr/{channel}` (`verdict`: `delivered`, `buffered`,
+/// `duplicate`, `fault`, `poll`, `not_stored`), and its fault code if it got one.
+pub fn received(channel: &str, partner: &str, verdict: &'static str, fault: Option<&'static str>) {
+    metrics::counter!(RECEIVED, "channel" => channel.to_owned(), "partner" => partner.to_owned(), "verdict" => verdict).increment(1);
+    if let Some(code) = fault {
+        metrics::counter!(FAULTS, "channel" => channel.to_owned(), "partner" => partner.to_owned(), "code" => code).increment(1);
+    }
+}
+
+/// `n` acks sent by `pattern` (`response`, `callback`, `poll`).
+pub fn acks_sent(pattern: &'static str, n: u64) {
+    if n > 0 {
+        metrics::counter!(ACKS_SENT, "pattern" => pattern).increment(n);
+    }
+}
+
+pub fn callback_failed(partner: &str) {
+    metrics::counter!(CALLBACK_FAILURES, "partner" => self::partner(Some(partner))).increment(1);
+}
+
+/// The label value of the partner an outbound message goes to: `url` for a URL destination.
+fn destination(partner: &str) -> String {
+    if partner.is_empty() {
+        "url".to_owned()
+    } else {
+        partner.to_owned()
+    }
+}
+
+/// A send attempt of one of our messages: its first, or a resend.
+pub fn outbound_attempt(partner: &str, resend: bool) {
+    let kind = if resend { "resend" } else { "first" };
+    metrics::counter!(OUTBOUND_ATTEMPTS, "partner" => destination(partner), "kind" => kind)
+        .increment(1);
+}
+
+pub fn outbound_failed(partner: &str) {
+    metrics::counter!(OUTBOUND_FAILURES, "partner" => destination(partner)).increment(1);
+}
+
+/// One PollRequest we sent (`answered` or `failed`).
+pub fn outbound_poll(partner: &str, answered: bool) {
+    let result = if answered { "answered" } else { "failed" };
+    metrics::counter!(OUTBOUND_POLLS, "partner" => destination(partner), "result" => result)
+        .increment(1);
+}
+
+pub fn outbound_in_doubt(n: usize) {
+    metrics::gauge!(OUTBOUND_IN_DOUBT).set(n as f64);
+}
+
+/// `n` messages handed out (`mode`: `pull` or `push`).
+pub fn delivered(mode: &'static str, n: usize) {
+    if n > 0 {
+        metrics::counter!(DELIVERIES, "mode" => mode).increment(n as u64);
+    }
+}
+
+/// A delivery settled (`outcome`: accepted, rejected, released, modified, or `default`).
+pub fn settled(mode: &'static str, outcome: &'static str) {
+    metrics::counter!(SETTLES, "mode" => mode, "outcome" => outcome).increment(1);
+}
+
+pub fn push_failed() {
+    metrics::counter!(PUSH_FAILURES).increment(1);
+}
+
+/// One group-commit batch of `jobs` that took `took` (`backend`: `sqlite` or `postgres`).
+pub fn writer_batch(backend: &'static str, jobs: usize, took: Duration) {
+    metrics::histogram!(WRITER_BATCH_SIZE, "backend" => backend).record(jobs as f64);
+    metrics::histogram!(WRITER_COMMIT_SECONDS, "backend" => backend).record(took.as_secs_f64());
+}
+
+/// One HTTP request: `route` is the router's pattern (`/wsr/{channel}`), never the path.
+pub fn http_request(route: String, method: &'static str, status: u16, took: Duration) {
+    let class = match status {
+        100..=199 => "1xx",
+        200..=299 => "2xx",
+        300..=399 => "3xx",
+        400..=499 => "4xx",
+        _ => "5xx",
+    };
+    metrics::histogram!(HTTP_SECONDS, "route" => route, "method" => method, "status" => class)
+        .record(took.as_secs_f64());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn partners_without_a_name_are_anonymous() {
+        assert_eq!(partner(None), ANONYMOUS);
+        assert_eq!(partner(Some("")), ANONYMOUS);
+        assert_eq!(partner(Some("acme")), "acme");
+    }
+}
