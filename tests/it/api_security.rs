@@ -76,8 +76,9 @@ async fn call(
 }
 
 /// Every `/api/v1` route and method, with a request that is malformed in its path, query or
-/// body, and a token whose scope does not allow the route.
-fn routes() -> Vec<(Method, &'static str, &'static str)> {
+/// body, and a token whose scope does not allow the route. (`openapi.rs` holds the OpenAPI
+/// document to this table.)
+pub(crate) fn routes() -> Vec<(Method, &'static str, &'static str)> {
     use Method as M;
     let admin_only = PRODUCE_ALICE;
     let produce_only = CONSUME_ALICE;

@@ -18,6 +18,7 @@ mod health;
 mod hostile;
 mod interop;
 mod malformed;
+mod openapi;
 mod outbound_trust;
 mod partner_clients;
 mod partners_auth;
