@@ -478,7 +478,7 @@ pub struct EventsQuery {
     after: Option<i64>,
 }
 
-/// The data of one `state` event.
+/// The data of one `state` event of `GET /api/v1/events` (JSON).
 #[derive(Serialize, ToSchema)]
 pub struct StateEvent {
     seq: i64,
@@ -501,7 +501,8 @@ pub struct StateEvent {
                    JSON; keep-alive comments between. The stream does not end by itself.",
     params(EventsQuery),
     responses(
-        (status = 200, description = "A stream of `state` events", content_type = "text/event-stream", body = StateEvent),
+        (status = 200, description = "A stream of `state` events; each event's data is a StateEvent",
+            content_type = "text/event-stream", body = String),
         (status = 400, description = "A query parameter that does not parse", body = ProblemBody),
         (status = 429, description = "The principal holds too many streams open", body = ProblemBody),
     )

@@ -32,7 +32,9 @@ const BEARER: &str = "bearer";
                        lists the scopes that may call it (any one of them suffices)."
     ),
     modifiers(&BearerScheme),
-    components(schemas(ProblemBody))
+    // StateEvent: named by no JSON answer (it is the data of each event of a stream), so
+    // listed here to be in the document at all.
+    components(schemas(ProblemBody, super::messages::StateEvent))
 )]
 pub struct ApiDoc;
 

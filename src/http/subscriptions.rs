@@ -720,9 +720,6 @@ struct SettleBatch {
 
 const MAX_SETTLEMENTS: usize = 1000;
 
-/// `POST /api/v1/settle`: one settlement (`{receipt, outcome, …}`: 200, or 409 naming the
-/// current attempt), or a batch (`{settlements: […]}`: 200 with one result per settlement,
-/// in order, each `settled: true` or the refusal with its status).
 /// One settlement, or a batch.
 #[derive(Deserialize, ToSchema)]
 #[serde(untagged)]
@@ -783,6 +780,9 @@ struct BatchAnswer {
         (status = 409, description = "The attempt is not the current one", body = StaleReceipt),
     )
 )]
+/// `POST /api/v1/settle`: one settlement (`{receipt, outcome, …}`: 200, or 409 naming the
+/// current attempt), or a batch (`{settlements: […]}`: 200 with one result per settlement,
+/// in order, each `settled: true` or the refusal with its status).
 pub async fn settle(
     Extension(caller): Extension<Caller>,
     State(app): State<AppState>,

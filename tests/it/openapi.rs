@@ -98,6 +98,12 @@ async fn the_document_is_openapi_3_1_served_without_a_token_and_names_every_api_
         (&bearer["type"], &bearer["scheme"]),
         (&json!("http"), &json!("bearer"))
     );
+    let events = &doc["paths"]["/api/v1/events"]["get"]["responses"]["200"]["content"];
+    assert!(
+        events["text/event-stream"].is_object(),
+        "the event stream is documented as one: {events}"
+    );
+    assert!(doc["components"]["schemas"]["StateEvent"].is_object());
 
     // The same routes as the table the access tests walk (api_security.rs), no more, no
     // fewer: a route added to one and not the other fails here.
