@@ -219,9 +219,9 @@ pub struct InboxMessage {
     number: Option<u64>,
     /// The SOAP Body's content, as XML text.
     payload: String,
-    /// The namespace declarations in scope of the payload (prefix → URI).
-    #[schema(value_type = Object)]
-    namespaces: serde_json::Value,
+    /// The namespace declarations in scope of the payload, as `[prefix, URI]` pairs (null
+    /// only for a stored row that cannot be read back).
+    namespaces: Option<Vec<[String; 2]>>,
     received_at: String,
     expiry: String,
 }
