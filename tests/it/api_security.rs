@@ -239,7 +239,7 @@ async fn an_endpoint_url_beyond_the_cap_is_refused_and_one_at_the_cap_registers_
 }
 
 /// A reliable singleton on `channel` whose Body root is `Order` (topic `{channel}/Order`).
-async fn deliver(app: &TestApp, channel: &str, n: usize) {
+pub(crate) async fn deliver(app: &TestApp, channel: &str, n: usize) {
     let request = Request {
         message_id: MessageId {
             group_id: GroupId::parse(&format!("mid:{channel}-{n}@api-security")).expect("group"),

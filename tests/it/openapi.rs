@@ -7,6 +7,7 @@ use std::collections::BTreeSet;
 use reqwest::Method;
 use serde_json::{Value, json};
 use wsr_gateway::config::{ApiToken, Config, Scope, all_topics};
+use wsr_gateway::rmp::agreement::Agreement;
 
 use super::support::{TestApp, repo_root, spawn_app_with};
 
@@ -29,6 +30,9 @@ fn configure(c: &mut Config) {
         token(PRODUCE, "app", Scope::Produce),
         token(CONSUME, "app", Scope::Consume),
     ];
+    // A channel anyone may send to, to have something delivered.
+    c.channels.insert("orders".into(), Agreement::everything());
+    c.anonymous_channels.insert("orders".into());
     // A partner nobody listens at (the discard port, refused locally): submits are stored.
     c.partners
         .insert_address("nowhere", "http://127.0.0.1:9/wsr");
@@ -222,13 +226,34 @@ fn no_api_route_is_registered_beside_the_documented_router() {
 }
 
 /// Checks `value` against `schema` (the subset of JSON Schema utoipa writes: $ref, type,
-/// properties, required, items, oneOf, additionalProperties); the mismatches, with where.
+/// properties, required, items, oneOf, allOf, additionalProperties); the mismatches, with
+/// where.
 fn mismatches(doc: &Value, schema: &Value, value: &Value, at: &str, out: &mut Vec<String>) {
     if let Some(reference) = schema["$ref"].as_str() {
         let name = reference.trim_start_matches("#/components/schemas/");
         let target = &doc["components"]["schemas"][name];
         assert!(!target.is_null(), "{reference} is not in the document");
         return mismatches(doc, target, value, at, out);
+    }
+    if let Some(parts) = schema["allOf"].as_array() {
+        // A flattened struct: one object with the properties and requirements of all parts.
+        let mut merged = json!({ "type": "object", "properties": {}, "required": [] });
+        for part in parts {
+            let mut part = part;
+            while let Some(reference) = part["$ref"].as_str() {
+                part = &doc["components"]["schemas"]
+                    [reference.trim_start_matches("#/components/schemas/")];
+            }
+            for (name, property) in part["properties"].as_object().into_iter().flatten() {
+                merged["properties"][name] = property.clone();
+            }
+            for name in part["required"].as_array().into_iter().flatten() {
+                if let Some(required) = merged["required"].as_array_mut() {
+                    required.push(name.clone());
+                }
+            }
+        }
+        return mismatches(doc, &merged, value, at, out);
     }
     if let Some(options) = schema["oneOf"].as_array() {
         let fitting = options
@@ -390,16 +415,51 @@ async fn real_answers_fit_their_documented_schemas() {
     )
     .await;
     assert_eq!(list["messages"].as_array().map(Vec::len), Some(1));
-    let (status, _) = conforms(
+    // A delivered message: in the inbox, in a received group, and fetched.
+    super::api_security::deliver(&app, "orders", 1).await;
+    let (_, inbox) = conforms(&app, &doc, Method::GET, "/api/v1/inbox", Some(ADMIN), None).await;
+    assert_eq!(inbox["messages"].as_array().map(Vec::len), Some(1));
+    conforms(
+        &app,
+        &doc,
+        Method::GET,
+        "/api/v1/groups/mid:orders-1@api-security",
+        Some(ADMIN),
+        None,
+    )
+    .await;
+    let (status, subscription) = conforms(
         &app,
         &doc,
         Method::POST,
         "/api/v1/subscriptions",
         Some(CONSUME),
-        Some(json!({ "name": "orders", "filter": "#" })),
+        Some(json!({ "name": "orders", "filter": "#", "start": "oldest" })),
     )
     .await;
     assert_eq!(status, 201);
+    let (_, session) = conforms(
+        &app,
+        &doc,
+        Method::POST,
+        &format!("/api/v1/subscriptions/{}/sessions", subscription["id"]),
+        Some(CONSUME),
+        None,
+    )
+    .await;
+    let (_, fetched) = conforms(
+        &app,
+        &doc,
+        Method::POST,
+        &format!(
+            "/api/v1/sessions/{}/fetch",
+            session["session"].as_str().expect("a session")
+        ),
+        Some(CONSUME),
+        Some(json!({ "max": 10 })),
+    )
+    .await;
+    assert_eq!(fetched["messages"].as_array().map(Vec::len), Some(1));
     conforms(
         &app,
         &doc,
