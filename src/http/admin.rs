@@ -3,13 +3,17 @@
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
+use super::openapi::{InboxMessage, ProblemBody};
 use crate::config::{Scope, check_endpoint};
 use crate::delivery::filter::Filter;
 use crate::delivery::message_json;
@@ -34,7 +38,7 @@ impl Problem {
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
         let Problem(status, error, reason) = self;
-        (status, Json(json!({ "error": error, "reason": reason }))).into_response()
+        (status, Json(ProblemBody { error, reason })).into_response()
     }
 }
 
@@ -47,6 +51,50 @@ impl From<StoreError> for Problem {
             "the store could not answer; try again".into(),
         )
     }
+}
+
+/// `Path`, but a segment that does not parse is a JSON problem (axum's own answer is
+/// text/plain, which the API's clients and its OpenAPI document do not expect).
+pub struct ApiPath<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for ApiPath<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Problem> {
+        match Path::<T>::from_request_parts(parts, state).await {
+            Ok(Path(value)) => Ok(ApiPath(value)),
+            Err(e) => Err(Problem::field("path", e.body_text())),
+        }
+    }
+}
+
+/// `Query`, but a parameter that does not parse is a JSON problem (as `ApiPath`).
+pub struct ApiQuery<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for ApiQuery<T>
+where
+    T: DeserializeOwned + Send,
+    S: Send + Sync,
+{
+    type Rejection = Problem;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Problem> {
+        match Query::<T>::from_request_parts(parts, state).await {
+            Ok(Query(value)) => Ok(ApiQuery(value)),
+            Err(e) => Err(Problem::field("query", e.body_text())),
+        }
+    }
+}
+
+/// Reads a JSON request body (an empty body as `{}`): a body that does not parse is a 400
+/// naming `body`, whatever its media type (axum's `Json` answers 415/422 in text/plain).
+pub fn json_body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, Problem> {
+    let bytes: &[u8] = if bytes.is_empty() { b"{}" } else { bytes };
+    serde_json::from_slice(bytes).map_err(|e| Problem::field("body", e.to_string()))
 }
 
 /// Who called: the principal of the bearer token, whether it is an operator, and the topics
@@ -118,18 +166,111 @@ pub(super) async fn authorize(
 
 /// Compares secrets without revealing where they differ.
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 pub struct EndpointBody {
     url: String,
     /// Callback endpoints only: the partner that may name it (absent: anonymous callers).
     partner: Option<String>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct EndpointQuery {
+    /// The URL to unregister (or give it in a JSON body).
     url: String,
+    /// Callback endpoints only: whose registration (absent: anonymous callers').
     partner: Option<String>,
 }
+
+/// A registered endpoint; `partner` for callback endpoints only ("": anonymous callers).
+#[derive(Serialize, ToSchema)]
+pub struct Registration {
+    url: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    partner: Option<String>,
+}
+
+/// The registered endpoints: each URL once, and (callback endpoints) who may name each.
+#[derive(Serialize, ToSchema)]
+pub struct EndpointList {
+    endpoints: Vec<String>,
+    /// Callback endpoints only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    registrations: Option<Vec<Registration>>,
+}
+
+/// The registrations of one kind of endpoint, as routes: a named, documented handler per
+/// route and method (`utoipa_axum::routes!` takes functions, not closures).
+macro_rules! endpoint_routes {
+    ($kind:expr, $path:literal, $what:literal, $list:ident, $add:ident, $remove:ident) => {
+        #[utoipa::path(
+            get,
+            path = $path,
+            tag = "admin",
+            summary = concat!("List the registered ", $what),
+            responses((status = 200, description = "The registered URLs", body = EndpointList))
+        )]
+        pub async fn $list(state: State<AppState>) -> Result<Json<EndpointList>, Problem> {
+            list_endpoints($kind, state).await
+        }
+
+        #[utoipa::path(
+            post,
+            path = $path,
+            tag = "admin",
+            summary = concat!("Register one of the ", $what),
+            request_body = EndpointBody,
+            responses(
+                (status = 201, description = "Registered", body = Registration),
+                (status = 200, description = "Registered already", body = Registration),
+                (status = 400, description = "Not a usable URL, or an unknown partner", body = ProblemBody),
+            )
+        )]
+        pub async fn $add(state: State<AppState>, bytes: Bytes) -> Result<Response, Problem> {
+            add_endpoint($kind, state, bytes).await
+        }
+
+        #[utoipa::path(
+            delete,
+            path = $path,
+            tag = "admin",
+            summary = concat!("Unregister one of the ", $what),
+            description = "The URL in the query, or (for URLs too long for a request line) in \
+                           a JSON body `{\"url\": …, \"partner\": …}`.",
+            params(EndpointQuery),
+            request_body(content = Option<EndpointBody>),
+            responses(
+                (status = 204, description = "Unregistered"),
+                (status = 400, description = "No URL, or two different ones", body = ProblemBody),
+                (status = 404, description = "Not registered", body = ProblemBody),
+            )
+        )]
+        pub async fn $remove(
+            state: State<AppState>,
+            uri: Uri,
+            bytes: Bytes,
+        ) -> Result<StatusCode, Problem> {
+            remove_endpoint($kind, state, uri, bytes).await
+        }
+    };
+}
+
+endpoint_routes!(
+    Endpoints::Callback,
+    "/api/v1/callback-endpoints",
+    "callback endpoints",
+    list_callback_endpoints,
+    add_callback_endpoint,
+    remove_callback_endpoint
+);
+endpoint_routes!(
+    Endpoints::Push,
+    "/api/v1/push-endpoints",
+    "push endpoints",
+    list_push_endpoints,
+    add_push_endpoint,
+    remove_push_endpoint
+);
 
 /// A partner given with an endpoint: only callback endpoints belong to partners, and only to
 /// configured ones (a typo would register an endpoint nobody can use).
@@ -150,8 +291,9 @@ fn endpoint_partner(app: &AppState, kind: Endpoints, partner: Option<&str>) -> R
 pub async fn add_endpoint(
     kind: Endpoints,
     State(app): State<AppState>,
-    Json(body): Json<EndpointBody>,
+    bytes: Bytes,
 ) -> Result<Response, Problem> {
+    let body: EndpointBody = json_body(&bytes)?;
     check_endpoint(&body.url).map_err(|e| Problem::field("url", e.to_string()))?;
     let partner = body.partner.as_deref();
     endpoint_partner(&app, kind, partner)?;
@@ -164,9 +306,13 @@ pub async fn add_endpoint(
     } else {
         StatusCode::OK
     };
-    let answer = match kind {
-        Endpoints::Callback => json!({ "url": body.url, "partner": partner.unwrap_or("") }),
-        Endpoints::Push => json!({ "url": body.url }),
+    let partner = match kind {
+        Endpoints::Callback => Some(partner.unwrap_or("").to_owned()),
+        Endpoints::Push => None,
+    };
+    let answer = Registration {
+        url: body.url,
+        partner,
     };
     Ok((status, Json(answer)).into_response())
 }
@@ -174,22 +320,29 @@ pub async fn add_endpoint(
 pub async fn list_endpoints(
     kind: Endpoints,
     State(app): State<AppState>,
-) -> Result<Json<Value>, Problem> {
-    let urls = app.store.endpoints(kind).await?;
+) -> Result<Json<EndpointList>, Problem> {
+    let endpoints = app.store.endpoints(kind).await?;
     if kind == Endpoints::Push {
-        return Ok(Json(json!({ "endpoints": urls })));
+        return Ok(Json(EndpointList {
+            endpoints,
+            registrations: None,
+        }));
     }
     // Each URL once in `endpoints`; who may name it in `registrations` ("" : anonymous).
-    let registrations: Vec<Value> = app
+    let registrations = app
         .store
         .callback_endpoints()
         .await?
         .into_iter()
-        .map(|(partner, url)| json!({ "partner": partner, "url": url }))
+        .map(|(partner, url)| Registration {
+            url,
+            partner: Some(partner),
+        })
         .collect();
-    Ok(Json(
-        json!({ "endpoints": urls, "registrations": registrations }),
-    ))
+    Ok(Json(EndpointList {
+        endpoints,
+        registrations: Some(registrations),
+    }))
 }
 
 /// `DELETE …?url=…`, or with the URL in a JSON body `{"url": …}` (for URLs too long for a
@@ -253,15 +406,19 @@ pub async fn remove_endpoint(
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct Page {
+    /// The groupId to list after (the previous page's `next_after`).
     after: Option<String>,
     /// The partner of the `after` group ("" when absent: anonymous callers' groups).
     after_partner: Option<String>,
+    /// 1 to 1000 (default 100; values beyond are clamped).
     limit: Option<i64>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct GroupQuery {
     /// Whose group (absent: an anonymous caller's).
     partner: Option<String>,
@@ -271,10 +428,30 @@ fn limit(page: &Page) -> i64 {
     page.limit.unwrap_or(100).clamp(1, 1000)
 }
 
+/// A page of groups.
+#[derive(Serialize, ToSchema)]
+pub struct GroupList {
+    groups: Vec<GroupView>,
+    /// Give as `after` (and `next_after_partner` as `after_partner`) for the next page.
+    next_after: Option<String>,
+    next_after_partner: Option<String>,
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/v1/groups",
+    tag = "admin",
+    summary = "List received groups with their state",
+    params(Page),
+    responses(
+        (status = 200, description = "A page of groups, by (partner, groupId)", body = GroupList),
+        (status = 400, description = "A query parameter that does not parse", body = ProblemBody),
+    )
+)]
 pub async fn list_groups(
     State(app): State<AppState>,
-    Query(page): Query<Page>,
-) -> Result<Json<Value>, Problem> {
+    ApiQuery(page): ApiQuery<Page>,
+) -> Result<Json<GroupList>, Problem> {
     let after = page
         .after
         .as_deref()
@@ -282,22 +459,34 @@ pub async fn list_groups(
     let groups = app.store.groups(after, limit(&page)).await?;
     let next = groups.last().map(|(_, g)| g.group_id.as_str().to_owned());
     let next_partner = groups.last().map(|(p, _)| p.clone());
-    let groups: Vec<Value> = groups.iter().map(|(p, g)| group_json(p, g)).collect();
-    Ok(Json(json!({
-        "groups": groups,
-        "next_after": next,
-        "next_after_partner": next_partner,
-    })))
+    let groups = groups.iter().map(|(p, g)| group_view(p, g)).collect();
+    Ok(Json(GroupList {
+        groups,
+        next_after: next,
+        next_after_partner: next_partner,
+    }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/groups/{id}",
+    tag = "admin",
+    summary = "One received group: status, delivered ranges, buffered numbers, faults",
+    params(("id" = String, Path, description = "The groupId"), GroupQuery),
+    responses(
+        (status = 200, description = "The group", body = GroupView),
+        (status = 400, description = "A parameter that does not parse", body = ProblemBody),
+        (status = 404, description = "No such group of that partner", body = ProblemBody),
+    )
+)]
 pub async fn get_group(
     State(app): State<AppState>,
-    Path(id): Path<String>,
-    Query(query): Query<GroupQuery>,
-) -> Result<Json<Value>, Problem> {
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(query): ApiQuery<GroupQuery>,
+) -> Result<Json<GroupView>, Problem> {
     let partner = query.partner.unwrap_or_default();
     match app.store.group(&partner, &id).await? {
-        Some(g) => Ok(Json(group_json(&partner, &g))),
+        Some(g) => Ok(Json(group_view(&partner, &g))),
         None => Err(Problem(
             StatusCode::NOT_FOUND,
             "not-found",
@@ -306,18 +495,41 @@ pub async fn get_group(
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct InboxPage {
+    /// The offset to read after (the previous page's `next_after`; default 0).
     after: Option<i64>,
+    /// 1 to 1000 (default 100; values beyond are clamped).
     limit: Option<i64>,
+}
+
+/// A page of delivered messages.
+#[derive(Serialize, ToSchema)]
+pub struct InboxPageAnswer {
+    #[schema(value_type = Vec<InboxMessage>)]
+    messages: Vec<Value>,
+    /// Give as `after` for the next page.
+    next_after: Option<i64>,
 }
 
 /// The raw inbox, every topic: for operators only (applications read through subscriptions,
 /// within their tokens' topics).
+#[utoipa::path(
+    get,
+    path = "/api/v1/inbox",
+    tag = "admin",
+    summary = "Read the inbox (every topic) in order",
+    params(InboxPage),
+    responses(
+        (status = 200, description = "A page of delivered messages", body = InboxPageAnswer),
+        (status = 400, description = "A query parameter that does not parse", body = ProblemBody),
+    )
+)]
 pub async fn read_inbox(
     State(app): State<AppState>,
-    Query(page): Query<InboxPage>,
-) -> Result<Json<Value>, Problem> {
+    ApiQuery(page): ApiQuery<InboxPage>,
+) -> Result<Json<InboxPageAnswer>, Problem> {
     let entries = app
         .store
         .inbox(
@@ -326,31 +538,66 @@ pub async fn read_inbox(
         )
         .await?;
     let next = entries.last().map(|e| e.offset);
-    let messages: Vec<Value> = entries.iter().map(message_json).collect();
-    Ok(Json(json!({ "messages": messages, "next_after": next })))
+    let messages = entries.iter().map(message_json).collect();
+    Ok(Json(InboxPageAnswer {
+        messages,
+        next_after: next,
+    }))
 }
 
-fn group_json(partner: &str, g: &GroupState) -> Value {
-    let delivered: Vec<[u64; 2]> = g.delivered.pairs().iter().map(|&(a, b)| [a, b]).collect();
-    let faults: Vec<Value> = g
-        .faults
-        .iter()
-        .map(|(n, c)| json!({ "number": n, "fault": c.local_name() }))
-        .collect();
-    json!({
-        "partner": partner,
-        "group_id": g.group_id.as_str(),
-        "channel": g.params.channel,
-        "sequenced": g.params.sequenced,
-        "ordered": g.params.message_order,
-        "status": g.status.as_str(),
-        "last": g.last,
-        "delivered": delivered,
-        "next_expected": g.params.message_order.then_some(g.next_expected),
-        "buffered": g.buffered.keys().collect::<Vec<_>>(),
-        "faults": faults,
-        "max_expiry": date_time_string(&g.max_expiry),
-        "last_activity": date_time_string(&g.last_activity),
-        "terminated_at": g.terminated_at.as_ref().map(date_time_string),
-    })
+/// A received group's state.
+#[derive(Serialize, ToSchema)]
+pub struct GroupView {
+    /// "" for anonymous callers.
+    partner: String,
+    group_id: String,
+    channel: String,
+    sequenced: bool,
+    ordered: bool,
+    status: &'static str,
+    /// The number of the group's last message, once known.
+    last: Option<u64>,
+    /// Delivered numbers as inclusive ranges `[from, to]`.
+    delivered: Vec<[u64; 2]>,
+    /// Ordered groups only.
+    next_expected: Option<u64>,
+    /// Numbers received ahead of a gap, waiting.
+    buffered: Vec<u64>,
+    faults: Vec<GroupFault>,
+    max_expiry: String,
+    last_activity: String,
+    terminated_at: Option<String>,
+}
+
+/// A message of a group that was faulted, and its WS-R fault code.
+#[derive(Serialize, ToSchema)]
+pub struct GroupFault {
+    number: u64,
+    fault: &'static str,
+}
+
+fn group_view(partner: &str, g: &GroupState) -> GroupView {
+    GroupView {
+        partner: partner.to_owned(),
+        group_id: g.group_id.as_str().to_owned(),
+        channel: g.params.channel.clone(),
+        sequenced: g.params.sequenced,
+        ordered: g.params.message_order,
+        status: g.status.as_str(),
+        last: g.last,
+        delivered: g.delivered.pairs().iter().map(|&(a, b)| [a, b]).collect(),
+        next_expected: g.params.message_order.then_some(g.next_expected),
+        buffered: g.buffered.keys().copied().collect(),
+        faults: g
+            .faults
+            .iter()
+            .map(|(n, c)| GroupFault {
+                number: *n,
+                fault: c.local_name(),
+            })
+            .collect(),
+        max_expiry: date_time_string(&g.max_expiry),
+        last_activity: date_time_string(&g.last_activity),
+        terminated_at: g.terminated_at.as_ref().map(date_time_string),
+    }
 }

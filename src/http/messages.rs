@@ -5,16 +5,18 @@ use std::convert::Infallible;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
-use super::admin::{Caller, Problem};
+use super::admin::{ApiPath, ApiQuery, Caller, Problem};
+use super::openapi::{OutboundMessage, ProblemBody};
 use super::soap::{self, SoapBody, content_type, version_hint};
 use crate::config::AgreementSpec;
 use crate::outbound::destination::check_destination;
@@ -28,19 +30,23 @@ use crate::wsr::{
     write_envelope,
 };
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SubmitBody {
     /// A URL, or the name of a partner in the configuration.
     destination: String,
     /// The name of an agreement in the configuration, or one given inline.
     #[serde(default)]
+    #[schema(schema_with = super::openapi::agreement_schema)]
     agreement: Option<AgreementRef>,
     #[serde(default)]
     group: Option<GroupRef>,
+    /// `1.1` (default) or `1.2`.
     #[serde(default)]
     soap_version: Option<String>,
+    /// The SOAP Body's content: well-formed XML, no envelope parts.
     body: String,
+    /// A registered push endpoint to POST the message's fate to.
     #[serde(default)]
     notify_url: Option<String>,
 }
@@ -54,7 +60,7 @@ enum AgreementRef {
     Inline(serde_json::Map<String, Value>),
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct GroupRef {
     /// An existing group to continue; absent = a new group.
@@ -115,6 +121,22 @@ fn submit_problem(e: SubmitError) -> Problem {
     }
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/messages",
+    tag = "produce",
+    summary = "Submit a message for the gateway to send reliably",
+    params(("Idempotency-Key" = Option<String>, Header,
+        description = "Makes the submit safe to retry: 1 to 255 visible ASCII characters")),
+    request_body = SubmitBody,
+    responses(
+        (status = 202, description = "Stored; it is sent from here", body = SubmitAnswer,
+            headers(("Idempotent-Replayed" = String, description = "`true` on a retried submit"))),
+        (status = 400, description = "A field that is not valid (its name starts the reason)", body = ProblemBody),
+        (status = 409, description = "The group cannot take it (closed, failed, another's)", body = ProblemBody),
+        (status = 422, description = "The Idempotency-Key was used for a different request", body = ProblemBody),
+    )
+)]
 pub async fn submit(
     Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
@@ -253,20 +275,27 @@ pub async fn submit(
     Ok(submitted_answer(&submitted))
 }
 
+/// The answer to a submit.
+#[derive(Serialize, ToSchema)]
+pub struct SubmitAnswer {
+    id: String,
+    group_id: String,
+    /// The message's number in its group (absent for a singleton).
+    number: Option<u64>,
+    /// Where to follow its fate.
+    status_url: String,
+}
+
 /// 202 with the message's id, group, number and status URL. A replay answers as the original
 /// did, marked `Idempotent-Replayed`.
 fn submitted_answer(submitted: &Submitted) -> Response {
-    let status_url = format!("/api/v1/messages/{}", submitted.id);
-    let mut response = (
-        StatusCode::ACCEPTED,
-        Json(json!({
-            "id": submitted.id,
-            "group_id": submitted.group_id.as_str(),
-            "number": submitted.number,
-            "status_url": status_url,
-        })),
-    )
-        .into_response();
+    let answer = SubmitAnswer {
+        id: submitted.id.clone(),
+        group_id: submitted.group_id.as_str().to_owned(),
+        number: submitted.number,
+        status_url: format!("/api/v1/messages/{}", submitted.id),
+    };
+    let mut response = (StatusCode::ACCEPTED, Json(answer)).into_response();
     if submitted.replayed {
         response
             .headers_mut()
@@ -316,10 +345,21 @@ fn sees(caller: &Caller) -> Option<&str> {
     (!caller.admin).then_some(caller.principal.as_str())
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/messages/{id}",
+    tag = "produce",
+    summary = "One outbound message and its fate",
+    params(("id" = String, Path, description = "The id the submit answered")),
+    responses(
+        (status = 200, description = "The message", body = OutboundMessage),
+        (status = 404, description = "No such message (or another principal's)", body = ProblemBody),
+    )
+)]
 pub async fn get_message(
     Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Value>, Problem> {
     let message = app.store.out_message(&id).await?;
     // Another principal's message answers as one that does not exist: ids are no oracle.
@@ -334,19 +374,45 @@ pub async fn get_message(
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
+    /// Only messages in this state.
+    #[param(pattern = "^(queued|sent|acked|faulted|failed)$")]
     state: Option<String>,
+    /// Only messages of this groupId.
     group: Option<String>,
+    /// The id to list after (the previous page's `next_after`).
     after: Option<String>,
+    /// 1 to 1000 (default 100; values beyond are clamped).
     limit: Option<i64>,
 }
 
+/// A page of outbound messages.
+#[derive(Serialize, ToSchema)]
+pub struct MessageList {
+    #[schema(value_type = Vec<OutboundMessage>)]
+    messages: Vec<Value>,
+    /// Give as `after` for the next page.
+    next_after: Option<String>,
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/v1/messages",
+    tag = "produce",
+    summary = "List outbound messages (the caller's own; an operator: all), oldest first",
+    params(ListQuery),
+    responses(
+        (status = 200, description = "A page of messages", body = MessageList),
+        (status = 400, description = "A query parameter that is not valid", body = ProblemBody),
+    )
+)]
 pub async fn list_messages(
     Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    Query(q): Query<ListQuery>,
-) -> Result<Json<Value>, Problem> {
+    ApiQuery(q): ApiQuery<ListQuery>,
+) -> Result<Json<MessageList>, Problem> {
     if let Some(state) = &q.state
         && !["queued", "sent", "acked", "faulted", "failed"].contains(&state.as_str())
     {
@@ -364,35 +430,87 @@ pub async fn list_messages(
         )
         .await?;
     let next = messages.last().map(|m| m.id.clone());
-    let messages: Vec<Value> = messages.iter().map(message_json).collect();
-    Ok(Json(json!({ "messages": messages, "next_after": next })))
+    let messages = messages.iter().map(message_json).collect();
+    Ok(Json(MessageList {
+        messages,
+        next_after: next,
+    }))
 }
 
+/// The answer to a group close.
+#[derive(Serialize, ToSchema)]
+pub struct ClosedGroup {
+    group_id: String,
+    /// The number of the message now marked `last` (absent when there was none to mark).
+    last: Option<u64>,
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/v1/groups/{id}/close",
+    tag = "produce",
+    summary = "Mark an outbound group's latest message last, if it is not sent yet",
+    params(("id" = String, Path, description = "The groupId")),
+    responses(
+        (status = 200, description = "Closed", body = ClosedGroup),
+        (status = 400, description = "Not a valid groupId", body = ProblemBody),
+        (status = 409, description = "The group cannot be closed so", body = ProblemBody),
+    )
+)]
 pub async fn close_group(
     Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    Path(id): Path<String>,
-) -> Result<Json<Value>, Problem> {
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<ClosedGroup>, Problem> {
     let group_id = GroupId::parse(&id).map_err(|why| invalid("id", why))?;
     let last = app
         .store
         .close_group(&group_id, sees(&caller))
         .await
         .map_err(submit_problem)?;
-    Ok(Json(json!({ "group_id": id, "last": last })))
+    Ok(Json(ClosedGroup { group_id: id, last }))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct EventsQuery {
+    /// The event `seq` to start after (the last `id:` seen; default 0: from the start).
     after: Option<i64>,
+}
+
+/// The data of one `state` event of `GET /api/v1/events` (JSON).
+#[derive(Serialize, ToSchema)]
+pub struct StateEvent {
+    seq: i64,
+    /// The message's id.
+    id: String,
+    /// Its new state.
+    state: String,
+    detail: Option<String>,
+    at: String,
 }
 
 /// Server-sent events of state changes, from `after` on, as they happen: of the caller's own
 /// messages (an operator: of all). At most `MAX_EVENT_STREAMS` open per principal.
+#[utoipa::path(
+    get,
+    path = "/api/v1/events",
+    tag = "produce",
+    summary = "Follow state changes of outbound messages as server-sent events",
+    description = "Events named `state`, each with `id:` its seq and `data:` a StateEvent as \
+                   JSON; keep-alive comments between. The stream does not end by itself.",
+    params(EventsQuery),
+    responses(
+        (status = 200, description = "A stream of `state` events; each event's data is a StateEvent",
+            content_type = "text/event-stream", body = String),
+        (status = 400, description = "A query parameter that does not parse", body = ProblemBody),
+        (status = 429, description = "The principal holds too many streams open", body = ProblemBody),
+    )
+)]
 pub async fn events(
     Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    Query(q): Query<EventsQuery>,
+    ApiQuery(q): ApiQuery<EventsQuery>,
 ) -> Result<Sse<impl futures_core::Stream<Item = Result<SseEvent, Infallible>>>, Problem> {
     let slot = app.event_streams.take(&caller.principal).ok_or_else(|| {
         Problem(
@@ -415,9 +533,12 @@ pub async fn events(
         |(own, mut after, mut pending)| async move {
             loop {
                 if let Some(e) = pending.pop() {
-                    let data = json!({
-                        "seq": e.seq, "id": e.message_id, "state": e.state,
-                        "detail": e.detail, "at": date_time_string(&e.at),
+                    let data = json!(StateEvent {
+                        seq: e.seq,
+                        id: e.message_id,
+                        state: e.state,
+                        detail: e.detail,
+                        at: date_time_string(&e.at),
                     });
                     let event = SseEvent::default()
                         .id(e.seq.to_string())

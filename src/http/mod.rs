@@ -7,6 +7,7 @@ mod admin;
 pub mod auth;
 mod forwarded;
 pub mod messages;
+pub mod openapi;
 mod operator;
 mod request_id;
 mod scrape;
@@ -19,17 +20,19 @@ mod wsr;
 
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::middleware::{Next, from_fn_with_state};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{MethodRouter, get, post};
+use axum::{Extension, Router};
+use utoipa::OpenApi as _;
+use utoipa_axum::router::{OpenApiRouter, UtoipaMethodRouter};
+use utoipa_axum::routes;
 
 use crate::clock::Clock;
 use crate::config::{Config, Scope};
 use crate::delivery::receipt::ReceiptKey;
-use crate::store::delivery::DeadLetterChange;
-use crate::store::{Endpoints, Store};
+use crate::store::Store;
 
 /// What every handler may use; one reference count to clone (a request clones it several
 /// times on its way through the layers).
@@ -71,15 +74,13 @@ const ADMIN: &[Scope] = &[Scope::Admin];
 pub fn router(state: AppState) -> Router {
     // The codec enforces the exact limit with a clear fault; this only stops the read early.
     let body_limit = state.config.limits.max_bytes.saturating_add(1);
-    // Every `/api/v1` route is guarded: the token and its scope are checked before any
-    // extractor reads the path, query or body (401/403 first, never 400/415).
-    let api = |scopes: &'static [Scope], route: MethodRouter<AppState>| {
-        route.route_layer(from_fn_with_state((state.clone(), scopes), require))
-    };
     // Partners are identified before any extractor reads the body (D14).
     let partners = |door: auth::Door, route: MethodRouter<AppState>| {
         route.route_layer(from_fn_with_state((state.clone(), door), auth::guard))
     };
+    let (api, document) = api(&state).split_for_parts();
+    // Serialized once: the document is the same for every request.
+    let document = openapi::Document(document.to_json().unwrap_or_default().into());
     Router::new()
         .route(
             "/wsr/_callback",
@@ -89,99 +90,7 @@ pub fn router(state: AppState) -> Router {
             "/wsr/{channel}",
             partners(auth::Door::Channel, post(wsr::receive)),
         )
-        .route(
-            "/api/v1/messages",
-            api(PRODUCE, get(messages::list_messages).post(messages::submit)),
-        )
-        .route(
-            "/api/v1/messages/{id}",
-            api(PRODUCE, get(messages::get_message)),
-        )
-        .route(
-            "/api/v1/messages/{id}/resend",
-            api(ADMIN, post(operator::resend)),
-        )
-        .route(
-            "/api/v1/messages/{id}/fail",
-            api(ADMIN, post(operator::fail)),
-        )
-        .route(
-            "/api/v1/groups/{id}/close",
-            api(PRODUCE, post(messages::close_group)),
-        )
-        .route("/api/v1/events", api(PRODUCE, get(messages::events)))
-        .route(
-            "/api/v1/callback-endpoints",
-            api(ADMIN, endpoints(Endpoints::Callback)),
-        )
-        .route(
-            "/api/v1/push-endpoints",
-            api(ADMIN, endpoints(Endpoints::Push)),
-        )
-        .route("/api/v1/groups", api(ADMIN, get(admin::list_groups)))
-        .route("/api/v1/groups/{id}", api(ADMIN, get(admin::get_group)))
-        .route("/api/v1/inbox", api(ADMIN, get(admin::read_inbox)))
-        .route(
-            "/api/v1/subscriptions",
-            api(
-                CONSUME,
-                get(subscriptions::list).post(subscriptions::create),
-            ),
-        )
-        .route(
-            "/api/v1/subscriptions/{id}",
-            api(
-                CONSUME,
-                get(subscriptions::get).delete(subscriptions::delete),
-            ),
-        )
-        .route(
-            "/api/v1/subscriptions/{id}/grants/{principal}",
-            api(
-                CONSUME,
-                axum::routing::put(subscriptions::grant).delete(subscriptions::revoke),
-            ),
-        )
-        .route(
-            "/api/v1/subscriptions/{id}/sessions",
-            api(CONSUME, post(subscriptions::join)),
-        )
-        .route(
-            "/api/v1/subscriptions/{id}/dead-letters",
-            api(CONSUME, get(subscriptions::dead_letters)),
-        )
-        .route(
-            "/api/v1/subscriptions/{id}/dead-letters/replay",
-            api(
-                CONSUME,
-                post(|c, s, p, b| {
-                    subscriptions::change_dead_letters(DeadLetterChange::Replay, c, s, p, b)
-                }),
-            ),
-        )
-        .route(
-            "/api/v1/subscriptions/{id}/dead-letters/purge",
-            api(
-                CONSUME,
-                post(|c, s, p, b| {
-                    subscriptions::change_dead_letters(DeadLetterChange::Purge, c, s, p, b)
-                }),
-            ),
-        )
-        .route(
-            "/api/v1/sessions/{session}",
-            api(CONSUME, axum::routing::delete(subscriptions::leave)),
-        )
-        .route(
-            "/api/v1/sessions/{session}/fetch",
-            api(CONSUME, post(subscriptions::fetch)),
-        )
-        .route(
-            "/api/v1/sessions/{session}/heartbeat",
-            api(CONSUME, post(subscriptions::heartbeat)),
-        )
-        .route("/api/v1/settle", api(CONSUME, post(subscriptions::settle)))
-        .route("/api/v1/extend", api(CONSUME, post(subscriptions::extend)))
+        .merge(api.layer(Extension(document)))
         .route("/healthz", get(health))
         .route("/readyz", get(ready))
         .route("/metrics", get(scrape::scrape))
@@ -191,6 +100,62 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn(timed))
         .layer(axum::middleware::from_fn(request_id::layer))
         .with_state(state)
+}
+
+/// Every `/api/v1` route, each registered and documented by one `routes!` call (add routes
+/// here and nowhere else: the `openapi` integration test holds the document to the router).
+fn api(state: &AppState) -> OpenApiRouter<AppState> {
+    // Every `/api/v1` route is guarded: the token and its scope are checked before any
+    // extractor reads the path, query or body (401/403 first, never 400/415). The same
+    // scopes write the route's security into the document.
+    let guarded = |scopes: &'static [Scope], mut routes: UtoipaMethodRouter<AppState>| {
+        openapi::document_guard(&mut routes.1, scopes);
+        routes.2 = routes
+            .2
+            .route_layer(from_fn_with_state((state.clone(), scopes), require));
+        routes
+    };
+    use {admin as a, messages as m, subscriptions as s};
+    OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .routes(guarded(PRODUCE, routes!(m::list_messages, m::submit)))
+        .routes(guarded(PRODUCE, routes!(m::get_message)))
+        .routes(guarded(ADMIN, routes!(operator::resend)))
+        .routes(guarded(ADMIN, routes!(operator::fail)))
+        .routes(guarded(PRODUCE, routes!(m::close_group)))
+        .routes(guarded(PRODUCE, routes!(m::events)))
+        .routes(guarded(
+            ADMIN,
+            routes!(
+                a::list_callback_endpoints,
+                a::add_callback_endpoint,
+                a::remove_callback_endpoint
+            ),
+        ))
+        .routes(guarded(
+            ADMIN,
+            routes!(
+                a::list_push_endpoints,
+                a::add_push_endpoint,
+                a::remove_push_endpoint
+            ),
+        ))
+        .routes(guarded(ADMIN, routes!(a::list_groups)))
+        .routes(guarded(ADMIN, routes!(a::get_group)))
+        .routes(guarded(ADMIN, routes!(a::read_inbox)))
+        .routes(guarded(CONSUME, routes!(s::list, s::create)))
+        .routes(guarded(CONSUME, routes!(s::get, s::delete)))
+        .routes(guarded(CONSUME, routes!(s::grant, s::revoke)))
+        .routes(guarded(CONSUME, routes!(s::join)))
+        .routes(guarded(CONSUME, routes!(s::dead_letters)))
+        .routes(guarded(CONSUME, routes!(s::replay_dead_letters)))
+        .routes(guarded(CONSUME, routes!(s::purge_dead_letters)))
+        .routes(guarded(CONSUME, routes!(s::leave)))
+        .routes(guarded(CONSUME, routes!(s::fetch)))
+        .routes(guarded(CONSUME, routes!(s::heartbeat)))
+        .routes(guarded(CONSUME, routes!(s::settle)))
+        .routes(guarded(CONSUME, routes!(s::extend)))
+        // The public shape of the API: no token (it tells nothing a client could not learn).
+        .routes(routes!(openapi::openapi_json))
 }
 
 /// The guard of an `/api/v1` route: `authorize` the bearer token for `scopes`, and hand the
@@ -228,13 +193,6 @@ async fn timed(request: Request, next: Next) -> Response {
     let response = next.run(request).await;
     crate::metrics::http_request(route, method, response.status().as_u16(), started.elapsed());
     response
-}
-
-/// List, register and remove one kind of registered endpoint.
-fn endpoints(kind: Endpoints) -> MethodRouter<AppState> {
-    get(move |s| admin::list_endpoints(kind, s))
-        .post(move |s, b| admin::add_endpoint(kind, s, b))
-        .delete(move |s, q, b| admin::remove_endpoint(kind, s, q, b))
 }
 
 /// Alive: the process answers.

@@ -3,49 +3,77 @@
 //! `outbound::operator`'s; this reads the request and says what became of it.
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::{Extension, Json};
 use serde::Deserialize;
 use serde_json::Value;
+use utoipa::ToSchema;
 
 use super::AppState;
-use super::admin::{Caller, Problem};
+use super::admin::{ApiPath, Caller, Problem, json_body};
+use super::openapi::{OutboundMessage, ProblemBody};
 use crate::outbound::operator::{ActionError, OperatorAction, act};
 use crate::outbound::view::message_json;
 
 /// The longest reason an operator may give (it is stored with the message and shown).
 const MAX_REASON_BYTES: usize = 1000;
 
-#[derive(Deserialize, Default)]
+/// The body of a fail: why, in the operator's words (optional).
+#[derive(Deserialize, Default, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct FailRequest {
+pub struct FailRequest {
+    /// At most 1 000 bytes, no control characters; kept in the message's reason.
     #[serde(default)]
     reason: String,
 }
 
 /// One attempt now, with the same identity: 200 with the message, 409 when it is final or
 /// expired (or changed meanwhile), 404 when there is none.
+#[utoipa::path(
+    post,
+    path = "/api/v1/messages/{id}/resend",
+    tag = "admin",
+    summary = "Send an outbound message again now, with the same identity",
+    description = "One attempt at once, even past its schedule's last: for a message in doubt, \
+                   the destination acks it as a duplicate or delivers it.",
+    params(("id" = String, Path, description = "The message id")),
+    responses(
+        (status = 200, description = "Due now", body = OutboundMessage),
+        (status = 404, description = "No such message", body = ProblemBody),
+        (status = 409, description = "Final, expired, or changed meanwhile", body = ProblemBody),
+    )
+)]
 pub async fn resend(
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Value>, Problem> {
     answer(act(&app.store, &id, OperatorAction::Resend, app.clock.now()).await)
 }
 
 /// Ends the message `failed` ("failed by operator NAME: REASON"), and the rest of its ordered
 /// group with it. The body is optional: `{"reason": "…"}`.
+#[utoipa::path(
+    post,
+    path = "/api/v1/messages/{id}/fail",
+    tag = "admin",
+    summary = "End an outbound message failed (and the rest of its ordered group)",
+    params(("id" = String, Path, description = "The message id")),
+    request_body(content = FailRequest, description = "Optional"),
+    responses(
+        (status = 200, description = "Failed", body = OutboundMessage),
+        (status = 400, description = "A body or reason that is not valid", body = ProblemBody),
+        (status = 404, description = "No such message", body = ProblemBody),
+        (status = 409, description = "Already final, or changed meanwhile", body = ProblemBody),
+    )
+)]
 pub async fn fail(
     Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    Path(id): Path<String>,
+    ApiPath(id): ApiPath<String>,
     body: Bytes,
 ) -> Result<Json<Value>, Problem> {
-    let request: FailRequest = if body.iter().all(u8::is_ascii_whitespace) {
-        FailRequest::default()
-    } else {
-        serde_json::from_slice(&body).map_err(|e| Problem::field("body", e.to_string()))?
-    };
+    let request: FailRequest = json_body(&body)?;
     if request.reason.len() > MAX_REASON_BYTES {
         return Err(Problem::field(
             "reason",

@@ -12,16 +12,19 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{Path, Query, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
-use super::admin::{Caller, Problem};
+use super::admin::{ApiPath, ApiQuery, Caller, Problem, json_body as body};
+use super::openapi::{
+    InboxMessage, ProblemBody, Subscription as SubscriptionSchema, SubscriptionRequest,
+};
 use crate::delivery::lease::Outcome;
 use crate::delivery::pull::fetch_waiting;
 use crate::delivery::receipt::{Receipt, ReceiptError};
@@ -69,11 +72,6 @@ fn refusal(e: DeliveryError) -> Refusal {
 
 fn problem_refusal(Problem(status, error, reason): Problem) -> Refusal {
     (status, json!({ "error": error, "reason": reason }))
-}
-
-fn body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, Problem> {
-    let bytes: &[u8] = if bytes.is_empty() { b"{}" } else { bytes };
-    serde_json::from_slice(bytes).map_err(|e| Problem::field("body", e.to_string()))
 }
 
 fn forbidden(caller: &Caller, sub: &Subscription) -> Problem {
@@ -167,6 +165,20 @@ fn subscription_json(sub: &Subscription) -> Value {
     rules
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/subscriptions",
+    tag = "consume",
+    summary = "Create a subscription (or find the same one again)",
+    request_body = SubscriptionRequest,
+    responses(
+        (status = 201, description = "Created", body = SubscriptionSchema),
+        (status = 200, description = "The same subscription existed already", body = SubscriptionSchema),
+        (status = 400, description = "A field that is not valid", body = ProblemBody),
+        (status = 409, description = "A subscription of that name exists with other rules", body = ProblemBody),
+        (status = 501, description = "A value this gateway does not implement", body = ProblemBody),
+    )
+)]
 pub async fn create(
     Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
@@ -202,10 +214,24 @@ pub async fn create(
     Ok((status, Json(subscription_json(&sub))).into_response())
 }
 
+/// The subscriptions a caller may see.
+#[derive(Serialize, ToSchema)]
+pub struct SubscriptionList {
+    #[schema(value_type = Vec<SubscriptionSchema>)]
+    subscriptions: Vec<Value>,
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/v1/subscriptions",
+    tag = "consume",
+    summary = "List the subscriptions the caller may take from (an operator: all)",
+    responses((status = 200, description = "The subscriptions", body = SubscriptionList))
+)]
 pub async fn list(
     Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-) -> Result<Json<Value>, Problem> {
+) -> Result<Json<SubscriptionList>, Problem> {
     let subs: Vec<Value> = app
         .store
         .subscriptions()
@@ -214,13 +240,27 @@ pub async fn list(
         .filter(|s| caller.admin || may_take(&caller, s).is_ok())
         .map(subscription_json)
         .collect();
-    Ok(Json(json!({ "subscriptions": subs })))
+    Ok(Json(SubscriptionList {
+        subscriptions: subs,
+    }))
 }
 
+#[utoipa::path(
+    get,
+    path = "/api/v1/subscriptions/{id}",
+    tag = "consume",
+    summary = "One subscription with its backlog",
+    params(("id" = i64, Path, description = "The subscription's id")),
+    responses(
+        (status = 200, description = "The subscription", body = SubscriptionSchema),
+        (status = 400, description = "Not a subscription id", body = ProblemBody),
+        (status = 404, description = "No such subscription", body = ProblemBody),
+    )
+)]
 pub async fn get(
     Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    Path(id): Path<i64>,
+    ApiPath(id): ApiPath<i64>,
 ) -> Result<Json<Value>, Problem> {
     let mut answer = subscription_json(&visible(&app, &caller, id).await?);
     let backlog = app.store.backlog(id).await?;
@@ -233,30 +273,72 @@ pub async fn get(
     Ok(Json(answer))
 }
 
+#[utoipa::path(
+    delete,
+    path = "/api/v1/subscriptions/{id}",
+    tag = "consume",
+    summary = "Delete a subscription (its owner, or an operator)",
+    params(("id" = i64, Path, description = "The subscription's id")),
+    responses(
+        (status = 204, description = "Deleted"),
+        (status = 400, description = "Not a subscription id", body = ProblemBody),
+        (status = 404, description = "No such subscription", body = ProblemBody),
+    )
+)]
 pub async fn delete(
     Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    Path(id): Path<i64>,
+    ApiPath(id): ApiPath<i64>,
 ) -> Result<StatusCode, Problem> {
     managed(&app, &caller, id).await?;
     app.store.delete_subscription(id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
+#[utoipa::path(
+    put,
+    path = "/api/v1/subscriptions/{id}/grants/{principal}",
+    tag = "consume",
+    summary = "Let another principal join, fetch and settle (the owner, or an operator)",
+    params(
+        ("id" = i64, Path, description = "The subscription's id"),
+        ("principal" = String, Path, description = "The principal to grant"),
+    ),
+    responses(
+        (status = 204, description = "Granted"),
+        (status = 400, description = "Not a subscription id", body = ProblemBody),
+        (status = 404, description = "No such subscription", body = ProblemBody),
+    )
+)]
 pub async fn grant(
     Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    Path((id, principal)): Path<(i64, String)>,
+    ApiPath((id, principal)): ApiPath<(i64, String)>,
 ) -> Result<StatusCode, Problem> {
     managed(&app, &caller, id).await?;
     app.store.grant(id, &principal).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
+#[utoipa::path(
+    delete,
+    path = "/api/v1/subscriptions/{id}/grants/{principal}",
+    tag = "consume",
+    summary = "Revoke a grant (its sessions end)",
+    params(
+        ("id" = i64, Path, description = "The subscription's id"),
+        ("principal" = String, Path, description = "The principal to revoke"),
+    ),
+    responses(
+        (status = 204, description = "Revoked"),
+        (status = 400, description = "Not a subscription id", body = ProblemBody),
+        (status = 404, description = "No such subscription, or no such grant", body = ProblemBody),
+    )
+)]
 pub async fn revoke(
     Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    Path((id, principal)): Path<(i64, String)>,
+    ApiPath((id, principal)): ApiPath<(i64, String)>,
 ) -> Result<StatusCode, Problem> {
     managed(&app, &caller, id).await?;
     if app.store.revoke(id, &principal, app.clock.now()).await? {
@@ -270,16 +352,41 @@ pub async fn revoke(
     }
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct JoinBody {
+    /// How long the session lives without a fetch or heartbeat: 100 to 3600000 ms (default
+    /// from the configuration).
     ttl_ms: Option<u64>,
 }
 
+/// A consumer session.
+#[derive(Serialize, ToSchema)]
+pub struct SessionAnswer {
+    session: String,
+    subscription: i64,
+    ttl_ms: i64,
+    expires_at: String,
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/v1/subscriptions/{id}/sessions",
+    tag = "consume",
+    summary = "Join a pull subscription: a session to fetch with",
+    params(("id" = i64, Path, description = "The subscription's id")),
+    request_body(content = Option<JoinBody>, description = "May be empty"),
+    responses(
+        (status = 201, description = "Joined", body = SessionAnswer),
+        (status = 400, description = "A field that is not valid", body = ProblemBody),
+        (status = 404, description = "No such subscription", body = ProblemBody),
+        (status = 409, description = "A push subscription has no pull members", body = ProblemBody),
+    )
+)]
 pub async fn join(
     Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    Path(id): Path<i64>,
+    ApiPath(id): ApiPath<i64>,
     bytes: Bytes,
 ) -> Result<Response, Problem> {
     let request: JoinBody = body(&bytes)?;
@@ -314,12 +421,12 @@ pub async fn join(
         .await?;
     Ok((
         StatusCode::CREATED,
-        Json(json!({
-            "session": session.id,
-            "subscription": id,
-            "ttl_ms": session.ttl.num_milliseconds(),
-            "expires_at": date_time_string(&session.expires_at),
-        })),
+        Json(SessionAnswer {
+            session: session.id,
+            subscription: id,
+            ttl_ms: session.ttl.num_milliseconds(),
+            expires_at: date_time_string(&session.expires_at),
+        }),
     )
         .into_response())
 }
@@ -377,17 +484,35 @@ async fn own_session(
     Ok(session)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct FetchBody {
+    /// At most this many messages: 1 to 1000 (default 10).
     max: Option<usize>,
+    /// Wait up to this long for a first message (at most 60000; default 0).
     wait_ms: Option<u64>,
 }
 
+const SESSION: &str = "The session id the join answered";
+
+#[utoipa::path(
+    post,
+    path = "/api/v1/sessions/{session}/fetch",
+    tag = "consume",
+    summary = "Take messages: each leased until settled or its deadline",
+    params(("session" = String, Path, description = SESSION)),
+    request_body(content = Option<FetchBody>, description = "May be empty"),
+    responses(
+        (status = 200, description = "The messages handed out (maybe none)", body = FetchAnswerSchema),
+        (status = 400, description = "A field that is not valid", body = ProblemBody),
+        (status = 404, description = "No live session of that id", body = ProblemBody),
+        (status = 409, description = "The session is a push worker's", body = ProblemBody),
+    )
+)]
 pub async fn fetch(
     Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    Path(session): Path<String>,
+    ApiPath(session): ApiPath<String>,
     bytes: Bytes,
 ) -> Result<Response, Problem> {
     let request: FetchBody = body(&bytes)?;
@@ -418,6 +543,28 @@ struct FetchAnswer<'a> {
     messages: Vec<HandedView<'a>>,
 }
 
+/// A fetch's answer, as documented (`FetchAnswer` borrows, which a schema cannot).
+#[derive(ToSchema)]
+#[schema(as = FetchAnswer)]
+#[allow(dead_code)] // a description only: the answer is a FetchAnswer
+struct FetchAnswerSchema {
+    messages: Vec<HandedSchema>,
+}
+
+/// One handed-out message: an inbox message with what settling it takes.
+#[derive(ToSchema)]
+#[schema(as = HandedMessage)]
+#[allow(dead_code)] // a description only: the answer is a HandedView
+struct HandedSchema {
+    #[serde(flatten)]
+    message: InboxMessage,
+    /// Give it to settle or extend.
+    receipt: String,
+    attempt: u32,
+    /// When the lease ends (absent: settled on sending).
+    deadline: Option<String>,
+}
+
 /// One handed-out message: the message, and what settling it takes.
 #[derive(Serialize)]
 struct HandedView<'a> {
@@ -428,33 +575,66 @@ struct HandedView<'a> {
     deadline: Option<String>,
 }
 
+/// A session kept alive.
+#[derive(Serialize, ToSchema)]
+pub struct HeartbeatAnswer {
+    session: String,
+    expires_at: String,
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/v1/sessions/{session}/heartbeat",
+    tag = "consume",
+    summary = "Keep a session alive",
+    params(("session" = String, Path, description = SESSION)),
+    responses(
+        (status = 200, description = "Alive until expires_at", body = HeartbeatAnswer),
+        (status = 404, description = "No live session of that id", body = ProblemBody),
+        (status = 409, description = "The session is a push worker's", body = ProblemBody),
+    )
+)]
 pub async fn heartbeat(
     Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    Path(session): Path<String>,
-) -> Result<Json<Value>, Problem> {
+    ApiPath(session): ApiPath<String>,
+) -> Result<Json<HeartbeatAnswer>, Problem> {
     own_session(&app, &caller, &session).await?;
     let expires_at = app.store.heartbeat(&session, app.clock.now()).await?;
-    Ok(Json(
-        json!({ "session": session, "expires_at": date_time_string(&expires_at) }),
-    ))
+    Ok(Json(HeartbeatAnswer {
+        session,
+        expires_at: date_time_string(&expires_at),
+    }))
 }
 
+#[utoipa::path(
+    delete,
+    path = "/api/v1/sessions/{session}",
+    tag = "consume",
+    summary = "Leave: the session's leased messages go back to the others",
+    params(("session" = String, Path, description = SESSION)),
+    responses(
+        (status = 204, description = "Left"),
+        (status = 404, description = "No live session of that id", body = ProblemBody),
+        (status = 409, description = "The session is a push worker's", body = ProblemBody),
+    )
+)]
 pub async fn leave(
     Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    Path(session): Path<String>,
+    ApiPath(session): ApiPath<String>,
 ) -> Result<StatusCode, Problem> {
     own_session(&app, &caller, &session).await?;
     app.store.leave(&session, app.clock.now()).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct SettleBody {
     receipt: String,
     /// accepted | rejected | released | modified; absent: the subscription's default outcome.
+    #[schema(pattern = "^(accepted|rejected|released|modified)$")]
     outcome: Option<String>,
     #[serde(default)]
     delivery_failed: bool,
@@ -533,7 +713,7 @@ async fn receipt_for(
 }
 
 /// Several settlements in one request (and one transaction).
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct SettleBatch {
     settlements: Vec<SettleBody>,
@@ -541,6 +721,66 @@ struct SettleBatch {
 
 const MAX_SETTLEMENTS: usize = 1000;
 
+/// One settlement, or a batch.
+#[derive(Deserialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // a description only: `settle` tells the two apart by `settlements`
+enum SettleRequest {
+    One(SettleBody),
+    Batch(SettleBatch),
+}
+
+/// A settlement that counted.
+#[derive(Serialize, ToSchema)]
+pub struct Settled {
+    offset: i64,
+    attempt: u32,
+    settled: bool,
+}
+
+/// A settle or extend refused because the attempt is not the current one.
+#[derive(ToSchema)]
+#[allow(dead_code)] // a description only: written by `refusal`
+struct StaleReceipt {
+    /// `stale-receipt` (or another problem kind).
+    error: String,
+    reason: String,
+    current_attempt: Option<u32>,
+}
+
+/// One result of a batch: `settled: true`, or the refusal with its HTTP status.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)] // a description only: written by `settle`
+struct BatchResult {
+    offset: Option<i64>,
+    attempt: Option<u32>,
+    settled: Option<bool>,
+    error: Option<String>,
+    reason: Option<String>,
+    current_attempt: Option<u32>,
+    status: Option<u16>,
+}
+
+/// The results of a batch, in the order of its settlements.
+#[derive(Serialize, ToSchema)]
+#[allow(dead_code)] // a description only: written by `settle`
+struct BatchAnswer {
+    results: Vec<BatchResult>,
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/v1/settle",
+    tag = "consume",
+    summary = "Settle deliveries by their receipts",
+    request_body = SettleRequest,
+    responses(
+        (status = 200, description = "Settled (one), or one result per settlement (a batch)", body = SettleAnswer),
+        (status = 400, description = "A field that is not valid, or a receipt that is not genuine", body = ProblemBody),
+        (status = 404, description = "No such delivery", body = ProblemBody),
+        (status = 409, description = "The attempt is not the current one", body = StaleReceipt),
+    )
+)]
 /// `POST /api/v1/settle`: one settlement (`{receipt, outcome, …}`: 200, or 409 naming the
 /// current attempt), or a batch (`{settlements: […]}`: 200 with one result per settlement,
 /// in order, each `settled: true` or the refusal with its status).
@@ -625,16 +865,50 @@ pub async fn settle(
     Ok(Json(json!({ "results": results })).into_response())
 }
 
-fn settled_json(receipt: &Receipt) -> Value {
-    json!({ "offset": receipt.offset, "attempt": receipt.attempt, "settled": true })
+/// A settle's answer: one settlement's, or a batch's.
+#[derive(Serialize, ToSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // a description only: written by `settle`
+enum SettleAnswer {
+    One(Settled),
+    Batch(BatchAnswer),
 }
 
-#[derive(Deserialize)]
+fn settled_json(receipt: &Receipt) -> Value {
+    json!(Settled {
+        offset: receipt.offset,
+        attempt: receipt.attempt,
+        settled: true
+    })
+}
+
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ExtendBody {
     receipt: String,
 }
 
+/// A lease extended.
+#[derive(Serialize, ToSchema)]
+pub struct Extended {
+    offset: i64,
+    attempt: u32,
+    deadline: String,
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/v1/extend",
+    tag = "consume",
+    summary = "Extend a delivery's lease by the subscription's ack wait",
+    request_body = ExtendBody,
+    responses(
+        (status = 200, description = "The new deadline", body = Extended),
+        (status = 400, description = "A field that is not valid, or a receipt that is not genuine", body = ProblemBody),
+        (status = 404, description = "No such delivery", body = ProblemBody),
+        (status = 409, description = "The attempt is not the current one", body = StaleReceipt),
+    )
+)]
 pub async fn extend(
     Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
@@ -643,11 +917,11 @@ pub async fn extend(
     let request: ExtendBody = body(&bytes)?;
     let receipt = receipt_for(&app, &caller, &request.receipt, &mut HashMap::new()).await?;
     Ok(match app.store.extend(&receipt, app.clock.now()).await {
-        Ok(deadline) => Json(json!({
-            "offset": receipt.offset,
-            "attempt": receipt.attempt,
-            "deadline": date_time_string(&deadline),
-        }))
+        Ok(deadline) => Json(Extended {
+            offset: receipt.offset,
+            attempt: receipt.attempt,
+            deadline: date_time_string(&deadline),
+        })
         .into_response(),
         Err(e) => {
             let (status, body) = refusal(e);
@@ -656,18 +930,51 @@ pub async fn extend(
     })
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct DeadLetterPage {
+    /// The offset to list after (the previous page's `next_after`; default 0).
     after: Option<i64>,
+    /// 1 to 1000 (default 100; values beyond are clamped).
     limit: Option<i64>,
 }
 
+/// A dead letter: why it died, after how many attempts, and the message if still kept.
+#[derive(Serialize, ToSchema)]
+pub struct DeadLetterView {
+    offset: i64,
+    reason: String,
+    attempts: u32,
+    #[schema(value_type = Option<InboxMessage>)]
+    message: Option<Value>,
+}
+
+/// A page of dead letters.
+#[derive(Serialize, ToSchema)]
+pub struct DeadLetterList {
+    dead_letters: Vec<DeadLetterView>,
+    /// Give as `after` for the next page.
+    next_after: Option<i64>,
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/v1/subscriptions/{id}/dead-letters",
+    tag = "consume",
+    summary = "List a subscription's dead letters",
+    params(("id" = i64, Path, description = "The subscription's id"), DeadLetterPage),
+    responses(
+        (status = 200, description = "A page of dead letters", body = DeadLetterList),
+        (status = 400, description = "A parameter that does not parse", body = ProblemBody),
+        (status = 404, description = "No such subscription", body = ProblemBody),
+    )
+)]
 pub async fn dead_letters(
     Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    Path(id): Path<i64>,
-    Query(page): Query<DeadLetterPage>,
-) -> Result<Json<Value>, Problem> {
+    ApiPath(id): ApiPath<i64>,
+    ApiQuery(page): ApiQuery<DeadLetterPage>,
+) -> Result<Json<DeadLetterList>, Problem> {
     visible(&app, &caller, id).await?;
     let letters = app
         .store
@@ -678,35 +985,94 @@ pub async fn dead_letters(
         )
         .await?;
     let next = letters.last().map(|l| l.offset);
-    let letters: Vec<Value> = letters
+    let dead_letters = letters
         .iter()
-        .map(|l| {
-            json!({
-                "offset": l.offset,
-                "reason": l.reason,
-                "attempts": l.attempts,
-                "message": l.message.as_ref().map(message_json),
-            })
+        .map(|l| DeadLetterView {
+            offset: l.offset,
+            reason: l.reason.clone(),
+            attempts: l.attempts,
+            message: l.message.as_ref().map(message_json),
         })
         .collect();
-    Ok(Json(json!({ "dead_letters": letters, "next_after": next })))
+    Ok(Json(DeadLetterList {
+        dead_letters,
+        next_after: next,
+    }))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct DeadLetterSelection {
-    /// Offsets to act on; absent: all of the subscription's dead letters.
+    /// Offsets to act on (at most 1000); absent: all of the subscription's dead letters.
     offsets: Option<Vec<i64>>,
 }
 
-/// `POST …/dead-letters/replay` and `…/purge`.
-pub async fn change_dead_letters(
+/// How many dead letters a replay put back.
+#[derive(Serialize, ToSchema)]
+pub struct Replayed {
+    replayed: u64,
+}
+
+/// How many dead letters a purge removed.
+#[derive(Serialize, ToSchema)]
+pub struct Purged {
+    purged: u64,
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/v1/subscriptions/{id}/dead-letters/replay",
+    tag = "consume",
+    summary = "Put dead letters back to be delivered again (owner or operator)",
+    params(("id" = i64, Path, description = "The subscription's id")),
+    request_body(content = Option<DeadLetterSelection>, description = "May be empty: all"),
+    responses(
+        (status = 200, description = "How many were put back", body = Replayed),
+        (status = 400, description = "A field that is not valid", body = ProblemBody),
+        (status = 404, description = "No such subscription", body = ProblemBody),
+    )
+)]
+pub async fn replay_dead_letters(
+    caller: Extension<Caller>,
+    state: State<AppState>,
+    id: ApiPath<i64>,
+    bytes: Bytes,
+) -> Result<Json<Replayed>, Problem> {
+    let replayed = change_dead_letters(DeadLetterChange::Replay, caller, state, id, bytes).await?;
+    Ok(Json(Replayed { replayed }))
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/v1/subscriptions/{id}/dead-letters/purge",
+    tag = "consume",
+    summary = "Remove dead letters for good (owner or operator)",
+    params(("id" = i64, Path, description = "The subscription's id")),
+    request_body(content = Option<DeadLetterSelection>, description = "May be empty: all"),
+    responses(
+        (status = 200, description = "How many were removed", body = Purged),
+        (status = 400, description = "A field that is not valid", body = ProblemBody),
+        (status = 404, description = "No such subscription", body = ProblemBody),
+    )
+)]
+pub async fn purge_dead_letters(
+    caller: Extension<Caller>,
+    state: State<AppState>,
+    id: ApiPath<i64>,
+    bytes: Bytes,
+) -> Result<Json<Purged>, Problem> {
+    let purged = change_dead_letters(DeadLetterChange::Purge, caller, state, id, bytes).await?;
+    Ok(Json(Purged { purged }))
+}
+
+/// Replays or purges the selected dead letters; how many.
+async fn change_dead_letters(
     change: DeadLetterChange,
     Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
-    Path(id): Path<i64>,
+    ApiPath(id): ApiPath<i64>,
     bytes: Bytes,
-) -> Result<Json<Value>, Problem> {
+) -> Result<u64, Problem> {
     managed(&app, &caller, id).await?;
     let selection: DeadLetterSelection = body(&bytes)?;
     if selection
@@ -723,9 +1089,5 @@ pub async fn change_dead_letters(
         .store
         .change_dead_letters(id, selection.offsets.as_deref(), change, app.clock.now())
         .await?;
-    let key = match change {
-        DeadLetterChange::Replay => "replayed",
-        DeadLetterChange::Purge => "purged",
-    };
-    Ok(Json(json!({ key: changed })))
+    Ok(changed)
 }

@@ -76,8 +76,9 @@ async fn call(
 }
 
 /// Every `/api/v1` route and method, with a request that is malformed in its path, query or
-/// body, and a token whose scope does not allow the route.
-fn routes() -> Vec<(Method, &'static str, &'static str)> {
+/// body, and a token whose scope does not allow the route. (`openapi.rs` holds the OpenAPI
+/// document to this table.)
+pub(crate) fn routes() -> Vec<(Method, &'static str, &'static str)> {
     use Method as M;
     let admin_only = PRODUCE_ALICE;
     let produce_only = CONSUME_ALICE;
@@ -86,6 +87,8 @@ fn routes() -> Vec<(Method, &'static str, &'static str)> {
         (M::GET, "/api/v1/messages?limit=many", produce_only),
         (M::POST, "/api/v1/messages", produce_only),
         (M::GET, "/api/v1/messages/x?limit=many", produce_only),
+        (M::POST, "/api/v1/messages/x/resend?limit=many", admin_only),
+        (M::POST, "/api/v1/messages/x/fail", admin_only),
         (M::POST, "/api/v1/groups/%20/close", produce_only),
         (M::GET, "/api/v1/events?after=soon", produce_only),
         (M::GET, "/api/v1/callback-endpoints?x=1", admin_only),
@@ -238,7 +241,7 @@ async fn an_endpoint_url_beyond_the_cap_is_refused_and_one_at_the_cap_registers_
 }
 
 /// A reliable singleton on `channel` whose Body root is `Order` (topic `{channel}/Order`).
-async fn deliver(app: &TestApp, channel: &str, n: usize) {
+pub(crate) async fn deliver(app: &TestApp, channel: &str, n: usize) {
     let request = Request {
         message_id: MessageId {
             group_id: GroupId::parse(&format!("mid:{channel}-{n}@api-security")).expect("group"),

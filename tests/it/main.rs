@@ -20,6 +20,7 @@ mod hostile;
 mod interop;
 mod malformed;
 mod metrics;
+mod openapi;
 mod outbound_trust;
 mod partner_clients;
 mod partners_auth;

@@ -1,0 +1,292 @@
+//! The OpenAPI 3.1 document of `/api/v1`, served at `GET /api/v1/openapi.json`. Each route is
+//! registered and documented by one call (`utoipa_axum::routes!` in `super::router`), and its
+//! security and guard answers are written from the same scopes its guard checks (`guarded`),
+//! so the document cannot name a route, method or scope the router does not have. Describes;
+//! decides nothing.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::Extension;
+use axum::http::header;
+use axum::response::IntoResponse;
+use serde::Serialize;
+use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
+use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::{Content, Ref, RefOr, Response, ResponseBuilder};
+use utoipa::{IntoResponses, Modify, OpenApi, ToSchema};
+
+use crate::config::Scope;
+
+/// The name of the bearer scheme in `components.securitySchemes`.
+const BEARER: &str = "bearer";
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "wsr-gateway API",
+        description = "The JSON API of wsr-gateway: submit and follow outbound WS-Reliability \
+                       messages (produce), consume delivered ones through subscriptions \
+                       (consume), and operate the gateway (admin). Every route but this \
+                       document needs `Authorization: Bearer <token>`; a route's `security` \
+                       lists the scopes that may call it (any one of them suffices)."
+    ),
+    modifiers(&BearerScheme),
+    // StateEvent: named by no JSON answer (it is the data of each event of a stream), so
+    // listed here to be in the document at all.
+    components(schemas(ProblemBody, super::messages::StateEvent))
+)]
+pub struct ApiDoc;
+
+/// The bearer scheme; the scopes a route needs are given per operation (OpenAPI 3.1 lets a
+/// non-OAuth scheme name roles there).
+struct BearerScheme;
+
+impl Modify for BearerScheme {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            BEARER,
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "An API token from the configuration ([[tokens]] or WSR_TOKENS); its \
+                         scopes are produce, consume and admin.",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// Every JSON problem answer of `/api/v1`: a stable error kind and a reason for people.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ProblemBody {
+    /// A stable kind: `unauthorized`, `forbidden`, `invalid-field`, `not-found`, `conflict`, …
+    pub error: &'static str,
+    /// Why, for people; an invalid field's reason starts with the field's name.
+    pub reason: String,
+}
+
+/// A JSON problem response, described once and referenced.
+fn problem(description: &str) -> RefOr<Response> {
+    ResponseBuilder::new()
+        .description(description)
+        .content(
+            "application/json",
+            Content::new(Some(Ref::from_schema_name(ProblemBody::name()))),
+        )
+        .into()
+}
+
+/// What any guarded route may answer besides its own answers: the guard's 401 and 403, and
+/// the store's 503.
+pub struct Guarded;
+
+impl IntoResponses for Guarded {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        BTreeMap::from([
+            (
+                "401".to_owned(),
+                problem("No bearer token, or one that is not configured"),
+            ),
+            (
+                "403".to_owned(),
+                problem(
+                    "The token lacks the scope this route needs, or the resource is not the caller's",
+                ),
+            ),
+            (
+                "503".to_owned(),
+                problem("The store could not answer; try again"),
+            ),
+        ])
+    }
+}
+
+/// The security of an operation guarded by `scopes`: any one of them (one requirement each).
+fn security(scopes: &[Scope]) -> Vec<SecurityRequirement> {
+    scopes
+        .iter()
+        .map(|s| SecurityRequirement::new(BEARER, [scope_name(*s)]))
+        .collect()
+}
+
+/// A scope as the configuration spells it.
+pub fn scope_name(scope: Scope) -> &'static str {
+    match scope {
+        Scope::Admin => "admin",
+        Scope::Produce => "produce",
+        Scope::Consume => "consume",
+    }
+}
+
+/// Writes the guard into the documentation of `routes`: each operation's security from
+/// `scopes`, and the guard's answers (`Guarded`) among its responses.
+pub fn document_guard(routes: &mut utoipa::openapi::path::Paths, scopes: &'static [Scope]) {
+    for item in routes.paths.values_mut() {
+        let operations = [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+            &mut item.patch,
+        ];
+        for operation in operations.into_iter().flatten() {
+            operation.security = Some(security(scopes));
+            for (status, response) in Guarded::responses() {
+                operation
+                    .responses
+                    .responses
+                    .entry(status)
+                    .or_insert(response);
+            }
+        }
+    }
+}
+
+/// The document, serialized once when the router is built.
+#[derive(Clone)]
+pub struct Document(pub Arc<str>);
+
+/// The OpenAPI 3.1 document of this API. Public: it is the shape of the API, no secret.
+#[utoipa::path(
+    get,
+    path = "/api/v1/openapi.json",
+    tag = "meta",
+    responses((status = 200, description = "This document", content_type = "application/json", body = Object))
+)]
+pub async fn openapi_json(Extension(Document(json)): Extension<Document>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "application/json")],
+        json.to_string(),
+    )
+}
+
+/// A submit's `agreement`: the name of a configured agreement, or one inline (the keys of an
+/// `[agreements.NAME]` table of the configuration).
+pub fn agreement_schema() -> Schema {
+    OneOfBuilder::new()
+        .item(ObjectBuilder::new().schema_type(Type::String))
+        .item(ObjectBuilder::new().schema_type(Type::Object))
+        .item(ObjectBuilder::new().schema_type(Type::Null))
+        .into()
+}
+
+// Shapes built outside `http/` (by `outbound::view`, `delivery`, `delivery::subscription`),
+// described here so that those rooms need no OpenAPI dependency; the `openapi` integration
+// test and `.ci/openapi-check` hold real answers against them.
+
+/// An outbound message and its fate (`outbound::view::message_json`).
+#[derive(ToSchema)]
+#[allow(dead_code)] // a description only: the answer is written by outbound::view
+pub struct OutboundMessage {
+    id: String,
+    group_id: String,
+    number: Option<u64>,
+    destination: String,
+    /// The configured partner it goes to ("" for a URL destination).
+    partner: String,
+    /// `Response`, `Callback` or `Poll`.
+    reply_pattern: String,
+    /// `1.1` or `1.2`.
+    soap_version: String,
+    /// `queued`, `sent`, `acked`, `faulted` or `failed`.
+    state: String,
+    /// The WS-R fault code of a faulted message.
+    fault: Option<String>,
+    /// Why a failed message failed.
+    reason: Option<String>,
+    attempts: u32,
+    expiry: String,
+    next_attempt: Option<String>,
+    idempotency_key: Option<String>,
+    /// The latest failed attempt's cause (kept after a later success).
+    last_error: Option<String>,
+    last_error_at: Option<String>,
+}
+
+/// A delivered message as applications see it (`delivery::MessageView`).
+#[derive(ToSchema)]
+#[allow(dead_code)] // a description only: the answer is written by delivery::MessageView
+pub struct InboxMessage {
+    offset: i64,
+    partner: String,
+    channel: String,
+    topic: String,
+    group_id: String,
+    number: Option<u64>,
+    /// The SOAP Body's content, as XML text.
+    payload: String,
+    /// The namespace declarations in scope of the payload, as `[prefix, URI]` pairs (null
+    /// only for a stored row that cannot be read back).
+    namespaces: Option<Vec<[String; 2]>>,
+    received_at: String,
+    expiry: String,
+}
+
+/// A subscription request (`delivery::subscription::CreateRequest`); every field but the
+/// name has a default.
+#[derive(ToSchema)]
+#[allow(dead_code)] // a description only: the request is read as a CreateRequest
+pub struct SubscriptionRequest {
+    /// A plain name, or `$share/{share}/{filter}`.
+    name: String,
+    /// A topic filter (`+` one level, `#` the rest); default `#`.
+    filter: Option<String>,
+    /// `pull` (default) or `push`.
+    mode: Option<String>,
+    /// Push mode: a registered push endpoint.
+    push_url: Option<String>,
+    push_concurrency: Option<u32>,
+    /// `unsettled` (default) or `settled`.
+    settle_mode: Option<String>,
+    /// `accepted`, `rejected`, `released` or `modified`.
+    default_outcome: Option<String>,
+    ack_wait_ms: Option<u64>,
+    max_deliveries: Option<u32>,
+    backoff_ms: Option<Vec<u64>>,
+    /// `none` or `group`.
+    ordering: Option<String>,
+    durable: Option<bool>,
+    /// `new` (default) or `oldest`.
+    start: Option<String>,
+}
+
+/// A subscription with its checked rules (`http::subscriptions::subscription_json`).
+#[derive(ToSchema)]
+#[allow(dead_code)] // a description only: the answer is written from the store's Rules
+pub struct Subscription {
+    id: i64,
+    name: String,
+    filter: String,
+    owner: String,
+    grants: Vec<String>,
+    created_at: String,
+    /// `pull` or `push`.
+    mode: String,
+    /// Push mode only.
+    url: Option<String>,
+    /// Push mode only.
+    concurrency: Option<u32>,
+    settle_mode: String,
+    default_outcome: String,
+    ack_wait_ms: u64,
+    max_deliveries: u32,
+    backoff_ms: Vec<u64>,
+    ordering: String,
+    durable: bool,
+    /// `GET /api/v1/subscriptions/{id}` only.
+    backlog: Option<Backlog>,
+}
+
+/// How many of a subscription's messages are in each state.
+#[derive(ToSchema)]
+#[allow(dead_code)] // a description only: written by http::subscriptions::get
+pub struct Backlog {
+    waiting: u64,
+    in_flight: u64,
+    dead_letters: u64,
+    unmatched: u64,
+}
