@@ -24,3 +24,51 @@ pub struct SubscriptionStats {
     pub in_flight: u64,
     pub dead_letters: u64,
 }
+
+/// `Backend::stats` on either backend's sqlx pool (`$pool`: `&SqlitePool` or `&PgPool`): one
+/// COUNT or GROUP BY per table, and per subscription three counts on the `deliveries_waiting`
+/// index (subscription, state, offset). A macro, not a generic function: the SQL is the same
+/// text for both, and sqlx's bounds for "any pool" would say more than the queries do.
+macro_rules! read_stats {
+    ($pool:expr) => {{
+        let pool = $pool;
+        let count = |n: i64| u64::try_from(n).unwrap_or(0);
+        let (pending_callbacks, buffered_messages): (i64, i64) = sqlx::query_as(
+            "SELECT (SELECT COUNT(*) FROM pending_callbacks), (SELECT COUNT(*) FROM buffered)",
+        )
+        .fetch_one(pool)
+        .await?;
+        let by = |sql| async move {
+            let rows: Vec<(String, i64)> = sqlx::query_as(sql).fetch_all(pool).await?;
+            Ok::<_, $crate::store::StoreError>(rows.into_iter().map(|(k, n)| (k, count(n))).collect())
+        };
+        let groups = by("SELECT status, COUNT(*) FROM groups GROUP BY status ORDER BY status").await?;
+        let outbound =
+            by("SELECT state, COUNT(*) FROM out_messages GROUP BY state ORDER BY state").await?;
+        let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(
+            "SELECT s.name, \
+             (SELECT COUNT(*) FROM deliveries d WHERE d.subscription_id = s.id AND d.state = 'available'), \
+             (SELECT COUNT(*) FROM deliveries d WHERE d.subscription_id = s.id AND d.state = 'acquired'), \
+             (SELECT COUNT(*) FROM deliveries d WHERE d.subscription_id = s.id AND d.state = 'dead') \
+             FROM subscriptions s ORDER BY s.name",
+        )
+        .fetch_all(pool)
+        .await?;
+        Ok($crate::store::StoreStats {
+            pending_callbacks: count(pending_callbacks),
+            buffered_messages: count(buffered_messages),
+            groups,
+            outbound,
+            subscriptions: rows
+                .into_iter()
+                .map(|(name, waiting, in_flight, dead)| $crate::store::SubscriptionStats {
+                    name,
+                    waiting: count(waiting),
+                    in_flight: count(in_flight),
+                    dead_letters: count(dead),
+                })
+                .collect(),
+        })
+    }};
+}
+pub(in crate::store) use read_stats;

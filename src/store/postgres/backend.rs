@@ -8,10 +8,10 @@ use chrono::{DateTime, Utc};
 
 use super::PostgresStore;
 use crate::rmp::group::Policy;
+use crate::store::StoreStats;
 use crate::store::backend::Backend;
 use crate::store::error::StoreError;
 use crate::store::future::StoreFuture;
-use crate::store::{StoreStats, SubscriptionStats};
 
 impl Backend for PostgresStore {
     fn policy(&self) -> &Policy {
@@ -107,44 +107,7 @@ impl Backend for PostgresStore {
     }
 }
 
-/// `Backend::stats`: one COUNT or GROUP BY per table, and per subscription three counts on
-/// the `deliveries_waiting` index (subscription, state, offset).
+/// `Backend::stats`, as both backends read it.
 async fn stats(pool: &sqlx::PgPool) -> Result<StoreStats, StoreError> {
-    let count = |n: i64| u64::try_from(n).unwrap_or(0);
-    let (pending_callbacks, buffered_messages): (i64, i64) = sqlx::query_as(
-        "SELECT (SELECT COUNT(*) FROM pending_callbacks), (SELECT COUNT(*) FROM buffered)",
-    )
-    .fetch_one(pool)
-    .await?;
-    let by = |sql| async move {
-        let rows: Vec<(String, i64)> = sqlx::query_as(sql).fetch_all(pool).await?;
-        Ok::<_, StoreError>(rows.into_iter().map(|(k, n)| (k, count(n))).collect())
-    };
-    let groups = by("SELECT status, COUNT(*) FROM groups GROUP BY status ORDER BY status").await?;
-    let outbound =
-        by("SELECT state, COUNT(*) FROM out_messages GROUP BY state ORDER BY state").await?;
-    let rows: Vec<(String, i64, i64, i64)> = sqlx::query_as(
-        "SELECT s.name, \
-         (SELECT COUNT(*) FROM deliveries d WHERE d.subscription_id = s.id AND d.state = 'available'), \
-         (SELECT COUNT(*) FROM deliveries d WHERE d.subscription_id = s.id AND d.state = 'acquired'), \
-         (SELECT COUNT(*) FROM deliveries d WHERE d.subscription_id = s.id AND d.state = 'dead') \
-         FROM subscriptions s ORDER BY s.name",
-    )
-    .fetch_all(pool)
-    .await?;
-    Ok(StoreStats {
-        pending_callbacks: count(pending_callbacks),
-        buffered_messages: count(buffered_messages),
-        groups,
-        outbound,
-        subscriptions: rows
-            .into_iter()
-            .map(|(name, waiting, in_flight, dead)| SubscriptionStats {
-                name,
-                waiting: count(waiting),
-                in_flight: count(in_flight),
-                dead_letters: count(dead),
-            })
-            .collect(),
-    })
+    crate::store::stats::read_stats!(pool)
 }
