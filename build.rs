@@ -12,7 +12,9 @@ fn git(args: &[&str]) -> Option<String> {
 
 fn main() {
     let commit = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
-    println!("cargo:rustc-env=WSR_BUILD_COMMIT={commit}");
+    // Not `WSR_…`: cargo also sets it in the environment of `cargo run` and `cargo test`, and
+    // `serve` refuses unknown `WSR_*` variables.
+    println!("cargo:rustc-env=GATEWAY_BUILD_COMMIT={commit}");
     // Built again when HEAD moves (a new commit, a checkout); only paths that exist are
     // named, since cargo runs the script at every build for one that does not.
     let dir = git(&["rev-parse", "--git-dir"]);
