@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -104,6 +105,8 @@ pub struct BenchReport {
     pub max: Duration,
     /// e2e: what the consumers accepted within the run.
     pub consumed: Option<Consumed>,
+    /// Stopped early (Ctrl-C): the figures cover the time it ran.
+    pub interrupted: bool,
 }
 
 #[derive(Debug)]
@@ -137,6 +140,7 @@ impl BenchReport {
             "p999_ms": ms(self.p999),
             "max_ms": ms(self.max),
             "errors": self.errors,
+            "interrupted": self.interrupted,
             "e2e": self.consumed.as_ref().map(|c| json!({
                 "accepted": c.accepted,
                 "errors": c.errors,
@@ -151,6 +155,9 @@ impl BenchReport {
 impl fmt::Display for BenchReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let errors: u64 = self.errors.values().sum();
+        if self.interrupted {
+            writeln!(f, "interrupted: partial results")?;
+        }
         write!(
             f,
             "{:?}: acked {} messages in {:.1} s: {:.0} msgs/s; latency p50 {:.2} ms, p99 {:.2} ms, p999 {:.2} ms, max {:.2} ms; {} errors",
@@ -196,6 +203,10 @@ struct Shared {
     run: i64,
     started: Instant,
     deadline: Instant,
+    /// Set by an interrupt (Ctrl-C): the workers stop as at the deadline.
+    interrupted: AtomicBool,
+    /// Acks so far, for the progress line.
+    acked: AtomicU64,
     payload: String,
     /// callback: our ReplyTo, and the workers waiting for their ack by group id.
     callback: Option<(String, Waiters)>,
@@ -204,6 +215,16 @@ struct Shared {
 type Waiters = Arc<Mutex<HashMap<String, oneshot::Sender<Result<(), String>>>>>;
 
 pub async fn run(args: &BenchArgs) -> anyhow::Result<BenchReport> {
+    run_until(args, std::future::pending()).await
+}
+
+/// `run`, stopped early when `interrupt` completes (`wsr-gateway bench` passes Ctrl-C): the
+/// workers finish the request they have in flight, and the report covers what ran. While it
+/// runs, a progress line goes to standard error when that is a terminal.
+pub async fn run_until(
+    args: &BenchArgs,
+    interrupt: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<BenchReport> {
     let mut builder = reqwest::Client::builder()
         .pool_max_idle_per_host(args.connections)
         .timeout(Duration::from_secs(30));
@@ -244,6 +265,8 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<BenchReport> {
         run: Utc::now().timestamp_millis(),
         started,
         deadline: started + Duration::from_secs(args.duration),
+        interrupted: AtomicBool::new(false),
+        acked: AtomicU64::new(0),
         payload: "x".repeat(args.body_bytes.saturating_sub(80)),
         callback,
     });
@@ -251,6 +274,15 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<BenchReport> {
         Mode::E2e => Some(start_consumers(&shared).await?),
         _ => None,
     };
+    let watcher = {
+        let shared = shared.clone();
+        tokio::spawn(async move {
+            interrupt.await;
+            shared.interrupted.store(true, Ordering::SeqCst);
+        })
+    };
+    let progress = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        .then(|| tokio::spawn(show_progress(shared.clone())));
     let mut tasks = Vec::new();
     for worker in 0..workers {
         let shared = shared.clone();
@@ -266,6 +298,10 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<BenchReport> {
         }
     }
     let elapsed = started.elapsed();
+    if let Some(progress) = progress {
+        progress.abort();
+        eprintln!();
+    }
     let consumed = match consumers {
         None => None,
         Some(members) => {
@@ -286,6 +322,7 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<BenchReport> {
         }
     };
     latencies.sort_unstable();
+    watcher.abort();
     Ok(BenchReport {
         mode: args.mode,
         connections: workers,
@@ -297,7 +334,33 @@ pub async fn run(args: &BenchArgs) -> anyhow::Result<BenchReport> {
         p999: quantile(&latencies, 0.999),
         max: latencies.last().copied().unwrap_or_default(),
         consumed,
+        interrupted: shared.interrupted.load(Ordering::SeqCst),
     })
+}
+
+/// Once a second until aborted: elapsed time, acks so far and the rate of the last second.
+async fn show_progress(shared: Arc<Shared>) {
+    let mut last = 0;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        let acked = shared.acked.load(Ordering::Relaxed);
+        eprint!(
+            "\r{:>4.0} s of {}: {acked} acked, {} msgs/s   ",
+            shared.started.elapsed().as_secs_f64(),
+            shared.args.duration,
+            acked.saturating_sub(last)
+        );
+        last = acked;
+    }
+}
+
+impl Shared {
+    /// Whether the load goes on: before the deadline, and not interrupted.
+    fn running(&self) -> bool {
+        Instant::now() < self.deadline && !self.interrupted.load(Ordering::Relaxed)
+    }
 }
 
 /// One worker's closed loop: its latencies and its errors by kind.
@@ -305,7 +368,7 @@ async fn load(shared: &Shared, worker: usize) -> (Vec<Duration>, HashMap<String,
     let mut latencies = Vec::new();
     let mut errors: HashMap<String, u64> = HashMap::new();
     let mut i = 0u64;
-    while Instant::now() < shared.deadline {
+    while shared.running() {
         let outcome = match shared.args.mode {
             Mode::Ordered => send_ordered(shared, worker, i).await,
             Mode::Callback => send_callback(shared, worker, i).await,
@@ -315,6 +378,7 @@ async fn load(shared: &Shared, worker: usize) -> (Vec<Duration>, HashMap<String,
         match outcome {
             Outcome::Acked(l) => {
                 latencies.push(l);
+                shared.acked.fetch_add(1, Ordering::Relaxed);
                 i += 1;
             }
             Outcome::Failed(kind) => {
@@ -634,7 +698,7 @@ async fn start_consumers(shared: &Arc<Shared>) -> anyhow::Result<Vec<Member>> {
 async fn consume(shared: &Shared, api: &str, token: &str, session: &str) -> (Vec<Duration>, u64) {
     let mut latencies = Vec::new();
     let mut errors = 0u64;
-    while Instant::now() < shared.deadline {
+    while shared.running() {
         let fetched = shared
             .client
             .post(format!("{api}/sessions/{session}/fetch"))

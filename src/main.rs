@@ -353,7 +353,13 @@ async fn run() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Bench(args) => {
-            let report = wsr_gateway::bench::run(&args).await?;
+            // Ctrl-C stops the load and prints what it measured so far.
+            let interrupt = async {
+                if tokio::signal::ctrl_c().await.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            };
+            let report = wsr_gateway::bench::run_until(&args, interrupt).await?;
             if args.json {
                 println!("{}", report.to_json());
             } else {

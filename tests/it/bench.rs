@@ -127,3 +127,41 @@ async fn prefilled_groups_behave_like_delivered_ones() {
     assert_eq!(next.status, 200, "{}", next.body);
     assert_eq!(app.inbox().await.len(), 13);
 }
+
+/// An interrupt (Ctrl-C in `wsr-gateway bench`) stops the load long before its duration and
+/// still reports what was measured, marked as partial.
+#[tokio::test]
+async fn an_interrupted_bench_reports_what_it_measured() {
+    let app = spawn_app_with(|_| {}).await;
+    let url = app.url("/wsr/default");
+    let args = Cli::parse_from(["bench", "--url", &url, "-c", "2", "-d", "3600"]).bench;
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let bench = tokio::spawn(async move {
+        wsr_gateway::bench::run_until(&args, async {
+            let _ = stopped.await;
+        })
+        .await
+    });
+    let inbox = |app: &super::support::TestApp| {
+        let store = app.store.clone();
+        async move {
+            let n = store.inbox(0, 10).await.expect("inbox").len();
+            (n >= 5).then_some(n)
+        }
+    };
+    super::support::eventually("some messages acked", || inbox(&app)).await;
+    let _ = stop.send(());
+    let report = bench
+        .await
+        .expect("the bench task")
+        .expect("a report, not an error");
+    assert!(report.interrupted);
+    assert!(report.acked >= 5, "{report}");
+    assert!(
+        report
+            .to_string()
+            .starts_with("interrupted: partial results")
+    );
+    assert_eq!(report.to_json()["interrupted"], true);
+    app.stop().await;
+}
