@@ -316,7 +316,12 @@ fn print(output: Output, answer: &Value, shape: Shape) -> String {
             let rows = answer[key].as_array().map(Vec::as_slice).unwrap_or(&[]);
             let mut text = table(rows, columns);
             if let Some(next) = answer.get("next_after").filter(|n| !n.is_null()) {
-                text.push_str(&format!("next page: --after {}\n", cell(next)));
+                text.push_str(&format!("next page: --after {}", cell(next)));
+                // Groups page by (partner, id): "" is the anonymous senders' partner.
+                if let Some(partner) = answer["next_after_partner"].as_str() {
+                    text.push_str(&format!(" --after-partner '{partner}'"));
+                }
+                text.push('\n');
             }
             text
         }
@@ -328,6 +333,8 @@ fn print(output: Output, answer: &Value, shape: Shape) -> String {
 fn cell(v: &Value) -> String {
     match v {
         Value::Null => "-".to_owned(),
+        // Anonymous partners are "" in the API.
+        Value::String(s) if s.is_empty() => "-".to_owned(),
         Value::String(s) => s.clone(),
         Value::Object(o) if o.contains_key("cause") => cell(&o["cause"]),
         other => other.to_string(),
