@@ -7,6 +7,22 @@ use std::fmt::Write as _;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+/// An answer that ends a handler early (an error page, a refusal): boxed, since a whole
+/// `Response` is too large to pass back through every `Result`.
+pub struct Stop(Box<Response>);
+
+impl From<Response> for Stop {
+    fn from(response: Response) -> Stop {
+        Stop(Box::new(response))
+    }
+}
+
+impl IntoResponse for Stop {
+    fn into_response(self) -> Response {
+        *self.0
+    }
+}
+
 /// Escapes text for an HTML element's content or a quoted attribute value.
 pub fn esc(text: &str) -> String {
     let mut out = String::with_capacity(text.len());

@@ -92,7 +92,7 @@ impl FromRequestParts<AppState> for Acting {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Response> {
-        same_origin(&parts.headers)?;
+        same_origin(&parts.headers).map_err(IntoResponse::into_response)?;
         let Operator(caller) = Operator::from_request_parts(parts, app).await?;
         Ok(Acting(caller))
     }
@@ -100,9 +100,10 @@ impl FromRequestParts<AppState> for Acting {
 
 /// The CSRF check: Origin (or, when a browser sends none, Referer) must name the Host the
 /// request was sent to. Browsers set both and a page cannot forge them.
-fn same_origin(headers: &HeaderMap) -> Result<(), Response> {
-    let forbidden =
-        |why: &str| html::page(StatusCode::FORBIDDEN, "Forbidden", &html::error(why), false);
+fn same_origin(headers: &HeaderMap) -> Result<(), html::Stop> {
+    let forbidden = |why: &str| -> html::Stop {
+        html::page(StatusCode::FORBIDDEN, "Forbidden", &html::error(why), false).into()
+    };
     let host = headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
@@ -155,7 +156,7 @@ async fn authorize_token(app: &AppState, token: &str) -> Result<Caller, String> 
 }
 
 fn unhex(text: &str) -> Option<String> {
-    if text.len() % 2 != 0 || text.len() > 2 * MAX_TOKEN_BYTES {
+    if !text.len().is_multiple_of(2) || text.len() > 2 * MAX_TOKEN_BYTES {
         return None;
     }
     let bytes: Option<Vec<u8>> = (0..text.len())
@@ -209,7 +210,7 @@ async fn login(
     form: Result<axum::Form<LoginForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
     if let Err(refused) = same_origin(&headers) {
-        return refused;
+        return refused.into_response();
     }
     let Ok(axum::Form(form)) = form else {
         return login_page(StatusCode::BAD_REQUEST, Some("give a token".into()));
@@ -236,7 +237,7 @@ async fn login(
 /// sign an operator out either).
 async fn logout(State(app): State<AppState>, headers: HeaderMap) -> Response {
     if let Err(refused) = same_origin(&headers) {
-        return refused;
+        return refused.into_response();
     }
     let mut response = login_page(StatusCode::OK, None);
     response
@@ -260,7 +261,7 @@ mod tests {
     #[test]
     fn a_post_must_come_from_the_same_origin() {
         let host = (header::HOST, "gw.example:8080");
-        assert!(same_origin(&headers(&[host.clone()])).is_err());
+        assert!(same_origin(&headers(std::slice::from_ref(&host))).is_err());
         let ours = (header::ORIGIN, "http://gw.example:8080");
         assert!(same_origin(&headers(&[host.clone(), ours])).is_ok());
         let theirs = (header::ORIGIN, "https://evil.example");

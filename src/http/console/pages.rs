@@ -12,7 +12,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::html::{self, esc, facts, link, query_value, table};
+use super::html::{self, Stop, esc, facts, link, query_value, table};
 use super::{Acting, Operator};
 use crate::delivery::subscription::Mode;
 use crate::http::AppState;
@@ -37,7 +37,7 @@ const MAX_ITEMS: usize = 100;
 /// The outbound states, as `out_messages` filters them.
 const STATES: &[&str] = &["queued", "sent", "acked", "faulted", "failed"];
 
-type Page = Result<Response, Response>;
+type Page = Result<Response, Stop>;
 
 /// A 303 to `location` (after a POST, so that reloading does not repeat it).
 pub fn see_other(location: &str) -> Response {
@@ -53,23 +53,23 @@ fn shown(title: &str, body: &str) -> Page {
     Ok(html::page(StatusCode::OK, title, body, true))
 }
 
-fn refused(status: StatusCode, title: &str, why: &str, back: Option<&str>) -> Response {
+fn refused(status: StatusCode, title: &str, why: &str, back: Option<&str>) -> Stop {
     let mut body = html::error(why);
     if let Some(back) = back {
         let _ = write!(body, "<p>{}</p>", link(back, "Back"));
     }
-    html::page(status, title, &body, true)
+    html::page(status, title, &body, true).into()
 }
 
-fn bad_request(why: &str) -> Response {
+fn bad_request(why: &str) -> Stop {
     refused(StatusCode::BAD_REQUEST, "Bad request", why, None)
 }
 
-fn not_found(what: &str) -> Response {
+fn not_found(what: &str) -> Stop {
     refused(StatusCode::NOT_FOUND, "Not found", what, None)
 }
 
-fn unavailable(e: &dyn std::fmt::Display) -> Response {
+fn unavailable(e: &dyn std::fmt::Display) -> Stop {
     crate::store::health::log_store_failure("console answered 503", e);
     refused(
         StatusCode::SERVICE_UNAVAILABLE,
@@ -79,22 +79,22 @@ fn unavailable(e: &dyn std::fmt::Display) -> Response {
     )
 }
 
-fn store<T>(result: Result<T, StoreError>) -> Result<T, Response> {
+fn store<T>(result: Result<T, StoreError>) -> Result<T, Stop> {
     result.map_err(|e| unavailable(&e))
 }
 
-fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, Response> {
+fn query<T>(q: Result<Query<T>, QueryRejection>) -> Result<T, Stop> {
     q.map(|Query(q)| q)
         .map_err(|e| bad_request(&format!("the query does not parse: {}", e.body_text())))
 }
 
-fn form<T>(f: Result<Form<T>, FormRejection>) -> Result<T, Response> {
+fn form<T>(f: Result<Form<T>, FormRejection>) -> Result<T, Stop> {
     f.map(|Form(f)| f)
         .map_err(|e| bad_request(&format!("the form does not parse: {}", e.body_text())))
 }
 
 /// An optional text parameter: empty is absent; longer than `MAX_TEXT` is refused.
-fn text<'a>(name: &str, value: &'a Option<String>) -> Result<Option<&'a str>, Response> {
+fn text<'a>(name: &str, value: &'a Option<String>) -> Result<Option<&'a str>, Stop> {
     match value.as_deref().map(str::trim) {
         None | Some("") => Ok(None),
         Some(v) if v.len() > MAX_TEXT => {
@@ -104,12 +104,12 @@ fn text<'a>(name: &str, value: &'a Option<String>) -> Result<Option<&'a str>, Re
     }
 }
 
-fn required<'a>(name: &str, value: &'a Option<String>) -> Result<&'a str, Response> {
+fn required<'a>(name: &str, value: &'a Option<String>) -> Result<&'a str, Stop> {
     text(name, value)?.ok_or_else(|| bad_request(&format!("{name}: missing")))
 }
 
 /// An optional non-negative number parameter (an offset or id).
-fn number(name: &str, value: &Option<String>) -> Result<Option<i64>, Response> {
+fn number(name: &str, value: &Option<String>) -> Result<Option<i64>, Stop> {
     match value.as_deref().map(str::trim) {
         None | Some("") => Ok(None),
         Some(v) => v
@@ -531,12 +531,7 @@ pub async fn group(
             }
         ));
         body.push_str(GROUP_SEARCH);
-        return Err(html::page(
-            StatusCode::NOT_FOUND,
-            "Group not found",
-            &body,
-            true,
-        ));
+        return Err(html::page(StatusCode::NOT_FOUND, "Group not found", &body, true).into());
     };
     let body = facts("Group", &group_facts(partner, &g));
     shown(&format!("Group {id}"), &body)
