@@ -12,7 +12,9 @@ fn git(args: &[&str]) -> Option<String> {
 
 fn main() {
     let commit = git(&["rev-parse", "--short=12", "HEAD"]).unwrap_or_else(|| "unknown".into());
-    println!("cargo:rustc-env=WSR_BUILD_COMMIT={commit}");
+    // Not a WSR_* name: `cargo test` and `cargo run` also set it in the environment of what
+    // they run, and a gateway started from there refuses WSR_* variables it does not know.
+    println!("cargo:rustc-env=GATEWAY_BUILD_COMMIT={commit}");
     // Built again when HEAD moves (a new commit, a checkout); only paths that exist are
     // named, since cargo runs the script at every build for one that does not.
     let dir = git(&["rev-parse", "--git-dir"]);

@@ -15,7 +15,7 @@ use wsr_gateway::{App, Config};
 const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     " (commit ",
-    env!("WSR_BUILD_COMMIT"),
+    env!("GATEWAY_BUILD_COMMIT"),
     ")"
 );
 
