@@ -1,10 +1,11 @@
 //! The HTTP surface: thin axum handlers only. `/wsr/{channel}` for partners' messages,
 //! `/wsr/_callback` for their acks of ours, `/api/v1/*` for operators and applications,
-//! `/healthz` and `/readyz`, `/metrics`. Around every request: its request id and span
-//! (`request_id.rs`) and its latency histogram.
+//! `/healthz` and `/readyz`, `/metrics`, the operators' console at `/console`. Around every
+//! request: its request id and span (`request_id.rs`) and its latency histogram.
 
 mod admin;
 pub mod auth;
+mod console;
 mod forwarded;
 pub mod messages;
 pub mod openapi;
@@ -94,6 +95,8 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(health))
         .route("/readyz", get(ready))
         .route("/metrics", get(scrape::scrape))
+        // The operators' console: HTML, its own cookie door (not a bearer token).
+        .merge(console::router())
         .layer(DefaultBodyLimit::max(body_limit))
         // Outermost: every answer, a guard's 401 included, carries the request id, and
         // everything logged while handling it is inside its span.

@@ -339,6 +339,14 @@ pub trait OutboundStore: Send + Sync {
         limit: i64,
     ) -> StoreFuture<'a, Result<Vec<OutEvent>, StoreError>>;
 
+    /// One message's state changes, oldest first, at most `limit` (its history, as the
+    /// console shows it; `out_events` would scan every message's).
+    fn out_message_events<'a>(
+        &'a self,
+        message_id: &'a str,
+        limit: i64,
+    ) -> StoreFuture<'a, Result<Vec<OutEvent>, StoreError>>;
+
     /// Marks the group's most recent message `last`, if it has not been sent yet
     /// (`send_group::close_group`). With `principal`, only a group that principal started;
     /// another's answers as one that does not exist.

@@ -11,6 +11,7 @@ mod bounded;
 mod chaos;
 mod cli;
 mod cluster;
+mod console;
 mod contract;
 mod crash;
 mod delivery;

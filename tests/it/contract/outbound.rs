@@ -874,6 +874,29 @@ async fn every_state_change_is_an_event_in_order() {
     }
 }
 
+/// One message's history alone, oldest first and capped (the console's message page).
+#[tokio::test]
+async fn one_messages_events_are_read_alone() {
+    for b in backends().await {
+        let store = &b.store;
+        submit(store, submission("h1")).await;
+        submit(store, submission("h2")).await;
+        claim(store, "h1", t0()).await;
+        let events = store.out_message_events("h1", 100).await.expect("events");
+        let seen: Vec<(&str, &str)> = events
+            .iter()
+            .map(|e| (e.message_id.as_str(), e.state.as_str()))
+            .collect();
+        assert_eq!(seen, vec![("h1", "queued"), ("h1", "sent")], "{}", b.name);
+        assert!(events[0].seq < events[1].seq, "{}", b.name);
+        let first = store.out_message_events("h1", 1).await.expect("events");
+        assert_eq!(first.len(), 1, "{}", b.name);
+        assert_eq!(first[0].state, "queued", "{}", b.name);
+        let none = store.out_message_events("nope", 100).await.expect("events");
+        assert!(none.is_empty(), "{}", b.name);
+    }
+}
+
 /// A submit wakes whoever waits for outbound work (the sender), after its commit.
 #[tokio::test]
 async fn a_submit_wakes_the_sender() {

@@ -251,6 +251,14 @@ impl OutboundStore for PostgresStore {
         Box::pin(read::out_events_of(&self.pool, principal, after, limit))
     }
 
+    fn out_message_events<'a>(
+        &'a self,
+        message_id: &'a str,
+        limit: i64,
+    ) -> StoreFuture<'a, Result<Vec<OutEvent>, StoreError>> {
+        Box::pin(read::out_message_events(&self.pool, message_id, limit))
+    }
+
     fn close_group<'a>(
         &'a self,
         group_id: &'a GroupId,

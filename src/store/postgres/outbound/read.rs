@@ -204,3 +204,32 @@ pub(super) async fn out_events_of(
         })
         .collect()
 }
+
+pub(super) async fn out_message_events(
+    pool: &PgPool,
+    message_id: &str,
+    limit: i64,
+) -> Result<Vec<OutEvent>, StoreError> {
+    // `out_events_message` (message_id, seq) serves it.
+    let rows = sqlx::query(
+        "SELECT seq, message_id, state, detail, at FROM out_events \
+         WHERE message_id = $1 ORDER BY seq LIMIT $2",
+    )
+    .bind(message_id)
+    .bind(limit)
+    .fetch_all(pool)
+    .await
+    .doing("reading a message's events")?;
+    rows.iter()
+        .map(|r| {
+            let column = |e: sqlx::Error| StoreError::Corrupt(format!("outbound event row: {e}"));
+            Ok(OutEvent {
+                seq: r.try_get(0).map_err(column)?,
+                message_id: r.try_get(1).map_err(column)?,
+                state: r.try_get(2).map_err(column)?,
+                detail: r.try_get(3).map_err(column)?,
+                at: from_millis(r.try_get(4).map_err(column)?),
+            })
+        })
+        .collect()
+}

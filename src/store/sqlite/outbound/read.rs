@@ -205,3 +205,28 @@ pub(super) async fn out_events_of(
         })
         .collect())
 }
+
+pub(super) async fn out_message_events(
+    pool: &SqlitePool,
+    message_id: &str,
+    limit: i64,
+) -> Result<Vec<OutEvent>, StoreError> {
+    let rows = sqlx::query(
+        "SELECT seq, message_id, state, detail, at FROM out_events \
+         WHERE message_id = ?1 ORDER BY seq LIMIT ?2",
+    )
+    .bind(message_id)
+    .bind(limit)
+    .fetch_all(pool)
+    .await?;
+    Ok(rows
+        .iter()
+        .map(|r| OutEvent {
+            seq: r.get(0),
+            message_id: r.get(1),
+            state: r.get(2),
+            detail: r.get(3),
+            at: from_millis(r.get(4)),
+        })
+        .collect())
+}

@@ -1,0 +1,292 @@
+//! The operators' web console at `/console`: server-rendered HTML (no script, one embedded
+//! stylesheet), behind an admin token. This file holds the routes and the door: the login
+//! that puts the token in a cookie, the check of that cookie on every request (the same
+//! `authorize` as the API, so every gateway of a cluster accepts it: no session table), and
+//! the same-origin check on every POST. The pages are `pages.rs`; they only call the store
+//! and `outbound::operator`, as the API's handlers do.
+
+mod html;
+mod pages;
+
+use axum::Router;
+use axum::extract::{FromRequestParts, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use serde::Deserialize;
+
+use super::AppState;
+use super::admin::{Caller, authorize};
+use crate::config::Scope;
+use crate::hex::lower_hex;
+
+/// The cookie that carries the admin token (hex, so that any token is a valid cookie value).
+const COOKIE: &str = "wsr_console";
+
+/// The longest token the login form takes (configured tokens are far shorter).
+const MAX_TOKEN_BYTES: usize = 512;
+
+/// The console's routes (outside `/api/v1`: not in the OpenAPI document).
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/console", get(pages::overview))
+        .route("/console/console.css", get(stylesheet))
+        .route("/console/login", post(login))
+        .route("/console/logout", post(logout))
+        .route("/console/messages", get(pages::messages))
+        .route("/console/message", get(pages::message))
+        .route("/console/message/resend", post(pages::resend))
+        .route("/console/message/fail", post(pages::fail))
+        .route("/console/groups", get(pages::groups))
+        .route("/console/group", get(pages::group))
+        .route("/console/inbox", get(pages::inbox))
+        .route("/console/inbox/message", get(pages::inbox_message))
+        .route("/console/subscriptions", get(pages::subscriptions))
+        .route("/console/subscription", get(pages::subscription))
+        .route(
+            "/console/subscription/dead-letters",
+            post(pages::change_dead_letters),
+        )
+        .route("/console/endpoints", get(pages::endpoints))
+}
+
+async fn stylesheet() -> Response {
+    let mut response = include_str!("console.css").into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/css; charset=utf-8"),
+    );
+    headers.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    response
+}
+
+/// A signed-in operator: the cookie's token authorized for the admin scope, now. Without
+/// it the answer is the login page (401).
+pub struct Operator(pub Caller);
+
+impl FromRequestParts<AppState> for Operator {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Response> {
+        let Some(token) = cookie_token(&parts.headers) else {
+            return Err(login_page(StatusCode::UNAUTHORIZED, None));
+        };
+        match authorize_token(app, &token).await {
+            Ok(caller) => Ok(Operator(caller)),
+            Err(why) => Err(login_page(StatusCode::UNAUTHORIZED, Some(why))),
+        }
+    }
+}
+
+/// A POST that may change something: the operator, and a request that comes from the
+/// console's own pages (Origin, or else Referer, naming this Host). Anything else is 403
+/// before the body is read: a page elsewhere cannot make a signed-in browser act.
+pub struct Acting(pub Caller);
+
+impl FromRequestParts<AppState> for Acting {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Response> {
+        same_origin(&parts.headers).map_err(IntoResponse::into_response)?;
+        let Operator(caller) = Operator::from_request_parts(parts, app).await?;
+        Ok(Acting(caller))
+    }
+}
+
+/// The CSRF check: Origin (or, when a browser sends none, Referer) must name the Host the
+/// request was sent to. Browsers set both and a page cannot forge them.
+fn same_origin(headers: &HeaderMap) -> Result<(), html::Stop> {
+    let forbidden = |why: &str| -> html::Stop {
+        html::page(StatusCode::FORBIDDEN, "Forbidden", &html::error(why), false).into()
+    };
+    let host = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .ok_or_else(|| forbidden("the request names no Host"))?;
+    let authority_of = |url: &str| -> Option<String> {
+        let rest = url
+            .strip_prefix("http://")
+            .or_else(|| url.strip_prefix("https://"))?;
+        Some(rest.split('/').next().unwrap_or("").to_ascii_lowercase())
+    };
+    let origin = match headers.get(header::ORIGIN) {
+        Some(origin) => origin.to_str().ok().and_then(authority_of),
+        None => headers
+            .get(header::REFERER)
+            .and_then(|r| r.to_str().ok())
+            .and_then(authority_of),
+    };
+    match origin {
+        Some(authority) if authority == host.to_ascii_lowercase() => Ok(()),
+        Some(_) => Err(forbidden(
+            "this form was not sent from the console's own pages",
+        )),
+        None => Err(forbidden(
+            "the request carries neither Origin nor Referer; send it from the console",
+        )),
+    }
+}
+
+/// The token in the console cookie, if there is one that decodes.
+fn cookie_token(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(';'))
+        .filter_map(|pair| pair.trim().strip_prefix(COOKIE)?.strip_prefix('='))
+        .find_map(unhex)
+        .filter(|token| !token.is_empty())
+}
+
+/// Checks `token` exactly as an API request carrying it would be checked.
+async fn authorize_token(app: &AppState, token: &str) -> Result<Caller, String> {
+    let mut headers = HeaderMap::new();
+    let bearer = HeaderValue::from_str(&format!("Bearer {token}"))
+        .map_err(|_| "that is not a token".to_owned())?;
+    headers.insert(header::AUTHORIZATION, bearer);
+    authorize(app, &headers, &[Scope::Admin])
+        .await
+        .map_err(|super::admin::Problem(_, _, reason)| reason)
+}
+
+fn unhex(text: &str) -> Option<String> {
+    if !text.len().is_multiple_of(2) || text.len() > 2 * MAX_TOKEN_BYTES {
+        return None;
+    }
+    let bytes: Option<Vec<u8>> = (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect();
+    String::from_utf8(bytes?).ok()
+}
+
+/// The cookie: the browser sends it only to `/console`, never to a script, never from
+/// another site's page, and only over TLS when the listener speaks it.
+fn cookie(app: &AppState, value: &str, max_age: Option<u32>) -> HeaderValue {
+    let secure = if app.config.tls.is_some() {
+        "; Secure"
+    } else {
+        ""
+    };
+    let age = max_age.map_or(String::new(), |s| format!("; Max-Age={s}"));
+    HeaderValue::from_str(&format!(
+        "{COOKIE}={value}; HttpOnly; SameSite=Strict; Path=/console{secure}{age}"
+    ))
+    .unwrap_or_else(|_| HeaderValue::from_static("wsr_console=; Max-Age=0"))
+}
+
+fn login_page(status: StatusCode, problem: Option<String>) -> Response {
+    let mut body = String::new();
+    if let Some(problem) = problem {
+        body.push_str(&html::error(&format!("Not signed in: {problem}")));
+    }
+    body.push_str(
+        "<p>Sign in with an API token that has the <code>admin</code> scope. It is kept in \
+         a cookie for this site only and checked again on every page.</p>\
+         <form method=\"post\" action=\"/console/login\">\
+         <label for=\"token\">Admin token</label>\
+         <input id=\"token\" name=\"token\" type=\"password\" autocomplete=\"current-password\" required>\
+         <button type=\"submit\">Log in</button></form>",
+    );
+    html::page(status, "Log in", &body, false)
+}
+
+#[derive(Deserialize)]
+struct LoginForm {
+    token: String,
+}
+
+/// `POST /console/login`: an admin token becomes the console cookie; any other answer is
+/// the login page again, with the reason (never the token).
+async fn login(
+    State(app): State<AppState>,
+    headers: HeaderMap,
+    form: Result<axum::Form<LoginForm>, axum::extract::rejection::FormRejection>,
+) -> Response {
+    if let Err(refused) = same_origin(&headers) {
+        return refused.into_response();
+    }
+    let Ok(axum::Form(form)) = form else {
+        return login_page(StatusCode::BAD_REQUEST, Some("give a token".into()));
+    };
+    let token = form.token.trim();
+    if token.is_empty() || token.len() > MAX_TOKEN_BYTES {
+        return login_page(StatusCode::UNAUTHORIZED, Some("unknown token".into()));
+    }
+    match authorize_token(&app, token).await {
+        Ok(caller) => {
+            tracing::info!(principal = %caller.principal, "console sign-in");
+            let mut response = pages::see_other("/console");
+            response.headers_mut().insert(
+                header::SET_COOKIE,
+                cookie(&app, &lower_hex(token.as_bytes()), None),
+            );
+            response
+        }
+        Err(why) => login_page(StatusCode::UNAUTHORIZED, Some(why)),
+    }
+}
+
+/// `POST /console/logout`: the cookie is cleared (same-origin only, so another site cannot
+/// sign an operator out either).
+async fn logout(State(app): State<AppState>, headers: HeaderMap) -> Response {
+    if let Err(refused) = same_origin(&headers) {
+        return refused.into_response();
+    }
+    let mut response = login_page(StatusCode::OK, None);
+    response
+        .headers_mut()
+        .insert(header::SET_COOKIE, cookie(&app, "", Some(0)));
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(header::HeaderName, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (name, value) in pairs {
+            h.insert(name.clone(), HeaderValue::from_str(value).expect("value"));
+        }
+        h
+    }
+
+    #[test]
+    fn a_post_must_come_from_the_same_origin() {
+        let host = (header::HOST, "gw.example:8080");
+        assert!(same_origin(&headers(std::slice::from_ref(&host))).is_err());
+        let ours = (header::ORIGIN, "http://gw.example:8080");
+        assert!(same_origin(&headers(&[host.clone(), ours])).is_ok());
+        let theirs = (header::ORIGIN, "https://evil.example");
+        assert!(same_origin(&headers(&[host.clone(), theirs])).is_err());
+        let null = (header::ORIGIN, "null");
+        assert!(same_origin(&headers(&[host.clone(), null])).is_err());
+        let referer = (header::REFERER, "https://GW.example:8080/console/messages");
+        assert!(same_origin(&headers(&[host.clone(), referer])).is_ok());
+        let lookalike = (header::REFERER, "http://gw.example:8080.evil.example/");
+        assert!(same_origin(&headers(&[host, lookalike])).is_err());
+    }
+
+    #[test]
+    fn the_cookie_carries_any_token_as_hex() {
+        let token = "tok; en=\"x\"";
+        let h = headers(&[(
+            header::COOKIE,
+            &format!("other=1; {COOKIE}={}; more=2", lower_hex(token.as_bytes())),
+        )]);
+        assert_eq!(cookie_token(&h).as_deref(), Some(token));
+        assert_eq!(unhex("zz"), None);
+        assert_eq!(unhex("abc"), None);
+        assert_eq!(
+            cookie_token(&headers(&[(header::COOKIE, "wsr_console=")])),
+            None
+        );
+    }
+}

@@ -1,0 +1,220 @@
+// The web console in a real browser: Debian's chromium, headless, driven by playwright-core,
+// against a gateway this test starts (target/debug/wsr-gateway, as the last `cargo test`
+// built it) with real traffic: an inbound message, an outbound message in doubt (its
+// destination, a local server, answers 503), and a dead letter. Screenshots of the main pages
+// go to docs/console-*.png. Run: `npm ci && npm test` here (.ci/run does).
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync, existsSync } from 'node:fs';
+import { createServer } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { chromium } from 'playwright-core';
+
+const root = resolve(import.meta.dirname, '../..');
+const binary = process.env.WSR_GATEWAY_BIN ?? join(root, 'target/debug/wsr-gateway');
+const ADMIN = 'browser-admin-token-0123456789';
+const PRODUCER = 'browser-produce-token-0123456789';
+const CONSUMER = 'browser-consume-token-0123456789';
+const GROUP = 'mid:example-po-0001@partner.example.org';
+
+/** A local HTTP server answering 503 to everything: the outbound message's destination. */
+function unavailableServer() {
+  return new Promise((ok) => {
+    const server = createServer((req, res) => {
+      req.resume();
+      req.on('end', () => {
+        res.writeHead(503, { 'content-type': 'text/plain' });
+        res.end('down for the test\n');
+      });
+    });
+    server.listen(0, '127.0.0.1', () => ok(server));
+  });
+}
+
+function freePort() {
+  return new Promise((ok, fail) => {
+    const s = createServer();
+    s.on('error', fail);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address();
+      s.close(() => ok(port));
+    });
+  });
+}
+
+/** Asks `probe` every 100 ms until it returns something truthy, for at most `ms`. */
+async function eventually(what, probe, ms = 15000) {
+  const until = Date.now() + ms;
+  for (;;) {
+    const found = await probe().catch(() => undefined);
+    if (found) return found;
+    if (Date.now() > until) throw new Error(`${what}: not within ${ms} ms`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
+
+test('the console over real traffic: log in, inspect, resend, fail, replay, log out', { timeout: 110000 }, async () => {
+  assert.ok(existsSync(binary), `${binary} is missing: run cargo test (or cargo build) first`);
+  const work = mkdtempSync(join(tmpdir(), 'wsr-console-'));
+  const sink = await unavailableServer();
+  const sinkPort = sink.address().port;
+  const port = await freePort();
+  const base = `http://127.0.0.1:${port}`;
+  writeFileSync(join(work, 'gateway.toml'), `
+listen = "127.0.0.1:${port}"
+database = "${join(work, 'gw.db')}"
+durability = "os"
+allow_url_destinations = true
+allowed_destination_hosts = ["127.0.0.1:${sinkPort}"]
+
+[[tokens]]
+token = "${ADMIN}"
+principal = "ops"
+scopes = ["admin"]
+
+[[tokens]]
+token = "${PRODUCER}"
+principal = "app"
+scopes = ["produce"]
+
+[[tokens]]
+token = "${CONSUMER}"
+principal = "billing"
+scopes = ["consume"]
+`);
+  const env = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('WSR_')));
+  const gateway = spawn(binary, ['serve', '--config', join(work, 'gateway.toml')], {
+    env: { ...env, RUST_LOG: 'warn' },
+    stdio: ['ignore', 'ignore', 'pipe'],
+  });
+  let gatewayLog = '';
+  gateway.stderr.on('data', (d) => { gatewayLog += d; });
+  let context;
+  try {
+    await eventually('the gateway answers /healthz', async () => (await fetch(`${base}/healthz`)).ok);
+
+    // An inbound message: the example, expiring in an hour (as README "Run it").
+    const inAnHour = new Date(Date.now() + 3600_000).toISOString().replace(/\.\d+Z$/, 'Z');
+    const xml = readFileSync(join(root, 'examples/purchase-order.xml'), 'utf8')
+      .replace('2099-12-31T23:59:59Z', inAnHour);
+    const received = await fetch(`${base}/wsr/default`, {
+      method: 'POST', headers: { 'content-type': 'text/xml; charset=utf-8' }, body: xml,
+    });
+    assert.equal(received.status, 200, await received.text());
+
+    const api = async (token, method, path, body) => {
+      const r = await fetch(`${base}/api/v1${path}`, {
+        method,
+        headers: { authorization: `Bearer ${token}`, 'content-type': 'application/json' },
+        body: body === undefined ? undefined : JSON.stringify(body),
+      });
+      const text = await r.text();
+      assert.ok(r.ok, `${method} ${path}: ${r.status} ${text}`);
+      return text ? JSON.parse(text) : {};
+    };
+
+    // An outbound message whose one attempt gets a 503: it stays sent, in doubt.
+    const submitted = await api(PRODUCER, 'POST', '/messages', {
+      destination: `http://127.0.0.1:${sinkPort}/wsr`,
+      agreement: { max_attempts: 1, interval_ms: 100, backoff: 1, expiry_seconds: 3600 },
+      body: '<t:Order xmlns:t="urn:example:t">42</t:Order>',
+    });
+    const messageId = submitted.id;
+    await eventually('the first attempt went out', async () =>
+      (await api(PRODUCER, 'GET', `/messages/${encodeURIComponent(messageId)}`)).attempts >= 1);
+
+    // A dead letter: one delivery allowed, and it is rejected.
+    const sub = await api(CONSUMER, 'POST', '/subscriptions', {
+      name: 'audit', filter: 'default/#', max_deliveries: 1, start: 'oldest',
+    });
+    const session = await api(CONSUMER, 'POST', `/subscriptions/${sub.id}/sessions`, {});
+    const fetched = await api(CONSUMER, 'POST', `/sessions/${session.session}/fetch`, { max: 1, wait_ms: 5000 });
+    assert.equal(fetched.messages.length, 1, JSON.stringify(fetched));
+    await api(CONSUMER, 'POST', '/settle', { receipt: fetched.messages[0].receipt, outcome: 'rejected' });
+
+    context = await chromium.launchPersistentContext(join(work, 'chromium-profile'), {
+      executablePath: '/usr/bin/chromium',
+      headless: true,
+      args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+        '--disable-background-networking', '--disable-component-update', '--disable-sync'],
+      viewport: { width: 1100, height: 760 },
+    });
+    context.setDefaultTimeout(10000);
+    const page = context.pages()[0] ?? await context.newPage();
+    const shot = (name) => page.screenshot({ path: join(root, `docs/console-${name}.png`) });
+    const heading = () => page.locator('h1').innerText();
+    const fact = (name) => page.locator(`tr:has(th:text-is("${name}")) td`).first().innerText();
+
+    // Log in: a wrong token is refused, the admin token lands on the overview.
+    await page.goto(`${base}/console`);
+    assert.equal(await heading(), 'Log in');
+    await page.getByLabel('Admin token').fill('not-the-token-0123456789');
+    await page.getByRole('button', { name: 'Log in' }).click();
+    await page.getByText('unknown token').waitFor();
+    await page.getByLabel('Admin token').fill(ADMIN);
+    await page.getByRole('button', { name: 'Log in' }).click();
+    assert.equal(await heading(), 'Overview');
+    await page.getByRole('rowheader', { name: 'audit' }).waitFor();
+    await shot('overview');
+
+    // The inbound message: its group by search, then its payload from the inbox.
+    await page.getByRole('link', { name: 'Inbound groups' }).click();
+    await page.getByLabel('Group id').fill(GROUP);
+    await page.getByRole('button', { name: 'Find' }).click();
+    assert.equal(await heading(), `Group ${GROUP}`);
+    assert.equal(await fact('Delivered'), '0');
+    await page.getByRole('link', { name: 'Inbox' }).click();
+    await page.getByRole('link', { name: '1', exact: true }).click();
+    assert.equal(await heading(), 'Inbox message 1');
+    assert.match(await page.locator('pre').innerText(), /<po:PurchaseOrder/);
+    await shot('inbound');
+
+    // The outbound message: open it, resend (attempts move), then fail it.
+    await page.getByRole('link', { name: 'Outbound' }).click();
+    await page.getByRole('link', { name: messageId }).click();
+    const attemptsBefore = Number(await fact('attempts'));
+    assert.ok(attemptsBefore >= 1);
+    await shot('message');
+    await page.getByRole('button', { name: 'Resend now' }).click();
+    await page.getByText('Resend ordered').waitFor();
+    await eventually('the resend is counted', async () => {
+      await page.reload();
+      return Number(await fact('attempts')) > attemptsBefore;
+    });
+    await page.getByLabel('Reason').fill('partner down for maintenance');
+    await page.getByRole('button', { name: 'Fail' }).click();
+    await page.getByText('The message was failed.').waitFor();
+    assert.equal(await fact('state'), 'failed');
+    assert.match(await fact('reason'), /failed by operator ops: partner down for maintenance/);
+
+    // The dead letter: replay it, and the count goes to 0.
+    await page.getByRole('link', { name: 'Subscriptions' }).click();
+    assert.equal(await page.locator('tr:has(a:text-is("audit")) td').nth(5).innerText(), '1');
+    await page.getByRole('link', { name: 'audit' }).click();
+    assert.equal(await fact('Dead letters'), '1');
+    await shot('subscription');
+    await page.getByRole('button', { name: 'Replay all dead letters' }).click();
+    await page.getByText('1 dead letter(s) replayed.').waitFor();
+    assert.equal(await fact('Dead letters'), '0');
+
+    // Log out: the console asks for the token again.
+    await page.getByRole('button', { name: 'Log out' }).click();
+    assert.equal(await heading(), 'Log in');
+    await page.goto(`${base}/console/messages`);
+    assert.equal(await heading(), 'Log in');
+  } catch (e) {
+    e.message += `\n--- gateway log ---\n${gatewayLog.slice(-4000)}`;
+    throw e;
+  } finally {
+    await context?.close().catch(() => {});
+    gateway.kill('SIGTERM');
+    const exited = new Promise((r) => gateway.once('exit', r));
+    const late = setTimeout(() => gateway.kill('SIGKILL'), 5000);
+    if (gateway.exitCode === null && gateway.signalCode === null) await exited;
+    clearTimeout(late);
+    await new Promise((r) => sink.close(r));
+    rmSync(work, { recursive: true, force: true });
+  }
+});

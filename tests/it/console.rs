@@ -1,0 +1,413 @@
+//! The web console (`/console`): its door (admin token in a cookie, checked on every request;
+//! POSTs only from its own pages), its pages over real traffic, and the operator's actions
+//! through it.
+
+use reqwest::StatusCode;
+use reqwest::header::{CONTENT_TYPE, COOKIE, LOCATION, ORIGIN, SET_COOKIE};
+use serde_json::json;
+use wsr_gateway::config::{ApiToken, Scope};
+
+use super::support::{TestApp, allow_loopback_urls, eventually, mock_partner, spawn_app_with};
+
+const ADMIN: &str = "console-admin-token-0123456789";
+const CONSUMER: &str = "console-consume-token-0123456789";
+const PRODUCER: &str = "console-produce-token-0123456789";
+
+async fn console_app() -> TestApp {
+    spawn_app_with(|c| {
+        c.tokens = vec![
+            ApiToken::plain(ADMIN, "ops", vec![Scope::Admin]),
+            ApiToken::plain(CONSUMER, "reader", vec![Scope::Consume]),
+            ApiToken::plain(PRODUCER, "app", vec![Scope::Produce]),
+        ];
+        allow_loopback_urls(c);
+    })
+    .await
+}
+
+const FORM: &str = "application/x-www-form-urlencoded";
+
+/// A form body as a browser encodes it.
+fn form_body(fields: &[(&str, &str)]) -> String {
+    let encode = |text: &str| -> String {
+        text.bytes()
+            .map(|b| match b {
+                b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                    (b as char).to_string()
+                }
+                b' ' => "+".to_owned(),
+                b => format!("%{b:02X}"),
+            })
+            .collect()
+    };
+    fields
+        .iter()
+        .map(|(k, v)| format!("{}={}", encode(k), encode(v)))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// A client that shows redirects instead of following them.
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client")
+}
+
+fn origin(app: &TestApp) -> String {
+    format!("http://{}", app.addr)
+}
+
+async fn login(app: &TestApp, token: &str) -> reqwest::Response {
+    client()
+        .post(app.url("/console/login"))
+        .header(ORIGIN, origin(app))
+        .header(CONTENT_TYPE, FORM)
+        .body(form_body(&[("token", token)]))
+        .send()
+        .await
+        .expect("answers")
+}
+
+/// Signs in with the admin token; the cookie to send.
+async fn signed_in(app: &TestApp) -> String {
+    let r = login(app, ADMIN).await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let set = r
+        .headers()
+        .get(SET_COOKIE)
+        .expect("a cookie")
+        .to_str()
+        .expect("text")
+        .to_owned();
+    set.split(';').next().expect("name=value").to_owned()
+}
+
+async fn get(app: &TestApp, cookie: &str, path: &str) -> (StatusCode, String) {
+    let r = client()
+        .get(app.url(path))
+        .header(COOKIE, cookie)
+        .send()
+        .await
+        .expect("answers");
+    (r.status(), r.text().await.expect("body"))
+}
+
+async fn post(app: &TestApp, cookie: &str, path: &str, form: &[(&str, &str)]) -> reqwest::Response {
+    client()
+        .post(app.url(path))
+        .header(COOKIE, cookie)
+        .header(ORIGIN, origin(app))
+        .header(CONTENT_TYPE, FORM)
+        .body(form_body(form))
+        .send()
+        .await
+        .expect("answers")
+}
+
+#[tokio::test]
+async fn only_an_admin_token_signs_in_and_every_page_checks_it() {
+    let app = console_app().await;
+    let (status, page) = get(&app, "", "/console").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(page.contains("<label for=\"token\">"), "{page}");
+    assert!(page.contains("<html lang=\"en\">"), "{page}");
+
+    for (token, why) in [
+        ("not-a-token-0123456789", "unknown token"),
+        (CONSUMER, "may not do this"),
+    ] {
+        let r = login(&app, token).await;
+        assert_eq!(r.status(), StatusCode::UNAUTHORIZED, "{token}");
+        assert!(r.headers().get(SET_COOKIE).is_none(), "{token}");
+        let page = r.text().await.expect("body");
+        assert!(page.contains(why), "{page}");
+        assert!(!page.contains(token), "the token is never shown: {page}");
+    }
+    // A consumer's token in a hand-made cookie is refused just as well.
+    let forged = format!("wsr_console={}", hex(CONSUMER));
+    assert_eq!(
+        get(&app, &forged, "/console").await.0,
+        StatusCode::UNAUTHORIZED
+    );
+
+    let r = login(&app, ADMIN).await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(r.headers()[LOCATION], "/console");
+    let set = r.headers()[SET_COOKIE].to_str().expect("text").to_owned();
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/console"] {
+        assert!(set.contains(attribute), "{set}");
+    }
+    assert!(!set.contains("Secure"), "plain HTTP listener: {set}");
+    assert!(
+        !set.contains(ADMIN),
+        "the token is hex in the cookie: {set}"
+    );
+    let cookie = set.split(';').next().expect("pair").to_owned();
+    let (status, page) = get(&app, &cookie, "/console").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains("<h1>Overview</h1>"), "{page}");
+    assert!(page.contains("Outbound messages by state"), "{page}");
+    for path in [
+        "/console/messages",
+        "/console/groups",
+        "/console/inbox",
+        "/console/subscriptions",
+        "/console/endpoints",
+    ] {
+        let (status, page) = get(&app, &cookie, path).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {page}");
+    }
+
+    // No Origin and no Referer, or another site's: refused before anything happens.
+    let bare = client()
+        .post(app.url("/console/message/resend"))
+        .header(COOKIE, &cookie)
+        .header(CONTENT_TYPE, FORM)
+        .body(form_body(&[("id", "x")]))
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(bare.status(), StatusCode::FORBIDDEN);
+    let elsewhere = client()
+        .post(app.url("/console/logout"))
+        .header(COOKIE, &cookie)
+        .header(ORIGIN, "https://evil.example")
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(elsewhere.status(), StatusCode::FORBIDDEN);
+
+    // Hostile parameters: a clear 400 or 404, never a panic.
+    for path in [
+        "/console/inbox/message?offset=99999999999999999999999",
+        "/console/inbox/message?offset=-1",
+        "/console/subscription?id=abc",
+        "/console/messages?state=nonsense",
+    ] {
+        assert_eq!(
+            get(&app, &cookie, path).await.0,
+            StatusCode::BAD_REQUEST,
+            "{path}"
+        );
+    }
+    let long = format!("/console/message?id={}", "x".repeat(5000));
+    assert_eq!(get(&app, &cookie, &long).await.0, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        get(&app, &cookie, "/console/message?id=no-such").await.0,
+        StatusCode::NOT_FOUND
+    );
+
+    let out = post(&app, &cookie, "/console/logout", &[]).await;
+    assert_eq!(out.status(), StatusCode::OK);
+    assert!(
+        out.headers()[SET_COOKIE]
+            .to_str()
+            .expect("text")
+            .contains("Max-Age=0")
+    );
+    app.stop().await;
+}
+
+fn hex(text: &str) -> String {
+    text.bytes().map(|b| format!("{b:02x}")).collect()
+}
+
+#[tokio::test]
+async fn resend_and_fail_through_the_console_change_the_message() {
+    let app = console_app().await;
+    let mut partner = mock_partner(vec![503; 10]).await;
+    let (status, answer) = super::support::submit_as(
+        &app,
+        PRODUCER,
+        json!({
+            "destination": partner.url,
+            "agreement": { "max_attempts": 1, "interval_ms": 100, "backoff": 1, "expiry_seconds": 3600 },
+            "body": "<t:Order xmlns:t=\"urn:t\">1</t:Order>",
+        }),
+    )
+    .await;
+    assert_eq!(status, 202, "{answer}");
+    let id = answer["id"].as_str().expect("id").to_owned();
+    partner.next_post().await;
+    let attempts_now = || {
+        let store = app.store.clone();
+        let id = id.clone();
+        async move {
+            let m = store.out_message(&id).await.expect("read")?;
+            Some(m.outbound.attempts)
+        }
+    };
+    let first = eventually("the first attempt is counted", || async {
+        attempts_now().await.filter(|a| *a >= 1)
+    })
+    .await;
+
+    let cookie = signed_in(&app).await;
+    let (status, page) = get(&app, &cookie, &format!("/console/message?id={id}")).await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains("Resend now"), "{page}");
+    assert!(
+        page.contains("&lt;t:Order"),
+        "the envelope, escaped: {page}"
+    );
+    assert!(page.contains("<td>queued</td>"), "its history: {page}");
+
+    let r = post(&app, &cookie, "/console/message/resend", &[("id", &id)]).await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert!(
+        r.headers()[LOCATION]
+            .to_str()
+            .expect("text")
+            .ends_with("&done=resent")
+    );
+    partner.next_post().await;
+    eventually("the resend is counted", || async {
+        attempts_now().await.filter(|a| *a > first)
+    })
+    .await;
+
+    let r = post(
+        &app,
+        &cookie,
+        "/console/message/fail",
+        &[("id", &id), ("reason", "partner <gone>")],
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let m = app
+        .store
+        .out_message(&id)
+        .await
+        .expect("read")
+        .expect("there");
+    assert_eq!(m.outbound.state.name(), "failed");
+    let (_, page) = get(
+        &app,
+        &cookie,
+        &format!("/console/message?id={id}&done=failed"),
+    )
+    .await;
+    assert!(
+        page.contains("failed by operator ops: partner &lt;gone&gt;"),
+        "{page}"
+    );
+    assert!(
+        !page.contains("Resend now"),
+        "no actions on a final message: {page}"
+    );
+    // A second fail is a conflict, shown as such.
+    let again = post(&app, &cookie, "/console/message/fail", &[("id", &id)]).await;
+    assert_eq!(again.status(), StatusCode::CONFLICT);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn received_payloads_are_shown_escaped_and_dead_letters_replayed() {
+    let app = console_app().await;
+    let in_an_hour = super::support::xs(app.clock.now_utc() + chrono::Duration::hours(1));
+    use super::support::ClockExt as _;
+    let xml =
+        std::fs::read_to_string(super::support::repo_root().join("examples/purchase-order.xml"))
+            .expect("example envelope")
+            .replace("2099-12-31T23:59:59Z", &in_an_hour);
+    // A payload that would run as script if it were not escaped.
+    let xml = xml.replacen(
+        "<po:Line",
+        "<po:Note>&lt;script&gt;alert(1)&lt;/script&gt;</po:Note><po:Line",
+        1,
+    );
+    let answer = app
+        .post("/wsr/default", "text/xml; charset=utf-8", xml)
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+
+    // A subscription with a dead letter: fetched once and rejected.
+    let api = |method: reqwest::Method, path: &str| {
+        app.client
+            .request(method, app.url(path))
+            .bearer_auth(CONSUMER)
+    };
+    let sub: serde_json::Value = api(reqwest::Method::POST, "/api/v1/subscriptions")
+        .json(&json!({"name": "audit", "filter": "default/#", "max_deliveries": 1, "start": "oldest"}))
+        .send()
+        .await
+        .expect("answers")
+        .json()
+        .await
+        .expect("JSON");
+    let sub_id = sub["id"].as_i64().expect("id");
+    let session: serde_json::Value = api(
+        reqwest::Method::POST,
+        &format!("/api/v1/subscriptions/{sub_id}/sessions"),
+    )
+    .json(&json!({}))
+    .send()
+    .await
+    .expect("answers")
+    .json()
+    .await
+    .expect("JSON");
+    let session_id = session["session"].as_str().expect("session").to_owned();
+    let fetched: serde_json::Value = api(
+        reqwest::Method::POST,
+        &format!("/api/v1/sessions/{session_id}/fetch"),
+    )
+    .json(&json!({"max": 1, "wait_ms": 0}))
+    .send()
+    .await
+    .expect("answers")
+    .json()
+    .await
+    .expect("JSON");
+    let receipt = fetched["messages"][0]["receipt"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a message: {fetched}"))
+        .to_owned();
+    let settled = api(reqwest::Method::POST, "/api/v1/settle")
+        .json(&json!({"receipt": receipt, "outcome": "rejected"}))
+        .send()
+        .await
+        .expect("answers");
+    assert!(
+        settled.status().is_success(),
+        "{}",
+        settled.text().await.unwrap_or_default()
+    );
+
+    let cookie = signed_in(&app).await;
+    let (status, page) = get(&app, &cookie, "/console/inbox").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains("default/PurchaseOrder"), "{page}");
+    let (status, page) = get(&app, &cookie, "/console/inbox/message?offset=1").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains("&amp;lt;script&amp;gt;"), "escaped: {page}");
+    assert!(!page.contains("<script"), "{page}");
+    let (status, page) = get(
+        &app,
+        &cookie,
+        "/console/group?id=mid%3Aexample-po-0001%40partner.example.org",
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    assert!(page.contains("complete") || page.contains("open"), "{page}");
+
+    let (_, page) = get(&app, &cookie, &format!("/console/subscription?id={sub_id}")).await;
+    assert!(page.contains("Replay all dead letters"), "{page}");
+    let r = post(
+        &app,
+        &cookie,
+        "/console/subscription/dead-letters",
+        &[("id", &sub_id.to_string()), ("change", "replay")],
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let back = r.headers()[LOCATION].to_str().expect("text").to_owned();
+    assert!(back.ends_with("&done=replay&count=1"), "{back}");
+    let (_, page) = get(&app, &cookie, &back).await;
+    assert!(page.contains("1 dead letter(s) replayed."), "{page}");
+    let backlog = app.store.backlog(sub_id).await.expect("backlog");
+    assert_eq!(backlog.dead_letters, 0);
+    app.stop().await;
+}
