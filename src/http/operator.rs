@@ -13,11 +13,8 @@ use utoipa::ToSchema;
 use super::AppState;
 use super::admin::{ApiPath, Caller, Problem, json_body};
 use super::openapi::{OutboundMessage, ProblemBody};
-use crate::outbound::operator::{ActionError, OperatorAction, act};
+use crate::outbound::operator::{ActionError, OperatorAction, act, check_reason};
 use crate::outbound::view::message_json;
-
-/// The longest reason an operator may give (it is stored with the message and shown).
-const MAX_REASON_BYTES: usize = 1000;
 
 /// The body of a fail: why, in the operator's words (optional).
 #[derive(Deserialize, Default, ToSchema)]
@@ -74,15 +71,7 @@ pub async fn fail(
     body: Bytes,
 ) -> Result<Json<Value>, Problem> {
     let request: FailRequest = json_body(&body)?;
-    if request.reason.len() > MAX_REASON_BYTES {
-        return Err(Problem::field(
-            "reason",
-            format!("at most {MAX_REASON_BYTES} bytes"),
-        ));
-    }
-    if request.reason.chars().any(char::is_control) {
-        return Err(Problem::field("reason", "no control characters".into()));
-    }
+    check_reason(&request.reason).map_err(|why| Problem::field("reason", why))?;
     let action = OperatorAction::Fail {
         operator: &caller.principal,
         why: &request.reason,

@@ -10,6 +10,22 @@ use crate::rmp::sender::OperatorRefusal;
 use crate::store::outbound::OutMessage;
 use crate::store::{Store, StoreError};
 
+/// The longest reason an operator may give: it is stored with the message and shown in
+/// answers, pages and logs.
+pub const MAX_REASON_BYTES: usize = 1000;
+
+/// Whether `why` may be kept as an operator's reason for a fail; what is wrong otherwise.
+/// Every door (the API, the console) checks it before `act`.
+pub fn check_reason(why: &str) -> Result<(), String> {
+    if why.len() > MAX_REASON_BYTES {
+        return Err(format!("at most {MAX_REASON_BYTES} bytes"));
+    }
+    if why.chars().any(char::is_control) {
+        return Err("no control characters".to_owned());
+    }
+    Ok(())
+}
+
 /// What the operator asks.
 #[derive(Debug, Clone, Copy)]
 pub enum OperatorAction<'a> {

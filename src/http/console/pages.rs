@@ -16,7 +16,7 @@ use super::html::{self, Stop, esc, facts, link, query_value, table};
 use super::{Acting, Operator};
 use crate::delivery::subscription::Mode;
 use crate::http::AppState;
-use crate::outbound::operator::{ActionError, OperatorAction, act};
+use crate::outbound::operator::{ActionError, OperatorAction, act, check_reason};
 use crate::outbound::view::message_json;
 use crate::rmp::group::GroupState;
 use crate::store::delivery::{DeadLetterChange, DeliveryError};
@@ -372,10 +372,7 @@ pub async fn fail(
     let f = form(f)?;
     let id = required("id", &f.id)?;
     let why = text("reason", &f.reason)?.unwrap_or("");
-    // As the API: the reason is stored with the message and shown in logs and answers.
-    if why.chars().any(char::is_control) {
-        return Err(bad_request("reason: no control characters"));
-    }
+    check_reason(why).map_err(|e| bad_request(&format!("reason: {e}")))?;
     let action = OperatorAction::Fail {
         operator: &caller.principal,
         why,

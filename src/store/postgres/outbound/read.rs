@@ -191,18 +191,7 @@ pub(super) async fn out_events_of(
     .fetch_all(pool)
     .await
     .doing("reading outbound events")?;
-    rows.iter()
-        .map(|r| {
-            let column = |e: sqlx::Error| StoreError::Corrupt(format!("outbound event row: {e}"));
-            Ok(OutEvent {
-                seq: r.try_get(0).map_err(column)?,
-                message_id: r.try_get(1).map_err(column)?,
-                state: r.try_get(2).map_err(column)?,
-                detail: r.try_get(3).map_err(column)?,
-                at: from_millis(r.try_get(4).map_err(column)?),
-            })
-        })
-        .collect()
+    rows.iter().map(event).collect()
 }
 
 pub(super) async fn out_message_events(
@@ -220,16 +209,17 @@ pub(super) async fn out_message_events(
     .fetch_all(pool)
     .await
     .doing("reading a message's events")?;
-    rows.iter()
-        .map(|r| {
-            let column = |e: sqlx::Error| StoreError::Corrupt(format!("outbound event row: {e}"));
-            Ok(OutEvent {
-                seq: r.try_get(0).map_err(column)?,
-                message_id: r.try_get(1).map_err(column)?,
-                state: r.try_get(2).map_err(column)?,
-                detail: r.try_get(3).map_err(column)?,
-                at: from_millis(r.try_get(4).map_err(column)?),
-            })
-        })
-        .collect()
+    rows.iter().map(event).collect()
+}
+
+/// An `out_events` row read as `seq, message_id, state, detail, at`.
+fn event(r: &sqlx::postgres::PgRow) -> Result<OutEvent, StoreError> {
+    let column = |e: sqlx::Error| StoreError::Corrupt(format!("outbound event row: {e}"));
+    Ok(OutEvent {
+        seq: r.try_get(0).map_err(column)?,
+        message_id: r.try_get(1).map_err(column)?,
+        state: r.try_get(2).map_err(column)?,
+        detail: r.try_get(3).map_err(column)?,
+        at: from_millis(r.try_get(4).map_err(column)?),
+    })
 }

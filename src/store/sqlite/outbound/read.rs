@@ -194,16 +194,7 @@ pub(super) async fn out_events_of(
     .bind(limit)
     .fetch_all(pool)
     .await?;
-    Ok(rows
-        .iter()
-        .map(|r| OutEvent {
-            seq: r.get(0),
-            message_id: r.get(1),
-            state: r.get(2),
-            detail: r.get(3),
-            at: from_millis(r.get(4)),
-        })
-        .collect())
+    Ok(rows.iter().map(event).collect())
 }
 
 pub(super) async fn out_message_events(
@@ -219,14 +210,16 @@ pub(super) async fn out_message_events(
     .bind(limit)
     .fetch_all(pool)
     .await?;
-    Ok(rows
-        .iter()
-        .map(|r| OutEvent {
-            seq: r.get(0),
-            message_id: r.get(1),
-            state: r.get(2),
-            detail: r.get(3),
-            at: from_millis(r.get(4)),
-        })
-        .collect())
+    Ok(rows.iter().map(event).collect())
+}
+
+/// An `out_events` row read as `seq, message_id, state, detail, at`.
+fn event(r: &sqlx::sqlite::SqliteRow) -> OutEvent {
+    OutEvent {
+        seq: r.get(0),
+        message_id: r.get(1),
+        state: r.get(2),
+        detail: r.get(3),
+        at: from_millis(r.get(4)),
+    }
 }
