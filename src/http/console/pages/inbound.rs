@@ -1,0 +1,305 @@
+//! What partners sent us: received groups (delivered ranges, buffered numbers, faults) and the
+//! inbox searched by channel, partner, group id and time, with a message's payload.
+
+use super::super::Operator;
+use super::super::html;
+use super::super::html::esc;
+use super::super::html::facts;
+use super::super::html::link;
+use super::super::html::query_value;
+use super::super::html::table;
+use super::{
+    MAX_ITEMS, PAGE, Page, bad_request, not_found, number, query, required, shown, store, text,
+    when,
+};
+use crate::http::AppState;
+use crate::rmp::group::GroupState;
+use axum::extract::Query;
+use axum::extract::State;
+use axum::extract::rejection::QueryRejection;
+use axum::http::StatusCode;
+use serde::Deserialize;
+use std::fmt::Write as _;
+
+#[derive(Deserialize)]
+pub struct GroupsQuery {
+    after: Option<String>,
+    after_partner: Option<String>,
+}
+
+fn ranges(pairs: &[(u64, u64)]) -> String {
+    let mut shown: Vec<String> = pairs
+        .iter()
+        .take(MAX_ITEMS)
+        .map(|&(a, b)| {
+            if a == b {
+                a.to_string()
+            } else {
+                format!("{a}–{b}")
+            }
+        })
+        .collect();
+    if pairs.len() > MAX_ITEMS {
+        shown.push(format!("… ({} ranges)", pairs.len()));
+    }
+    if shown.is_empty() {
+        "—".into()
+    } else {
+        shown.join(", ")
+    }
+}
+
+fn group_href(partner: &str, group_id: &str) -> String {
+    format!(
+        "/console/group?partner={}&id={}",
+        query_value(partner),
+        query_value(group_id)
+    )
+}
+
+const GROUP_SEARCH: &str = "<form method=\"get\" action=\"/console/group\">\
+    <label for=\"group-id\">Group id</label><input id=\"group-id\" name=\"id\" required>\
+    <label for=\"partner\">Partner</label><input id=\"partner\" name=\"partner\" placeholder=\"(anonymous)\">\
+    <button type=\"submit\">Find</button></form>";
+
+pub async fn groups(
+    Operator(_): Operator,
+    State(app): State<AppState>,
+    q: Result<Query<GroupsQuery>, QueryRejection>,
+) -> Page {
+    let q = query(q)?;
+    let after = text("after", &q.after)?;
+    let after_partner = text("after_partner", &q.after_partner)?.unwrap_or("");
+    let list = store(
+        app.store
+            .groups(after.map(|g| (after_partner, g)), PAGE)
+            .await,
+    )?;
+    let mut body = String::from(GROUP_SEARCH);
+    let rows: Vec<Vec<String>> = list
+        .iter()
+        .map(|(partner, g)| {
+            vec![
+                link(
+                    &group_href(partner, g.group_id.as_str()),
+                    g.group_id.as_str(),
+                ),
+                esc(if partner.is_empty() {
+                    "(anonymous)"
+                } else {
+                    partner
+                }),
+                esc(&g.params.channel),
+                esc(g.status.as_str()),
+                esc(&ranges(g.delivered.pairs())),
+                g.buffered.len().to_string(),
+                g.faults.len().to_string(),
+                when(&g.last_activity),
+            ]
+        })
+        .collect();
+    body.push_str(&table(
+        "Received groups",
+        &[
+            "Group id",
+            "Partner",
+            "Channel",
+            "Status",
+            "Delivered",
+            "Buffered",
+            "Faults",
+            "Last activity",
+        ],
+        &rows,
+    ));
+    if let (Some((partner, g)), true) = (list.last(), list.len() as i64 == PAGE) {
+        let href = format!(
+            "/console/groups?after={}&after_partner={}",
+            query_value(g.group_id.as_str()),
+            query_value(partner)
+        );
+        let _ = write!(body, "<p>{}</p>", link(&href, "Next page"));
+    }
+    shown("Inbound groups", &body)
+}
+
+#[derive(Deserialize)]
+pub struct GroupQuery {
+    id: Option<String>,
+    partner: Option<String>,
+}
+
+pub async fn group(
+    Operator(_): Operator,
+    State(app): State<AppState>,
+    q: Result<Query<GroupQuery>, QueryRejection>,
+) -> Page {
+    let q = query(q)?;
+    let id = required("id", &q.id)?;
+    let partner = text("partner", &q.partner)?.unwrap_or("");
+    let Some(g) = store(app.store.group(partner, id).await)? else {
+        let mut body = html::error(&format!(
+            "no group {id} of {}",
+            if partner.is_empty() {
+                "anonymous callers"
+            } else {
+                partner
+            }
+        ));
+        body.push_str(GROUP_SEARCH);
+        return Err(html::page(StatusCode::NOT_FOUND, "Group not found", &body, true).into());
+    };
+    let body = facts("Group", &group_facts(partner, &g));
+    shown(&format!("Group {id}"), &body)
+}
+
+fn group_facts(partner: &str, g: &GroupState) -> Vec<(&'static str, String)> {
+    let buffered: Vec<String> = g
+        .buffered
+        .keys()
+        .take(MAX_ITEMS)
+        .map(u64::to_string)
+        .collect();
+    let faults: Vec<String> = g
+        .faults
+        .iter()
+        .take(MAX_ITEMS)
+        .map(|(n, c)| format!("{n}: {}", c.local_name()))
+        .collect();
+    let or_dash = |v: Vec<String>| {
+        if v.is_empty() {
+            "—".into()
+        } else {
+            esc(&v.join(", "))
+        }
+    };
+    vec![
+        (
+            "Partner",
+            esc(if partner.is_empty() {
+                "(anonymous)"
+            } else {
+                partner
+            }),
+        ),
+        ("Group id", esc(g.group_id.as_str())),
+        ("Channel", esc(&g.params.channel)),
+        ("Status", esc(g.status.as_str())),
+        ("Sequenced", g.params.sequenced.to_string()),
+        ("Ordered", g.params.message_order.to_string()),
+        ("Last number", g.last.map_or("—".into(), |n| n.to_string())),
+        ("Delivered", esc(&ranges(g.delivered.pairs()))),
+        (
+            "Next expected",
+            if g.params.message_order {
+                g.next_expected.to_string()
+            } else {
+                "—".into()
+            },
+        ),
+        ("Buffered numbers", or_dash(buffered)),
+        ("Faults", or_dash(faults)),
+        ("Kept at least until", when(&g.max_expiry)),
+        ("Last activity", when(&g.last_activity)),
+        (
+            "Terminated at",
+            g.terminated_at.as_ref().map_or("—".into(), when),
+        ),
+    ]
+}
+
+#[derive(Deserialize)]
+pub struct InboxQuery {
+    after: Option<String>,
+    offset: Option<String>,
+}
+
+pub async fn inbox(
+    Operator(_): Operator,
+    State(app): State<AppState>,
+    q: Result<Query<InboxQuery>, QueryRejection>,
+) -> Page {
+    let q = query(q)?;
+    let after = number("after", &q.after)?.unwrap_or(0);
+    let list = store(app.store.inbox(after, PAGE).await)?;
+    let mut body = String::from(
+        "<form method=\"get\" action=\"/console/inbox/message\">\
+         <label for=\"offset\">Offset</label><input id=\"offset\" name=\"offset\" inputmode=\"numeric\" required>\
+         <button type=\"submit\">Open</button></form>",
+    );
+    let rows: Vec<Vec<String>> = list
+        .iter()
+        .map(|e| {
+            vec![
+                link(
+                    &format!("/console/inbox/message?offset={}", e.offset),
+                    &e.offset.to_string(),
+                ),
+                esc(&e.topic),
+                esc(if e.partner.is_empty() {
+                    "(anonymous)"
+                } else {
+                    &e.partner
+                }),
+                link(&group_href(&e.partner, &e.group_id), &e.group_id),
+                e.number.map_or("—".into(), |n| n.to_string()),
+                when(&e.received_at),
+                e.payload.len().to_string(),
+            ]
+        })
+        .collect();
+    body.push_str(&table(
+        "Delivered messages",
+        &[
+            "Offset", "Topic", "Partner", "Group id", "Number", "Received", "Bytes",
+        ],
+        &rows,
+    ));
+    if let (Some(last), true) = (list.last(), list.len() as i64 == PAGE) {
+        let href = format!("/console/inbox?after={}", last.offset);
+        let _ = write!(body, "<p>{}</p>", link(&href, "Next page"));
+    }
+    shown("Inbox", &body)
+}
+
+pub async fn inbox_message(
+    Operator(_): Operator,
+    State(app): State<AppState>,
+    q: Result<Query<InboxQuery>, QueryRejection>,
+) -> Page {
+    let q = query(q)?;
+    let offset = number("offset", &q.offset)?
+        .filter(|o| *o >= 1)
+        .ok_or_else(|| bad_request("offset: a number from 1"))?;
+    let found = store(app.store.inbox(offset - 1, 1).await)?;
+    let Some(e) = found.into_iter().find(|e| e.offset == offset) else {
+        return Err(not_found(&format!(
+            "no message at offset {offset} (never delivered, or purged)"
+        )));
+    };
+    let mut body = facts(
+        "Delivered message",
+        &[
+            ("Offset", e.offset.to_string()),
+            ("Topic", esc(&e.topic)),
+            ("Channel", esc(&e.channel)),
+            (
+                "Partner",
+                esc(if e.partner.is_empty() {
+                    "(anonymous)"
+                } else {
+                    &e.partner
+                }),
+            ),
+            (
+                "Group id",
+                link(&group_href(&e.partner, &e.group_id), &e.group_id),
+            ),
+            ("Number", e.number.map_or("—".into(), |n| n.to_string())),
+            ("Received", when(&e.received_at)),
+            ("Expiry", when(&e.expiry)),
+        ],
+    );
+    let _ = write!(body, "<h2>Payload</h2><pre>{}</pre>", esc(&e.payload));
+    shown(&format!("Inbox message {offset}"), &body)
+}

@@ -1,0 +1,230 @@
+//! Our messages: the list by state, partner and group, one message with its history and
+//! payload, and the operator's resend and fail.
+
+use super::super::Acting;
+use super::super::Operator;
+use super::super::html;
+use super::super::html::esc;
+use super::super::html::facts;
+use super::super::html::link;
+use super::super::html::query_value;
+use super::super::html::table;
+use super::{
+    MAX_EVENTS, MAX_TEXT, PAGE, Page, STATES, bad_request, cell, form, not_found, query, refused,
+    required, see_other, shown, store, text, unavailable, when,
+};
+use crate::http::AppState;
+use crate::outbound::operator::ActionError;
+use crate::outbound::operator::OperatorAction;
+use crate::outbound::operator::act;
+use crate::outbound::operator::check_reason;
+use crate::outbound::view::message_json;
+use axum::extract::Form;
+use axum::extract::Query;
+use axum::extract::State;
+use axum::extract::rejection::FormRejection;
+use axum::extract::rejection::QueryRejection;
+use axum::http::StatusCode;
+use serde::Deserialize;
+use std::fmt::Write as _;
+
+#[derive(Deserialize)]
+pub struct MessagesQuery {
+    state: Option<String>,
+    group: Option<String>,
+    after: Option<String>,
+}
+
+pub async fn messages(
+    Operator(_): Operator,
+    State(app): State<AppState>,
+    q: Result<Query<MessagesQuery>, QueryRejection>,
+) -> Page {
+    let q = query(q)?;
+    let state = text("state", &q.state)?;
+    if let Some(s) = state
+        && !STATES.contains(&s)
+    {
+        return Err(bad_request(
+            "state: one of queued, sent, acked, faulted, failed",
+        ));
+    }
+    let group = text("group", &q.group)?;
+    let after = text("after", &q.after)?;
+    let list = store(app.store.out_messages(state, group, after, PAGE).await)?;
+    let mut body = String::from(
+        "<form method=\"get\" action=\"/console/messages\"><label for=\"state\">State</label>\
+         <select id=\"state\" name=\"state\"><option value=\"\">any</option>",
+    );
+    for s in STATES {
+        let selected = if state == Some(*s) { " selected" } else { "" };
+        let _ = write!(body, "<option value=\"{s}\"{selected}>{s}</option>");
+    }
+    let _ = write!(
+        body,
+        "</select><label for=\"group\">Group id</label>\
+         <input id=\"group\" name=\"group\" value=\"{}\"><button type=\"submit\">Filter</button></form>",
+        esc(group.unwrap_or(""))
+    );
+    let rows: Vec<Vec<String>> = list
+        .iter()
+        .map(|m| {
+            vec![
+                link(
+                    &format!("/console/message?id={}", query_value(&m.id)),
+                    &m.id,
+                ),
+                esc(m.group_id.as_str()),
+                m.number.map_or("—".into(), |n| n.to_string()),
+                esc(&m.destination),
+                esc(m.outbound.state.name()),
+                m.outbound.attempts.to_string(),
+                m.outbound.next_attempt.as_ref().map_or("—".into(), when),
+                when(&m.outbound.expiry),
+            ]
+        })
+        .collect();
+    body.push_str(&table(
+        "Outbound messages",
+        &[
+            "Id",
+            "Group",
+            "Number",
+            "Destination",
+            "State",
+            "Attempts",
+            "Next attempt",
+            "Expiry",
+        ],
+        &rows,
+    ));
+    if let (Some(last), true) = (list.last(), list.len() as i64 == PAGE) {
+        let href = format!(
+            "/console/messages?state={}&group={}&after={}",
+            query_value(state.unwrap_or("")),
+            query_value(group.unwrap_or("")),
+            query_value(&last.id)
+        );
+        let _ = write!(body, "<p>{}</p>", link(&href, "Next page"));
+    }
+    shown("Outbound messages", &body)
+}
+
+#[derive(Deserialize)]
+pub struct MessageQuery {
+    id: Option<String>,
+    done: Option<String>,
+}
+
+pub async fn message(
+    Operator(_): Operator,
+    State(app): State<AppState>,
+    q: Result<Query<MessageQuery>, QueryRejection>,
+) -> Page {
+    let q = query(q)?;
+    let id = required("id", &q.id)?;
+    let Some(m) = store(app.store.out_message(id).await)? else {
+        return Err(not_found(&format!("no outbound message {id}")));
+    };
+    let history = store(app.store.out_message_events(id, MAX_EVENTS).await)?;
+    let mut body = String::new();
+    match q.done.as_deref() {
+        Some("resent") => body.push_str(&html::notice("Resend ordered: the message is due now.")),
+        Some("failed") => body.push_str(&html::notice("The message was failed.")),
+        _ => {}
+    }
+    let view = message_json(&m);
+    let rows: Vec<(&str, String)> = view
+        .as_object()
+        .map(|o| o.iter().map(|(k, v)| (k.as_str(), cell(v))).collect())
+        .unwrap_or_default();
+    body.push_str(&facts("Message", &rows));
+    if !m.outbound.state.is_final() {
+        body.push_str("<h2>Operator actions</h2>");
+        body.push_str(&html::button_form(
+            "/console/message/resend",
+            "Resend now",
+            &[("id", id)],
+        ));
+        let _ = write!(
+            body,
+            "<form method=\"post\" action=\"/console/message/fail\">\
+             <input type=\"hidden\" name=\"id\" value=\"{}\">\
+             <label for=\"reason\">Reason</label><input id=\"reason\" name=\"reason\" maxlength=\"{MAX_TEXT}\">\
+             <button type=\"submit\">Fail</button></form>",
+            esc(id)
+        );
+    }
+    let events: Vec<Vec<String>> = history
+        .iter()
+        .map(|e| {
+            vec![
+                e.seq.to_string(),
+                esc(&e.state),
+                e.detail.as_deref().map_or("—".into(), esc),
+                when(&e.at),
+            ]
+        })
+        .collect();
+    body.push_str("<h2>History</h2>");
+    body.push_str(&table(
+        "State changes",
+        &["Event", "State", "Detail", "At"],
+        &events,
+    ));
+    let _ = write!(body, "<h2>Envelope</h2><pre>{}</pre>", esc(&m.envelope));
+    shown(&format!("Outbound message {id}"), &body)
+}
+
+#[derive(Deserialize)]
+pub struct ActionForm {
+    id: Option<String>,
+    reason: Option<String>,
+}
+
+pub async fn resend(
+    Acting(_): Acting,
+    State(app): State<AppState>,
+    f: Result<Form<ActionForm>, FormRejection>,
+) -> Page {
+    let f = form(f)?;
+    let id = required("id", &f.id)?;
+    let outcome = act(&app.store, id, OperatorAction::Resend, app.clock.now()).await;
+    acted(id, outcome, "resent")
+}
+
+pub async fn fail(
+    Acting(caller): Acting,
+    State(app): State<AppState>,
+    f: Result<Form<ActionForm>, FormRejection>,
+) -> Page {
+    let f = form(f)?;
+    let id = required("id", &f.id)?;
+    let why = text("reason", &f.reason)?.unwrap_or("");
+    check_reason(why).map_err(|e| bad_request(&format!("reason: {e}")))?;
+    let action = OperatorAction::Fail {
+        operator: &caller.principal,
+        why,
+    };
+    let outcome = act(&app.store, id, action, app.clock.now()).await;
+    acted(id, outcome, "failed")
+}
+
+fn acted(
+    id: &str,
+    outcome: Result<crate::store::outbound::OutMessage, ActionError>,
+    done: &str,
+) -> Page {
+    let back = format!("/console/message?id={}", query_value(id));
+    match outcome {
+        Ok(_) => Ok(see_other(&format!("{back}&done={done}"))),
+        Err(ActionError::NotFound(_)) => Err(not_found(&format!("no outbound message {id}"))),
+        Err(e @ (ActionError::Refused(_) | ActionError::Changed(_))) => Err(refused(
+            StatusCode::CONFLICT,
+            "Not done",
+            &e.to_string(),
+            Some(&back),
+        )),
+        Err(ActionError::Store(e)) => Err(unavailable(&e)),
+    }
+}

@@ -1,0 +1,203 @@
+//! Subscriptions: backlog, members and dead letters, with replay and purge.
+
+use super::super::Acting;
+use super::super::Operator;
+use super::super::html;
+use super::super::html::esc;
+use super::super::html::facts;
+use super::super::html::link;
+use super::super::html::table;
+use super::{
+    MAX_SUBSCRIPTIONS, PAGE, Page, bad_request, form, not_found, number, query, refused, see_other,
+    shown, store, unavailable, when,
+};
+use crate::delivery::subscription::Mode;
+use crate::http::AppState;
+use crate::store::delivery::DeadLetterChange;
+use crate::store::delivery::DeliveryError;
+use axum::extract::Form;
+use axum::extract::Query;
+use axum::extract::State;
+use axum::extract::rejection::FormRejection;
+use axum::extract::rejection::QueryRejection;
+use axum::http::StatusCode;
+use serde::Deserialize;
+use std::fmt::Write as _;
+
+pub async fn subscriptions(Operator(_): Operator, State(app): State<AppState>) -> Page {
+    let subs = store(app.store.subscriptions().await)?;
+    let mut rows = Vec::new();
+    for s in subs.iter().take(MAX_SUBSCRIPTIONS) {
+        let b = store(app.store.backlog(s.id).await)?;
+        rows.push(vec![
+            link(&format!("/console/subscription?id={}", s.id), &s.name),
+            esc(&s.filter),
+            esc(&s.owner),
+            esc(match s.rules.mode {
+                Mode::Pull => "pull",
+                Mode::Push { .. } => "push",
+            }),
+            b.waiting.to_string(),
+            b.in_flight.to_string(),
+            b.dead_letters.to_string(),
+        ]);
+    }
+    let mut body = table(
+        "Subscriptions",
+        &[
+            "Name",
+            "Filter",
+            "Owner",
+            "Mode",
+            "Waiting",
+            "In flight",
+            "Dead letters",
+        ],
+        &rows,
+    );
+    if subs.len() > MAX_SUBSCRIPTIONS {
+        let _ = write!(
+            body,
+            "<p>The first {MAX_SUBSCRIPTIONS} of {} subscriptions.</p>",
+            subs.len()
+        );
+    }
+    shown("Subscriptions", &body)
+}
+
+#[derive(Deserialize)]
+pub struct SubscriptionQuery {
+    id: Option<String>,
+    after: Option<String>,
+    done: Option<String>,
+    count: Option<String>,
+}
+
+pub async fn subscription(
+    Operator(_): Operator,
+    State(app): State<AppState>,
+    q: Result<Query<SubscriptionQuery>, QueryRejection>,
+) -> Page {
+    let q = query(q)?;
+    let id = number("id", &q.id)?.ok_or_else(|| bad_request("id: missing"))?;
+    let after = number("after", &q.after)?.unwrap_or(0);
+    let Some(s) = store(app.store.subscription(id).await)? else {
+        return Err(not_found(&format!("no subscription {id}")));
+    };
+    let b = store(app.store.backlog(id).await)?;
+    let letters = store(app.store.dead_letters(id, after, PAGE).await)?;
+    let mut body = String::new();
+    let count = number("count", &q.count)?.unwrap_or(0);
+    match q.done.as_deref() {
+        Some("replay") => {
+            body.push_str(&html::notice(&format!("{count} dead letter(s) replayed.")))
+        }
+        Some("purge") => body.push_str(&html::notice(&format!("{count} dead letter(s) purged."))),
+        _ => {}
+    }
+    body.push_str(&facts(
+        "Subscription",
+        &[
+            ("Name", esc(&s.name)),
+            ("Filter", esc(&s.filter)),
+            ("Owner", esc(&s.owner)),
+            ("Grants", esc(&s.grants.join(", "))),
+            (
+                "Rules",
+                esc(&serde_json::to_string(&s.rules).unwrap_or_default()),
+            ),
+            ("Created", when(&s.created_at)),
+        ],
+    ));
+    body.push_str(&facts(
+        "Backlog",
+        &[
+            ("Waiting", b.waiting.to_string()),
+            ("In flight", b.in_flight.to_string()),
+            ("Dead letters", b.dead_letters.to_string()),
+            ("Not matched yet", b.unmatched.to_string()),
+        ],
+    ));
+    body.push_str("<h2>Dead letters</h2>");
+    let sid = id.to_string();
+    if b.dead_letters > 0 {
+        body.push_str(&html::button_form(
+            "/console/subscription/dead-letters",
+            "Replay all dead letters",
+            &[("id", &sid), ("change", "replay")],
+        ));
+        body.push_str(&html::button_form(
+            "/console/subscription/dead-letters",
+            "Purge all dead letters",
+            &[("id", &sid), ("change", "purge")],
+        ));
+    }
+    let rows: Vec<Vec<String>> = letters
+        .iter()
+        .map(|d| {
+            let offset = d.offset.to_string();
+            vec![
+                link(&format!("/console/inbox/message?offset={offset}"), &offset),
+                d.message.as_ref().map_or("—".into(), |m| esc(&m.topic)),
+                d.attempts.to_string(),
+                esc(&d.reason),
+                html::button_form(
+                    "/console/subscription/dead-letters",
+                    "Replay",
+                    &[("id", &sid), ("change", "replay"), ("offset", &offset)],
+                ),
+            ]
+        })
+        .collect();
+    body.push_str(&table(
+        "Dead letters",
+        &["Offset", "Topic", "Attempts", "Reason", "Action"],
+        &rows,
+    ));
+    if let (Some(last), true) = (letters.last(), letters.len() as i64 == PAGE) {
+        let href = format!("/console/subscription?id={id}&after={}", last.offset);
+        let _ = write!(body, "<p>{}</p>", link(&href, "Next page"));
+    }
+    shown(&format!("Subscription {}", s.name), &body)
+}
+
+#[derive(Deserialize)]
+pub struct DeadLetterForm {
+    id: Option<String>,
+    change: Option<String>,
+    offset: Option<String>,
+}
+
+pub async fn change_dead_letters(
+    Acting(_): Acting,
+    State(app): State<AppState>,
+    f: Result<Form<DeadLetterForm>, FormRejection>,
+) -> Page {
+    let f = form(f)?;
+    let id = number("id", &f.id)?.ok_or_else(|| bad_request("id: missing"))?;
+    let (change, done) = match f.change.as_deref() {
+        Some("replay") => (DeadLetterChange::Replay, "replay"),
+        Some("purge") => (DeadLetterChange::Purge, "purge"),
+        _ => return Err(bad_request("change: replay or purge")),
+    };
+    let offset = number("offset", &f.offset)?.map(|o| [o]);
+    if store(app.store.subscription(id).await)?.is_none() {
+        return Err(not_found(&format!("no subscription {id}")));
+    }
+    let back = format!("/console/subscription?id={id}");
+    let changed = app
+        .store
+        .change_dead_letters(id, offset.as_ref().map(|o| &o[..]), change, app.clock.now())
+        .await
+        .map_err(|e| match e {
+            DeliveryError::Store(e) => unavailable(&e),
+            DeliveryError::NotFound(why) => not_found(&why),
+            other => refused(
+                StatusCode::CONFLICT,
+                "Not done",
+                &other.to_string(),
+                Some(&back),
+            ),
+        })?;
+    Ok(see_other(&format!("{back}&done={done}&count={changed}")))
+}
