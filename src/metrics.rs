@@ -9,7 +9,8 @@
 //! Labels are bounded: configured channel and partner names, fault codes, fixed words. Never a
 //! group id, message id or URL. Callers without a partner are `anonymous`.
 
-use std::sync::OnceLock;
+use std::collections::BTreeMap;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
@@ -130,7 +131,42 @@ pub fn received(channel: &str, partner: &str, verdict: &'static str, fault: Opti
     metrics::counter!(RECEIVED, "channel" => channel.to_owned(), "partner" => partner.to_owned(), "verdict" => verdict).increment(1);
     if let Some(code) = fault {
         metrics::counter!(FAULTS, "channel" => channel.to_owned(), "partner" => partner.to_owned(), "code" => code).increment(1);
+        let mut answered = FAULTS_ANSWERED.lock().unwrap_or_else(|e| e.into_inner());
+        *answered
+            .entry((channel.to_owned(), partner.to_owned(), code))
+            .or_default() += 1;
     }
+}
+
+/// The faults this process answered, as `wsr_faults_total` counts them, kept readable for the
+/// console's overview (the recorder's own values are write-only). Keyed by the same bounded
+/// labels, so it stays as small as the metric.
+static FAULTS_ANSWERED: Mutex<BTreeMap<(String, String, &'static str), u64>> =
+    Mutex::new(BTreeMap::new());
+
+/// One count of faults answered by this process since it started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FaultsAnswered {
+    pub channel: String,
+    /// A configured partner's name, or `anonymous`.
+    pub partner: String,
+    /// The WS-R fault code's local name (`InvalidRequest`, …).
+    pub code: &'static str,
+    pub count: u64,
+}
+
+/// Faults answered by this process since it started, by channel, partner and code.
+pub fn faults_answered() -> Vec<FaultsAnswered> {
+    let answered = FAULTS_ANSWERED.lock().unwrap_or_else(|e| e.into_inner());
+    answered
+        .iter()
+        .map(|((channel, partner, code), count)| FaultsAnswered {
+            channel: channel.clone(),
+            partner: partner.clone(),
+            code,
+            count: *count,
+        })
+        .collect()
 }
 
 /// `n` acks sent by `pattern` (`response`, `callback`, `poll`).
@@ -219,5 +255,29 @@ mod tests {
         assert_eq!(partner(None), ANONYMOUS);
         assert_eq!(partner(Some("")), ANONYMOUS);
         assert_eq!(partner(Some("acme")), "acme");
+    }
+
+    #[test]
+    fn faults_answered_are_kept_by_channel_partner_and_code_and_nothing_else() {
+        let channel = "faults-answered-unit";
+        let of = || {
+            faults_answered()
+                .into_iter()
+                .filter(|f| f.channel == channel)
+                .map(|f| (f.partner, f.code, f.count))
+                .collect::<Vec<_>>()
+        };
+        received(channel, "acme", "delivered", None);
+        assert!(of().is_empty(), "a delivered message is no fault");
+        received(channel, "acme", "fault", Some("InvalidExpiryTime"));
+        received(channel, "acme", "fault", Some("InvalidExpiryTime"));
+        received(channel, ANONYMOUS, "fault", Some("InvalidRequest"));
+        assert_eq!(
+            of(),
+            [
+                ("acme".to_owned(), "InvalidExpiryTime", 2),
+                (ANONYMOUS.to_owned(), "InvalidRequest", 1)
+            ]
+        );
     }
 }

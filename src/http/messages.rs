@@ -22,7 +22,7 @@ use crate::config::AgreementSpec;
 use crate::outbound::destination::check_destination;
 use crate::outbound::view::message_json;
 use crate::store::outbound::{
-    IdempotencyKey, OutMessage, ReplySource, Submission, SubmitError, Submitted,
+    IdempotencyKey, OutFilter, OutMessage, ReplySource, Submission, SubmitError, Submitted,
 };
 use crate::wsr::datetime::date_time_string;
 use crate::wsr::{
@@ -382,6 +382,8 @@ pub struct ListQuery {
     state: Option<String>,
     /// Only messages of this groupId.
     group: Option<String>,
+    /// Only messages to this configured partner (empty: those sent to a URL destination).
+    partner: Option<String>,
     /// The id to list after (the previous page's `next_after`).
     after: Option<String>,
     /// 1 to 1000 (default 100; values beyond are clamped).
@@ -422,9 +424,12 @@ pub async fn list_messages(
     let messages = app
         .store
         .out_messages_of(
-            sees(&caller),
-            q.state.as_deref(),
-            q.group.as_deref(),
+            &OutFilter {
+                principal: sees(&caller),
+                state: q.state.as_deref(),
+                group: q.group.as_deref(),
+                partner: q.partner.as_deref(),
+            },
             q.after.as_deref(),
             limit,
         )

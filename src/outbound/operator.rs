@@ -82,3 +82,36 @@ pub async fn act(
         Err(ActionError::Changed(Box::new(saved)))
     }
 }
+
+/// Messages in doubt (`Outbound::in_doubt`), by destination partner ("" for a URL
+/// destination), for the console's overview.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InDoubt {
+    pub by_partner: std::collections::BTreeMap<String, u64>,
+    /// Every message a poll may settle was looked at; otherwise the counts are floors.
+    pub complete: bool,
+}
+
+/// Counts the messages in doubt by the pure rule, reading the ones a poll may settle
+/// (`OutboundStore::awaiting_poll`) a page at a time, at most `most` of them.
+pub async fn in_doubt_by_partner(store: &Store, most: usize) -> Result<InDoubt, StoreError> {
+    const PAGE: usize = 500;
+    let mut counted = InDoubt::default();
+    let mut after = String::new();
+    let mut looked = 0;
+    while looked < most {
+        let page = store.awaiting_poll(&after, PAGE as i64).await?;
+        looked += page.len();
+        for m in page.iter().filter(|m| m.outbound.in_doubt()) {
+            *counted.by_partner.entry(m.partner.clone()).or_default() += 1;
+        }
+        match page.last() {
+            Some(last) if page.len() == PAGE => after.clone_from(&last.id),
+            _ => {
+                counted.complete = true;
+                break;
+            }
+        }
+    }
+    Ok(counted)
+}

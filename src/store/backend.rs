@@ -6,6 +6,7 @@ use super::delivery::DeliveryStore;
 use super::error::StoreError;
 use super::future::StoreFuture;
 use super::outbound::OutboundStore;
+use super::overview::{InboxFilter, InboxPage, Member, Traffic};
 use super::receiver::ReceiverStore;
 use super::stats::StoreStats;
 use crate::rmp::group::Policy;
@@ -43,6 +44,28 @@ pub trait Backend: ReceiverStore + DeliveryStore + OutboundStore {
     /// What the store holds now, counted (`/metrics`' gauges): the same answer on every
     /// gateway sharing the database.
     fn stats<'a>(&'a self) -> StoreFuture<'a, Result<StoreStats, StoreError>>;
+
+    /// The console's overview: what reached the inbox since `since` and what waits, by
+    /// channel and partner; what we send, by partner (`overview::read_traffic!`).
+    fn traffic<'a>(&'a self, since: DateTime<Utc>) -> StoreFuture<'a, Result<Traffic, StoreError>>;
+
+    /// The live members (sessions) of a subscription at `now`, at most `limit`, the
+    /// longest-lived first.
+    fn members<'a>(
+        &'a self,
+        subscription_id: i64,
+        now: DateTime<Utc>,
+        limit: i64,
+    ) -> StoreFuture<'a, Result<Vec<Member>, StoreError>>;
+
+    /// Delivered messages after `after` that `filter` keeps, oldest first: a page of at most
+    /// `limit`, having looked through at most `overview::SEARCH_SPAN` offsets.
+    fn search_inbox<'a>(
+        &'a self,
+        filter: &'a InboxFilter,
+        after: i64,
+        limit: i64,
+    ) -> StoreFuture<'a, Result<InboxPage, StoreError>>;
 
     /// Benchmark fixture: adds `groups` ordered groups of `per_group` delivered messages each
     /// (payload of `payload_bytes`), expiring a day after `now`; answers how many were added.

@@ -14,6 +14,7 @@ pub mod group_state;
 pub mod health;
 mod migrate;
 pub mod outbound;
+pub mod overview;
 mod postgres;
 mod received;
 pub mod receiver;
@@ -33,6 +34,7 @@ pub use error::StoreError;
 pub use future::StoreFuture;
 pub use migrate::{Migrated, migrate_store};
 pub use outbound::OutboundStore;
+pub use overview::{InboxFilter, InboxPage, Member, Traffic};
 pub use postgres::PostgresStore;
 pub use received::{
     Endpoints, InboxEntry, Payload, PendingCallback, Received, ReceivedMessage, SweepReport,

@@ -113,6 +113,18 @@ impl SubmitError {
 }
 
 /// One stored outbound message.
+/// Which outbound messages a list keeps; `None` keeps any.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OutFilter<'a> {
+    /// Only those this principal submitted.
+    pub principal: Option<&'a str>,
+    /// Only those in this state (`queued`, `sent`, `acked`, `faulted`, `failed`).
+    pub state: Option<&'a str>,
+    pub group: Option<&'a str>,
+    /// Only those to this configured partner ("" for URL destinations).
+    pub partner: Option<&'a str>,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutMessage {
     pub id: String,
@@ -214,15 +226,20 @@ pub trait OutboundStore: Send + Sync {
         after: Option<&'a str>,
         limit: i64,
     ) -> StoreFuture<'a, Result<Vec<OutMessage>, StoreError>> {
-        self.out_messages_of(None, state, group, after, limit)
+        Box::pin(async move {
+            let filter = OutFilter {
+                state,
+                group,
+                ..OutFilter::default()
+            };
+            self.out_messages_of(&filter, after, limit).await
+        })
     }
 
-    /// `out_messages`, with `principal` only those it submitted.
+    /// The messages `filter` keeps, by id after `after`.
     fn out_messages_of<'a>(
         &'a self,
-        principal: Option<&'a str>,
-        state: Option<&'a str>,
-        group: Option<&'a str>,
+        filter: &'a OutFilter<'a>,
         after: Option<&'a str>,
         limit: i64,
     ) -> StoreFuture<'a, Result<Vec<OutMessage>, StoreError>>;

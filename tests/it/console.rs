@@ -148,7 +148,7 @@ async fn only_an_admin_token_signs_in_and_every_page_checks_it() {
     let (status, page) = get(&app, &cookie, "/console").await;
     assert_eq!(status, StatusCode::OK, "{page}");
     assert!(page.contains("<h1>Overview</h1>"), "{page}");
-    assert!(page.contains("Outbound messages by state"), "{page}");
+    assert!(page.contains("Sending, by partner"), "{page}");
     for path in [
         "/console/messages",
         "/console/groups",
@@ -407,6 +407,194 @@ async fn received_payloads_are_shown_escaped_and_dead_letters_replayed() {
     assert!(back.ends_with("&done=replay&count=1"), "{back}");
     let (_, page) = get(&app, &cookie, &back).await;
     assert!(page.contains("1 dead letter(s) replayed."), "{page}");
+    let backlog = app.store.backlog(sub_id).await.expect("backlog");
+    assert_eq!(backlog.dead_letters, 0);
+    app.stop().await;
+}
+
+/// The cells of the table row whose heading cell holds `heading` (its text or a link to it).
+fn row_of(page: &str, caption: &str, heading: &str) -> Vec<String> {
+    let table = page
+        .split("<caption>")
+        .find(|t| t.starts_with(caption))
+        .unwrap_or_else(|| panic!("no table {caption:?}: {page}"));
+    let table = table.split("</table>").next().unwrap_or(table);
+    let row = table
+        .split("<tr>")
+        .find(|r| {
+            r.split("</th>").next().is_some_and(|th| {
+                th.ends_with(&format!(">{heading}</a>")) || th.ends_with(&format!(">{heading}"))
+            })
+        })
+        .unwrap_or_else(|| panic!("no row {heading:?} in {caption:?}: {table}"));
+    row.split("<td>")
+        .skip(1)
+        .map(|c| c.split("</td>").next().unwrap_or("").to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_overview_counts_by_channel_and_partner_the_inbox_is_searched_and_members_shown() {
+    use super::support::ClockExt as _;
+    let app = console_app().await;
+    let now = app.clock.now_utc();
+    let example = |expiry: chrono::DateTime<chrono::Utc>| {
+        std::fs::read_to_string(super::support::repo_root().join("examples/purchase-order.xml"))
+            .expect("example envelope")
+            .replace("2099-12-31T23:59:59Z", &super::support::xs(expiry))
+    };
+    let answer = app
+        .post(
+            "/wsr/default",
+            "text/xml; charset=utf-8",
+            example(now + chrono::Duration::hours(1)),
+        )
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    // Expired on arrival: a fault, counted for this gateway.
+    let expired =
+        example(now - chrono::Duration::hours(1)).replace("example-po-0001", "example-po-expired");
+    let answer = app
+        .post("/wsr/default", "text/xml; charset=utf-8", expired)
+        .await;
+    assert!(answer.status >= 400, "{}", answer.body);
+
+    // An outbound message whose one attempt got a 503: in doubt.
+    let mut partner = mock_partner(vec![503; 10]).await;
+    let (status, submitted) = super::support::submit_as(
+        &app,
+        PRODUCER,
+        json!({
+            "destination": partner.url,
+            "agreement": { "max_attempts": 1, "interval_ms": 100, "backoff": 1, "expiry_seconds": 3600 },
+            "body": "<t:Order xmlns:t=\"urn:t\">1</t:Order>",
+        }),
+    )
+    .await;
+    assert_eq!(status, 202, "{submitted}");
+    let id = submitted["id"].as_str().expect("id").to_owned();
+    partner.next_post().await;
+    eventually("the message is in doubt", || async {
+        let m = app.store.out_message(&id).await.expect("read")?;
+        m.outbound.in_doubt().then_some(())
+    })
+    .await;
+
+    let cookie = signed_in(&app).await;
+    let (status, page) = get(&app, &cookie, "/console").await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let received = row_of(&page, "Receiving, by channel and partner", "default");
+    assert_eq!(received[0], "(anonymous)", "{received:?}");
+    assert_eq!(
+        received[1], "1",
+        "one received in the last minute: {received:?}"
+    );
+    let faults: u64 = received[5].parse().expect("a count");
+    assert!(faults >= 1, "the expired one: {received:?}");
+    let sending = row_of(&page, "Sending, by partner", "(URL destinations)");
+    assert!(
+        sending[1].contains(">1</a>"),
+        "sent, no verdict: {sending:?}"
+    );
+    assert_eq!(sending[2], "1", "in doubt: {sending:?}");
+    assert!(page.contains("InvalidExpiryTime"), "{page}");
+
+    // Outbound by partner: "(none)" is a URL destination.
+    let (_, page) = get(&app, &cookie, "/console/messages?partner=%28none%29").await;
+    assert!(page.contains(&id), "{page}");
+    let (_, page) = get(&app, &cookie, "/console/messages?partner=acme").await;
+    assert!(page.contains("Outbound messages: none."), "{page}");
+
+    // The inbox searched by channel, partner, group id and time.
+    for (query, found) in [
+        ("channel=default&partner=%28none%29", true),
+        ("channel=elsewhere", false),
+        ("partner=acme", false),
+        ("group=mid%3Aexample-po-0001%40partner.example.org", true),
+        ("group=mid%3Aother%40partner.example.org", false),
+        ("since=2000-01-01T00%3A00", true),
+        ("since=2999-01-01T00%3A00%3A00%2B01%3A00", false),
+    ] {
+        let (status, page) = get(&app, &cookie, &format!("/console/inbox?{query}")).await;
+        assert_eq!(status, StatusCode::OK, "{query}: {page}");
+        assert_eq!(
+            page.contains("href=\"/console/inbox/message?offset=1\""),
+            found,
+            "{query}: {page}"
+        );
+    }
+    let (status, page) = get(&app, &cookie, "/console/inbox?since=yesterday").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{page}");
+
+    // A member holding a message, then a dead letter purged alone.
+    let api = |method: reqwest::Method, path: &str| {
+        app.client
+            .request(method, app.url(path))
+            .bearer_auth(CONSUMER)
+    };
+    let sub: serde_json::Value = api(reqwest::Method::POST, "/api/v1/subscriptions")
+        .json(&json!({"name": "members", "filter": "default/#", "max_deliveries": 1, "start": "oldest"}))
+        .send()
+        .await
+        .expect("answers")
+        .json()
+        .await
+        .expect("JSON");
+    let sub_id = sub["id"].as_i64().expect("id");
+    let session: serde_json::Value = api(
+        reqwest::Method::POST,
+        &format!("/api/v1/subscriptions/{sub_id}/sessions"),
+    )
+    .json(&json!({}))
+    .send()
+    .await
+    .expect("answers")
+    .json()
+    .await
+    .expect("JSON");
+    let session_id = session["session"].as_str().expect("session").to_owned();
+    let fetched: serde_json::Value = api(
+        reqwest::Method::POST,
+        &format!("/api/v1/sessions/{session_id}/fetch"),
+    )
+    .json(&json!({"max": 1, "wait_ms": 0}))
+    .send()
+    .await
+    .expect("answers")
+    .json()
+    .await
+    .expect("JSON");
+    let receipt = fetched["messages"][0]["receipt"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a message: {fetched}"))
+        .to_owned();
+    let (_, page) = get(&app, &cookie, &format!("/console/subscription?id={sub_id}")).await;
+    let member = row_of(&page, "Members", "reader");
+    assert_eq!(member[0], session_id, "{member:?}");
+    assert_eq!(member[2], "1", "in flight: {member:?}");
+
+    let settled = api(reqwest::Method::POST, "/api/v1/settle")
+        .json(&json!({"receipt": receipt, "outcome": "rejected"}))
+        .send()
+        .await
+        .expect("answers");
+    assert!(settled.status().is_success());
+    let (_, page) = get(&app, &cookie, &format!("/console/subscription?id={sub_id}")).await;
+    assert!(page.contains(">Purge 1</button>"), "{page}");
+    let r = post(
+        &app,
+        &cookie,
+        "/console/subscription/dead-letters",
+        &[
+            ("id", &sub_id.to_string()),
+            ("change", "purge"),
+            ("offset", "1"),
+        ],
+    )
+    .await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let back = r.headers()[LOCATION].to_str().expect("text").to_owned();
+    assert!(back.ends_with("&done=purge&count=1"), "{back}");
     let backlog = app.store.backlog(sub_id).await.expect("backlog");
     assert_eq!(backlog.dead_letters, 0);
     app.stop().await;

@@ -12,6 +12,7 @@ use crate::store::StoreStats;
 use crate::store::backend::Backend;
 use crate::store::error::StoreError;
 use crate::store::future::StoreFuture;
+use crate::store::overview::{InboxFilter, InboxPage, Member, Traffic};
 
 impl Backend for SqliteStore {
     fn policy(&self) -> &Policy {
@@ -96,6 +97,28 @@ impl Backend for SqliteStore {
         Box::pin(stats(&self.pool))
     }
 
+    fn traffic<'a>(&'a self, since: DateTime<Utc>) -> StoreFuture<'a, Result<Traffic, StoreError>> {
+        Box::pin(traffic(&self.pool, since))
+    }
+
+    fn members<'a>(
+        &'a self,
+        subscription_id: i64,
+        now: DateTime<Utc>,
+        limit: i64,
+    ) -> StoreFuture<'a, Result<Vec<Member>, StoreError>> {
+        Box::pin(members(&self.pool, subscription_id, now, limit))
+    }
+
+    fn search_inbox<'a>(
+        &'a self,
+        filter: &'a InboxFilter,
+        after: i64,
+        limit: i64,
+    ) -> StoreFuture<'a, Result<InboxPage, StoreError>> {
+        Box::pin(search_inbox(&self.pool, filter, after, limit))
+    }
+
     fn prefill_delivered<'a>(
         &'a self,
         channel: &'a str,
@@ -111,4 +134,36 @@ impl Backend for SqliteStore {
 /// `Backend::stats`, as both backends read it.
 async fn stats(pool: &sqlx::SqlitePool) -> Result<StoreStats, StoreError> {
     crate::store::stats::read_stats!(pool)
+}
+
+/// `Backend::traffic`, as both backends read it.
+async fn traffic(pool: &sqlx::SqlitePool, since: DateTime<Utc>) -> Result<Traffic, StoreError> {
+    crate::store::overview::read_traffic!(pool, since)
+}
+
+/// `Backend::members`, as both backends read it.
+async fn members(
+    pool: &sqlx::SqlitePool,
+    subscription_id: i64,
+    now: DateTime<Utc>,
+    limit: i64,
+) -> Result<Vec<Member>, StoreError> {
+    crate::store::overview::read_members!(pool, subscription_id, now, limit)
+}
+
+/// `Backend::search_inbox`, as both backends read it.
+async fn search_inbox(
+    pool: &sqlx::SqlitePool,
+    filter: &InboxFilter,
+    after: i64,
+    limit: i64,
+) -> Result<InboxPage, StoreError> {
+    crate::store::overview::search_inbox!(
+        pool,
+        crate::store::sqlite::select_inbox!(),
+        |r| Ok(crate::store::sqlite::inbox_from_row(r)),
+        filter,
+        after,
+        limit
+    )
 }

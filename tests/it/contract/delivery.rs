@@ -956,3 +956,143 @@ async fn stats_count_what_the_store_holds() {
         assert_eq!(one.dead_letters, 0, "{}", b.name);
     }
 }
+
+#[tokio::test]
+async fn the_operators_reads_count_traffic_list_members_and_search_the_inbox() {
+    use super::receiver::{message, text};
+    use wsr_gateway::store::InboxFilter;
+    for b in backends().await {
+        let store = &b.store;
+        // acme sends three singletons on `orders` (at 0 s, 10 s and 100 s) and one ordered
+        // message ahead of its gap; an anonymous caller one singleton on `default` at 100 s.
+        let at = |s: i64| t0() + secs(s);
+        let sent = |group: &str, number: Option<u64>, partner: &str, channel: &str, s: i64| {
+            let mut m = message(group, number, ReplyPattern::Response, text("<o/>"));
+            m.partner = partner.into();
+            m.channel = channel.into();
+            m.topic = format!("{channel}/Order");
+            m.now = at(s);
+            m.request.expiry_time = at(s) + Duration::days(1);
+            m
+        };
+        for (i, s) in [0, 10, 100].into_iter().enumerate() {
+            let m = sent(&format!("mid:acme-{i}@contract"), None, "acme", "orders", s);
+            store.receive(m).await.expect("delivered");
+        }
+        let ahead = sent("mid:acme-ordered@contract", Some(1), "acme", "orders", 100);
+        store.receive(ahead).await.expect("buffered");
+        let anonymous = sent("mid:anon@contract", None, "", "default", 100);
+        store.receive(anonymous).await.expect("delivered");
+
+        let traffic = store.traffic(at(50)).await.expect("traffic");
+        let row = |channel: &str, partner: &str| {
+            traffic
+                .receiving
+                .iter()
+                .find(|r| r.channel == channel && r.partner == partner)
+                .cloned()
+                .unwrap_or_else(|| panic!("{}: no {channel}/{partner}: {traffic:?}", b.name))
+        };
+        let acme = row("orders", "acme");
+        assert_eq!(acme.received, 1, "{}: since 50 s: {acme:?}", b.name);
+        assert_eq!(acme.buffered, 1, "{}: {acme:?}", b.name);
+        assert!(acme.open_groups >= 1, "{}: {acme:?}", b.name);
+        assert_eq!(row("default", "").received, 1, "{}", b.name);
+        assert!(!traffic.received_capped, "{}", b.name);
+        assert!(traffic.sending.is_empty(), "{}", b.name);
+        let all = store.traffic(at(0)).await.expect("traffic");
+        let acme_all = all.receiving.iter().find(|r| r.partner == "acme");
+        assert_eq!(acme_all.map(|r| r.received), Some(3), "{}", b.name);
+
+        let search = |filter: InboxFilter, after: i64| async move {
+            let page = store
+                .search_inbox(&filter, after, 10)
+                .await
+                .expect("search");
+            page.entries
+                .iter()
+                .map(|e| e.group_id.clone())
+                .collect::<Vec<_>>()
+        };
+        let acme_groups = search(
+            InboxFilter {
+                partner: Some("acme".into()),
+                ..Default::default()
+            },
+            0,
+        )
+        .await;
+        assert_eq!(
+            acme_groups,
+            [
+                "mid:acme-0@contract",
+                "mid:acme-1@contract",
+                "mid:acme-2@contract"
+            ],
+            "{}",
+            b.name
+        );
+        let anonymous = InboxFilter {
+            partner: Some(String::new()),
+            channel: Some("default".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            search(anonymous, 0).await,
+            ["mid:anon@contract"],
+            "{}",
+            b.name
+        );
+        let by_group = InboxFilter {
+            group_id: Some("mid:acme-1@contract".into()),
+            ..Default::default()
+        };
+        assert_eq!(
+            search(by_group, 0).await,
+            ["mid:acme-1@contract"],
+            "{}",
+            b.name
+        );
+        let since = InboxFilter {
+            since: Some(at(50)),
+            ..Default::default()
+        };
+        assert_eq!(
+            search(since.clone(), 0).await,
+            ["mid:acme-2@contract", "mid:anon@contract"],
+            "{}",
+            b.name
+        );
+        let later = InboxFilter {
+            since: Some(at(101)),
+            ..Default::default()
+        };
+        let nothing = store.search_inbox(&later, 0, 10).await.expect("search");
+        assert_eq!(nothing, Default::default(), "{}", b.name);
+        // Pages continue after the last match.
+        let first = store.search_inbox(&since, 0, 1).await.expect("search");
+        assert_eq!(first.entries.len(), 1, "{}", b.name);
+        let next = first.next_after.expect("a next page");
+        assert_eq!(
+            search(since, next).await,
+            ["mid:anon@contract"],
+            "{}",
+            b.name
+        );
+
+        // Members: two live sessions, one holding a message; none once they lapse.
+        let sub = create(store, &pull("members")).await;
+        join(store, sub.id, "m1", secs(600)).await;
+        join(store, sub.id, "m2", secs(60)).await;
+        let held = store.fetch("m1", 1, t0()).await.expect("fetch");
+        assert_eq!(held.len(), 1, "{}", b.name);
+        let members = store.members(sub.id, t0(), 10).await.expect("members");
+        let seen: Vec<(&str, &str, u64)> = members
+            .iter()
+            .map(|m| (m.session.as_str(), m.principal.as_str(), m.in_flight))
+            .collect();
+        assert_eq!(seen, [("m1", OWNER, 1), ("m2", OWNER, 0)], "{}", b.name);
+        let later = store.members(sub.id, t0() + secs(601), 10).await;
+        assert!(later.expect("members").is_empty(), "{}", b.name);
+    }
+}

@@ -1,12 +1,12 @@
 //! The registered callback and push endpoints (read-only: the API and CLI change them).
 
+use axum::extract::State;
+
 use super::super::Operator;
-use super::super::html::esc;
-use super::super::html::table;
+use super::super::html::{esc, table};
 use super::{Page, shown, store};
 use crate::http::AppState;
 use crate::store::Endpoints;
-use axum::extract::State;
 
 pub async fn endpoints(Operator(_): Operator, State(app): State<AppState>) -> Page {
     let callbacks = store(app.store.callback_endpoints().await)?;

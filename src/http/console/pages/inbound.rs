@@ -1,25 +1,23 @@
 //! What partners sent us: received groups (delivered ranges, buffered numbers, faults) and the
 //! inbox searched by channel, partner, group id and time, with a message's payload.
 
+use std::fmt::Write as _;
+
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use chrono::{DateTime, NaiveDateTime, Utc};
+use serde::Deserialize;
+
 use super::super::Operator;
-use super::super::html;
-use super::super::html::esc;
-use super::super::html::facts;
-use super::super::html::link;
-use super::super::html::query_value;
-use super::super::html::table;
+use super::super::html::{self, Stop, esc, facts, link, query_value, table};
 use super::{
-    MAX_ITEMS, PAGE, Page, bad_request, not_found, number, query, required, shown, store, text,
-    when,
+    MAX_ITEMS, NO_PARTNER, PAGE, Page, bad_request, not_found, number, partner_filter, query,
+    required, shown, store, text, when,
 };
 use crate::http::AppState;
 use crate::rmp::group::GroupState;
-use axum::extract::Query;
-use axum::extract::State;
-use axum::extract::rejection::QueryRejection;
-use axum::http::StatusCode;
-use serde::Deserialize;
-use std::fmt::Write as _;
+use crate::store::InboxFilter;
 
 #[derive(Deserialize)]
 pub struct GroupsQuery {
@@ -212,8 +210,32 @@ fn group_facts(partner: &str, g: &GroupState) -> Vec<(&'static str, String)> {
 pub struct InboxQuery {
     after: Option<String>,
     offset: Option<String>,
+    channel: Option<String>,
+    partner: Option<String>,
+    group: Option<String>,
+    since: Option<String>,
 }
 
+/// A `since` value: RFC 3339, or a browser's `datetime-local` (`2026-12-04T17:30`, read as
+/// UTC).
+fn instant(name: &str, value: Option<&str>) -> Result<Option<DateTime<Utc>>, Stop> {
+    let Some(v) = value else { return Ok(None) };
+    if let Ok(t) = DateTime::parse_from_rfc3339(v) {
+        return Ok(Some(t.with_timezone(&Utc)));
+    }
+    ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S"]
+        .iter()
+        .find_map(|f| NaiveDateTime::parse_from_str(v, f).ok())
+        .map(|t| Some(t.and_utc()))
+        .ok_or_else(|| {
+            bad_request(&format!(
+                "{name}: a time such as 2026-12-04T17:30 (UTC) or 2026-12-04T17:30:00+01:00"
+            ))
+        })
+}
+
+/// The inbox, searched by channel, partner, group id and time: a page of at most `PAGE`
+/// matches, each page having looked through at most `SEARCH_SPAN` offsets.
 pub async fn inbox(
     Operator(_): Operator,
     State(app): State<AppState>,
@@ -221,13 +243,37 @@ pub async fn inbox(
 ) -> Page {
     let q = query(q)?;
     let after = number("after", &q.after)?.unwrap_or(0);
-    let list = store(app.store.inbox(after, PAGE).await)?;
+    let channel = text("channel", &q.channel)?;
+    let partner = text("partner", &q.partner)?;
+    let group = text("group", &q.group)?;
+    let since_text = text("since", &q.since)?;
+    let filter = InboxFilter {
+        channel: channel.map(str::to_owned),
+        partner: partner_filter(partner).map(str::to_owned),
+        group_id: group.map(str::to_owned),
+        since: instant("since", since_text)?,
+    };
+    let found = store(app.store.search_inbox(&filter, after, PAGE).await)?;
     let mut body = String::from(
         "<form method=\"get\" action=\"/console/inbox/message\">\
          <label for=\"offset\">Offset</label><input id=\"offset\" name=\"offset\" inputmode=\"numeric\" required>\
          <button type=\"submit\">Open</button></form>",
     );
-    let rows: Vec<Vec<String>> = list
+    let _ = write!(
+        body,
+        "<form method=\"get\" action=\"/console/inbox\">\
+         <label for=\"channel\">Channel</label><input id=\"channel\" name=\"channel\" value=\"{}\">\
+         <label for=\"partner\">Partner</label><input id=\"partner\" name=\"partner\" value=\"{}\" placeholder=\"{NO_PARTNER} for anonymous\">\
+         <label for=\"group\">Group id</label><input id=\"group\" name=\"group\" value=\"{}\">\
+         <label for=\"since\">Received since (UTC)</label><input id=\"since\" name=\"since\" value=\"{}\" placeholder=\"2026-12-04T17:30\">\
+         <button type=\"submit\">Search</button></form>",
+        esc(channel.unwrap_or("")),
+        esc(partner.unwrap_or("")),
+        esc(group.unwrap_or("")),
+        esc(since_text.unwrap_or("")),
+    );
+    let rows: Vec<Vec<String>> = found
+        .entries
         .iter()
         .map(|e| {
             vec![
@@ -235,6 +281,7 @@ pub async fn inbox(
                     &format!("/console/inbox/message?offset={}", e.offset),
                     &e.offset.to_string(),
                 ),
+                esc(&e.channel),
                 esc(&e.topic),
                 esc(if e.partner.is_empty() {
                     "(anonymous)"
@@ -251,13 +298,23 @@ pub async fn inbox(
     body.push_str(&table(
         "Delivered messages",
         &[
-            "Offset", "Topic", "Partner", "Group id", "Number", "Received", "Bytes",
+            "Offset", "Channel", "Topic", "Partner", "Group id", "Number", "Received", "Bytes",
         ],
         &rows,
     ));
-    if let (Some(last), true) = (list.last(), list.len() as i64 == PAGE) {
-        let href = format!("/console/inbox?after={}", last.offset);
-        let _ = write!(body, "<p>{}</p>", link(&href, "Next page"));
+    if let Some(next) = found.next_after {
+        let href = format!(
+            "/console/inbox?channel={}&partner={}&group={}&since={}&after={next}",
+            query_value(channel.unwrap_or("")),
+            query_value(partner.unwrap_or("")),
+            query_value(group.unwrap_or("")),
+            query_value(since_text.unwrap_or("")),
+        );
+        let _ = write!(
+            body,
+            "<p>{} (looked through offsets up to {next})</p>",
+            link(&href, "Next page")
+        );
     }
     shown("Inbox", &body)
 }

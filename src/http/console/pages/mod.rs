@@ -45,6 +45,23 @@ const STATES: &[&str] = &["queued", "sent", "acked", "faulted", "failed"];
 
 type Page = Result<Response, Stop>;
 
+/// The `partner` query value of "no configured partner": anonymous senders, URL destinations.
+const NO_PARTNER: &str = "(none)";
+
+/// A partner as a `partner` query value (`NO_PARTNER` for "").
+fn partner_query(partner: &str) -> &str {
+    if partner.is_empty() {
+        NO_PARTNER
+    } else {
+        partner
+    }
+}
+
+/// A `partner` query value as the store keeps partners ("" for `NO_PARTNER`).
+fn partner_filter(value: Option<&str>) -> Option<&str> {
+    value.map(|p| if p == NO_PARTNER { "" } else { p })
+}
+
 /// A 303 to `location` (after a POST, so that reloading does not repeat it).
 pub fn see_other(location: &str) -> Response {
     let mut response = StatusCode::SEE_OTHER.into_response();

@@ -1,37 +1,29 @@
 //! Our messages: the list by state, partner and group, one message with its history and
 //! payload, and the operator's resend and fail.
 
-use super::super::Acting;
-use super::super::Operator;
-use super::super::html;
-use super::super::html::esc;
-use super::super::html::facts;
-use super::super::html::link;
-use super::super::html::query_value;
-use super::super::html::table;
-use super::{
-    MAX_EVENTS, MAX_TEXT, PAGE, Page, STATES, bad_request, cell, form, not_found, query, refused,
-    required, see_other, shown, store, text, unavailable, when,
-};
-use crate::http::AppState;
-use crate::outbound::operator::ActionError;
-use crate::outbound::operator::OperatorAction;
-use crate::outbound::operator::act;
-use crate::outbound::operator::check_reason;
-use crate::outbound::view::message_json;
-use axum::extract::Form;
-use axum::extract::Query;
-use axum::extract::State;
-use axum::extract::rejection::FormRejection;
-use axum::extract::rejection::QueryRejection;
+use std::fmt::Write as _;
+
+use axum::extract::rejection::{FormRejection, QueryRejection};
+use axum::extract::{Form, Query, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
-use std::fmt::Write as _;
+
+use super::super::html::{self, esc, facts, link, query_value, table};
+use super::super::{Acting, Operator};
+use super::{
+    MAX_EVENTS, MAX_TEXT, NO_PARTNER, PAGE, Page, STATES, bad_request, cell, form, not_found,
+    partner_filter, query, refused, required, see_other, shown, store, text, unavailable, when,
+};
+use crate::http::AppState;
+use crate::outbound::operator::{ActionError, OperatorAction, act, check_reason};
+use crate::outbound::view::message_json;
+use crate::store::outbound::OutFilter;
 
 #[derive(Deserialize)]
 pub struct MessagesQuery {
     state: Option<String>,
     group: Option<String>,
+    partner: Option<String>,
     after: Option<String>,
 }
 
@@ -50,8 +42,15 @@ pub async fn messages(
         ));
     }
     let group = text("group", &q.group)?;
+    let partner = text("partner", &q.partner)?;
     let after = text("after", &q.after)?;
-    let list = store(app.store.out_messages(state, group, after, PAGE).await)?;
+    let filter = OutFilter {
+        state,
+        group,
+        partner: partner_filter(partner),
+        ..OutFilter::default()
+    };
+    let list = store(app.store.out_messages_of(&filter, after, PAGE).await)?;
     let mut body = String::from(
         "<form method=\"get\" action=\"/console/messages\"><label for=\"state\">State</label>\
          <select id=\"state\" name=\"state\"><option value=\"\">any</option>",
@@ -63,8 +62,12 @@ pub async fn messages(
     let _ = write!(
         body,
         "</select><label for=\"group\">Group id</label>\
-         <input id=\"group\" name=\"group\" value=\"{}\"><button type=\"submit\">Filter</button></form>",
-        esc(group.unwrap_or(""))
+         <input id=\"group\" name=\"group\" value=\"{}\">\
+         <label for=\"partner\">Partner</label>\
+         <input id=\"partner\" name=\"partner\" value=\"{}\" placeholder=\"{NO_PARTNER} for URL destinations\">\
+         <button type=\"submit\">Filter</button></form>",
+        esc(group.unwrap_or("")),
+        esc(partner.unwrap_or(""))
     );
     let rows: Vec<Vec<String>> = list
         .iter()
@@ -77,6 +80,11 @@ pub async fn messages(
                 esc(m.group_id.as_str()),
                 m.number.map_or("—".into(), |n| n.to_string()),
                 esc(&m.destination),
+                esc(if m.partner.is_empty() {
+                    "—"
+                } else {
+                    &m.partner
+                }),
                 esc(m.outbound.state.name()),
                 m.outbound.attempts.to_string(),
                 m.outbound.next_attempt.as_ref().map_or("—".into(), when),
@@ -91,6 +99,7 @@ pub async fn messages(
             "Group",
             "Number",
             "Destination",
+            "Partner",
             "State",
             "Attempts",
             "Next attempt",
@@ -100,9 +109,10 @@ pub async fn messages(
     ));
     if let (Some(last), true) = (list.last(), list.len() as i64 == PAGE) {
         let href = format!(
-            "/console/messages?state={}&group={}&after={}",
+            "/console/messages?state={}&group={}&partner={}&after={}",
             query_value(state.unwrap_or("")),
             query_value(group.unwrap_or("")),
+            query_value(partner.unwrap_or("")),
             query_value(&last.id)
         );
         let _ = write!(body, "<p>{}</p>", link(&href, "Next page"));

@@ -1,33 +1,57 @@
-//! The overview: the store's figures, the same on every gateway of a cluster, traffic by
-//! channel and partner, and the faults this gateway answered.
+//! The overview: traffic and backlog by channel and partner, what we send by partner (with the
+//! messages in doubt), subscriptions' backlogs, and the faults this gateway answered. The
+//! store's figures are the same on every gateway of a cluster; the faults are this process's
+//! (as `/metrics` counts them).
+
+use std::collections::BTreeMap;
+
+use axum::extract::State;
+use chrono::Duration;
 
 use super::super::Operator;
-use super::super::html::esc;
-use super::super::html::facts;
-use super::super::html::link;
-use super::super::html::query_value;
-use super::super::html::table;
-use super::{MAX_SUBSCRIPTIONS, Page, shown, store};
+use super::super::html::{esc, link, query_value, table};
+use super::{MAX_SUBSCRIPTIONS, Page, partner_query, shown, store};
 use crate::http::AppState;
-use axum::extract::State;
+use crate::metrics::{ANONYMOUS, faults_answered};
+use crate::outbound::operator::in_doubt_by_partner;
+
+/// The window the received rates are taken over.
+const RATE_WINDOW_SECONDS: i64 = 60;
+/// Messages a poll may settle looked at, at most, to count those in doubt.
+const IN_DOUBT_LOOKED_AT: usize = 5_000;
+
+/// A partner as the store keeps it ("" for anonymous senders and URL destinations), shown.
+fn partner_name(partner: &str, empty: &str) -> String {
+    esc(if partner.is_empty() { empty } else { partner })
+}
+
+/// A count that may be a floor.
+fn at_least(n: u64, floor: bool) -> String {
+    if floor {
+        format!("≥ {n}")
+    } else {
+        n.to_string()
+    }
+}
 
 pub async fn overview(Operator(_): Operator, State(app): State<AppState>) -> Page {
+    let now = app.clock.now();
+    let traffic = store(
+        app.store
+            .traffic(now - Duration::seconds(RATE_WINDOW_SECONDS))
+            .await,
+    )?;
     let stats = store(app.store.stats().await)?;
-    let mut body =
-        String::from("<p>What the store holds now, the same on every gateway of a cluster.</p>");
-    body.push_str(&facts(
-        "Receiving",
-        &[
-            (
-                "Callback acks owed to partners",
-                stats.pending_callbacks.to_string(),
-            ),
-            (
-                "Ordered messages buffered for a gap",
-                stats.buffered_messages.to_string(),
-            ),
-        ],
-    ));
+    let in_doubt = store(in_doubt_by_partner(&app.store, IN_DOUBT_LOOKED_AT).await)?;
+    let mut body = String::from(
+        "<p>What the store holds, the same on every gateway of a cluster, except the faults: \
+         those are this gateway's since it started (<code>wsr_faults_total</code> in \
+         <code>/metrics</code> has every gateway's).</p>",
+    );
+    body.push_str(&receiving(&traffic));
+    body.push_str(&sending(&traffic, &in_doubt));
+    body.push_str(&faults());
+
     let groups: Vec<Vec<String>> = stats
         .groups
         .iter()
@@ -37,19 +61,6 @@ pub async fn overview(Operator(_): Operator, State(app): State<AppState>) -> Pag
         "Received groups by state",
         &["State", "Groups"],
         &groups,
-    ));
-    let outbound: Vec<Vec<String>> = stats
-        .outbound
-        .iter()
-        .map(|(state, n)| {
-            let href = format!("/console/messages?state={}", query_value(state));
-            vec![link(&href, state), n.to_string()]
-        })
-        .collect();
-    body.push_str(&table(
-        "Outbound messages by state",
-        &["State", "Messages"],
-        &outbound,
     ));
     let subs: Vec<Vec<String>> = stats
         .subscriptions
@@ -70,4 +81,147 @@ pub async fn overview(Operator(_): Operator, State(app): State<AppState>) -> Pag
         &subs,
     ));
     shown("Overview", &body)
+}
+
+/// Received traffic and what waits, by channel and partner, with the faults this gateway
+/// answered each.
+fn receiving(traffic: &crate::store::Traffic) -> String {
+    let mut faults: BTreeMap<(String, String), u64> = BTreeMap::new();
+    for f in faults_answered() {
+        *faults.entry((f.channel, f.partner)).or_default() += f.count;
+    }
+    let floor = traffic.received_capped;
+    let mut rows: Vec<Vec<String>> = traffic
+        .receiving
+        .iter()
+        .map(|r| {
+            let label = if r.partner.is_empty() {
+                ANONYMOUS
+            } else {
+                &r.partner
+            };
+            let answered = faults
+                .remove(&(r.channel.clone(), label.to_owned()))
+                .unwrap_or(0);
+            let search = format!(
+                "/console/inbox?channel={}&partner={}",
+                query_value(&r.channel),
+                query_value(partner_query(&r.partner))
+            );
+            vec![
+                link(&search, &r.channel),
+                partner_name(&r.partner, "(anonymous)"),
+                at_least(r.received, floor),
+                format!("{:.2}", r.received as f64 / RATE_WINDOW_SECONDS as f64),
+                r.open_groups.to_string(),
+                r.buffered.to_string(),
+                answered.to_string(),
+            ]
+        })
+        .collect();
+    // Faults from callers who never got a message through still show.
+    for ((channel, partner), n) in faults {
+        rows.push(vec![
+            esc(&channel),
+            esc(&partner),
+            "0".into(),
+            "0.00".into(),
+            "0".into(),
+            "0".into(),
+            n.to_string(),
+        ]);
+    }
+    let mut html = table(
+        "Receiving, by channel and partner",
+        &[
+            "Channel",
+            "Partner",
+            "Received, last minute",
+            "Per second",
+            "Open groups",
+            "Buffered for a gap",
+            "Faults (this gateway)",
+        ],
+        &rows,
+    );
+    let owed: Vec<Vec<String>> = traffic
+        .callbacks_owed
+        .iter()
+        .map(|(p, n)| vec![partner_name(p, "(anonymous)"), n.to_string()])
+        .collect();
+    html.push_str(&table(
+        "Callback acks owed, by partner",
+        &["Partner", "Owed"],
+        &owed,
+    ));
+    html
+}
+
+/// Our messages by partner and state, with those in doubt (a poll alone can settle them; the
+/// operator may resend or fail them).
+fn sending(
+    traffic: &crate::store::Traffic,
+    in_doubt: &crate::outbound::operator::InDoubt,
+) -> String {
+    let state = |states: &[(String, u64)], name: &str| {
+        states
+            .iter()
+            .find(|(s, _)| s == name)
+            .map_or(0, |(_, n)| *n)
+    };
+    let rows: Vec<Vec<String>> = traffic
+        .sending
+        .iter()
+        .map(|s| {
+            let list = |state: &str| {
+                format!(
+                    "/console/messages?partner={}&state={state}",
+                    query_value(partner_query(&s.partner))
+                )
+            };
+            let doubt = in_doubt.by_partner.get(&s.partner).copied().unwrap_or(0);
+            vec![
+                partner_name(&s.partner, "(URL destinations)"),
+                link(&list("queued"), &state(&s.states, "queued").to_string()),
+                link(&list("sent"), &state(&s.states, "sent").to_string()),
+                at_least(doubt, !in_doubt.complete),
+                link(&list("failed"), &state(&s.states, "failed").to_string()),
+                link(&list("faulted"), &state(&s.states, "faulted").to_string()),
+                state(&s.states, "acked").to_string(),
+            ]
+        })
+        .collect();
+    table(
+        "Sending, by partner",
+        &[
+            "Partner",
+            "Queued",
+            "Sent, no verdict yet",
+            "In doubt",
+            "Failed",
+            "Faulted",
+            "Acked",
+        ],
+        &rows,
+    )
+}
+
+/// Faults this gateway answered since it started, by code.
+fn faults() -> String {
+    let rows: Vec<Vec<String>> = faults_answered()
+        .into_iter()
+        .map(|f| {
+            vec![
+                esc(&f.channel),
+                esc(&f.partner),
+                esc(f.code),
+                f.count.to_string(),
+            ]
+        })
+        .collect();
+    table(
+        "Faults answered by this gateway since it started",
+        &["Channel", "Partner", "Fault", "Count"],
+        &rows,
+    )
 }

@@ -1,28 +1,24 @@
 //! Subscriptions: backlog, members and dead letters, with replay and purge.
 
-use super::super::Acting;
-use super::super::Operator;
-use super::super::html;
-use super::super::html::esc;
-use super::super::html::facts;
-use super::super::html::link;
-use super::super::html::table;
+use std::fmt::Write as _;
+
+use axum::extract::rejection::{FormRejection, QueryRejection};
+use axum::extract::{Form, Query, State};
+use axum::http::StatusCode;
+use serde::Deserialize;
+
+use super::super::html::{self, esc, facts, link, table};
+use super::super::{Acting, Operator};
 use super::{
     MAX_SUBSCRIPTIONS, PAGE, Page, bad_request, form, not_found, number, query, refused, see_other,
     shown, store, unavailable, when,
 };
 use crate::delivery::subscription::Mode;
 use crate::http::AppState;
-use crate::store::delivery::DeadLetterChange;
-use crate::store::delivery::DeliveryError;
-use axum::extract::Form;
-use axum::extract::Query;
-use axum::extract::State;
-use axum::extract::rejection::FormRejection;
-use axum::extract::rejection::QueryRejection;
-use axum::http::StatusCode;
-use serde::Deserialize;
-use std::fmt::Write as _;
+use crate::store::delivery::{DeadLetterChange, DeliveryError};
+
+/// Members listed at most.
+const MAX_MEMBERS: i64 = 100;
 
 pub async fn subscriptions(Operator(_): Operator, State(app): State<AppState>) -> Page {
     let subs = store(app.store.subscriptions().await)?;
@@ -118,6 +114,30 @@ pub async fn subscription(
             ("Not matched yet", b.unmatched.to_string()),
         ],
     ));
+    let members = store(app.store.members(id, app.clock.now(), MAX_MEMBERS).await)?;
+    let rows: Vec<Vec<String>> = members
+        .iter()
+        .map(|m| {
+            vec![
+                esc(&m.principal),
+                esc(&m.session),
+                when(&m.expires_at),
+                m.in_flight.to_string(),
+                m.groups.to_string(),
+            ]
+        })
+        .collect();
+    body.push_str(&table(
+        &format!("Members (live sessions; at most {MAX_MEMBERS} shown)"),
+        &[
+            "Principal",
+            "Session",
+            "Expires unless renewed",
+            "In flight",
+            "Groups bound",
+        ],
+        &rows,
+    ));
     body.push_str("<h2>Dead letters</h2>");
     let sid = id.to_string();
     if b.dead_letters > 0 {
@@ -143,15 +163,19 @@ pub async fn subscription(
                 esc(&d.reason),
                 html::button_form(
                     "/console/subscription/dead-letters",
-                    "Replay",
+                    &format!("Replay {offset}"),
                     &[("id", &sid), ("change", "replay"), ("offset", &offset)],
+                ) + &html::button_form(
+                    "/console/subscription/dead-letters",
+                    &format!("Purge {offset}"),
+                    &[("id", &sid), ("change", "purge"), ("offset", &offset)],
                 ),
             ]
         })
         .collect();
     body.push_str(&table(
         "Dead letters",
-        &["Offset", "Topic", "Attempts", "Reason", "Action"],
+        &["Offset", "Topic", "Attempts", "Reason", "Actions"],
         &rows,
     ));
     if let (Some(last), true) = (letters.last(), letters.len() as i64 == PAGE) {

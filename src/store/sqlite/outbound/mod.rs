@@ -15,8 +15,8 @@ use super::{SqliteStore, Wakes};
 use crate::rmp::replies::Verdicts;
 use crate::rmp::sender::{OutState, Outbound};
 use crate::store::outbound::{
-    Due, IdempotencyKey, OutEvent, OutMessage, OutboundStore, ReplySource, Submission, SubmitError,
-    Submitted,
+    Due, IdempotencyKey, OutEvent, OutFilter, OutMessage, OutboundStore, ReplySource, Submission,
+    SubmitError, Submitted,
 };
 use crate::store::{StoreError, StoreFuture};
 use crate::wsr::{GroupId, Reply};
@@ -68,15 +68,11 @@ impl OutboundStore for SqliteStore {
 
     fn out_messages_of<'a>(
         &'a self,
-        principal: Option<&'a str>,
-        state: Option<&'a str>,
-        group: Option<&'a str>,
+        filter: &'a OutFilter<'a>,
         after: Option<&'a str>,
         limit: i64,
     ) -> StoreFuture<'a, Result<Vec<OutMessage>, StoreError>> {
-        Box::pin(read::out_messages_of(
-            &self.pool, principal, state, group, after, limit,
-        ))
+        Box::pin(read::out_messages_of(&self.pool, filter, after, limit))
     }
 
     fn due_outbound<'a>(

@@ -12,7 +12,7 @@ use super::rows::{COLUMNS, Columns, EARLIER_SUBMISSION, select_messages};
 use crate::rmp::send_group::{Candidate, awaits_poll, in_window, window_for};
 use crate::store::StoreError;
 use crate::store::outbound::{
-    Due, IdempotencyKey, KeyedSubmission, OutEvent, OutMessage, SubmitError, Submitted,
+    Due, IdempotencyKey, KeyedSubmission, OutEvent, OutFilter, OutMessage, SubmitError, Submitted,
 };
 use crate::store::time::{from_millis, millis};
 
@@ -52,21 +52,21 @@ pub(super) async fn out_message(
 
 pub(super) async fn out_messages_of(
     pool: &SqlitePool,
-    principal: Option<&str>,
-    state: Option<&str>,
-    group: Option<&str>,
+    filter: &OutFilter<'_>,
     after: Option<&str>,
     limit: i64,
 ) -> Result<Vec<OutMessage>, StoreError> {
     let rows = sqlx::query(select_messages!(
         "WHERE (?1 IS NULL OR m.state = ?1) AND (?2 IS NULL OR m.group_id = ?2) \
-         AND (?5 IS NULL OR m.principal = ?5) AND m.id > ?3 ORDER BY m.id LIMIT ?4"
+         AND (?5 IS NULL OR m.principal = ?5) AND (?6 IS NULL OR m.partner = ?6) \
+         AND m.id > ?3 ORDER BY m.id LIMIT ?4"
     ))
-    .bind(state)
-    .bind(group)
+    .bind(filter.state)
+    .bind(filter.group)
     .bind(after.unwrap_or(""))
     .bind(limit)
-    .bind(principal)
+    .bind(filter.principal)
+    .bind(filter.partner)
     .fetch_all(pool)
     .await?;
     rows.iter().map(|r| Columns::of_pool(r).message()).collect()

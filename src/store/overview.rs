@@ -1,0 +1,283 @@
+//! The operator's reads beyond `stats` (the console's overview, members and message search):
+//! traffic by channel and partner, the members of a subscription, and the inbox searched.
+//! Every read is bounded in the rows it looks at, whatever the store holds, and the SQL is
+//! one text for both backends (`"offset"` quoted, `$n` placeholders: sqlx's SQLite driver
+//! binds `$n` by number too), written once in the macros below.
+
+use chrono::{DateTime, Utc};
+
+use super::received::InboxEntry;
+
+/// How many inbox rows a traffic read counts at most: at the limit, the figure is a floor.
+pub const RECENT_ROWS_COUNTED: i64 = 100_000;
+
+/// How many offsets one inbox search page looks through at most (matches or not).
+pub const SEARCH_SPAN: i64 = 100_000;
+
+/// What arrived lately and what waits, by channel and partner, and what we send, by partner.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Traffic {
+    /// By (channel, partner), in name order; partner "" is an anonymous sender.
+    pub receiving: Vec<Receiving>,
+    /// Callback acks and faults owed, by partner.
+    pub callbacks_owed: Vec<(String, u64)>,
+    /// Our messages by destination partner ("" when the destination is not a configured
+    /// partner) and state.
+    pub sending: Vec<Sending>,
+    /// The received counts stopped at `RECENT_ROWS_COUNTED`: they are floors.
+    pub received_capped: bool,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Receiving {
+    pub channel: String,
+    pub partner: String,
+    /// Messages that reached the inbox since the read's `since`.
+    pub received: u64,
+    /// Ordered messages held for a gap.
+    pub buffered: u64,
+    /// Groups still open.
+    pub open_groups: u64,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Sending {
+    pub partner: String,
+    /// By state name (`queued`, `sent`, `acked`, `faulted`, `failed`), in name order.
+    pub states: Vec<(String, u64)>,
+}
+
+/// A live member (session) of a subscription.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub session: String,
+    pub principal: String,
+    pub expires_at: DateTime<Utc>,
+    /// Deliveries it holds now.
+    pub in_flight: u64,
+    /// Groups bound to it (`ordering = group`).
+    pub groups: u64,
+}
+
+/// What an inbox search keeps; `None` matches anything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InboxFilter {
+    pub channel: Option<String>,
+    /// "" is an anonymous sender.
+    pub partner: Option<String>,
+    pub group_id: Option<String>,
+    /// Received at or after.
+    pub since: Option<DateTime<Utc>>,
+}
+
+/// One page of an inbox search.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InboxPage {
+    pub entries: Vec<InboxEntry>,
+    /// Where the next page starts (`after`), while any of the inbox is left to look through.
+    /// A page may be short, even empty, and still have a next one: it looked through
+    /// `SEARCH_SPAN` offsets.
+    pub next_after: Option<i64>,
+}
+
+fn count(n: i64) -> u64 {
+    u64::try_from(n).unwrap_or(0)
+}
+
+/// Puts the per-table counts of `read_traffic!` together.
+pub(in crate::store) fn traffic_of(
+    received: Vec<(String, String, i64)>,
+    buffered: Vec<(String, String, i64)>,
+    open_groups: Vec<(String, String, i64)>,
+    callbacks_owed: Vec<(String, i64)>,
+    sending: Vec<(String, String, i64)>,
+) -> Traffic {
+    use std::collections::BTreeMap;
+    let mut rows: BTreeMap<(String, String), Receiving> = BTreeMap::new();
+    let total: i64 = received.iter().map(|(_, _, n)| n).sum();
+    for (c, p, n) in received {
+        row(&mut rows, c, p).received = count(n);
+    }
+    for (c, p, n) in buffered {
+        row(&mut rows, c, p).buffered = count(n);
+    }
+    for (c, p, n) in open_groups {
+        row(&mut rows, c, p).open_groups = count(n);
+    }
+    let mut by_partner: BTreeMap<String, Vec<(String, u64)>> = BTreeMap::new();
+    for (partner, state, n) in sending {
+        by_partner
+            .entry(partner)
+            .or_default()
+            .push((state, count(n)));
+    }
+    Traffic {
+        receiving: rows.into_values().collect(),
+        callbacks_owed: callbacks_owed
+            .into_iter()
+            .map(|(p, n)| (p, count(n)))
+            .collect(),
+        sending: by_partner
+            .into_iter()
+            .map(|(partner, states)| Sending { partner, states })
+            .collect(),
+        received_capped: total >= RECENT_ROWS_COUNTED,
+    }
+}
+
+fn row(
+    rows: &mut std::collections::BTreeMap<(String, String), Receiving>,
+    channel: String,
+    partner: String,
+) -> &mut Receiving {
+    rows.entry((channel.clone(), partner.clone()))
+        .or_insert_with(|| Receiving {
+            channel,
+            partner,
+            ..Receiving::default()
+        })
+}
+
+/// `Backend::traffic` on either backend's sqlx pool: one GROUP BY per table; the inbox only
+/// through its `received_at` index, at most `RECENT_ROWS_COUNTED` rows.
+macro_rules! read_traffic {
+    ($pool:expr, $since:expr) => {{
+        let pool = $pool;
+        let since = $crate::store::time::millis($since);
+        let received: Vec<(String, String, i64)> = sqlx::query_as(
+            "SELECT channel, partner, COUNT(*) FROM \
+             (SELECT channel, partner FROM inbox WHERE received_at >= $1 \
+              ORDER BY received_at DESC LIMIT $2) recent \
+             GROUP BY channel, partner",
+        )
+        .bind(since)
+        .bind($crate::store::overview::RECENT_ROWS_COUNTED)
+        .fetch_all(pool)
+        .await?;
+        let by_channel = |sql| async move {
+            let rows: Vec<(String, String, i64)> = sqlx::query_as(sql).fetch_all(pool).await?;
+            Ok::<_, $crate::store::StoreError>(rows)
+        };
+        let buffered =
+            by_channel("SELECT channel, partner, COUNT(*) FROM buffered GROUP BY channel, partner")
+                .await?;
+        let open_groups = by_channel(
+            "SELECT channel, partner, COUNT(*) FROM groups WHERE status = 'open' \
+             GROUP BY channel, partner",
+        )
+        .await?;
+        let sending = by_channel(
+            "SELECT partner, state, COUNT(*) FROM out_messages GROUP BY partner, state \
+             ORDER BY partner, state",
+        )
+        .await?;
+        let callbacks_owed: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT partner, COUNT(*) FROM pending_callbacks GROUP BY partner ORDER BY partner",
+        )
+        .fetch_all(pool)
+        .await?;
+        Ok($crate::store::overview::traffic_of(
+            received,
+            buffered,
+            open_groups,
+            callbacks_owed,
+            sending,
+        ))
+    }};
+}
+pub(in crate::store) use read_traffic;
+
+/// `Backend::members` on either backend's sqlx pool: the live sessions of a subscription
+/// with what each holds (the in-flight count through the `deliveries_waiting` index).
+macro_rules! read_members {
+    ($pool:expr, $subscription_id:expr, $now:expr, $limit:expr) => {{
+        let rows: Vec<(String, String, i64, i64, i64)> = sqlx::query_as(
+            "SELECT s.id, s.principal, s.expires_at, \
+             (SELECT COUNT(*) FROM deliveries d WHERE d.subscription_id = s.subscription_id \
+              AND d.state = 'acquired' AND d.consumer = s.id), \
+             (SELECT COUNT(*) FROM group_affinity g WHERE g.subscription_id = s.subscription_id \
+              AND g.consumer = s.id) \
+             FROM sessions s WHERE s.subscription_id = $1 AND s.expires_at > $2 \
+             ORDER BY s.expires_at DESC, s.id LIMIT $3",
+        )
+        .bind($subscription_id)
+        .bind($crate::store::time::millis($now))
+        .bind($limit)
+        .fetch_all($pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(session, principal, expires, in_flight, groups)| {
+                $crate::store::overview::Member {
+                    session,
+                    principal,
+                    expires_at: $crate::store::time::from_millis(expires),
+                    in_flight: u64::try_from(in_flight).unwrap_or(0),
+                    groups: u64::try_from(groups).unwrap_or(0),
+                }
+            })
+            .collect())
+    }};
+}
+pub(in crate::store) use read_members;
+
+/// `Backend::search_inbox` on either backend's sqlx pool. `$select` is the backend's inbox
+/// column list and `$entry` maps one of its rows (`Result<InboxEntry, sqlx::Error>`). A time
+/// bound starts the page at the first offset received then (the `received_at` index); each
+/// page looks through at most `SEARCH_SPAN` offsets.
+macro_rules! search_inbox {
+    ($pool:expr, $select:expr, $entry:expr, $filter:expr, $after:expr, $limit:expr) => {{
+        let pool = $pool;
+        let filter: &$crate::store::overview::InboxFilter = $filter;
+        let since = filter.since.map($crate::store::time::millis);
+        let mut after: i64 = $after;
+        if let Some(since) = since {
+            let first: Option<i64> = sqlx::query_scalar(
+                "SELECT \"offset\" FROM inbox WHERE received_at >= $1 \
+                 ORDER BY received_at LIMIT 1",
+            )
+            .bind(since)
+            .fetch_optional(pool)
+            .await?;
+            match first {
+                Some(first) => after = after.max(first - 1),
+                None => return Ok($crate::store::overview::InboxPage::default()),
+            }
+        }
+        let high: Option<i64> = sqlx::query_scalar("SELECT MAX(\"offset\") FROM inbox")
+            .fetch_one(pool)
+            .await?;
+        let end = after.saturating_add($crate::store::overview::SEARCH_SPAN);
+        let sql = format!(
+            "{} FROM inbox WHERE \"offset\" > $1 AND \"offset\" <= $2 \
+             AND ($3 IS NULL OR channel = $3) AND ($4 IS NULL OR partner = $4) \
+             AND ($5 IS NULL OR group_id = $5) AND ($6 IS NULL OR received_at >= $6) \
+             ORDER BY \"offset\" LIMIT $7",
+            $select
+        );
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(after)
+            .bind(end)
+            .bind(filter.channel.as_deref())
+            .bind(filter.partner.as_deref())
+            .bind(filter.group_id.as_deref())
+            .bind(since)
+            .bind($limit)
+            .fetch_all(pool)
+            .await?;
+        let entries = rows
+            .iter()
+            .map($entry)
+            .collect::<Result<Vec<$crate::store::InboxEntry>, sqlx::Error>>()?;
+        let next_after = match entries.last() {
+            Some(last) if entries.len() as i64 >= $limit => Some(last.offset),
+            _ if high.is_some_and(|high| high > end) => Some(end),
+            _ => None,
+        };
+        Ok($crate::store::overview::InboxPage {
+            entries,
+            next_after,
+        })
+    }};
+}
+pub(in crate::store) use search_inbox;
