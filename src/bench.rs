@@ -55,7 +55,7 @@ pub struct BenchArgs {
     pub groups: Option<usize>,
     /// e2e: a bearer token with the `consume` scope; callback: one with `admin`, to register
     /// our listener as a callback endpoint (omit if it is registered already).
-    #[arg(long, env = "WSR_BENCH_TOKEN")]
+    #[arg(long, env = "WSR_BENCH_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
     /// e2e: consumer sessions (members of one shared subscription).
     #[arg(long, default_value_t = 4)]

@@ -85,7 +85,7 @@ pub struct ApiArgs {
     #[arg(long, default_value = "http://127.0.0.1:8080", env = "WSR_API")]
     pub api: String,
     /// A bearer token with the `produce` scope.
-    #[arg(long, env = "WSR_TOKEN")]
+    #[arg(long, env = "WSR_TOKEN", hide_env_values = true)]
     pub token: String,
 }
 

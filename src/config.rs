@@ -951,9 +951,16 @@ impl FileConfig {
                 anonymous_channels.insert(name.clone());
                 continue;
             }
+            let beyond = if loopback {
+                ""
+            } else {
+                "; a channel no partner lists is anonymous only on a loopback listener, and \
+                 this one listens beyond it"
+            };
             bail!(
                 "channel {name} takes no one: it is not anonymous and no partner lists it in \
-                 its channels (add anonymous = true, or a partner)"
+                 its channels{beyond} (add a partner for it, or make it anonymous with \
+                 anonymous = true and allow_anonymous_beyond_loopback = true)"
             );
         }
         let partners = Partners::new(partners, verifier.clone());

@@ -195,3 +195,29 @@ fn completions_are_printed_for_a_shell() {
         "{script}"
     );
 }
+
+#[test]
+fn help_never_shows_a_secret_taken_from_the_environment() {
+    const SECRET: &str = "help-secret-0123456789";
+    for command in [
+        &["send", "--help"][..],
+        &["status", "--help"],
+        &["bench", "--help"],
+        &["messages", "--help"],
+    ] {
+        let out = gateway()
+            .args(command)
+            .env("WSR_TOKEN", SECRET)
+            .env("WSR_BENCH_TOKEN", SECRET)
+            .env("WSR_BENCH_AUTHORIZATION", SECRET)
+            .output()
+            .expect("runs");
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{command:?}: {text}");
+        assert!(
+            text.contains("WSR_"),
+            "{command:?} names its variables: {text}"
+        );
+        assert!(!text.contains(SECRET), "{command:?}: {text}");
+    }
+}
