@@ -12,9 +12,35 @@ pub fn lower_hex(bytes: &[u8]) -> String {
     text
 }
 
+/// The bytes `text` spells in hex (either case), if it is hex of at most `max_bytes` bytes.
+pub fn from_hex(text: &str, max_bytes: usize) -> Option<Vec<u8>> {
+    // `from_str_radix` alone would take a sign ("+f").
+    if !text.len().is_multiple_of(2)
+        || text.len() > 2 * max_bytes
+        || !text.bytes().all(|b| b.is_ascii_hexdigit())
+    {
+        return None;
+    }
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
-    use super::lower_hex;
+    use super::{from_hex, lower_hex};
+
+    #[test]
+    fn hex_reads_back_what_was_written_and_nothing_else() {
+        assert_eq!(from_hex("000fa5ff", 4), Some(vec![0x00, 0x0f, 0xa5, 0xff]));
+        assert_eq!(from_hex("A5", 1), Some(vec![0xa5]));
+        assert_eq!(from_hex("000fa5ff", 3), None, "longer than allowed");
+        assert_eq!(from_hex("abc", 4), None, "odd length");
+        assert_eq!(from_hex("zz", 4), None);
+        assert_eq!(from_hex("+1", 4), None, "a sign is not a digit");
+        assert_eq!(from_hex("é", 4), None, "not ASCII");
+    }
 
     #[test]
     fn every_byte_is_two_lowercase_digits() {

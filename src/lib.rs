@@ -105,12 +105,12 @@ impl App {
                     })?;
             }
         }
-        let receipts = Arc::new(ReceiptKey::new(
-            &store
-                .receipt_secret()
-                .await
-                .context("cannot read the receipt key")?,
-        ));
+        let secret = store
+            .receipt_secret()
+            .await
+            .context("cannot read the receipt key")?;
+        let receipts = Arc::new(ReceiptKey::new(&secret));
+        let console_key = Arc::new(http::ConsoleKey::derive(&secret));
         // Before binding: a certificate that cannot be used stops the start with its reason.
         let tls = config
             .tls
@@ -146,6 +146,7 @@ impl App {
                 clock,
                 callback_url,
                 receipts,
+                console_key,
                 event_streams: Arc::default(),
             }),
         })

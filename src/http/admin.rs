@@ -14,7 +14,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
 use super::openapi::{InboxMessage, ProblemBody};
-use crate::config::{Scope, check_endpoint};
+use crate::config::{ApiToken, Scope, check_endpoint};
 use crate::delivery::filter::Filter;
 use crate::delivery::message_json;
 use crate::rmp::group::GroupState;
@@ -131,14 +131,7 @@ pub(super) async fn authorize(
                 "send Authorization: Bearer <token>".into(),
             )
         })?;
-    let mut found = None;
-    for t in &app.config.tokens {
-        if app.config.verifier.matches(&t.secret, presented).await {
-            found = Some(t);
-            break;
-        }
-    }
-    let token = found.ok_or_else(|| {
+    let token = configured_token(app, presented).await.ok_or_else(|| {
         Problem(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
@@ -152,7 +145,25 @@ pub(super) async fn authorize(
             format!("{} may not do this", token.principal),
         ));
     }
-    Ok(Caller {
+    Ok(caller_of(token))
+}
+
+/// The configured API token `presented` is, if any (secrets compared in constant time).
+pub(super) async fn configured_token<'a>(
+    app: &'a AppState,
+    presented: &str,
+) -> Option<&'a ApiToken> {
+    for t in &app.config.tokens {
+        if app.config.verifier.matches(&t.secret, presented).await {
+            return Some(t);
+        }
+    }
+    None
+}
+
+/// Who a configured token speaks for.
+pub(super) fn caller_of(token: &ApiToken) -> Caller {
+    Caller {
         principal: token.principal.clone(),
         admin: token.scopes.contains(&Scope::Admin),
         // Checked when the configuration is loaded; one that is not valid allows nothing.
@@ -161,10 +172,8 @@ pub(super) async fn authorize(
             .iter()
             .filter_map(|t| Filter::parse(t).ok())
             .collect(),
-    })
+    }
 }
-
-/// Compares secrets without revealing where they differ.
 
 #[derive(Deserialize, ToSchema)]
 pub struct EndpointBody {

@@ -34,6 +34,7 @@ use crate::clock::Clock;
 use crate::config::{Config, Scope};
 use crate::delivery::receipt::ReceiptKey;
 use crate::store::Store;
+pub use console::ConsoleKey;
 
 /// What every handler may use; one reference count to clone (a request clones it several
 /// times on its way through the layers).
@@ -63,6 +64,8 @@ pub struct AppContext {
     pub callback_url: String,
     /// Signs and checks delivery receipts.
     pub receipts: Arc<ReceiptKey>,
+    /// Signs and checks the console's sign-in cookies (derived from the receipts' secret).
+    pub console_key: Arc<ConsoleKey>,
     /// Open `/api/v1/events` streams per principal.
     pub event_streams: Arc<streams::StreamSlots>,
 }

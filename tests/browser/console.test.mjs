@@ -157,6 +157,14 @@ scopes = ["consume"]
     await page.getByRole('button', { name: 'Log in' }).click();
     assert.equal(await heading(), 'Overview');
     await page.getByRole('rowheader', { name: 'audit' }).waitFor();
+    // Our messages to URL destinations: Queued, Sent, In doubt, Failed, Faulted, Acked.
+    const sending = (column) =>
+      page.locator('tr:has(th:text-is("(URL destinations)")) td').nth(column).innerText();
+    assert.equal(await sending(2), '1', 'one message in doubt');
+    assert.equal(await sending(3), '0', 'none failed yet');
+    const receiving = page.locator('tr:has(th:has(a:text-is("default"))) td');
+    assert.equal(await receiving.nth(0).innerText(), '(anonymous)');
+    assert.equal(await receiving.nth(1).innerText(), '1', 'received in the last minute');
     await shot('overview');
 
     // The inbound message: its group by search, then its payload from the inbox.
@@ -165,7 +173,14 @@ scopes = ["consume"]
     await page.getByRole('button', { name: 'Find' }).click();
     assert.equal(await heading(), `Group ${GROUP}`);
     assert.equal(await fact('Delivered'), '0');
+    // The inbox searched: nothing from a partner that sent nothing, the message by channel.
     await page.getByRole('link', { name: 'Inbox' }).click();
+    await page.getByLabel('Partner').fill('acme');
+    await page.getByRole('button', { name: 'Search' }).click();
+    await page.getByText('Delivered messages: none.').waitFor();
+    await page.getByLabel('Partner').fill('(none)');
+    await page.getByLabel('Channel').fill('default');
+    await page.getByRole('button', { name: 'Search' }).click();
     await page.getByRole('link', { name: '1', exact: true }).click();
     assert.equal(await heading(), 'Inbox message 1');
     assert.match(await page.locator('pre').innerText(), /<po:PurchaseOrder/);
@@ -188,6 +203,10 @@ scopes = ["consume"]
     await page.getByText('The message was failed.').waitFor();
     assert.equal(await fact('state'), 'failed');
     assert.match(await fact('reason'), /failed by operator ops: partner down for maintenance/);
+    // The overview's counts follow: no longer in doubt, failed.
+    await page.getByRole('link', { name: 'Overview' }).click();
+    assert.equal(await sending(2), '0', 'none in doubt');
+    assert.equal(await sending(3), '1', 'one failed');
 
     // The dead letter: replay it, and the count goes to 0.
     await page.getByRole('link', { name: 'Subscriptions' }).click();

@@ -514,3 +514,49 @@ async fn a_push_held_by_a_gateway_killed_mid_post_is_pushed_by_the_other() {
         .await;
     assert_eq!(s["mode"], "push", "{s}");
 }
+
+/// An operator signed in to the console through one gateway is signed in at every gateway of
+/// the cluster: the cookie is signed with the store's key, not kept in a gateway's memory.
+#[tokio::test]
+async fn a_console_sign_in_at_one_gateway_holds_at_the_other() {
+    use crate::delivery::{ADMIN, tokens};
+    let db = TestDatabase::create().await;
+    let (mut config, clock) = gateway_config(&db);
+    config.tokens = tokens();
+    let g1 = crate::support::start(config.clone(), clock.clone()).await;
+    let g2 = crate::support::start(config, clock).await;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    let signed_in = client
+        .post(g1.url("/console/login"))
+        .header(reqwest::header::ORIGIN, format!("http://{}", g1.addr))
+        .header(
+            reqwest::header::CONTENT_TYPE,
+            "application/x-www-form-urlencoded",
+        )
+        .body(format!("token={ADMIN}"))
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(signed_in.status(), 303);
+    let cookie = signed_in.headers()[reqwest::header::SET_COOKIE]
+        .to_str()
+        .expect("text")
+        .split(';')
+        .next()
+        .expect("pair")
+        .to_owned();
+    for gateway in [&g1, &g2] {
+        let page = client
+            .get(gateway.url("/console"))
+            .header(reqwest::header::COOKIE, &cookie)
+            .send()
+            .await
+            .expect("answers");
+        assert_eq!(page.status(), 200, "{}", gateway.addr);
+    }
+    g1.stop().await;
+    g2.stop().await;
+}

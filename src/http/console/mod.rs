@@ -1,12 +1,16 @@
 //! The operators' web console at `/console`: server-rendered HTML (no script, one embedded
 //! stylesheet), behind an admin token. This file holds the routes and the door: the login
-//! that puts the token in a cookie, the check of that cookie on every request (the same
-//! `authorize` as the API, so every gateway of a cluster accepts it: no session table), and
-//! the same-origin check on every POST. The pages are `pages.rs`; they only call the store
-//! and `outbound::operator`, as the API's handlers do.
+//! that checks an admin token as the API does and answers a signed sign-in cookie
+//! (`session.rs`: never the token itself; every gateway of a cluster accepts it, no session
+//! table), the check of that cookie on every request, and the same-origin check on every
+//! POST. The pages are `pages/`; they only call the store and `outbound::operator`, as the
+//! API's handlers do.
 
 mod html;
 mod pages;
+mod session;
+
+pub use session::ConsoleKey;
 
 use axum::Router;
 use axum::extract::{FromRequestParts, State};
@@ -17,12 +21,14 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 
 use super::AppState;
-use super::admin::{Caller, authorize};
+use super::admin::{Caller, caller_of, configured_token};
 use crate::config::Scope;
-use crate::hex::lower_hex;
 
-/// The cookie that carries the admin token (hex, so that any token is a valid cookie value).
+/// The sign-in cookie (`session::sign`).
 const COOKIE: &str = "wsr_console";
+
+/// The longest cookie value read (a sign-in is about 120 bytes).
+const MAX_COOKIE_BYTES: usize = 1024;
 
 /// The longest token the login form takes (configured tokens are far shorter).
 const MAX_TOKEN_BYTES: usize = 512;
@@ -65,20 +71,20 @@ async fn stylesheet() -> Response {
     response
 }
 
-/// A signed-in operator: the cookie's token authorized for the admin scope, now. Without
-/// it the answer is the login page (401).
+/// A signed-in operator: a sign-in cookie whose admin token is still configured, now.
+/// Without it the answer is the login page (401).
 pub struct Operator(pub Caller);
 
 impl FromRequestParts<AppState> for Operator {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Response> {
-        let Some(token) = cookie_token(&parts.headers) else {
+        let Some(value) = cookie_value(&parts.headers) else {
             return Err(login_page(StatusCode::UNAUTHORIZED, None));
         };
-        match authorize_token(app, &token).await {
-            Ok(caller) => Ok(Operator(caller)),
-            Err(why) => Err(login_page(StatusCode::UNAUTHORIZED, Some(why))),
+        match session::verify(&app.console_key, value, &app.config.tokens, app.clock.now()) {
+            Ok(token) => Ok(Operator(caller_of(token))),
+            Err(why) => Err(login_page(StatusCode::UNAUTHORIZED, Some(why.to_string()))),
         }
     }
 }
@@ -132,38 +138,15 @@ fn same_origin(headers: &HeaderMap) -> Result<(), html::Stop> {
     }
 }
 
-/// The token in the console cookie, if there is one that decodes.
-fn cookie_token(headers: &HeaderMap) -> Option<String> {
+/// The console cookie's value, if the request carries one of a sane length.
+fn cookie_value(headers: &HeaderMap) -> Option<&str> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().strip_prefix(COOKIE)?.strip_prefix('='))
-        .find_map(unhex)
-        .filter(|token| !token.is_empty())
-}
-
-/// Checks `token` exactly as an API request carrying it would be checked.
-async fn authorize_token(app: &AppState, token: &str) -> Result<Caller, String> {
-    let mut headers = HeaderMap::new();
-    let bearer = HeaderValue::from_str(&format!("Bearer {token}"))
-        .map_err(|_| "that is not a token".to_owned())?;
-    headers.insert(header::AUTHORIZATION, bearer);
-    authorize(app, &headers, &[Scope::Admin])
-        .await
-        .map_err(|super::admin::Problem(_, _, reason)| reason)
-}
-
-fn unhex(text: &str) -> Option<String> {
-    if !text.len().is_multiple_of(2) || text.len() > 2 * MAX_TOKEN_BYTES {
-        return None;
-    }
-    let bytes: Option<Vec<u8>> = (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect();
-    String::from_utf8(bytes?).ok()
+        .find(|value| !value.is_empty() && value.len() <= MAX_COOKIE_BYTES)
 }
 
 /// The cookie: the browser sends it only to `/console`, never to a script, never from
@@ -181,14 +164,20 @@ fn cookie(app: &AppState, value: &str, max_age: Option<u32>) -> HeaderValue {
     .unwrap_or_else(|_| HeaderValue::from_static("wsr_console=; Max-Age=0"))
 }
 
+/// The cookie's Max-Age: the sign-in's own lifetime, so the browser drops it then too.
+fn session_seconds() -> u32 {
+    u32::try_from(session::LIFETIME_HOURS * 3600).unwrap_or(u32::MAX)
+}
+
 fn login_page(status: StatusCode, problem: Option<String>) -> Response {
     let mut body = String::new();
     if let Some(problem) = problem {
         body.push_str(&html::error(&format!("Not signed in: {problem}")));
     }
     body.push_str(
-        "<p>Sign in with an API token that has the <code>admin</code> scope. It is kept in \
-         a cookie for this site only and checked again on every page.</p>\
+        "<p>Sign in with an API token that has the <code>admin</code> scope. The console \
+         keeps a signed sign-in for this site (not the token) for 12 hours, checked against \
+         the configured tokens on every page.</p>\
          <form method=\"post\" action=\"/console/login\">\
          <label for=\"token\">Admin token</label>\
          <input id=\"token\" name=\"token\" type=\"password\" autocomplete=\"current-password\" required>\
@@ -219,18 +208,23 @@ async fn login(
     if token.is_empty() || token.len() > MAX_TOKEN_BYTES {
         return login_page(StatusCode::UNAUTHORIZED, Some("unknown token".into()));
     }
-    match authorize_token(&app, token).await {
-        Ok(caller) => {
-            tracing::info!(principal = %caller.principal, "console sign-in");
-            let mut response = pages::see_other("/console");
-            response.headers_mut().insert(
-                header::SET_COOKIE,
-                cookie(&app, &lower_hex(token.as_bytes()), None),
-            );
-            response
-        }
-        Err(why) => login_page(StatusCode::UNAUTHORIZED, Some(why)),
+    let Some(configured) = configured_token(&app, token).await else {
+        return login_page(StatusCode::UNAUTHORIZED, Some("unknown token".into()));
+    };
+    if !configured.scopes.contains(&Scope::Admin) {
+        return login_page(
+            StatusCode::UNAUTHORIZED,
+            Some(format!("{} may not do this", configured.principal)),
+        );
     }
+    tracing::info!(principal = %configured.principal, "console sign-in");
+    let signed = session::sign(&app.console_key, configured, app.clock.now());
+    let mut response = pages::see_other("/console");
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        cookie(&app, &signed, Some(session_seconds())),
+    );
+    response
 }
 
 /// `POST /console/logout`: the cookie is cleared (same-origin only, so another site cannot
@@ -275,18 +269,12 @@ mod tests {
     }
 
     #[test]
-    fn the_cookie_carries_any_token_as_hex() {
-        let token = "tok; en=\"x\"";
-        let h = headers(&[(
-            header::COOKIE,
-            &format!("other=1; {COOKIE}={}; more=2", lower_hex(token.as_bytes())),
-        )]);
-        assert_eq!(cookie_token(&h).as_deref(), Some(token));
-        assert_eq!(unhex("zz"), None);
-        assert_eq!(unhex("abc"), None);
-        assert_eq!(
-            cookie_token(&headers(&[(header::COOKIE, "wsr_console=")])),
-            None
-        );
+    fn the_sign_in_is_found_among_other_cookies_and_an_empty_or_huge_one_is_none() {
+        let h = headers(&[(header::COOKIE, &format!("other=1; {COOKIE}=v1.x.y.z; more=2"))]);
+        assert_eq!(cookie_value(&h), Some("v1.x.y.z"));
+        let empty = headers(&[(header::COOKIE, "wsr_console=")]);
+        assert_eq!(cookie_value(&empty), None);
+        let huge = format!("{COOKIE}={}", "a".repeat(MAX_COOKIE_BYTES + 1));
+        assert_eq!(cookie_value(&headers(&[(header::COOKIE, &huge)])), None);
     }
 }
