@@ -351,6 +351,9 @@ pub struct TrustedProxyConfig {
     /// The header carrying the client's address (`X-Forwarded-For`: its last entry, the one
     /// the proxy added, is taken).
     pub peer_address_header: Option<String>,
+    /// The header carrying the host the client asked for (`X-Forwarded-Host`), for a proxy
+    /// that rewrites `Host`: the console's same-origin check compares against it.
+    pub host_header: Option<String>,
 }
 
 /// `[trusted_proxy]`, checked.
@@ -360,6 +363,7 @@ pub struct TrustedProxy {
     pub networks: Vec<(std::net::IpAddr, u8)>,
     pub client_cert_header: Option<axum::http::HeaderName>,
     pub peer_address_header: Option<axum::http::HeaderName>,
+    pub host_header: Option<axum::http::HeaderName>,
 }
 
 impl TrustedProxy {
@@ -388,6 +392,7 @@ impl TrustedProxy {
             networks,
             client_cert_header: header("client_cert_header", &c.client_cert_header)?,
             peer_address_header: header("peer_address_header", &c.peer_address_header)?,
+            host_header: header("host_header", &c.host_header)?,
         })
     }
 

@@ -11,6 +11,23 @@ use rustls::pki_types::pem::PemObject as _;
 use crate::config::TrustedProxy;
 use crate::partners::ClientCertificate;
 
+/// The host the client asked for, as a trusted proxy that rewrites `Host` tells it
+/// (`host_header`: its last entry, the one the proxy added); `None` from anyone else, or
+/// without the header.
+pub fn host_of(
+    headers: &HeaderMap,
+    tcp_peer: SocketAddr,
+    proxy: Option<&TrustedProxy>,
+) -> Option<String> {
+    let proxy = proxy.filter(|p| p.trusts(tcp_peer.ip()))?;
+    let value = headers
+        .get_all(proxy.host_header.as_ref()?)
+        .iter()
+        .next_back()?;
+    let last = value.to_str().ok()?.rsplit(',').next()?.trim();
+    (!last.is_empty()).then(|| last.to_ascii_lowercase())
+}
+
 /// The client's address and certificate for one request from `tcp_peer`, which presented
 /// `handshake` in its own TLS handshake. A trusted proxy's headers take the place of both:
 /// when the proxy is set up to pass certificates, the one in its handshake is its own, not
@@ -112,6 +129,7 @@ mod tests {
             networks: vec![("10.0.0.0".parse().unwrap(), 8)],
             client_cert_header: Some(HeaderName::from_static("x-client-cert")),
             peer_address_header: Some(HeaderName::from_static("x-forwarded-for")),
+            host_header: Some(HeaderName::from_static("x-forwarded-host")),
         }
     }
 
@@ -148,6 +166,25 @@ mod tests {
 
     const PROXY: &str = "10.1.2.3:40000";
     const OUTSIDER: &str = "192.0.2.9:40000";
+
+    #[test]
+    fn the_forwarded_host_counts_from_the_proxy_only_and_its_own_entry_is_taken() {
+        let h = headers(&[("x-forwarded-host", "spoofed.example, GW.example")]);
+        let proxy = proxy();
+        let from = |peer: &str| host_of(&h, peer.parse().unwrap(), Some(&proxy));
+        assert_eq!(from(PROXY).as_deref(), Some("gw.example"));
+        assert_eq!(from(OUTSIDER), None, "not from a proxy");
+        assert_eq!(
+            host_of(&h, PROXY.parse().unwrap(), None),
+            None,
+            "no proxy set"
+        );
+        let without = headers(&[]);
+        assert_eq!(
+            host_of(&without, PROXY.parse().unwrap(), Some(&proxy)),
+            None
+        );
+    }
 
     #[test]
     fn percent_decoding() {

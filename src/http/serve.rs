@@ -55,6 +55,11 @@ const RETRY_AFTER_SECONDS: &str = "1";
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PeerAddr(pub std::net::SocketAddr);
 
+/// The host the client asked for, where a trusted proxy rewrote `Host` and said so in its
+/// `host_header` (`forwarded::host_of`); absent otherwise.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwardedHost(pub String);
+
 /// What the listener does besides HTTP: the perimeter's limits, TLS, and which peers are
 /// proxies whose headers say who the client is.
 #[derive(Debug, Clone)]
@@ -256,7 +261,15 @@ async fn http<IO>(
                 // Read above when it counts; gone so that nothing after us can mistake it.
                 request.headers_mut().remove(name);
             }
+            let forwarded_host = crate::http::forwarded::host_of(
+                request.headers(),
+                peer.0,
+                limits.trusted_proxy.as_ref(),
+            );
             request.extensions_mut().insert(PeerAddr(addr));
+            if let Some(host) = forwarded_host {
+                request.extensions_mut().insert(ForwardedHost(host));
+            }
             if let Some(certificate) = certificate {
                 request.extensions_mut().insert(certificate);
             }

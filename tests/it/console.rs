@@ -144,7 +144,10 @@ async fn only_an_admin_token_signs_in_and_every_page_checks_it() {
         assert!(set.contains(attribute), "{set}");
     }
     assert!(!set.contains("Secure"), "plain HTTP listener: {set}");
-    assert!(set.contains("Max-Age=43200"), "ends with the sign-in: {set}");
+    assert!(
+        set.contains("Max-Age=43200"),
+        "ends with the sign-in: {set}"
+    );
     assert!(
         !set.contains(ADMIN) && !set.contains(&hex(ADMIN)),
         "the token is not in the cookie: {set}"
@@ -608,5 +611,58 @@ async fn the_overview_counts_by_channel_and_partner_the_inbox_is_searched_and_me
     assert!(back.ends_with("&done=purge&count=1"), "{back}");
     let backlog = app.store.backlog(sub_id).await.expect("backlog");
     assert_eq!(backlog.dead_letters, 0);
+    app.stop().await;
+}
+
+/// Behind a proxy that rewrites `Host` (nginx's default `proxy_pass`), the browser's Origin
+/// names the public host: the console takes it from the trusted proxy's `host_header`, and
+/// from nobody else.
+#[tokio::test]
+async fn behind_a_host_rewriting_proxy_the_forwarded_host_is_the_origin_to_match() {
+    use wsr_gateway::config::TrustedProxy;
+    let login_via = |app: &TestApp, forwarded: Option<&'static str>| {
+        let mut request = client()
+            .post(app.url("/console/login"))
+            .header(ORIGIN, "https://gw.example")
+            .header(CONTENT_TYPE, FORM)
+            .body(form_body(&[("token", ADMIN)]));
+        if let Some(host) = forwarded {
+            request = request.header("X-Forwarded-Host", host);
+        }
+        async move { request.send().await.expect("answers").status() }
+    };
+    let behind = |network: &'static str| {
+        spawn_app_with(move |c| {
+            c.tokens = vec![ApiToken::plain(ADMIN, "ops", vec![Scope::Admin])];
+            c.trusted_proxy = Some(TrustedProxy {
+                networks: vec![(network.parse().expect("ip"), 8)],
+                client_cert_header: None,
+                peer_address_header: None,
+                host_header: Some("x-forwarded-host".parse().expect("name")),
+            });
+        })
+    };
+    // The test client is the proxy (127.0.0.1).
+    let app = behind("127.0.0.0").await;
+    assert_eq!(
+        login_via(&app, Some("gw.example")).await,
+        StatusCode::SEE_OTHER
+    );
+    assert_eq!(
+        login_via(&app, Some("evil.example")).await,
+        StatusCode::FORBIDDEN
+    );
+    assert_eq!(
+        login_via(&app, None).await,
+        StatusCode::FORBIDDEN,
+        "Host is 127.0.0.1"
+    );
+    app.stop().await;
+    // A peer that is not the proxy cannot name the host.
+    let app = behind("10.0.0.0").await;
+    assert_eq!(
+        login_via(&app, Some("gw.example")).await,
+        StatusCode::FORBIDDEN
+    );
     app.stop().await;
 }

@@ -472,6 +472,7 @@ async fn a_trusted_proxy_names_the_client_and_an_untrusted_peer_does_not() {
         networks: vec![(network.parse().expect("ip"), 8)],
         client_cert_header: Some("x-client-cert".parse().expect("name")),
         peer_address_header: Some("x-forwarded-for".parse().expect("name")),
+        host_header: None,
     };
     let ask = |addr: SocketAddr| {
         let request = request.clone();

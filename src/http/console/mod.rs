@@ -98,21 +98,29 @@ impl FromRequestParts<AppState> for Acting {
     type Rejection = Response;
 
     async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Response> {
-        same_origin(&parts.headers).map_err(IntoResponse::into_response)?;
+        same_origin(&parts.headers, forwarded_host(&parts.extensions))
+            .map_err(IntoResponse::into_response)?;
         let Operator(caller) = Operator::from_request_parts(parts, app).await?;
         Ok(Acting(caller))
     }
 }
 
-/// The CSRF check: Origin (or, when a browser sends none, Referer) must name the Host the
-/// request was sent to. Browsers set both and a page cannot forge them.
-fn same_origin(headers: &HeaderMap) -> Result<(), html::Stop> {
+/// The host a trusted proxy says the client asked for (`[trusted_proxy] host_header`).
+fn forwarded_host(extensions: &axum::http::Extensions) -> Option<&str> {
+    extensions
+        .get::<super::serve::ForwardedHost>()
+        .map(|h| h.0.as_str())
+}
+
+/// The CSRF check: Origin (or, when a browser sends none, Referer) must name the host the
+/// request was sent to: `Host`, or the host a trusted proxy that rewrites `Host` names.
+/// Browsers set both and a page cannot forge them.
+fn same_origin(headers: &HeaderMap, forwarded_host: Option<&str>) -> Result<(), html::Stop> {
     let forbidden = |why: &str| -> html::Stop {
         html::page(StatusCode::FORBIDDEN, "Forbidden", &html::error(why), false).into()
     };
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
+    let host = forwarded_host
+        .or_else(|| headers.get(header::HOST).and_then(|h| h.to_str().ok()))
         .ok_or_else(|| forbidden("the request names no Host"))?;
     let authority_of = |url: &str| -> Option<String> {
         let rest = url
@@ -195,10 +203,11 @@ struct LoginForm {
 /// the login page again, with the reason (never the token).
 async fn login(
     State(app): State<AppState>,
+    host: Option<axum::Extension<super::serve::ForwardedHost>>,
     headers: HeaderMap,
     form: Result<axum::Form<LoginForm>, axum::extract::rejection::FormRejection>,
 ) -> Response {
-    if let Err(refused) = same_origin(&headers) {
+    if let Err(refused) = same_origin(&headers, host.as_ref().map(|h| h.0.0.as_str())) {
         return refused.into_response();
     }
     let Ok(axum::Form(form)) = form else {
@@ -229,8 +238,12 @@ async fn login(
 
 /// `POST /console/logout`: the cookie is cleared (same-origin only, so another site cannot
 /// sign an operator out either).
-async fn logout(State(app): State<AppState>, headers: HeaderMap) -> Response {
-    if let Err(refused) = same_origin(&headers) {
+async fn logout(
+    State(app): State<AppState>,
+    host: Option<axum::Extension<super::serve::ForwardedHost>>,
+    headers: HeaderMap,
+) -> Response {
+    if let Err(refused) = same_origin(&headers, host.as_ref().map(|h| h.0.0.as_str())) {
         return refused.into_response();
     }
     let mut response = login_page(StatusCode::OK, None);
@@ -252,25 +265,42 @@ mod tests {
         h
     }
 
+    fn same_origin_here(h: &HeaderMap) -> Result<(), html::Stop> {
+        same_origin(h, None)
+    }
+
+    #[test]
+    fn behind_a_proxy_that_rewrites_host_the_forwarded_host_is_the_origin_to_match() {
+        let rewritten = (header::HOST, "127.0.0.1:8080");
+        let browser = (header::ORIGIN, "https://gw.example");
+        let h = headers(&[rewritten, browser]);
+        assert!(same_origin(&h, None).is_err(), "Host alone does not match");
+        assert!(same_origin(&h, Some("gw.example")).is_ok());
+        assert!(same_origin(&h, Some("evil.example")).is_err());
+    }
+
     #[test]
     fn a_post_must_come_from_the_same_origin() {
         let host = (header::HOST, "gw.example:8080");
-        assert!(same_origin(&headers(std::slice::from_ref(&host))).is_err());
+        assert!(same_origin_here(&headers(std::slice::from_ref(&host))).is_err());
         let ours = (header::ORIGIN, "http://gw.example:8080");
-        assert!(same_origin(&headers(&[host.clone(), ours])).is_ok());
+        assert!(same_origin_here(&headers(&[host.clone(), ours])).is_ok());
         let theirs = (header::ORIGIN, "https://evil.example");
-        assert!(same_origin(&headers(&[host.clone(), theirs])).is_err());
+        assert!(same_origin_here(&headers(&[host.clone(), theirs])).is_err());
         let null = (header::ORIGIN, "null");
-        assert!(same_origin(&headers(&[host.clone(), null])).is_err());
+        assert!(same_origin_here(&headers(&[host.clone(), null])).is_err());
         let referer = (header::REFERER, "https://GW.example:8080/console/messages");
-        assert!(same_origin(&headers(&[host.clone(), referer])).is_ok());
+        assert!(same_origin_here(&headers(&[host.clone(), referer])).is_ok());
         let lookalike = (header::REFERER, "http://gw.example:8080.evil.example/");
-        assert!(same_origin(&headers(&[host, lookalike])).is_err());
+        assert!(same_origin_here(&headers(&[host, lookalike])).is_err());
     }
 
     #[test]
     fn the_sign_in_is_found_among_other_cookies_and_an_empty_or_huge_one_is_none() {
-        let h = headers(&[(header::COOKIE, &format!("other=1; {COOKIE}=v1.x.y.z; more=2"))]);
+        let h = headers(&[(
+            header::COOKIE,
+            &format!("other=1; {COOKIE}=v1.x.y.z; more=2"),
+        )]);
         assert_eq!(cookie_value(&h), Some("v1.x.y.z"));
         let empty = headers(&[(header::COOKIE, "wsr_console=")]);
         assert_eq!(cookie_value(&empty), None);

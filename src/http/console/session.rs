@@ -177,7 +177,13 @@ mod tests {
             verify(&key, &stretched, &tokens, t0()).err(),
             Some(SignInError::TokenGone)
         );
-        for junk in ["", "v1", "v1.1.2.3", "v2.1.6f7073.00", &format!("{cookie}.00")] {
+        for junk in [
+            "",
+            "v1",
+            "v1.1.2.3",
+            "v2.1.6f7073.00",
+            &format!("{cookie}.00"),
+        ] {
             assert!(verify(&key, junk, &tokens, t0()).is_err(), "{junk}");
         }
     }
