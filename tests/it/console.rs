@@ -106,6 +106,97 @@ async fn post(app: &TestApp, cookie: &str, path: &str, form: &[(&str, &str)]) ->
         .expect("answers")
 }
 
+/// What `held_by_a_member` left: the subscription, the member's session and the receipt of
+/// the one message it holds.
+struct Held {
+    subscription: i64,
+    session: String,
+    receipt: String,
+}
+
+/// The consumer creates subscription `name` over `default/#` (one delivery allowed, from the
+/// oldest), joins it and fetches one message.
+async fn held_by_a_member(app: &TestApp, name: &str) -> Held {
+    let api = |method: reqwest::Method, path: &str, body: serde_json::Value| {
+        let request = app
+            .client
+            .request(method, app.url(path))
+            .bearer_auth(CONSUMER)
+            .json(&body);
+        async move {
+            let answer: serde_json::Value = request
+                .send()
+                .await
+                .expect("answers")
+                .json()
+                .await
+                .expect("JSON");
+            answer
+        }
+    };
+    let post = reqwest::Method::POST;
+    let sub = api(
+        post.clone(),
+        "/api/v1/subscriptions",
+        json!({"name": name, "filter": "default/#", "max_deliveries": 1, "start": "oldest"}),
+    )
+    .await;
+    let subscription = sub["id"].as_i64().expect("id");
+    let path = format!("/api/v1/subscriptions/{subscription}/sessions");
+    let session = api(post.clone(), &path, json!({})).await;
+    let session = session["session"].as_str().expect("session").to_owned();
+    let path = format!("/api/v1/sessions/{session}/fetch");
+    let fetched = api(post, &path, json!({"max": 1, "wait_ms": 0})).await;
+    let receipt = fetched["messages"][0]["receipt"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a message: {fetched}"))
+        .to_owned();
+    Held {
+        subscription,
+        session,
+        receipt,
+    }
+}
+
+/// The consumer settles a receipt `rejected`: with one delivery allowed, a dead letter.
+async fn reject(app: &TestApp, receipt: &str) {
+    let settled = app
+        .client
+        .post(app.url("/api/v1/settle"))
+        .bearer_auth(CONSUMER)
+        .json(&json!({"receipt": receipt, "outcome": "rejected"}))
+        .send()
+        .await
+        .expect("answers");
+    assert!(
+        settled.status().is_success(),
+        "{}",
+        settled.text().await.unwrap_or_default()
+    );
+}
+
+/// The producer submits one message allowed one attempt to a partner that answers 503 to
+/// everything; answers its id once that attempt reached the partner.
+async fn sent_to_a_partner_that_answers_503(
+    app: &TestApp,
+) -> (String, super::support::MockPartner) {
+    let mut partner = mock_partner(vec![503; 10]).await;
+    let (status, answer) = super::support::submit_as(
+        app,
+        PRODUCER,
+        json!({
+            "destination": partner.url,
+            "agreement": { "max_attempts": 1, "interval_ms": 100, "backoff": 1, "expiry_seconds": 3600 },
+            "body": "<t:Order xmlns:t=\"urn:t\">1</t:Order>",
+        }),
+    )
+    .await;
+    assert_eq!(status, 202, "{answer}");
+    let id = answer["id"].as_str().expect("id").to_owned();
+    partner.next_post().await;
+    (id, partner)
+}
+
 #[tokio::test]
 async fn only_an_admin_token_signs_in_and_every_page_checks_it() {
     let app = console_app().await;
@@ -231,20 +322,7 @@ fn hex(text: &str) -> String {
 #[tokio::test]
 async fn resend_and_fail_through_the_console_change_the_message() {
     let app = console_app().await;
-    let mut partner = mock_partner(vec![503; 10]).await;
-    let (status, answer) = super::support::submit_as(
-        &app,
-        PRODUCER,
-        json!({
-            "destination": partner.url,
-            "agreement": { "max_attempts": 1, "interval_ms": 100, "backoff": 1, "expiry_seconds": 3600 },
-            "body": "<t:Order xmlns:t=\"urn:t\">1</t:Order>",
-        }),
-    )
-    .await;
-    assert_eq!(status, 202, "{answer}");
-    let id = answer["id"].as_str().expect("id").to_owned();
-    partner.next_post().await;
+    let (id, mut partner) = sent_to_a_partner_that_answers_503(&app).await;
     let attempts_now = || {
         let store = app.store.clone();
         let id = id.clone();
@@ -338,57 +416,12 @@ async fn received_payloads_are_shown_escaped_and_dead_letters_replayed() {
     assert_eq!(answer.status, 200, "{}", answer.body);
 
     // A subscription with a dead letter: fetched once and rejected.
-    let api = |method: reqwest::Method, path: &str| {
-        app.client
-            .request(method, app.url(path))
-            .bearer_auth(CONSUMER)
-    };
-    let sub: serde_json::Value = api(reqwest::Method::POST, "/api/v1/subscriptions")
-        .json(&json!({"name": "audit", "filter": "default/#", "max_deliveries": 1, "start": "oldest"}))
-        .send()
-        .await
-        .expect("answers")
-        .json()
-        .await
-        .expect("JSON");
-    let sub_id = sub["id"].as_i64().expect("id");
-    let session: serde_json::Value = api(
-        reqwest::Method::POST,
-        &format!("/api/v1/subscriptions/{sub_id}/sessions"),
-    )
-    .json(&json!({}))
-    .send()
-    .await
-    .expect("answers")
-    .json()
-    .await
-    .expect("JSON");
-    let session_id = session["session"].as_str().expect("session").to_owned();
-    let fetched: serde_json::Value = api(
-        reqwest::Method::POST,
-        &format!("/api/v1/sessions/{session_id}/fetch"),
-    )
-    .json(&json!({"max": 1, "wait_ms": 0}))
-    .send()
-    .await
-    .expect("answers")
-    .json()
-    .await
-    .expect("JSON");
-    let receipt = fetched["messages"][0]["receipt"]
-        .as_str()
-        .unwrap_or_else(|| panic!("a message: {fetched}"))
-        .to_owned();
-    let settled = api(reqwest::Method::POST, "/api/v1/settle")
-        .json(&json!({"receipt": receipt, "outcome": "rejected"}))
-        .send()
-        .await
-        .expect("answers");
-    assert!(
-        settled.status().is_success(),
-        "{}",
-        settled.text().await.unwrap_or_default()
-    );
+    let Held {
+        subscription: sub_id,
+        receipt,
+        ..
+    } = held_by_a_member(&app, "audit").await;
+    reject(&app, &receipt).await;
 
     let cookie = signed_in(&app).await;
     let (status, page) = get(&app, &cookie, "/console/inbox").await;
@@ -474,20 +507,7 @@ async fn the_overview_counts_by_channel_and_partner_the_inbox_is_searched_and_me
     assert!(answer.status >= 400, "{}", answer.body);
 
     // An outbound message whose one attempt got a 503: in doubt.
-    let mut partner = mock_partner(vec![503; 10]).await;
-    let (status, submitted) = super::support::submit_as(
-        &app,
-        PRODUCER,
-        json!({
-            "destination": partner.url,
-            "agreement": { "max_attempts": 1, "interval_ms": 100, "backoff": 1, "expiry_seconds": 3600 },
-            "body": "<t:Order xmlns:t=\"urn:t\">1</t:Order>",
-        }),
-    )
-    .await;
-    assert_eq!(status, 202, "{submitted}");
-    let id = submitted["id"].as_str().expect("id").to_owned();
-    partner.next_post().await;
+    let (id, _partner) = sent_to_a_partner_that_answers_503(&app).await;
     eventually("the message is in doubt", || async {
         let m = app.store.out_message(&id).await.expect("read")?;
         m.outbound.in_doubt().then_some(())
@@ -541,58 +561,17 @@ async fn the_overview_counts_by_channel_and_partner_the_inbox_is_searched_and_me
     assert_eq!(status, StatusCode::BAD_REQUEST, "{page}");
 
     // A member holding a message, then a dead letter purged alone.
-    let api = |method: reqwest::Method, path: &str| {
-        app.client
-            .request(method, app.url(path))
-            .bearer_auth(CONSUMER)
-    };
-    let sub: serde_json::Value = api(reqwest::Method::POST, "/api/v1/subscriptions")
-        .json(&json!({"name": "members", "filter": "default/#", "max_deliveries": 1, "start": "oldest"}))
-        .send()
-        .await
-        .expect("answers")
-        .json()
-        .await
-        .expect("JSON");
-    let sub_id = sub["id"].as_i64().expect("id");
-    let session: serde_json::Value = api(
-        reqwest::Method::POST,
-        &format!("/api/v1/subscriptions/{sub_id}/sessions"),
-    )
-    .json(&json!({}))
-    .send()
-    .await
-    .expect("answers")
-    .json()
-    .await
-    .expect("JSON");
-    let session_id = session["session"].as_str().expect("session").to_owned();
-    let fetched: serde_json::Value = api(
-        reqwest::Method::POST,
-        &format!("/api/v1/sessions/{session_id}/fetch"),
-    )
-    .json(&json!({"max": 1, "wait_ms": 0}))
-    .send()
-    .await
-    .expect("answers")
-    .json()
-    .await
-    .expect("JSON");
-    let receipt = fetched["messages"][0]["receipt"]
-        .as_str()
-        .unwrap_or_else(|| panic!("a message: {fetched}"))
-        .to_owned();
+    let Held {
+        subscription: sub_id,
+        session: session_id,
+        receipt,
+    } = held_by_a_member(&app, "members").await;
     let (_, page) = get(&app, &cookie, &format!("/console/subscription?id={sub_id}")).await;
     let member = row_of(&page, "Members", "reader");
     assert_eq!(member[0], session_id, "{member:?}");
     assert_eq!(member[2], "1", "in flight: {member:?}");
 
-    let settled = api(reqwest::Method::POST, "/api/v1/settle")
-        .json(&json!({"receipt": receipt, "outcome": "rejected"}))
-        .send()
-        .await
-        .expect("answers");
-    assert!(settled.status().is_success());
+    reject(&app, &receipt).await;
     let (_, page) = get(&app, &cookie, &format!("/console/subscription?id={sub_id}")).await;
     assert!(page.contains(">Purge 1</button>"), "{page}");
     let r = post(
