@@ -1,8 +1,8 @@
 // The web console in a real browser: Debian's chromium, headless, driven by playwright-core,
 // against a gateway this test starts (target/debug/wsr-gateway, as the last `cargo test`
 // built it) with real traffic: an inbound message, an outbound message in doubt (its
-// destination, a local server, answers 503), and a dead letter. Screenshots of the main pages
-// go to docs/console-*.png. Run: `npm ci && npm test` here (.ci/run does).
+// destination, a local server, answers 503), and a dead letter. Screenshots of the main pages:
+// CONSOLE_SCREENSHOTS=../../docs. Run: `npm ci && npm test` here (.ci/run does).
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -143,7 +143,10 @@ scopes = ["consume"]
     });
     context.setDefaultTimeout(10000);
     const page = context.pages()[0] ?? await context.newPage();
-    const shot = (name) => page.screenshot({ path: join(root, `docs/console-${name}.png`) });
+    // Screenshots go to the work folder, or to CONSOLE_SCREENSHOTS (the README's are taken
+    // with CONSOLE_SCREENSHOTS=../../docs), so that a test run leaves the checkout as it was.
+    const shots = process.env.CONSOLE_SCREENSHOTS ? resolve(process.env.CONSOLE_SCREENSHOTS) : work;
+    const shot = (name) => page.screenshot({ path: join(shots, `console-${name}.png`) });
     const heading = () => page.locator('h1').innerText();
     const fact = (name) => page.locator(`tr:has(th:text-is("${name}")) td`).first().innerText();
 
