@@ -112,7 +112,11 @@ fn receiving(traffic: &crate::store::Traffic) -> String {
                 link(&search, &r.channel),
                 partner_name(&r.partner, "(anonymous)"),
                 at_least(r.received, floor),
-                format!("{:.2}", r.received as f64 / RATE_WINDOW_SECONDS as f64),
+                format!(
+                    "{}{:.2}",
+                    if floor { "≥ " } else { "" },
+                    r.received as f64 / RATE_WINDOW_SECONDS as f64
+                ),
                 r.open_groups.to_string(),
                 r.buffered.to_string(),
                 answered.to_string(),
