@@ -1230,6 +1230,24 @@ requires = ["AckRequested"]
     }
 
     #[test]
+    fn partner_names_that_stand_for_no_partner_are_reserved() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("gw.toml");
+        for name in ["anonymous", "(none)", "(anonymous)"] {
+            std::fs::write(
+                &path,
+                format!("[partners.\"{name}\"]\nchannels = [\"default\"]\nusername = \"u\"\n"),
+            )
+            .expect("write config");
+            let err = Config::load(Some(&path), []).expect_err("reserved");
+            assert!(
+                format!("{err:#}").contains("is reserved"),
+                "{name}: {err:#}"
+            );
+        }
+    }
+
+    #[test]
     fn anonymous_channels_only_on_loopback_unless_allowed() {
         let env = |pairs: &[(&str, &str)]| {
             pairs

@@ -156,6 +156,14 @@ impl PartnerConfig {
         if name.is_empty() || name.contains(['/', ':']) || name.chars().any(char::is_whitespace) {
             bail!("partner name {name:?} is not allowed (empty, '/', ':' or whitespace)");
         }
+        // `anonymous` is the metrics label, and "(…)" the console's words, for callers that
+        // are no configured partner: a partner of that name would be counted as them.
+        if name == crate::metrics::ANONYMOUS || name.starts_with('(') {
+            bail!(
+                "partner name {name:?} is reserved (\"anonymous\" and names starting with '(' \
+                 stand for callers without a partner)"
+            );
+        }
         for c in &self.channels {
             if !channels.contains(c) {
                 bail!("partner {name}: channels: there is no channel {c:?}");

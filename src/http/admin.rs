@@ -131,7 +131,26 @@ pub(super) async fn authorize(
                 "send Authorization: Bearer <token>".into(),
             )
         })?;
-    let token = configured_token(app, presented).await.ok_or_else(|| {
+    authorized_token(app, presented, scopes)
+        .await
+        .map(caller_of)
+}
+
+/// The configured API token `presented` is, if it has one of `scopes` (secrets compared in
+/// constant time): 401 for an unknown token, 403 for one without the scope.
+pub(super) async fn authorized_token<'a>(
+    app: &'a AppState,
+    presented: &str,
+    scopes: &[Scope],
+) -> Result<&'a ApiToken, Problem> {
+    let mut found = None;
+    for t in &app.config.tokens {
+        if app.config.verifier.matches(&t.secret, presented).await {
+            found = Some(t);
+            break;
+        }
+    }
+    let token = found.ok_or_else(|| {
         Problem(
             StatusCode::UNAUTHORIZED,
             "unauthorized",
@@ -145,20 +164,7 @@ pub(super) async fn authorize(
             format!("{} may not do this", token.principal),
         ));
     }
-    Ok(caller_of(token))
-}
-
-/// The configured API token `presented` is, if any (secrets compared in constant time).
-pub(super) async fn configured_token<'a>(
-    app: &'a AppState,
-    presented: &str,
-) -> Option<&'a ApiToken> {
-    for t in &app.config.tokens {
-        if app.config.verifier.matches(&t.secret, presented).await {
-            return Some(t);
-        }
-    }
-    None
+    Ok(token)
 }
 
 /// Who a configured token speaks for.

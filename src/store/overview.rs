@@ -1,7 +1,9 @@
 //! The operator's reads beyond `stats` (the console's overview, members and message search):
 //! traffic by channel and partner, the members of a subscription, and the inbox searched.
-//! Every read is bounded in the rows it looks at, whatever the store holds, and the SQL is
-//! one text for both backends (`"offset"` quoted, `$n` placeholders: sqlx's SQLite driver
+//! The inbox, which grows with traffic, is only read through bounded index ranges; the other
+//! counts are GROUP BYs over tables as large as what waits (groups, outbound messages, the
+//! ordered buffer, callbacks owed), as `stats` reads them for `/metrics`. The SQL is one text
+//! for both backends (`"offset"` quoted, `$n` placeholders: sqlx's SQLite driver
 //! binds `$n` by number too), written once in the macros below.
 
 use chrono::{DateTime, Utc};
@@ -154,19 +156,19 @@ macro_rules! read_traffic {
         .bind($crate::store::overview::RECENT_ROWS_COUNTED)
         .fetch_all(pool)
         .await?;
-        let by_channel = |sql| async move {
+        let counts = |sql| async move {
             let rows: Vec<(String, String, i64)> = sqlx::query_as(sql).fetch_all(pool).await?;
             Ok::<_, $crate::store::StoreError>(rows)
         };
         let buffered =
-            by_channel("SELECT channel, partner, COUNT(*) FROM buffered GROUP BY channel, partner")
+            counts("SELECT channel, partner, COUNT(*) FROM buffered GROUP BY channel, partner")
                 .await?;
-        let open_groups = by_channel(
+        let open_groups = counts(
             "SELECT channel, partner, COUNT(*) FROM groups WHERE status = 'open' \
              GROUP BY channel, partner",
         )
         .await?;
-        let sending = by_channel(
+        let sending = counts(
             "SELECT partner, state, COUNT(*) FROM out_messages GROUP BY partner, state \
              ORDER BY partner, state",
         )
@@ -223,8 +225,9 @@ pub(in crate::store) use read_members;
 
 /// `Backend::search_inbox` on either backend's sqlx pool. `$select` is the backend's inbox
 /// column list and `$entry` maps one of its rows (`Result<InboxEntry, sqlx::Error>`). A time
-/// bound starts the page at the first offset received then (the `received_at` index); each
-/// page looks through at most `SEARCH_SPAN` offsets.
+/// bound starts the page where the messages received since then begin (the `received_at`
+/// index, at most `SEARCH_SPAN` rows of it); each page looks through at most `SEARCH_SPAN`
+/// offsets.
 macro_rules! search_inbox {
     ($pool:expr, $select:expr, $entry:expr, $filter:expr, $after:expr, $limit:expr) => {{
         let pool = $pool;
@@ -232,12 +235,17 @@ macro_rules! search_inbox {
         let since = filter.since.map($crate::store::time::millis);
         let mut after: i64 = $after;
         if let Some(since) = since {
+            // Offsets follow the order messages reached the inbox, not the order they were
+            // received: one held for a gap is received before messages that get lower
+            // offsets. So the page starts at the lowest offset among the first
+            // `SEARCH_SPAN` messages received since then, not at the first one's.
             let first: Option<i64> = sqlx::query_scalar(
-                "SELECT \"offset\" FROM inbox WHERE received_at >= $1 \
-                 ORDER BY received_at LIMIT 1",
+                "SELECT MIN(\"offset\") FROM (SELECT \"offset\" FROM inbox \
+                 WHERE received_at >= $1 ORDER BY received_at LIMIT $2) first_received",
             )
             .bind(since)
-            .fetch_optional(pool)
+            .bind($crate::store::overview::SEARCH_SPAN)
+            .fetch_one(pool)
             .await?;
             match first {
                 Some(first) => after = after.max(first - 1),

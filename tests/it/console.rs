@@ -608,7 +608,14 @@ async fn behind_a_host_rewriting_proxy_the_forwarded_host_is_the_origin_to_match
         if let Some(host) = forwarded {
             request = request.header("X-Forwarded-Host", host);
         }
-        async move { request.send().await.expect("answers").status() }
+        async move {
+            let r = request.send().await.expect("answers");
+            if r.status() == StatusCode::SEE_OTHER {
+                let set = r.headers()[SET_COOKIE].to_str().expect("text");
+                assert!(set.contains("; Secure"), "the browser is on https: {set}");
+            }
+            r.status()
+        }
     };
     let behind = |network: &'static str| {
         spawn_app_with(move |c| {

@@ -21,7 +21,7 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 
 use super::AppState;
-use super::admin::{Caller, caller_of, configured_token};
+use super::admin::{Caller, authorized_token, caller_of};
 use crate::config::Scope;
 
 /// The sign-in cookie (`session::sign`).
@@ -158,9 +158,15 @@ fn cookie_value(headers: &HeaderMap) -> Option<&str> {
 }
 
 /// The cookie: the browser sends it only to `/console`, never to a script, never from
-/// another site's page, and only over TLS when the listener speaks it.
-fn cookie(app: &AppState, value: &str, max_age: Option<u32>) -> HeaderValue {
-    let secure = if app.config.tls.is_some() {
+/// another site's page, and only over TLS when the browser reached us by TLS (our listener's,
+/// or a TLS-terminating proxy's: the browser's `Origin` says `https`).
+fn cookie(app: &AppState, headers: &HeaderMap, value: &str, max_age: Option<u32>) -> HeaderValue {
+    let https = headers
+        .get(header::ORIGIN)
+        .or_else(|| headers.get(header::REFERER))
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("https://"));
+    let secure = if app.config.tls.is_some() || https {
         "; Secure"
     } else {
         ""
@@ -217,21 +223,18 @@ async fn login(
     if token.is_empty() || token.len() > MAX_TOKEN_BYTES {
         return login_page(StatusCode::UNAUTHORIZED, Some("unknown token".into()));
     }
-    let Some(configured) = configured_token(&app, token).await else {
-        return login_page(StatusCode::UNAUTHORIZED, Some("unknown token".into()));
+    let configured = match authorized_token(&app, token, &[Scope::Admin]).await {
+        Ok(configured) => configured,
+        Err(super::admin::Problem(_, _, why)) => {
+            return login_page(StatusCode::UNAUTHORIZED, Some(why));
+        }
     };
-    if !configured.scopes.contains(&Scope::Admin) {
-        return login_page(
-            StatusCode::UNAUTHORIZED,
-            Some(format!("{} may not do this", configured.principal)),
-        );
-    }
     tracing::info!(principal = %configured.principal, "console sign-in");
     let signed = session::sign(&app.console_key, configured, app.clock.now());
     let mut response = pages::see_other("/console");
     response.headers_mut().insert(
         header::SET_COOKIE,
-        cookie(&app, &signed, Some(session_seconds())),
+        cookie(&app, &headers, &signed, Some(session_seconds())),
     );
     response
 }
@@ -249,7 +252,7 @@ async fn logout(
     let mut response = login_page(StatusCode::OK, None);
     response
         .headers_mut()
-        .insert(header::SET_COOKIE, cookie(&app, "", Some(0)));
+        .insert(header::SET_COOKIE, cookie(&app, &headers, "", Some(0)));
     response
 }
 

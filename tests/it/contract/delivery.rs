@@ -1080,6 +1080,32 @@ async fn the_operators_reads_count_traffic_list_members_and_search_the_inbox() {
             b.name
         );
 
+        // A message held for a gap is received before messages that reach the inbox ahead of
+        // it: a search from its receipt time still finds them.
+        let held = sent("mid:held@contract", Some(1), "acme", "orders", 150);
+        store.receive(held).await.expect("buffered");
+        let between = sent("mid:between@contract", None, "acme", "orders", 160);
+        store.receive(between).await.expect("delivered");
+        let gap = sent("mid:held@contract", Some(0), "acme", "orders", 170);
+        store
+            .receive(gap)
+            .await
+            .expect("delivered with the held one");
+        let since_held = InboxFilter {
+            since: Some(at(150)),
+            ..Default::default()
+        };
+        assert_eq!(
+            search(since_held, 0).await,
+            [
+                "mid:between@contract",
+                "mid:held@contract",
+                "mid:held@contract"
+            ],
+            "{}",
+            b.name
+        );
+
         // Members: two live sessions, one holding a message; none once they lapse.
         let sub = create(store, &pull("members")).await;
         join(store, sub.id, "m1", secs(600)).await;

@@ -25,6 +25,16 @@ fn partner_name(partner: &str, empty: &str) -> String {
     esc(if partner.is_empty() { empty } else { partner })
 }
 
+/// A partner as the fault tally labels it (`ANONYMOUS` for callers without one), shown as
+/// the store's partners are.
+fn fault_partner(label: &str) -> String {
+    esc(if label == ANONYMOUS {
+        "(anonymous)"
+    } else {
+        label
+    })
+}
+
 /// A count that may be a floor.
 fn at_least(n: u64, floor: bool) -> String {
     if floor {
@@ -127,7 +137,7 @@ fn receiving(traffic: &crate::store::Traffic) -> String {
     for ((channel, partner), n) in faults {
         rows.push(vec![
             esc(&channel),
-            esc(&partner),
+            fault_partner(&partner),
             "0".into(),
             "0.00".into(),
             "0".into(),
@@ -217,7 +227,7 @@ fn faults() -> String {
         .map(|f| {
             vec![
                 esc(&f.channel),
-                esc(&f.partner),
+                fault_partner(&f.partner),
                 esc(f.code),
                 f.count.to_string(),
             ]
