@@ -260,6 +260,7 @@ pub trait OutboundStore: Send + Sync {
     /// Messages only a poll can settle (`send_group::awaits_poll`): Poll-pattern messages
     /// waiting for their ack, and messages of any pattern in doubt (`Outbound::in_doubt`). A
     /// page of them by id, after `after`: a pass goes through all, so that none is starved.
+    /// Their `envelope` is not read (it is empty): a poll never sends it.
     fn awaiting_poll<'a>(
         &'a self,
         after: &'a str,

@@ -649,6 +649,16 @@ async fn a_message_without_a_verdict_is_in_doubt_until_a_poll_settles_it() {
         let page = store.awaiting_poll("acked", 1).await.expect("read");
         assert_eq!(page.len(), 1, "{}", b.name);
         assert_eq!(page[0].id, "doubt", "paged by id: {}", b.name);
+        assert!(
+            page[0].envelope.is_empty(),
+            "a poll never sends it, so it is not read: {}",
+            b.name
+        );
+        assert!(
+            !message(store, "doubt").await.envelope.is_empty(),
+            "still stored: {}",
+            b.name
+        );
         // A poll's ack settles one; its silence proves nothing before ExpiryTime…
         let acked = message(store, "acked").await;
         let finished = store

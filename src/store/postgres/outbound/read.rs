@@ -138,6 +138,8 @@ pub(super) async fn awaiting_poll(
     let mut after = after.to_owned();
     while picked.len() < wanted {
         let rows = sqlx::query(select_messages!(
+            @envelope "''",
+            "",
             "WHERE m.state = 'sent' AND m.id > $1 ORDER BY m.id LIMIT $2"
         ))
         .bind(&after)

@@ -142,6 +142,8 @@ pub(super) async fn awaiting_poll(
     let mut after = after.to_owned();
     while picked.len() < wanted {
         let rows = sqlx::query(select_messages!(
+            @envelope "''",
+            "",
             "WHERE m.state = 'sent' AND m.id > ? ORDER BY m.id LIMIT ?"
         ))
         .bind(&after)
