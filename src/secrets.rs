@@ -105,11 +105,9 @@ impl Stored {
     pub fn sha256(key: &str, hex: &str) -> anyhow::Result<Stored> {
         let hex = normal_fingerprint(hex)
             .ok_or_else(|| anyhow::anyhow!("{key}: not 64 hex digits of a SHA-256 digest"))?;
-        let mut digest = [0u8; 32];
-        for (i, byte) in digest.iter_mut().enumerate() {
-            *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16)
-                .map_err(|_| anyhow::anyhow!("{key}: not hex"))?;
-        }
+        let digest = crate::hex::from_hex(&hex, 32)
+            .and_then(|bytes| <[u8; 32]>::try_from(bytes).ok())
+            .ok_or_else(|| anyhow::anyhow!("{key}: not hex"))?;
         Ok(Stored::Sha256(digest))
     }
 }

@@ -289,3 +289,35 @@ macro_rules! search_inbox {
     }};
 }
 pub(in crate::store) use search_inbox;
+
+/// The functions behind `Backend::traffic`, `members` and `search_inbox` on one backend: its
+/// pool type, its inbox column list and its inbox row mapper (`Result<InboxEntry, _>`).
+macro_rules! operator_reads {
+    ($pool:ty, $select:expr, $entry:expr) => {
+        async fn traffic(
+            pool: &$pool,
+            since: chrono::DateTime<chrono::Utc>,
+        ) -> Result<$crate::store::Traffic, $crate::store::StoreError> {
+            $crate::store::overview::read_traffic!(pool, since)
+        }
+
+        async fn members(
+            pool: &$pool,
+            subscription_id: i64,
+            now: chrono::DateTime<chrono::Utc>,
+            limit: i64,
+        ) -> Result<Vec<$crate::store::Member>, $crate::store::StoreError> {
+            $crate::store::overview::read_members!(pool, subscription_id, now, limit)
+        }
+
+        async fn search_inbox(
+            pool: &$pool,
+            filter: &$crate::store::InboxFilter,
+            after: i64,
+            limit: i64,
+        ) -> Result<$crate::store::InboxPage, $crate::store::StoreError> {
+            $crate::store::overview::search_inbox!(pool, $select, $entry, filter, after, limit)
+        }
+    };
+}
+pub(in crate::store) use operator_reads;

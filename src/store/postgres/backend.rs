@@ -135,34 +135,8 @@ async fn stats(pool: &sqlx::PgPool) -> Result<StoreStats, StoreError> {
     crate::store::stats::read_stats!(pool)
 }
 
-/// `Backend::traffic`, as both backends read it.
-async fn traffic(pool: &sqlx::PgPool, since: DateTime<Utc>) -> Result<Traffic, StoreError> {
-    crate::store::overview::read_traffic!(pool, since)
-}
-
-/// `Backend::members`, as both backends read it.
-async fn members(
-    pool: &sqlx::PgPool,
-    subscription_id: i64,
-    now: DateTime<Utc>,
-    limit: i64,
-) -> Result<Vec<Member>, StoreError> {
-    crate::store::overview::read_members!(pool, subscription_id, now, limit)
-}
-
-/// `Backend::search_inbox`, as both backends read it.
-async fn search_inbox(
-    pool: &sqlx::PgPool,
-    filter: &InboxFilter,
-    after: i64,
-    limit: i64,
-) -> Result<InboxPage, StoreError> {
-    crate::store::overview::search_inbox!(
-        pool,
-        super::receiver::SELECT_INBOX,
-        super::receiver::inbox_entry,
-        filter,
-        after,
-        limit
-    )
-}
+crate::store::overview::operator_reads!(
+    sqlx::PgPool,
+    super::receiver::SELECT_INBOX,
+    super::receiver::inbox_entry
+);

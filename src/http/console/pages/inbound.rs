@@ -6,18 +6,19 @@ use std::fmt::Write as _;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
-use chrono::{DateTime, NaiveDateTime, Utc};
+use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
 use super::super::Operator;
 use super::super::html::{self, Stop, esc, facts, link, query_value, table};
 use super::{
     MAX_ITEMS, NO_PARTNER, PAGE, Page, bad_request, not_found, number, partner_filter, query,
-    required, shown, store, text, when,
+    required, sender_shown, shown, store, text, when,
 };
 use crate::http::AppState;
 use crate::rmp::group::GroupState;
 use crate::store::InboxFilter;
+use crate::wsr::datetime::parse_date_time;
 
 #[derive(Deserialize)]
 pub struct GroupsQuery {
@@ -82,11 +83,7 @@ pub async fn groups(
                     &group_href(partner, g.group_id.as_str()),
                     g.group_id.as_str(),
                 ),
-                esc(if partner.is_empty() {
-                    "(anonymous)"
-                } else {
-                    partner
-                }),
+                esc(sender_shown(partner)),
                 esc(&g.params.channel),
                 esc(g.status.as_str()),
                 esc(&ranges(g.delivered.pairs())),
@@ -172,14 +169,7 @@ fn group_facts(partner: &str, g: &GroupState) -> Vec<(&'static str, String)> {
         }
     };
     vec![
-        (
-            "Partner",
-            esc(if partner.is_empty() {
-                "(anonymous)"
-            } else {
-                partner
-            }),
-        ),
+        ("Partner", esc(sender_shown(partner))),
         ("Group id", esc(g.group_id.as_str())),
         ("Channel", esc(&g.params.channel)),
         ("Status", esc(g.status.as_str())),
@@ -216,18 +206,14 @@ pub struct InboxQuery {
     since: Option<String>,
 }
 
-/// A `since` value: RFC 3339, or a browser's `datetime-local` (`2026-12-04T17:30`, read as
-/// UTC).
+/// A `since` value: an xs:dateTime as the wire reads it (zone-less is UTC, D12), or a
+/// browser's `datetime-local`, which leaves out the seconds (`2026-12-04T17:30`).
 fn instant(name: &str, value: Option<&str>) -> Result<Option<DateTime<Utc>>, Stop> {
     let Some(v) = value else { return Ok(None) };
-    if let Ok(t) = DateTime::parse_from_rfc3339(v) {
-        return Ok(Some(t.with_timezone(&Utc)));
-    }
-    ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S"]
-        .iter()
-        .find_map(|f| NaiveDateTime::parse_from_str(v, f).ok())
-        .map(|t| Some(t.and_utc()))
-        .ok_or_else(|| {
+    parse_date_time(v)
+        .or_else(|_| parse_date_time(&format!("{v}:00")))
+        .map(|(t, _)| Some(t))
+        .map_err(|_| {
             bad_request(&format!(
                 "{name}: a time such as 2026-12-04T17:30 (UTC) or 2026-12-04T17:30:00+01:00"
             ))
@@ -283,11 +269,7 @@ pub async fn inbox(
                 ),
                 esc(&e.channel),
                 esc(&e.topic),
-                esc(if e.partner.is_empty() {
-                    "(anonymous)"
-                } else {
-                    &e.partner
-                }),
+                esc(sender_shown(&e.partner)),
                 link(&group_href(&e.partner, &e.group_id), &e.group_id),
                 e.number.map_or("—".into(), |n| n.to_string()),
                 when(&e.received_at),
@@ -340,14 +322,7 @@ pub async fn inbox_message(
             ("Offset", e.offset.to_string()),
             ("Topic", esc(&e.topic)),
             ("Channel", esc(&e.channel)),
-            (
-                "Partner",
-                esc(if e.partner.is_empty() {
-                    "(anonymous)"
-                } else {
-                    &e.partner
-                }),
-            ),
+            ("Partner", esc(sender_shown(&e.partner))),
             (
                 "Group id",
                 link(&group_href(&e.partner, &e.group_id), &e.group_id),

@@ -57,6 +57,15 @@ fn partner_query(partner: &str) -> &str {
     }
 }
 
+/// A sender as the store keeps it, shown ("" is a caller without a configured partner).
+fn sender_shown(partner: &str) -> &str {
+    if partner.is_empty() {
+        "(anonymous)"
+    } else {
+        partner
+    }
+}
+
 /// A `partner` query value as the store keeps partners ("" for `NO_PARTNER`).
 fn partner_filter(value: Option<&str>) -> Option<&str> {
     value.map(|p| if p == NO_PARTNER { "" } else { p })

@@ -10,7 +10,7 @@ use chrono::Duration;
 
 use super::super::Operator;
 use super::super::html::{esc, link, query_value, table};
-use super::{MAX_SUBSCRIPTIONS, Page, partner_query, shown, store};
+use super::{MAX_SUBSCRIPTIONS, Page, partner_query, sender_shown, shown, store};
 use crate::http::AppState;
 use crate::metrics::{ANONYMOUS, faults_answered};
 use crate::outbound::operator::in_doubt_by_partner;
@@ -20,16 +20,11 @@ const RATE_WINDOW_SECONDS: i64 = 60;
 /// Messages a poll may settle looked at, at most, to count those in doubt.
 const IN_DOUBT_LOOKED_AT: usize = 5_000;
 
-/// A partner as the store keeps it ("" for anonymous senders and URL destinations), shown.
-fn partner_name(partner: &str, empty: &str) -> String {
-    esc(if partner.is_empty() { empty } else { partner })
-}
-
 /// A partner as the fault tally labels it (`ANONYMOUS` for callers without one), shown as
 /// the store's partners are.
 fn fault_partner(label: &str) -> String {
     esc(if label == ANONYMOUS {
-        "(anonymous)"
+        sender_shown("")
     } else {
         label
     })
@@ -120,7 +115,7 @@ fn receiving(traffic: &crate::store::Traffic) -> String {
             );
             vec![
                 link(&search, &r.channel),
-                partner_name(&r.partner, "(anonymous)"),
+                esc(sender_shown(&r.partner)),
                 at_least(r.received, floor),
                 format!(
                     "{}{:.2}",
@@ -161,7 +156,7 @@ fn receiving(traffic: &crate::store::Traffic) -> String {
     let owed: Vec<Vec<String>> = traffic
         .callbacks_owed
         .iter()
-        .map(|(p, n)| vec![partner_name(p, "(anonymous)"), n.to_string()])
+        .map(|(p, n)| vec![esc(sender_shown(p)), n.to_string()])
         .collect();
     html.push_str(&table(
         "Callback acks owed, by partner",
@@ -195,7 +190,11 @@ fn sending(
             };
             let doubt = in_doubt.by_partner.get(&s.partner).copied().unwrap_or(0);
             vec![
-                partner_name(&s.partner, "(URL destinations)"),
+                esc(if s.partner.is_empty() {
+                    "(URL destinations)"
+                } else {
+                    &s.partner
+                }),
                 link(&list("queued"), &state(&s.states, "queued").to_string()),
                 link(&list("sent"), &state(&s.states, "sent").to_string()),
                 at_least(doubt, !in_doubt.complete),
