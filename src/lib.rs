@@ -14,6 +14,7 @@ pub mod config;
 pub mod delivery;
 pub mod hex;
 pub mod http;
+pub mod inbound;
 pub mod metrics;
 pub mod ops;
 pub mod outbound;

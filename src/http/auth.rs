@@ -28,37 +28,22 @@ pub enum Door {
     Callback,
 }
 
-/// What the handler tells the access log about a request: filled in as it decides.
-#[derive(Debug, Clone, Default)]
-pub struct AccessNote {
-    pub group_id: Option<String>,
-    pub number: Option<u64>,
-    /// What became of it: `delivered`, `duplicate`, `buffered`, a fault code, `poll`, …
-    pub verdict: Option<String>,
-    /// The WS-R fault it got, if any (then also its `verdict`).
-    pub fault: Option<crate::wsr::FaultCode>,
-}
+/// What the handler tells the access log about a request: the receiving services' `Note`.
+pub use crate::inbound::Note as AccessNote;
 
-impl AccessNote {
-    pub fn faulted(&mut self, code: crate::wsr::FaultCode) {
-        self.verdict = Some(code.local_name().to_owned());
-        self.fault = Some(code);
+/// The verdict as a metrics label: a bounded word, faults as one (`fault`).
+fn verdict_label(note: &AccessNote) -> Option<&'static str> {
+    if note.fault.is_some() {
+        return Some("fault");
     }
-
-    /// The verdict as a metrics label: a bounded word, faults as one (`fault`).
-    fn verdict_label(&self) -> Option<&'static str> {
-        if self.fault.is_some() {
-            return Some("fault");
-        }
-        Some(match self.verdict.as_deref()? {
-            "delivered" => "delivered",
-            "buffered" => "buffered",
-            "duplicate" => "duplicate",
-            "poll" => "poll",
-            "not stored" => "not_stored",
-            _ => "other",
-        })
-    }
+    Some(match note.verdict.as_deref()? {
+        "delivered" => "delivered",
+        "buffered" => "buffered",
+        "duplicate" => "duplicate",
+        "poll" => "poll",
+        "not stored" => "not_stored",
+        _ => "other",
+    })
 }
 
 /// The handler's handle on its request's `AccessNote` (a request extension).
@@ -114,7 +99,7 @@ pub async fn guard(
     };
     let note = access.taken();
     if door == Door::Channel
-        && let Some(verdict) = note.verdict_label()
+        && let Some(verdict) = verdict_label(&note)
     {
         // Only requests the handler decided reach here with a verdict, so the channel is a
         // configured one (an unknown channel is a 404 before): a bounded label.

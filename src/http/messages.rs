@@ -17,17 +17,15 @@ use utoipa::{IntoParams, ToSchema};
 use super::AppState;
 use super::admin::{ApiPath, ApiQuery, Caller, Problem};
 use super::openapi::{OutboundMessage, ProblemBody};
-use super::soap::{self, SoapBody, content_type, version_hint};
 use crate::config::AgreementSpec;
 use crate::outbound::destination::check_destination;
 use crate::outbound::view::message_json;
 use crate::store::outbound::{
-    IdempotencyKey, OutFilter, OutMessage, ReplySource, Submission, SubmitError, Submitted,
+    IdempotencyKey, OutFilter, OutMessage, Submission, SubmitError, Submitted,
 };
 use crate::wsr::datetime::date_time_string;
 use crate::wsr::{
-    GroupId, Headers, Limits, ReplyPattern, ReplyTo, SoapVersion, read_envelope, read_message,
-    write_envelope,
+    GroupId, Headers, Limits, ReplyPattern, ReplyTo, SoapVersion, read_envelope, write_envelope,
 };
 
 #[derive(Debug, Deserialize, ToSchema)]
@@ -564,63 +562,4 @@ pub async fn events(
         },
     );
     Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
-}
-
-/// `POST /wsr/_callback`: acks and faults partners send for our Callback-pattern messages.
-pub async fn callback(
-    State(app): State<AppState>,
-    caller: Option<axum::Extension<crate::partners::Caller>>,
-    access: Option<axum::Extension<super::auth::Access>>,
-    headers: HeaderMap,
-    SoapBody(body): SoapBody,
-) -> Response {
-    let access = access.map(|a| a.0).unwrap_or_default();
-    let env = match read_message(content_type(&headers), &body, &app.config.limits) {
-        Ok(env) => env,
-        Err(defect) => {
-            access.note(|n| n.verdict = Some(defect.code.local_name().to_owned()));
-            return soap::fault(version_hint(&headers), defect.code, &defect.reason, None);
-        }
-    };
-    let Some(response) = env.response else {
-        return soap::fault(
-            env.version,
-            crate::wsr::FaultCode::InvalidRequest,
-            "no wsrm:Response header: this endpoint takes acknowledgments",
-            None,
-        );
-    };
-    let caller = caller.map(|c| c.0).unwrap_or_default();
-    let partners = app.config.partners.settled_by(&caller);
-    let source = ReplySource::Callback {
-        partners: &partners,
-    };
-    match app
-        .store
-        .apply_replies(&response.replies, source, app.clock.now())
-        .await
-    {
-        Ok(settled) => {
-            access.note(|n| n.verdict = Some(format!("{} settled", settled.len())));
-            if settled.is_empty() {
-                // Acks for messages sent to someone else, unknown or already settled: the
-                // caller learns nothing from the answer, the operator learns of it here.
-                tracing::info!(
-                    partner = caller.key(),
-                    statements = response.replies.len(),
-                    "a callback settled nothing (not this caller's messages, or settled already)"
-                );
-            }
-            soap::accepted()
-        }
-        Err(e) => {
-            crate::store::health::log_store_failure("callback acks not applied", &e);
-            soap::fault(
-                env.version,
-                crate::wsr::FaultCode::MessageProcessingFailure,
-                "acknowledgments not recorded; send them again",
-                None,
-            )
-        }
-    }
 }

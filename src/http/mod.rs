@@ -88,7 +88,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route(
             "/wsr/_callback",
-            partners(auth::Door::Callback, post(messages::callback)),
+            partners(auth::Door::Callback, post(wsr::callback)),
         )
         .route(
             "/wsr/{channel}",

@@ -1,0 +1,174 @@
+//! The receiving RMP as services (DESIGN §3): what a reliable message or a PollRequest posted
+//! to `/wsr/{channel}` gets. Each service takes the store, the clock, the settings, the
+//! authenticated caller and a read envelope, decides over the store, and returns a domain
+//! `Answer` with what the access log should say of it. Never axum, never rendering: that is
+//! `http/wsr.rs` and `http/soap.rs`.
+
+pub mod callback;
+pub mod poll;
+pub mod receive;
+
+use std::net::{IpAddr, SocketAddr};
+
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::partners::Caller;
+use crate::rmp::agreement::Agreement;
+use crate::store::Store;
+use crate::wsr::{FaultCode, Response, SoapVersion};
+
+/// What the services work with: the store, the clock every decision reads, the settings.
+#[derive(Clone, Copy)]
+pub struct Inbound<'a> {
+    pub store: &'a Store,
+    pub clock: &'a dyn Clock,
+    pub config: &'a Config,
+}
+
+/// How a request is answered, before it is rendered (DESIGN D4, D5, D11).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Answer {
+    /// HTTP 200 with a `wsrm:Response` header and an empty Body; `None`: nothing to say on
+    /// this connection (answered by callback or poll, or not yet), HTTP 202 with no body.
+    Replies(Option<Response>),
+    /// A SOAP Fault. With `replies`, the message's own fault indication (and any poll answers)
+    /// ride along in the header — the Response pattern's fault (D4); without, a synchronous
+    /// fault for a message whose reply pattern cannot carry it.
+    Fault {
+        code: FaultCode,
+        reason: String,
+        replies: Option<Response>,
+    },
+    /// Header blocks marked `mustUnderstand` that this gateway does not understand (SOAP's
+    /// own MustUnderstand fault, not a WS-R one).
+    NotUnderstood(Vec<String>),
+}
+
+impl Answer {
+    /// A synchronous WS-R fault, with no `wsrm:Response`.
+    pub fn fault(code: FaultCode, reason: impl Into<String>) -> Answer {
+        Answer::Fault {
+            code,
+            reason: reason.into(),
+            replies: None,
+        }
+    }
+}
+
+/// A service's answer, in the SOAP version to render it in, with its access-log note.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub version: SoapVersion,
+    pub answer: Answer,
+    pub note: Note,
+}
+
+/// What the access log and the metrics say of one `/wsr` request: filled in as the service
+/// decides.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Note {
+    pub group_id: Option<String>,
+    pub number: Option<u64>,
+    /// What became of it: `delivered`, `duplicate`, `buffered`, a fault code, `poll`, …
+    pub verdict: Option<String>,
+    /// The WS-R fault it got, if any (then also its `verdict`).
+    pub fault: Option<FaultCode>,
+}
+
+impl Note {
+    pub fn faulted(&mut self, code: FaultCode) {
+        self.verdict = Some(code.local_name().to_owned());
+        self.fault = Some(code);
+    }
+}
+
+/// Who sent the request: the authenticated partner (or an anonymous caller), and the source
+/// its new groups count against.
+#[derive(Debug, Clone, Default)]
+pub struct Sender {
+    pub caller: Caller,
+    /// `partner:{name}`, or the anonymous peer's address (`source_of`).
+    pub source: String,
+}
+
+impl Sender {
+    /// New groups count against the partner's quota, or the peer address's when anonymous.
+    pub fn new(caller: Caller, peer: Option<SocketAddr>) -> Sender {
+        let source = match &caller.partner {
+            Some(name) => format!("partner:{name}"),
+            None => source_of(peer),
+        };
+        Sender { caller, source }
+    }
+
+    /// Whose state the request may see and change ("" for an anonymous caller, D14).
+    pub fn partner(&self) -> &str {
+        self.caller.key()
+    }
+}
+
+/// The source an anonymous request's new groups count against: the peer's IPv4 address, or
+/// its IPv6 /64 (one host may hold a whole /64, so a single address would be no quota at all).
+pub fn source_of(peer: Option<SocketAddr>) -> String {
+    let Some(addr) = peer else {
+        return String::new();
+    };
+    // An IPv4 address written as IPv6 (`::ffff:192.0.2.7`) is that IPv4 address.
+    match addr.ip().to_canonical() {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+        }
+    }
+}
+
+/// The agreement a channel holds `caller` to, or `None` for a channel that does not exist:
+/// a partner's own agreement narrows the channel's (D14).
+pub fn agreement_for(config: &Config, channel: &str, caller: &Caller) -> Option<Agreement> {
+    let channel_agreement = config.channels.get(channel)?;
+    let profile = caller
+        .partner
+        .as_deref()
+        .and_then(|p| config.partners.get(p));
+    Some(match profile {
+        Some(p) => channel_agreement.for_partner(p.inbound.offers.as_deref(), &p.inbound.requires),
+        None => channel_agreement.clone(),
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod testing;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn of(addr: &str) -> String {
+        source_of(Some(addr.parse().expect("address")))
+    }
+
+    #[test]
+    fn a_source_is_an_ipv4_address_or_an_ipv6_64() {
+        assert_eq!(of("192.0.2.7:4000"), "192.0.2.7");
+        assert_eq!(of("192.0.2.7:4001"), "192.0.2.7", "any port");
+        assert_eq!(of("[2001:db8:1:2:aaaa::1]:80"), "2001:db8:1:2::/64");
+        assert_eq!(
+            of("[2001:db8:1:2:bbbb::9]:80"),
+            "2001:db8:1:2::/64",
+            "one /64"
+        );
+        assert_eq!(of("[::ffff:192.0.2.7]:80"), "192.0.2.7");
+        assert_eq!(source_of(None), "");
+    }
+
+    #[test]
+    fn a_named_partner_counts_against_its_own_quota() {
+        let caller = Caller {
+            partner: Some("acme".into()),
+        };
+        let sender = Sender::new(caller, Some("192.0.2.7:4000".parse().expect("addr")));
+        assert_eq!(sender.source, "partner:acme");
+        assert_eq!(sender.partner(), "acme");
+    }
+}
