@@ -1,5 +1,6 @@
 //! `/api/v1/messages`, `/api/v1/groups/{id}/close`, `/api/v1/events` for applications that send
-//! through the gateway, and `/wsr/_callback`, where partners post acks for our messages.
+//! through the gateway: parse → call the sending side (`outbound::submit`, the store's
+//! outbound reads) → render.
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -17,56 +18,11 @@ use utoipa::{IntoParams, ToSchema};
 use super::AppState;
 use super::admin::{ApiPath, ApiQuery, Caller, Problem};
 use super::openapi::{OutboundMessage, ProblemBody};
-use crate::config::AgreementSpec;
-use crate::outbound::destination::check_destination;
+use crate::outbound::submit::{self, Refusal, Sending, Submitter};
 use crate::outbound::view::message_json;
-use crate::store::outbound::{
-    IdempotencyKey, OutFilter, OutMessage, Submission, SubmitError, Submitted,
-};
+use crate::store::outbound::{IdempotencyKey, OutFilter, OutMessage, SubmitError, Submitted};
+use crate::wsr::GroupId;
 use crate::wsr::datetime::date_time_string;
-use crate::wsr::{
-    GroupId, Headers, Limits, ReplyPattern, ReplyTo, SoapVersion, read_envelope, write_envelope,
-};
-
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SubmitBody {
-    /// A URL, or the name of a partner in the configuration.
-    destination: String,
-    /// The name of an agreement in the configuration, or one given inline.
-    #[serde(default)]
-    #[schema(schema_with = super::openapi::agreement_schema)]
-    agreement: Option<AgreementRef>,
-    #[serde(default)]
-    group: Option<GroupRef>,
-    /// `1.1` (default) or `1.2`.
-    #[serde(default)]
-    soap_version: Option<String>,
-    /// The SOAP Body's content: well-formed XML, no envelope parts.
-    body: String,
-    /// A registered push endpoint to POST the message's fate to.
-    #[serde(default)]
-    notify_url: Option<String>,
-}
-
-/// An agreement by name, or inline (checked field by field after the request is parsed, so
-/// that a mistake names the agreement's field).
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum AgreementRef {
-    Named(String),
-    Inline(serde_json::Map<String, Value>),
-}
-
-#[derive(Debug, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-struct GroupRef {
-    /// An existing group to continue; absent = a new group.
-    #[serde(default)]
-    id: Option<String>,
-    #[serde(default)]
-    last: bool,
-}
 
 fn invalid(field: &str, reason: impl Into<String>) -> Problem {
     Problem::field(field, reason.into())
@@ -126,7 +82,7 @@ fn submit_problem(e: SubmitError) -> Problem {
     summary = "Submit a message for the gateway to send reliably",
     params(("Idempotency-Key" = Option<String>, Header,
         description = "Makes the submit safe to retry: 1 to 255 visible ASCII characters")),
-    request_body = SubmitBody,
+    request_body = super::openapi::SubmitBody,
     responses(
         (status = 202, description = "Stored; it is sent from here", body = SubmitAnswer,
             headers(("Idempotent-Replayed" = String, description = "`true` on a retried submit"))),
@@ -141,136 +97,38 @@ pub async fn submit(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, Problem> {
-    let submitter = caller.principal.clone();
     let key = idempotency_key(&headers)?;
     let raw: Value = serde_json::from_slice(&body).map_err(|e| invalid("body", e.to_string()))?;
     // Scoped by principal: applications cannot collide on (or probe) each other's keys.
     let idempotency = key.map(|key| IdempotencyKey {
-        principal: caller.principal,
+        principal: caller.principal.clone(),
         key,
         fingerprint: fingerprint(&raw),
     });
-    if let Some(idem) = &idempotency
-        && let Some(earlier) = app
-            .store
-            .earlier_submission(idem)
-            .await
-            .map_err(submit_problem)?
-    {
-        return Ok(submitted_answer(&earlier));
-    }
-    let req: SubmitBody =
-        serde_json::from_value(raw).map_err(|e| invalid("body", e.to_string()))?;
-    // D15: configured partners, or a URL only where the operator allows them — and never an
-    // internal address it did not list. Refused here, before anything is stored or sent, so
-    // that message fates cannot tell what answers where.
-    let partner = app.config.partners.get(&req.destination);
-    let destination = match partner {
-        Some(p) => p.outbound.address.clone().ok_or_else(|| {
-            invalid(
-                "destination",
-                format!("partner {:?} has no address to send to", req.destination),
-            )
-        })?,
-        None if !app.config.destinations.allow_urls() => {
-            return Err(invalid(
-                "destination",
-                format!(
-                    "{:?} is not a configured partner (URL destinations are not allowed: \
-                     allow_url_destinations)",
-                    req.destination
-                ),
-            ));
-        }
-        None => {
-            check_destination(&app.config.destinations, &req.destination)
-                .await
-                .map_err(|why| invalid("destination", format!("{:?} {why}", req.destination)))?;
-            req.destination.clone()
-        }
+    let submitter = Submitter {
+        principal: caller.principal,
+        operator: caller.admin,
     };
-    let base = &app.config.default_agreement;
-    let partner_agreement = partner.and_then(|p| p.outbound.agreement.as_ref());
-    let agreement = match req.agreement {
-        // A partner's own agreement, where the submission names none.
-        None => match partner_agreement.and_then(|name| app.config.agreements.get(name)) {
-            Some(spec) => spec.over(base),
-            None => base.clone(),
-        },
-        Some(AgreementRef::Named(name)) => app
-            .config
-            .agreements
-            .get(&name)
-            .ok_or_else(|| invalid("agreement", format!("no agreement named {name:?}")))?
-            .over(base),
-        Some(AgreementRef::Inline(fields)) => {
-            serde_json::from_value::<AgreementSpec>(Value::Object(fields))
-                .map_err(|e| invalid("agreement", e.to_string()))?
-                .over(base)
-        }
-    };
-    let checked = agreement
-        .check()
-        .map_err(|(field, why)| invalid(&format!("agreement.{field}"), why))?;
-    let version = match req.soap_version.as_deref() {
-        None | Some("1.1") => SoapVersion::Soap11,
-        Some("1.2") => SoapVersion::Soap12,
-        Some(other) => {
-            return Err(invalid(
-                "soap_version",
-                format!("{other:?} is not \"1.1\" or \"1.2\""),
-            ));
-        }
-    };
-    check_body(version, &req.body)?;
-    // Notify URLs are application webhooks: registered like push endpoints, in that registry.
-    if let Some(url) = &req.notify_url
-        && !app.store.is_push_endpoint(url).await?
-    {
-        return Err(invalid(
-            "notify_url",
-            format!("{url:?} is not a registered webhook (see /api/v1/push-endpoints)"),
-        ));
-    }
-    let group_id = match req.group.as_ref().and_then(|g| g.id.as_deref()) {
-        None => None,
-        Some(id) => Some(GroupId::parse(id).map_err(|why| invalid("group.id", why))?),
-    };
-    let sequenced = req.group.is_some() || checked.message_order;
-    if req.group.as_ref().is_some_and(|g| g.last) && !sequenced {
-        return Err(invalid("group.last", "a singleton has no group to end"));
-    }
     let now = app.clock.now();
-    let reply = match checked.reply_pattern {
-        ReplyPattern::Callback(_) => ReplyPattern::Callback(ReplyTo::bare(&app.callback_url)),
-        other => other,
-    };
-    let submission = Submission {
-        id: new_id(now),
-        destination,
-        partner: partner.map(|p| p.name.clone()).unwrap_or_default(),
-        group_id,
-        sequenced,
-        last: req.group.as_ref().is_some_and(|g| g.last),
-        ack_requested: checked.ack_requested,
-        duplicate_elimination: checked.duplicate_elimination,
-        message_order: checked.message_order,
-        reply,
-        version,
-        body: req.body,
-        expiry: now + checked.lifetime,
-        schedule: checked.schedule,
-        notify_url: req.notify_url,
-        idempotency,
-        principal: submitter,
-        any_group: caller.admin,
-    };
-    let submitted = app
-        .store
-        .submit(submission, now)
+    let submitted = submit::submit(sending_of(&app), raw, submitter, idempotency, now)
         .await
-        .map_err(submit_problem)?;
+        .map_err(|refusal| match refusal {
+            Refusal::Invalid { field, reason } => invalid(&field, reason),
+            Refusal::Store(e) => submit_problem(e),
+        })?;
     Ok(submitted_answer(&submitted))
+}
+
+/// What submit preparation reads of the application.
+fn sending_of(app: &AppState) -> Sending<'_> {
+    Sending {
+        store: &app.store,
+        partners: &app.config.partners,
+        destinations: &app.config.destinations,
+        agreements: &app.config.agreements,
+        default_agreement: &app.config.default_agreement,
+        callback_url: &app.callback_url,
+    }
 }
 
 /// The answer to a submit.
@@ -300,41 +158,6 @@ fn submitted_answer(submitted: &Submitted) -> Response {
             .insert(IDEMPOTENT_REPLAYED, HeaderValue::from_static("true"));
     }
     response
-}
-
-/// The body must be well-formed XML our codec accepts, so that the envelope we store and
-/// resend is valid: checked by reading it back inside an envelope.
-fn check_body(version: SoapVersion, body: &str) -> Result<(), Problem> {
-    let probe = write_envelope(version, Headers::default(), body);
-    match read_envelope(probe.as_bytes(), &Limits::default()) {
-        Ok(env)
-            if env.request.is_none() && env.response.is_none() && env.poll_request.is_none() =>
-        {
-            Ok(())
-        }
-        Ok(_) => Err(invalid(
-            "body",
-            "the body must not contain SOAP envelope parts",
-        )),
-        Err(defect) => Err(invalid(
-            "body",
-            format!("not well-formed XML: {}", defect.reason),
-        )),
-    }
-}
-
-/// A message id: a UUID v7 — time-ordered, so listings sort by submission, and with 74 random
-/// bits from the OS, so ids are unique across processes and hosts (two containerised gateways
-/// are both pid 1) and a partner cannot guess a neighbour of one it saw. Our groupIds are made
-/// from it (`mid:{id}@wsr-gateway`).
-fn new_id(now: chrono::DateTime<chrono::Utc>) -> String {
-    let millis = u64::try_from(now.timestamp_millis()).unwrap_or(0);
-    let ts = uuid::Timestamp::from_unix(
-        uuid::NoContext,
-        millis / 1000,
-        ((millis % 1000) * 1_000_000) as u32,
-    );
-    uuid::Uuid::new_v7(ts).to_string()
 }
 
 /// The principal whose outbound messages `caller` sees: its own, or (`None`) everyone's for

@@ -11,6 +11,7 @@ use axum::Extension;
 use axum::http::header;
 use axum::response::IntoResponse;
 use serde::Serialize;
+use serde_json::Value;
 use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{Content, Ref, RefOr, Response, ResponseBuilder};
@@ -177,6 +178,41 @@ pub fn agreement_schema() -> Schema {
 // Shapes built outside `http/` (by `outbound::view`, `delivery`, `delivery::subscription`),
 // described here so that those rooms need no OpenAPI dependency; the `openapi` integration
 // test and `.ci/openapi-check` hold real answers against them.
+
+// A submission: a description of `outbound::submit::SubmitRequest`, whose serde attributes
+// these repeat (so that the two describe one shape).
+#[derive(serde::Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)] // a description only: the request is read by outbound::submit
+pub struct SubmitBody {
+    /// A URL, or the name of a partner in the configuration.
+    destination: String,
+    /// The name of an agreement in the configuration, or one given inline.
+    #[serde(default)]
+    #[schema(schema_with = agreement_schema)]
+    agreement: Option<Value>,
+    #[serde(default)]
+    group: Option<GroupRef>,
+    /// `1.1` (default) or `1.2`.
+    #[serde(default)]
+    soap_version: Option<String>,
+    /// The SOAP Body's content: well-formed XML, no envelope parts.
+    body: String,
+    /// A registered push endpoint to POST the message's fate to.
+    #[serde(default)]
+    notify_url: Option<String>,
+}
+
+#[derive(serde::Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+#[allow(dead_code)] // a description only: `outbound::submit::GroupRef`
+struct GroupRef {
+    /// An existing group to continue; absent = a new group.
+    #[serde(default)]
+    id: Option<String>,
+    #[serde(default)]
+    last: bool,
+}
 
 /// An outbound message and its fate (`outbound::view::message_json`).
 #[derive(ToSchema)]

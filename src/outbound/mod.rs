@@ -10,4 +10,5 @@ pub mod http_client;
 pub mod operator;
 pub mod partner_clients;
 pub mod sender;
+pub mod submit;
 pub mod view;

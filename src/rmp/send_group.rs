@@ -7,7 +7,10 @@
 use chrono::{DateTime, Utc};
 
 use super::sender::{Event, OutState, Outbound};
-use crate::wsr::FaultCode;
+use crate::wsr::{
+    FaultCode, GroupId, Headers, MessageId, ReplyPattern, Request, SequenceNum, SoapVersion,
+    write_envelope,
+};
 
 /// A stored outbound group as the rules see it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -92,6 +95,81 @@ pub fn join_group(
         number: Some(number),
         next_number: number.saturating_add(1),
         last_number: joining.last.then_some(number),
+    })
+}
+
+/// Our message as the sending RMP numbers it and writes it once: what a submission says,
+/// borrowed (the store's `Submission::outgoing`).
+#[derive(Debug, Clone, Copy)]
+pub struct Outgoing<'a> {
+    /// The message id; a new group's id is made from it (`our_group_id`).
+    pub id: &'a str,
+    /// The group to continue, or `None`: a new one.
+    pub group_id: Option<&'a GroupId>,
+    pub joining: Joining<'a>,
+    pub ack_requested: bool,
+    pub duplicate_elimination: bool,
+    pub reply: &'a ReplyPattern,
+    pub version: SoapVersion,
+    pub body: &'a str,
+    pub expiry: DateTime<Utc>,
+}
+
+/// Where a planned submission goes, and the envelope it is sent in, unchanged, on every
+/// attempt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Planned {
+    pub group_id: GroupId,
+    /// Whether the group is new (inserted) or continued (its numbering updated).
+    pub new_group: bool,
+    pub numbered: Numbered,
+    pub envelope: String,
+}
+
+/// The groupId of a group our message `id` starts: unguessable and unique across gateways
+/// (D14), as the message id is.
+pub fn our_group_id(id: &str) -> Result<GroupId, String> {
+    GroupId::parse(&format!("mid:{id}@wsr-gateway"))
+}
+
+/// The submit plan: a new group for `out`, or the next number of `existing` (the stored
+/// group `out.group_id` names, read by the store), with the `Request` and envelope written
+/// once. `Err` is a conflict the application must fix.
+pub fn plan_submit(out: &Outgoing<'_>, existing: Option<&GroupRow>) -> Result<Planned, String> {
+    let (group_id, new_group, numbered) = match (out.group_id, existing) {
+        (None, _) => (our_group_id(out.id)?, true, start_group(out.joining)),
+        (Some(id), Some(group)) => (
+            id.clone(),
+            false,
+            join_group(id.as_str(), group, out.joining)?,
+        ),
+        (Some(id), None) => return Err(format!("no outbound group {id}")),
+    };
+    let request = Request {
+        message_id: MessageId {
+            group_id: group_id.clone(),
+            sequence: numbered.number.map(|number| SequenceNum {
+                number,
+                last: out.joining.last,
+                group_limit: None,
+            }),
+        },
+        expiry_time: out.expiry,
+        reply_pattern: out.reply.clone(),
+        ack_requested: out.ack_requested,
+        duplicate_elimination: out.duplicate_elimination,
+        message_order: out.joining.ordered,
+    };
+    let headers = Headers {
+        request: Some(&request),
+        ..Headers::default()
+    };
+    let envelope = write_envelope(out.version, headers, out.body);
+    Ok(Planned {
+        group_id,
+        new_group,
+        numbered,
+        envelope,
     })
 }
 
@@ -283,6 +361,93 @@ mod tests {
         Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0)
             .single()
             .expect("date")
+    }
+
+    fn outgoing<'a>(
+        group: Option<&'a GroupId>,
+        last: bool,
+        reply: &'a ReplyPattern,
+    ) -> Outgoing<'a> {
+        Outgoing {
+            id: "0190-abc",
+            group_id: group,
+            joining: Joining {
+                destination: "http://peer/wsr",
+                sequenced: true,
+                ordered: true,
+                last,
+            },
+            ack_requested: true,
+            duplicate_elimination: true,
+            reply,
+            version: SoapVersion::Soap12,
+            body: "<m:Order xmlns:m=\"urn:test\"/>",
+            expiry: t0(),
+        }
+    }
+
+    fn read_back(envelope: &str) -> Request {
+        crate::wsr::read_envelope(envelope.as_bytes(), &crate::wsr::Limits::default())
+            .expect("our envelope reads")
+            .request
+            .expect("with its Request")
+    }
+
+    #[test]
+    fn a_new_group_is_named_from_the_message_id_and_starts_at_zero() {
+        let reply = ReplyPattern::Response;
+        let plan = plan_submit(&outgoing(None, false, &reply), None).expect("planned");
+        assert_eq!(plan.group_id.as_str(), "mid:0190-abc@wsr-gateway");
+        assert!(plan.new_group);
+        assert_eq!(plan.numbered.number, Some(0));
+        let request = read_back(&plan.envelope);
+        assert_eq!(request.message_id.group_id, plan.group_id);
+        assert_eq!(request.key().number, Some(0));
+        assert!(request.message_order && request.ack_requested);
+        assert!(
+            plan.envelope.contains("urn:test"),
+            "the body is in the envelope"
+        );
+    }
+
+    #[test]
+    fn a_continued_group_numbers_in_submit_order_and_marks_last() {
+        let id = GroupId::parse("mid:g@wsr-gateway").expect("id");
+        let stored = GroupRow {
+            destination: "http://peer/wsr".into(),
+            ordered: true,
+            sequenced: true,
+            next_number: 7,
+            last_number: None,
+            has_failed: false,
+        };
+        let reply = ReplyPattern::Poll;
+        let plan = plan_submit(&outgoing(Some(&id), true, &reply), Some(&stored)).expect("plan");
+        assert!(!plan.new_group);
+        assert_eq!(plan.numbered.number, Some(7));
+        assert_eq!(plan.numbered.last_number, Some(7));
+        let request = read_back(&plan.envelope);
+        let sequence = request.message_id.sequence.expect("numbered");
+        assert_eq!((sequence.number, sequence.last), (7, true));
+        assert_eq!(request.reply_pattern, ReplyPattern::Poll);
+    }
+
+    #[test]
+    fn a_group_that_is_not_stored_or_does_not_fit_is_a_conflict() {
+        let id = GroupId::parse("mid:g@wsr-gateway").expect("id");
+        let reply = ReplyPattern::Response;
+        let missing = plan_submit(&outgoing(Some(&id), false, &reply), None);
+        assert_eq!(missing, Err("no outbound group mid:g@wsr-gateway".into()));
+        let elsewhere = GroupRow {
+            destination: "http://other/wsr".into(),
+            ordered: true,
+            sequenced: true,
+            next_number: 1,
+            last_number: None,
+            has_failed: false,
+        };
+        let refused = plan_submit(&outgoing(Some(&id), false, &reply), Some(&elsewhere));
+        assert!(refused.is_err_and(|why| why.contains("goes to http://other/wsr")));
     }
 
     fn joining(ordered: bool, last: bool) -> Joining<'static> {

@@ -10,6 +10,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::{StoreError, StoreFuture};
+use crate::rmp::send_group::{Joining, Outgoing};
 use crate::rmp::sender::{OutState, Outbound, RetrySchedule};
 use crate::wsr::{GroupId, MessageKey, Reply, ReplyPattern, SoapVersion};
 
@@ -43,6 +44,28 @@ pub struct Submission {
     pub principal: String,
     /// Whether it may continue any principal's group (operators), or only its own.
     pub any_group: bool,
+}
+
+impl Submission {
+    /// The message as the sending RMP's submit plan sees it (`send_group::plan_submit`).
+    pub fn outgoing(&self) -> Outgoing<'_> {
+        Outgoing {
+            id: &self.id,
+            group_id: self.group_id.as_ref(),
+            joining: Joining {
+                destination: &self.destination,
+                sequenced: self.sequenced,
+                ordered: self.message_order,
+                last: self.last,
+            },
+            ack_requested: self.ack_requested,
+            duplicate_elimination: self.duplicate_elimination,
+            reply: &self.reply,
+            version: self.version,
+            body: &self.body,
+            expiry: self.expiry,
+        }
+    }
 }
 
 /// An application's `Idempotency-Key`: unique per principal, stored with the fingerprint of

@@ -1,6 +1,6 @@
 //! The outbound changes that shape groups, one transaction each: a submission (its
-//! idempotency key, its group and number by `send_group::start_group` / `join_group`, its
-//! envelope written once) and closing a group after the fact (`send_group::close_group`).
+//! idempotency key, then `send_group::plan_submit` over its locked group row: the group and
+//! number, and the envelope written once) and closing a group after the fact (`send_group::close_group`).
 //! Both hold the group's row lock while they decide, so that gateways number one group in
 //! one order and never close it under a submit.
 
@@ -11,14 +11,14 @@ use sqlx::postgres::PgConnection;
 use super::rows::{EARLIER_SUBMISSION, keyed};
 use super::write::Events;
 use super::{Doing, Failure};
-use crate::rmp::send_group::{self, Close, GroupRow, Joining, Newest};
+use crate::rmp::send_group::{self, Close, GroupRow, Newest, Planned};
 use crate::store::StoreError;
 use crate::store::outbound::{IdempotencyKey, Submission, SubmitError, Submitted};
 use crate::store::postgres::{Announcement, PostgresStore};
 use crate::store::stored_outbound::{encode_schedule, mark_last, state_of};
 use crate::store::time::millis;
 use crate::store::wakes::Wakes;
-use crate::wsr::{GroupId, Headers, MessageId, Request, SequenceNum, SoapVersion, write_envelope};
+use crate::wsr::{GroupId, SoapVersion};
 
 /// A try's answer: stored, or refused (its transaction rolled back).
 type Answer<T> = Result<Result<T, SubmitError>, Failure>;
@@ -84,6 +84,44 @@ async fn lock_group(
     }))
 }
 
+/// The plan's group write: a new group (false when it exists already), or the continued
+/// one's numbering, under the lock `lock_group` took.
+async fn write_group(
+    c: &mut PgConnection,
+    plan: &Planned,
+    s: &Submission,
+    now: DateTime<Utc>,
+) -> Result<bool, Failure> {
+    let numbered = &plan.numbered;
+    if !plan.new_group {
+        sqlx::query("UPDATE out_groups SET next_number = $1, last_number = $2 WHERE group_id = $3")
+            .bind(numbered.next_number as i64)
+            .bind(numbered.last_number.map(|n| n as i64))
+            .bind(plan.group_id.as_str())
+            .execute(&mut *c)
+            .await
+            .doing("numbering an outbound group")?;
+        return Ok(true);
+    }
+    let created = sqlx::query(
+        "INSERT INTO out_groups (group_id, destination, ordered, sequenced, \
+         next_number, last_number, created_at, principal) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (group_id) DO NOTHING",
+    )
+    .bind(plan.group_id.as_str())
+    .bind(&s.destination)
+    .bind(s.message_order)
+    .bind(s.sequenced)
+    .bind(numbered.next_number as i64)
+    .bind(numbered.last_number.map(|n| n as i64))
+    .bind(millis(now))
+    .bind(&s.principal)
+    .execute(&mut *c)
+    .await
+    .doing("creating an outbound group")?;
+    Ok(created.rows_affected() == 1)
+}
+
 pub(super) async fn submit(
     store: &PostgresStore,
     s: &Submission,
@@ -96,86 +134,22 @@ pub(super) async fn submit(
             return Ok(answer);
         }
     }
-    let joining = Joining {
-        destination: &s.destination,
-        sequenced: s.sequenced,
-        ordered: s.message_order,
-        last: s.last,
+    let existing = match &s.group_id {
+        None => None,
+        Some(group_id) => lock_group(&mut tx, group_id, s).await?,
     };
-    let (group_id, number) = match &s.group_id {
-        None => {
-            let group_id = GroupId::parse(&format!("mid:{}@wsr-gateway", s.id))
-                .map_err(StoreError::Corrupt)?;
-            let numbered = send_group::start_group(joining);
-            let created = sqlx::query(
-                "INSERT INTO out_groups (group_id, destination, ordered, sequenced, \
-                 next_number, last_number, created_at, principal) \
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8) ON CONFLICT (group_id) DO NOTHING",
-            )
-            .bind(group_id.as_str())
-            .bind(&s.destination)
-            .bind(s.message_order)
-            .bind(s.sequenced)
-            .bind(numbered.next_number as i64)
-            .bind(numbered.last_number.map(|n| n as i64))
-            .bind(millis(now))
-            .bind(&s.principal)
-            .execute(&mut *tx)
-            .await
-            .doing("creating an outbound group")?;
-            // Only a message id submitted twice names a group that exists.
-            if created.rows_affected() != 1 {
-                return Ok(Err(SubmitError::Conflict(format!(
-                    "outbound group {group_id} exists already"
-                ))));
-            }
-            (group_id, numbered.number)
-        }
-        Some(group_id) => {
-            let Some(group) = lock_group(&mut tx, group_id, s).await? else {
-                return Ok(Err(SubmitError::Conflict(format!(
-                    "no outbound group {group_id}"
-                ))));
-            };
-            let numbered = match send_group::join_group(group_id.as_str(), &group, joining) {
-                Ok(numbered) => numbered,
-                Err(why) => return Ok(Err(SubmitError::Conflict(why))),
-            };
-            sqlx::query(
-                "UPDATE out_groups SET next_number = $1, last_number = $2 WHERE group_id = $3",
-            )
-            .bind(numbered.next_number as i64)
-            .bind(numbered.last_number.map(|n| n as i64))
-            .bind(group_id.as_str())
-            .execute(&mut *tx)
-            .await
-            .doing("numbering an outbound group")?;
-            (group_id.clone(), numbered.number)
-        }
+    let plan = match send_group::plan_submit(&s.outgoing(), existing.as_ref()) {
+        Ok(plan) => plan,
+        Err(why) => return Ok(Err(SubmitError::Conflict(why))),
     };
-    let request = Request {
-        message_id: MessageId {
-            group_id: group_id.clone(),
-            sequence: number.map(|n| SequenceNum {
-                number: n,
-                last: s.last,
-                group_limit: None,
-            }),
-        },
-        expiry_time: s.expiry,
-        reply_pattern: s.reply.clone(),
-        ack_requested: s.ack_requested,
-        duplicate_elimination: s.duplicate_elimination,
-        message_order: s.message_order,
-    };
-    let envelope = write_envelope(
-        s.version,
-        Headers {
-            request: Some(&request),
-            ..Headers::default()
-        },
-        &s.body,
-    );
+    if !write_group(&mut tx, &plan, s, now).await? {
+        // Only a message id submitted twice names a new group that exists.
+        return Ok(Err(SubmitError::Conflict(format!(
+            "outbound group {} exists already",
+            plan.group_id
+        ))));
+    }
+    let (group_id, number) = (plan.group_id, plan.numbered.number);
     let idem = s.idempotency.as_ref();
     // A key another gateway stored since the lookup above waits here for that gateway's
     // commit, then inserts nothing: the next try answers its message.
@@ -193,7 +167,7 @@ pub(super) async fn submit(
     .bind(&s.destination)
     .bind(s.version == SoapVersion::Soap12)
     .bind(s.reply.value())
-    .bind(envelope)
+    .bind(plan.envelope)
     .bind(millis(s.expiry))
     .bind(encode_schedule(&s.schedule))
     .bind(millis(now))

@@ -1,19 +1,19 @@
 //! The outbound changes that shape groups, on the writer's connection: a submission (its
-//! idempotency key, its group and number by `send_group::start_group` / `join_group`, its
-//! envelope written once) and closing a group after the fact (`send_group::close_group`).
+//! idempotency key, then `send_group::plan_submit` over its group's row: the group and
+//! number, and the envelope written once) and closing a group after the fact (`send_group::close_group`).
 
 use chrono::{DateTime, Utc};
 use rusqlite::{OptionalExtension, params};
 
 use super::rows::{EARLIER_SUBMISSION, encode_schedule, state_of};
 use super::write::{Changed, insert_event};
-use crate::rmp::send_group::{self, Close, GroupRow, Joining, Newest};
+use crate::rmp::send_group::{self, Close, GroupRow, Newest, Planned};
 use crate::store::StoreError;
 use crate::store::outbound::{IdempotencyKey, KeyedSubmission, Submission, SubmitError, Submitted};
 use crate::store::sqlite::{Change, Wakes};
 use crate::store::stored_outbound::mark_last;
 use crate::store::time::millis;
-use crate::wsr::{GroupId, Headers, MessageId, Request, SequenceNum, SoapVersion, write_envelope};
+use crate::wsr::{GroupId, SoapVersion};
 
 type Conn = rusqlite::Connection;
 
@@ -36,6 +36,70 @@ fn earlier(
     Ok(earlier.map(|e| idem.replay(e)))
 }
 
+/// The group a submission continues: another principal's answers as one that does not
+/// exist.
+fn read_group(
+    conn: &Conn,
+    group_id: &GroupId,
+    s: &Submission,
+) -> Result<Option<GroupRow>, StoreError> {
+    Ok(conn
+        .prepare_cached(
+            "SELECT destination, ordered, sequenced, next_number, last_number, \
+             EXISTS (SELECT 1 FROM out_messages o WHERE o.group_id = ?1 \
+               AND o.state IN ('faulted', 'failed')) \
+             FROM out_groups WHERE group_id = ?1 AND (?2 OR principal = ?3)",
+        )?
+        .query_row(params![group_id.as_str(), s.any_group, s.principal], |r| {
+            Ok(GroupRow {
+                destination: r.get(0)?,
+                ordered: r.get::<_, i64>(1)? != 0,
+                sequenced: r.get::<_, i64>(2)? != 0,
+                next_number: r.get::<_, i64>(3)?.max(0) as u64,
+                last_number: r.get::<_, Option<i64>>(4)?.map(|n| n as u64),
+                has_failed: r.get::<_, i64>(5)? != 0,
+            })
+        })
+        .optional()?)
+}
+
+/// The plan's group write: a new group, or the continued one's numbering.
+fn write_group(
+    conn: &Conn,
+    plan: &Planned,
+    s: &Submission,
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    let numbered = &plan.numbered;
+    if plan.new_group {
+        conn.prepare_cached(
+            "INSERT INTO out_groups (group_id, destination, ordered, sequenced, \
+             next_number, last_number, created_at, principal) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+        )?
+        .execute(params![
+            plan.group_id.as_str(),
+            s.destination,
+            i64::from(s.message_order),
+            i64::from(s.sequenced),
+            numbered.next_number as i64,
+            numbered.last_number.map(|n| n as i64),
+            millis(now),
+            s.principal,
+        ])?;
+    } else {
+        conn.prepare_cached(
+            "UPDATE out_groups SET next_number = ?1, last_number = ?2 WHERE group_id = ?3",
+        )?
+        .execute(params![
+            numbered.next_number as i64,
+            numbered.last_number.map(|n| n as i64),
+            plan.group_id.as_str()
+        ])?;
+    }
+    Ok(())
+}
+
 pub(super) fn submit(
     conn: &Conn,
     s: &Submission,
@@ -49,97 +113,16 @@ pub(super) fn submit(
             None => {}
         }
     }
-    let joining = Joining {
-        destination: &s.destination,
-        sequenced: s.sequenced,
-        ordered: s.message_order,
-        last: s.last,
+    let existing = match &s.group_id {
+        None => None,
+        Some(group_id) => read_group(conn, group_id, s)?,
     };
-    let (group_id, number) = match &s.group_id {
-        None => {
-            let group_id = GroupId::parse(&format!("mid:{}@wsr-gateway", s.id))
-                .map_err(StoreError::Corrupt)?;
-            let numbered = send_group::start_group(joining);
-            conn.prepare_cached(
-                "INSERT INTO out_groups (group_id, destination, ordered, sequenced, \
-                 next_number, last_number, created_at, principal) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            )?
-            .execute(params![
-                group_id.as_str(),
-                s.destination,
-                i64::from(s.message_order),
-                i64::from(s.sequenced),
-                numbered.next_number as i64,
-                numbered.last_number.map(|n| n as i64),
-                millis(now),
-                s.principal,
-            ])?;
-            (group_id, numbered.number)
-        }
-        Some(group_id) => {
-            // Another principal's group answers as one that does not exist.
-            let group = conn
-                .prepare_cached(
-                    "SELECT destination, ordered, sequenced, next_number, last_number, \
-                     EXISTS (SELECT 1 FROM out_messages o WHERE o.group_id = ?1 \
-                       AND o.state IN ('faulted', 'failed')) \
-                     FROM out_groups WHERE group_id = ?1 AND (?2 OR principal = ?3)",
-                )?
-                .query_row(params![group_id.as_str(), s.any_group, s.principal], |r| {
-                    Ok(GroupRow {
-                        destination: r.get(0)?,
-                        ordered: r.get::<_, i64>(1)? != 0,
-                        sequenced: r.get::<_, i64>(2)? != 0,
-                        next_number: r.get::<_, i64>(3)?.max(0) as u64,
-                        last_number: r.get::<_, Option<i64>>(4)?.map(|n| n as u64),
-                        has_failed: r.get::<_, i64>(5)? != 0,
-                    })
-                })
-                .optional()?;
-            let Some(group) = group else {
-                return Ok(Change::Refuse(SubmitError::Conflict(format!(
-                    "no outbound group {group_id}"
-                ))));
-            };
-            let numbered = match send_group::join_group(group_id.as_str(), &group, joining) {
-                Ok(numbered) => numbered,
-                Err(why) => return Ok(Change::Refuse(SubmitError::Conflict(why))),
-            };
-            conn.prepare_cached(
-                "UPDATE out_groups SET next_number = ?1, last_number = ?2 WHERE group_id = ?3",
-            )?
-            .execute(params![
-                numbered.next_number as i64,
-                numbered.last_number.map(|n| n as i64),
-                group_id.as_str()
-            ])?;
-            (group_id.clone(), numbered.number)
-        }
+    let plan = match send_group::plan_submit(&s.outgoing(), existing.as_ref()) {
+        Ok(plan) => plan,
+        Err(why) => return Ok(Change::Refuse(SubmitError::Conflict(why))),
     };
-    let request = Request {
-        message_id: MessageId {
-            group_id: group_id.clone(),
-            sequence: number.map(|n| SequenceNum {
-                number: n,
-                last: s.last,
-                group_limit: None,
-            }),
-        },
-        expiry_time: s.expiry,
-        reply_pattern: s.reply.clone(),
-        ack_requested: s.ack_requested,
-        duplicate_elimination: s.duplicate_elimination,
-        message_order: s.message_order,
-    };
-    let envelope = write_envelope(
-        s.version,
-        Headers {
-            request: Some(&request),
-            ..Headers::default()
-        },
-        &s.body,
-    );
+    write_group(conn, &plan, s, now)?;
+    let (group_id, number) = (plan.group_id, plan.numbered.number);
     let idem = s.idempotency.as_ref();
     conn.prepare_cached(
         "INSERT INTO out_messages (id, group_id, number, destination, soap12, reply_pattern, \
@@ -155,7 +138,7 @@ pub(super) fn submit(
         s.destination,
         i64::from(s.version == SoapVersion::Soap12),
         s.reply.value(),
-        envelope,
+        plan.envelope,
         millis(s.expiry),
         encode_schedule(&s.schedule),
         millis(now),
