@@ -2,27 +2,22 @@
 //! through the gateway: parse → call the sending side (`outbound::submit`, the store's
 //! outbound reads) → render.
 
-use std::convert::Infallible;
-use std::time::Duration;
-
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
-use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
-use super::admin::{ApiPath, ApiQuery, Caller, Problem};
-use super::openapi::{OutboundMessage, ProblemBody};
+use super::api::{ApiPath, ApiQuery, Caller, Problem, ProblemBody};
+use super::openapi::OutboundMessage;
 use crate::outbound::submit::{self, Refusal, Sending, Submitter};
 use crate::outbound::view::message_json;
 use crate::store::outbound::{IdempotencyKey, OutFilter, OutMessage, SubmitError, Submitted};
 use crate::wsr::GroupId;
-use crate::wsr::datetime::date_time_string;
 
 fn invalid(field: &str, reason: impl Into<String>) -> Problem {
     Problem::field(field, reason.into())
@@ -160,12 +155,6 @@ fn submitted_answer(submitted: &Submitted) -> Response {
     response
 }
 
-/// The principal whose outbound messages `caller` sees: its own, or (`None`) everyone's for
-/// an operator.
-fn sees(caller: &Caller) -> Option<&str> {
-    (!caller.admin).then_some(caller.principal.as_str())
-}
-
 #[utoipa::path(
     get,
     path = "/api/v1/messages/{id}",
@@ -184,7 +173,11 @@ pub async fn get_message(
 ) -> Result<Json<Value>, Problem> {
     let message = app.store.out_message(&id).await?;
     // Another principal's message answers as one that does not exist: ids are no oracle.
-    let visible = |m: &OutMessage| sees(&caller).is_none_or(|p| m.principal.as_deref() == Some(p));
+    let visible = |m: &OutMessage| {
+        caller
+            .sees_outbound()
+            .is_none_or(|p| m.principal.as_deref() == Some(p))
+    };
     match message.filter(visible) {
         Some(m) => Ok(Json(message_json(&m))),
         None => Err(Problem(
@@ -246,7 +239,7 @@ pub async fn list_messages(
         .store
         .out_messages_of(
             &OutFilter {
-                principal: sees(&caller),
+                principal: caller.sees_outbound(),
                 state: q.state.as_deref(),
                 group: q.group.as_deref(),
                 partner: q.partner.as_deref(),
@@ -291,98 +284,8 @@ pub async fn close_group(
     let group_id = GroupId::parse(&id).map_err(|why| invalid("id", why))?;
     let last = app
         .store
-        .close_group(&group_id, sees(&caller))
+        .close_group(&group_id, caller.sees_outbound())
         .await
         .map_err(submit_problem)?;
     Ok(Json(ClosedGroup { group_id: id, last }))
-}
-
-#[derive(Deserialize, IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct EventsQuery {
-    /// The event `seq` to start after (the last `id:` seen; default 0: from the start).
-    after: Option<i64>,
-}
-
-/// The data of one `state` event of `GET /api/v1/events` (JSON).
-#[derive(Serialize, ToSchema)]
-pub struct StateEvent {
-    seq: i64,
-    /// The message's id.
-    id: String,
-    /// Its new state.
-    state: String,
-    detail: Option<String>,
-    at: String,
-}
-
-/// Server-sent events of state changes, from `after` on, as they happen: of the caller's own
-/// messages (an operator: of all). At most `MAX_EVENT_STREAMS` open per principal.
-#[utoipa::path(
-    get,
-    path = "/api/v1/events",
-    tag = "produce",
-    summary = "Follow state changes of outbound messages as server-sent events",
-    description = "Events named `state`, each with `id:` its seq and `data:` a StateEvent as \
-                   JSON; keep-alive comments between. The stream does not end by itself.",
-    params(EventsQuery),
-    responses(
-        (status = 200, description = "A stream of `state` events; each event's data is a StateEvent",
-            content_type = "text/event-stream", body = String),
-        (status = 400, description = "A query parameter that does not parse", body = ProblemBody),
-        (status = 429, description = "The principal holds too many streams open", body = ProblemBody),
-    )
-)]
-pub async fn events(
-    Extension(caller): Extension<Caller>,
-    State(app): State<AppState>,
-    ApiQuery(q): ApiQuery<EventsQuery>,
-) -> Result<Sse<impl futures_core::Stream<Item = Result<SseEvent, Infallible>>>, Problem> {
-    let slot = app.event_streams.take(&caller.principal).ok_or_else(|| {
-        Problem(
-            StatusCode::TOO_MANY_REQUESTS,
-            "too-many-streams",
-            format!(
-                "{} holds {} event streams open already; close one first",
-                caller.principal,
-                app.event_streams.max()
-            ),
-        )
-    })?;
-    let store = app.store.clone();
-    let start = q.after.unwrap_or(0);
-    let pending: Vec<crate::store::outbound::OutEvent> = Vec::new();
-    let principal = sees(&caller).map(str::to_owned);
-    // The slot lives in the stream's state: it is given back when the stream is dropped.
-    let stream = futures_util::stream::unfold(
-        ((store, principal, slot), start, pending),
-        |(own, mut after, mut pending)| async move {
-            loop {
-                if let Some(e) = pending.pop() {
-                    let data = json!(StateEvent {
-                        seq: e.seq,
-                        id: e.message_id,
-                        state: e.state,
-                        detail: e.detail,
-                        at: date_time_string(&e.at),
-                    });
-                    let event = SseEvent::default()
-                        .id(e.seq.to_string())
-                        .event("state")
-                        .data(data.to_string());
-                    return Some((Ok(event), (own, after, pending)));
-                }
-                let (store, principal, _slot) = &own;
-                match store.out_events_of(principal.as_deref(), after, 100).await {
-                    Ok(batch) if !batch.is_empty() => {
-                        after = batch.last().map_or(after, |e| e.seq);
-                        pending = batch.into_iter().rev().collect();
-                    }
-                    // Nothing new: look again shortly (events are rare next to the messages).
-                    _ => tokio::time::sleep(Duration::from_millis(250)).await,
-                }
-            }
-        },
-    );
-    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
 }

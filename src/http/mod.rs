@@ -4,8 +4,10 @@
 //! request: its request id and span (`request_id.rs`) and its latency histogram.
 
 mod admin;
+pub mod api;
 pub mod auth;
 mod console;
+mod events;
 mod forwarded;
 pub mod messages;
 pub mod openapi;
@@ -128,7 +130,7 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
         .routes(guarded(ADMIN, routes!(operator::resend)))
         .routes(guarded(ADMIN, routes!(operator::fail)))
         .routes(guarded(PRODUCE, routes!(m::close_group)))
-        .routes(guarded(PRODUCE, routes!(m::events)))
+        .routes(guarded(PRODUCE, routes!(events::events)))
         .routes(guarded(
             ADMIN,
             routes!(
@@ -171,7 +173,7 @@ async fn require(
     mut request: Request,
     next: Next,
 ) -> Response {
-    match admin::authorize(&app, request.headers(), scopes).await {
+    match api::authorize(&app, request.headers(), scopes).await {
         Ok(caller) => {
             request.extensions_mut().insert(caller);
             next.run(request).await

@@ -10,13 +10,13 @@ use std::sync::Arc;
 use axum::Extension;
 use axum::http::header;
 use axum::response::IntoResponse;
-use serde::Serialize;
 use serde_json::Value;
 use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme};
 use utoipa::openapi::{Content, Ref, RefOr, Response, ResponseBuilder};
 use utoipa::{IntoResponses, Modify, OpenApi, ToSchema};
 
+use super::api::ProblemBody;
 use crate::config::Scope;
 
 /// The name of the bearer scheme in `components.securitySchemes`.
@@ -35,7 +35,7 @@ const BEARER: &str = "bearer";
     modifiers(&BearerScheme),
     // StateEvent: named by no JSON answer (it is the data of each event of a stream), so
     // listed here to be in the document at all.
-    components(schemas(ProblemBody, super::messages::StateEvent))
+    components(schemas(ProblemBody, super::events::StateEvent))
 )]
 pub struct ApiDoc;
 
@@ -59,15 +59,6 @@ impl Modify for BearerScheme {
             ),
         );
     }
-}
-
-/// Every JSON problem answer of `/api/v1`: a stable error kind and a reason for people.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct ProblemBody {
-    /// A stable kind: `unauthorized`, `forbidden`, `invalid-field`, `not-found`, `conflict`, …
-    pub error: &'static str,
-    /// Why, for people; an invalid field's reason starts with the field's name.
-    pub reason: String,
 }
 
 /// A JSON problem response, described once and referenced.

@@ -11,8 +11,8 @@ use serde_json::Value;
 use utoipa::ToSchema;
 
 use super::AppState;
-use super::admin::{ApiPath, Caller, Problem, json_body};
-use super::openapi::{OutboundMessage, ProblemBody};
+use super::api::{ApiPath, Caller, Problem, ProblemBody, json_body};
+use super::openapi::OutboundMessage;
 use crate::outbound::operator::{ActionError, OperatorAction, act, check_reason};
 use crate::outbound::view::message_json;
 

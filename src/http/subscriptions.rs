@@ -21,10 +21,9 @@ use serde_json::{Value, json};
 use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
-use super::admin::{ApiPath, ApiQuery, Caller, Problem, json_body as body};
-use super::openapi::{
-    InboxMessage, ProblemBody, Subscription as SubscriptionSchema, SubscriptionRequest,
-};
+use super::api::ProblemBody;
+use super::api::{ApiPath, ApiQuery, Caller, Problem, json_body as body};
+use super::openapi::{InboxMessage, Subscription as SubscriptionSchema, SubscriptionRequest};
 use crate::delivery::lease::Outcome;
 use crate::delivery::pull::fetch_waiting;
 use crate::delivery::receipt::{Receipt, ReceiptError};

@@ -21,7 +21,7 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 
 use super::AppState;
-use super::admin::{Caller, authorized_token, caller_of};
+use super::api::{Caller, authorized_token, caller_of};
 use crate::config::Scope;
 
 /// The sign-in cookie (`session::sign`).
@@ -225,7 +225,7 @@ async fn login(
     }
     let configured = match authorized_token(&app, token, &[Scope::Admin]).await {
         Ok(configured) => configured,
-        Err(super::admin::Problem(_, _, why)) => {
+        Err(super::api::Problem(_, _, why)) => {
             return login_page(StatusCode::UNAUTHORIZED, Some(why));
         }
     };

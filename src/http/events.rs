@@ -1,0 +1,107 @@
+//! `GET /api/v1/events`: state changes of outbound messages as server-sent events, read from
+//! the store's event log; at most `MAX_EVENT_STREAMS` open per principal (`streams`).
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::Extension;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use utoipa::{IntoParams, ToSchema};
+
+use super::AppState;
+use super::api::{ApiQuery, Caller, Problem, ProblemBody};
+use crate::wsr::datetime::date_time_string;
+
+#[derive(Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct EventsQuery {
+    /// The event `seq` to start after (the last `id:` seen; default 0: from the start).
+    after: Option<i64>,
+}
+
+/// The data of one `state` event of `GET /api/v1/events` (JSON).
+#[derive(Serialize, ToSchema)]
+pub struct StateEvent {
+    seq: i64,
+    /// The message's id.
+    id: String,
+    /// Its new state.
+    state: String,
+    detail: Option<String>,
+    at: String,
+}
+
+/// Server-sent events of state changes, from `after` on, as they happen: of the caller's own
+/// messages (an operator: of all). At most `MAX_EVENT_STREAMS` open per principal.
+#[utoipa::path(
+    get,
+    path = "/api/v1/events",
+    tag = "produce",
+    summary = "Follow state changes of outbound messages as server-sent events",
+    description = "Events named `state`, each with `id:` its seq and `data:` a StateEvent as \
+                   JSON; keep-alive comments between. The stream does not end by itself.",
+    params(EventsQuery),
+    responses(
+        (status = 200, description = "A stream of `state` events; each event's data is a StateEvent",
+            content_type = "text/event-stream", body = String),
+        (status = 400, description = "A query parameter that does not parse", body = ProblemBody),
+        (status = 429, description = "The principal holds too many streams open", body = ProblemBody),
+    )
+)]
+pub async fn events(
+    Extension(caller): Extension<Caller>,
+    State(app): State<AppState>,
+    ApiQuery(q): ApiQuery<EventsQuery>,
+) -> Result<Sse<impl futures_core::Stream<Item = Result<SseEvent, Infallible>>>, Problem> {
+    let slot = app.event_streams.take(&caller.principal).ok_or_else(|| {
+        Problem(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too-many-streams",
+            format!(
+                "{} holds {} event streams open already; close one first",
+                caller.principal,
+                app.event_streams.max()
+            ),
+        )
+    })?;
+    let store = app.store.clone();
+    let start = q.after.unwrap_or(0);
+    let pending: Vec<crate::store::outbound::OutEvent> = Vec::new();
+    let principal = caller.sees_outbound().map(str::to_owned);
+    // The slot lives in the stream's state: it is given back when the stream is dropped.
+    let stream = futures_util::stream::unfold(
+        ((store, principal, slot), start, pending),
+        |(own, mut after, mut pending)| async move {
+            loop {
+                if let Some(e) = pending.pop() {
+                    let data = json!(StateEvent {
+                        seq: e.seq,
+                        id: e.message_id,
+                        state: e.state,
+                        detail: e.detail,
+                        at: date_time_string(&e.at),
+                    });
+                    let event = SseEvent::default()
+                        .id(e.seq.to_string())
+                        .event("state")
+                        .data(data.to_string());
+                    return Some((Ok(event), (own, after, pending)));
+                }
+                let (store, principal, _slot) = &own;
+                match store.out_events_of(principal.as_deref(), after, 100).await {
+                    Ok(batch) if !batch.is_empty() => {
+                        after = batch.last().map_or(after, |e| e.seq);
+                        pending = batch.into_iter().rev().collect();
+                    }
+                    // Nothing new: look again shortly (events are rare next to the messages).
+                    _ => tokio::time::sleep(Duration::from_millis(250)).await,
+                }
+            }
+        },
+    );
+    Ok(Sse::new(stream).keep_alive(KeepAlive::default()))
+}
