@@ -4,9 +4,9 @@
 //! the CA that verifies it). `[partners.NAME]` in the config; the old `NAME = "URL"` form is a
 //! partner with an address and nothing else.
 //!
-//! Identification is decided here from what a request presented; the HTTP guard (`http::auth`)
-//! only gathers the headers and the connection's certificate, and turns the outcome into a
-//! status.
+//! Identification is decided here from what a request presented, and admission (`admit`) from
+//! who it is and where it goes; the HTTP guard (`http::auth`) only gathers the headers and the
+//! connection's certificate, and turns the outcome into a status.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -305,6 +305,41 @@ impl Caller {
     }
 }
 
+/// Why a request to `/wsr` may not go on, once it is known who sent it (or that it presented
+/// nothing): the guard logs it and answers with its status.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    /// Nothing presented, where anonymous requests are not allowed (401).
+    CredentialsRequired,
+    /// This partner posted to a channel that is neither its own nor anonymous (403).
+    ChannelNotAllowed { partner: String },
+}
+
+/// The access rule of D14, after identification: a partner may post to its own channels and to
+/// anonymous ones, and may always send acks and faults for our messages (`channel` `None`: the
+/// callback route); a request that presented nothing goes on only where `anonymous_ok`.
+pub fn admit(
+    partner: Option<&Partner>,
+    channel: Option<&str>,
+    anonymous_ok: bool,
+) -> Result<Caller, Refused> {
+    match partner {
+        Some(p) => {
+            let may_post = channel.is_none_or(|c| anonymous_ok || p.inbound.channels.contains(c));
+            if !may_post {
+                return Err(Refused::ChannelNotAllowed {
+                    partner: p.name.clone(),
+                });
+            }
+            Ok(Caller {
+                partner: Some(p.name.clone()),
+            })
+        }
+        None if anonymous_ok => Ok(Caller::default()),
+        None => Err(Refused::CredentialsRequired),
+    }
+}
+
 /// The client certificate a request came with: from this connection's TLS handshake, or
 /// from a trusted proxy's header.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -598,6 +633,36 @@ mod tests {
                 .is_err(),
             "two different partners"
         );
+    }
+
+    #[test]
+    fn partners_post_to_their_channels_and_anyone_where_anonymous() {
+        let acme = partner(
+            "acme",
+            PartnerConfig {
+                channels: vec!["orders".into()],
+                ..PartnerConfig::default()
+            },
+        );
+        let as_acme = Ok(Caller {
+            partner: Some("acme".into()),
+        });
+        assert_eq!(admit(Some(&acme), Some("orders"), false), as_acme);
+        assert_eq!(
+            admit(Some(&acme), Some("invoices"), false),
+            Err(Refused::ChannelNotAllowed {
+                partner: "acme".into()
+            })
+        );
+        assert_eq!(admit(Some(&acme), Some("invoices"), true), as_acme);
+        assert_eq!(admit(Some(&acme), None, false), as_acme, "callbacks");
+        assert_eq!(admit(None, Some("orders"), true), Ok(Caller::default()));
+        assert_eq!(
+            admit(None, Some("orders"), false),
+            Err(Refused::CredentialsRequired)
+        );
+        assert_eq!(admit(None, None, true), Ok(Caller::default()));
+        assert_eq!(admit(None, None, false), Err(Refused::CredentialsRequired));
     }
 
     #[test]

@@ -14,7 +14,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::AppState;
 use super::serve::PeerAddr;
-use crate::partners::{Caller, ClientCertificate, Presented};
+use crate::partners::{self, Caller, ClientCertificate, Presented, Refused};
 
 /// The challenge of a 401: both ways a partner can authenticate over HTTP.
 const CHALLENGE: &str = "Basic realm=\"wsr-gateway\", Bearer realm=\"wsr-gateway\"";
@@ -69,15 +69,7 @@ pub async fn guard(
     next: Next,
 ) -> Response {
     let started = Instant::now();
-    let channel = match door {
-        Door::Channel => request
-            .uri()
-            .path()
-            .strip_prefix("/wsr/")
-            .map(str::to_owned)
-            .unwrap_or_default(),
-        Door::Callback => String::new(),
-    };
+    let channel = channel_of(door, &request);
     let access = Access::default();
     // Taken out of the request, which is not `Sync` and so cannot be borrowed across awaits.
     let authorization = request.headers().get(header::AUTHORIZATION).cloned();
@@ -126,7 +118,21 @@ pub async fn guard(
     response
 }
 
-/// Who may go on, or the answer that stops the request here.
+/// The channel a request to `door` names ("" on the callback route).
+fn channel_of(door: Door, request: &Request) -> String {
+    match door {
+        Door::Channel => request
+            .uri()
+            .path()
+            .strip_prefix("/wsr/")
+            .map(str::to_owned)
+            .unwrap_or_default(),
+        Door::Callback => String::new(),
+    }
+}
+
+/// Who may go on, or the answer that stops the request here: an unknown channel is 404 (a
+/// route, not a rule); who it is and whether it may post are the partners' rules.
 async fn admit(
     app: &AppState,
     door: Door,
@@ -148,32 +154,27 @@ async fn admit(
             return Err(unauthorized(&format!("{why}")));
         }
     };
-    let anonymous_ok = match door {
-        Door::Channel => app.config.anonymous_channels.contains(channel),
-        Door::Callback => app.config.anonymous_callbacks,
+    let (route, anonymous_ok) = match door {
+        Door::Channel => (
+            Some(channel),
+            app.config.anonymous_channels.contains(channel),
+        ),
+        Door::Callback => (None, app.config.anonymous_callbacks),
     };
-    match partner {
-        Some(p) => {
-            let may_post =
-                door == Door::Callback || anonymous_ok || p.inbound.channels.contains(channel);
-            if !may_post {
-                tracing::warn!(peer = ?peer, partner = %p.name, channel, "refused: channel not allowed for this partner");
-                return Err((
-                    StatusCode::FORBIDDEN,
-                    format!("partner {} may not post to channel {channel}\n", p.name),
-                )
-                    .into_response());
-            }
-            Ok(Caller {
-                partner: Some(p.name.clone()),
-            })
+    partners::admit(partner, route, anonymous_ok).map_err(|refused| match refused {
+        Refused::ChannelNotAllowed { partner } => {
+            tracing::warn!(peer = ?peer, partner = %partner, channel, "refused: channel not allowed for this partner");
+            (
+                StatusCode::FORBIDDEN,
+                format!("partner {partner} may not post to channel {channel}\n"),
+            )
+                .into_response()
         }
-        None if anonymous_ok => Ok(Caller::default()),
-        None => {
+        Refused::CredentialsRequired => {
             tracing::warn!(peer = ?peer, channel, "refused: no credentials");
-            Err(unauthorized("credentials required"))
+            unauthorized("credentials required")
         }
-    }
+    })
 }
 
 fn unauthorized(why: &str) -> Response {

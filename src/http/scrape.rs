@@ -74,53 +74,65 @@ fn render(stats: Option<&StoreStats>) -> String {
 
 /// Appends the store's gauges in the Prometheus text format.
 fn render_store(out: &mut String, stats: Option<&StoreStats>) {
-    gauge_head(
+    gauge(
         out,
         "wsr_store_up",
         "1 when the store's gauges below could be read at this scrape",
+        u8::from(stats.is_some()),
     );
-    let _ = writeln!(out, "wsr_store_up {}", u8::from(stats.is_some()));
     let Some(s) = stats else {
         return;
     };
-    gauge_head(
+    gauge(
         out,
         "wsr_store_pending_callbacks",
         "Callback acks owed to partners, not yet taken (cluster-wide)",
+        s.pending_callbacks,
     );
-    let _ = writeln!(out, "wsr_store_pending_callbacks {}", s.pending_callbacks);
-    gauge_head(
+    gauge(
         out,
         "wsr_store_buffered_messages",
         "Ordered messages held for a gap (cluster-wide)",
+        s.buffered_messages,
     );
-    let _ = writeln!(out, "wsr_store_buffered_messages {}", s.buffered_messages);
-    gauge_head(
+    by_state(
         out,
         "wsr_store_groups",
         "Received groups by state (cluster-wide)",
+        &s.groups,
     );
-    for (state, n) in &s.groups {
-        let _ = writeln!(out, "wsr_store_groups{{state=\"{}\"}} {n}", escape(state));
-    }
-    gauge_head(
+    by_state(
         out,
         "wsr_store_outbound_messages",
         "Our messages by state (cluster-wide)",
+        &s.outbound,
     );
-    for (state, n) in &s.outbound {
-        let _ = writeln!(
-            out,
-            "wsr_store_outbound_messages{{state=\"{}\"}} {n}",
-            escape(state)
-        );
-    }
-    gauge_head(
+    gauge(
         out,
         "wsr_store_subscriptions",
         "Subscriptions (cluster-wide)",
+        s.subscriptions.len(),
     );
-    let _ = writeln!(out, "wsr_store_subscriptions {}", s.subscriptions.len());
+    subscription_messages(out, &s.subscriptions);
+}
+
+/// A gauge with one unlabelled series.
+fn gauge(out: &mut String, name: &str, help: &str, value: impl std::fmt::Display) {
+    gauge_head(out, name, help);
+    let _ = writeln!(out, "{name} {value}");
+}
+
+/// A gauge with one series per state (the `state` label), as the store counted them.
+fn by_state(out: &mut String, name: &str, help: &str, counts: &[(String, u64)]) {
+    gauge_head(out, name, help);
+    for (state, n) in counts {
+        let _ = writeln!(out, "{name}{{state=\"{}\"}} {n}", escape(state));
+    }
+}
+
+/// `wsr_store_subscription_messages`: three series per subscription, or one summed set when
+/// there are more than `MAX_SUBSCRIPTION_SERIES` of them.
+fn subscription_messages(out: &mut String, subscriptions: &[SubscriptionStats]) {
     gauge_head(
         out,
         "wsr_store_subscription_messages",
@@ -135,8 +147,8 @@ fn render_store(out: &mut String, stats: Option<&StoreStats>) {
             );
         }
     };
-    if s.subscriptions.len() > MAX_SUBSCRIPTION_SERIES {
-        let sum = |f: fn(&SubscriptionStats) -> u64| s.subscriptions.iter().map(f).sum::<u64>();
+    if subscriptions.len() > MAX_SUBSCRIPTION_SERIES {
+        let sum = |f: fn(&SubscriptionStats) -> u64| subscriptions.iter().map(f).sum::<u64>();
         write(
             "_all",
             sum(|x| x.waiting),
@@ -144,7 +156,7 @@ fn render_store(out: &mut String, stats: Option<&StoreStats>) {
             sum(|x| x.dead_letters),
         );
     } else {
-        for sub in &s.subscriptions {
+        for sub in subscriptions {
             write(&sub.name, sub.waiting, sub.in_flight, sub.dead_letters);
         }
     }
