@@ -11,8 +11,7 @@ use chrono::{
     DateTime, Datelike, Months, NaiveDate, NaiveDateTime, NaiveTime, TimeDelta, Timelike, Utc,
 };
 
-use super::fault::excerpt;
-use super::lexical::xml_trim;
+use super::lexical::{excerpt, xml_trim};
 
 /// Whether a parsed dateTime carried a zone. Zone-less values are read as UTC (D12) and the
 /// caller may want to log that, since a peer writing local time is an interop hazard.

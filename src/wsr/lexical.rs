@@ -1,5 +1,6 @@
 //! Lexical forms of the simple XSD types on the wire other than time: `xs:unsignedLong` and
 //! `xs:boolean`. Lenient on input (surrounding whitespace, a leading `+`), exact on output.
+//! And `excerpt`: how any wire value is quoted in a reason. A leaf of `wsr/`.
 
 /// Trims XML whitespace (space, tab, CR, LF) only: other Unicode spaces are content.
 pub fn xml_trim(s: &str) -> &str {
@@ -11,20 +12,35 @@ pub fn is_xml_char(c: char) -> bool {
     matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{D7FF}' | '\u{E000}'..='\u{FFFD}' | '\u{10000}'..)
 }
 
+/// The start of a wire value for a defect's reason: at most 64 characters, so that a hostile
+/// value cannot make the reason (and the SOAP Fault or log line carrying it) large, with
+/// control and non-XML characters replaced so the fault we write stays well-formed.
+pub fn excerpt(s: &str) -> std::borrow::Cow<'_, str> {
+    let cut = match s.char_indices().nth(64) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    };
+    let clean = |c: char| !c.is_control() && is_xml_char(c);
+    if cut.chars().all(clean) {
+        std::borrow::Cow::Borrowed(cut)
+    } else {
+        cut.chars()
+            .map(|c| if clean(c) { c } else { '\u{FFFD}' })
+            .collect()
+    }
+}
+
 /// Parses an `xs:unsignedLong` over the full `u64` range. Leading zeros are valid.
 pub fn parse_unsigned_long(raw: &str) -> Result<u64, String> {
     let s = xml_trim(raw);
     let digits = s.strip_prefix('+').unwrap_or(s);
     if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(format!(
-            "'{}' is not an xs:unsignedLong",
-            super::fault::excerpt(raw)
-        ));
+        return Err(format!("'{}' is not an xs:unsignedLong", excerpt(raw)));
     }
     digits.parse::<u64>().map_err(|_| {
         format!(
             "'{}' is above the xs:unsignedLong maximum 18446744073709551615",
-            super::fault::excerpt(raw)
+            excerpt(raw)
         )
     })
 }

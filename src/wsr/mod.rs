@@ -4,6 +4,7 @@
 //! Pure: no I/O, no clock, no store. Nothing else in the crate touches bytes on the wire.
 
 pub mod datetime;
+pub mod defect;
 pub mod fault;
 pub mod lexical;
 pub mod mime;
@@ -11,7 +12,8 @@ pub mod model;
 pub mod read;
 pub mod write;
 
-pub use fault::{Defect, FaultCategory, FaultCode, FaultRoute};
+pub use defect::{Defect, FaultRoute};
+pub use fault::{FaultCategory, FaultCode};
 pub use model::{
     GroupId, GroupLimit, MessageId, MessageKey, PollRequest, RefToMessageIds, Reply, ReplyPattern,
     ReplyRange, ReplyTo, Request, Response, SeqRange, SequenceNum, SoapVersion,

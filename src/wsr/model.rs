@@ -8,8 +8,8 @@ use std::fmt;
 
 use chrono::{DateTime, Utc};
 
-use super::FaultCode;
 use super::datetime::XsDuration;
+use super::fault::FaultCode;
 use super::lexical::{check_any_uri, xml_trim};
 
 /// The two SOAP envelope versions.
@@ -79,7 +79,7 @@ impl GroupId {
         check_any_uri(trimmed).map_err(|why| {
             format!(
                 "groupId '{}' is not an xs:anyURI: {why}",
-                super::fault::excerpt(trimmed)
+                super::lexical::excerpt(trimmed)
             )
         })?;
         Ok(GroupId(trimmed.to_owned()))

@@ -9,8 +9,9 @@
 mod blocks;
 mod xml;
 
-use super::fault::excerpt;
-use super::fault::{Defect, FaultCode};
+use super::defect::Defect;
+use super::fault::FaultCode;
+use super::lexical::excerpt;
 use super::lexical::xml_trim;
 use super::mime;
 use super::model::{PollRequest, Request, Response, SoapVersion};

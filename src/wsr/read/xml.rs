@@ -15,7 +15,7 @@ use quick_xml::name::{PrefixDeclaration, QName};
 use quick_xml::{Reader, XmlVersion};
 
 use super::Limits;
-use crate::wsr::fault::excerpt;
+use crate::wsr::lexical::excerpt;
 use crate::wsr::lexical::{is_xml_char, xml_trim};
 use crate::wsr::model::{REF_NS, SOAP11_NS, SOAP12_NS, SoapVersion, WSRM_NS};
 

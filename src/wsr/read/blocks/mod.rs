@@ -14,8 +14,9 @@ use std::borrow::Cow;
 
 use super::Quirk;
 use super::xml::{Elem, Node, Ns, XmlCursor};
-use crate::wsr::fault::excerpt;
-use crate::wsr::fault::{Defect, FaultCode};
+use crate::wsr::defect::Defect;
+use crate::wsr::fault::FaultCode;
+use crate::wsr::lexical::excerpt;
 use crate::wsr::lexical::{check_any_uri, parse_boolean, parse_unsigned_long, xml_trim};
 use crate::wsr::model::{ReplyTo, SeqRange, SoapVersion};
 

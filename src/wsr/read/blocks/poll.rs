@@ -3,8 +3,9 @@
 //! `ReplyTo` in another reference scheme).
 
 use super::{BlockReader, FirstProblem, ReplyToProblem, sync};
-use crate::wsr::fault::excerpt;
-use crate::wsr::fault::{Defect, FaultCode};
+use crate::wsr::defect::Defect;
+use crate::wsr::fault::FaultCode;
+use crate::wsr::lexical::excerpt;
 use crate::wsr::model::{GroupId, PollRequest, RefToMessageIds, ReplyTo};
 use crate::wsr::read::Quirk;
 use crate::wsr::read::xml::{Elem, Ns};

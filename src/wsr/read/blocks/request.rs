@@ -4,8 +4,9 @@
 
 use super::{BlockReader, FirstProblem, ReplyToProblem, owned, sync};
 use crate::wsr::datetime::{XsDuration, Zone, parse_date_time};
-use crate::wsr::fault::excerpt;
-use crate::wsr::fault::{Defect, FaultCode, FaultRoute};
+use crate::wsr::defect::{Defect, FaultRoute};
+use crate::wsr::fault::FaultCode;
+use crate::wsr::lexical::excerpt;
 use crate::wsr::lexical::{parse_boolean, parse_unsigned_long, xml_trim};
 use crate::wsr::model::{
     GroupId, GroupLimit, MessageId, MessageKey, ReplyPattern, ReplyTo, Request, SequenceNum,

@@ -3,8 +3,9 @@
 //! acked that were not. An empty one is tolerated as "nothing to report" (D12).
 
 use super::{BlockReader, FirstProblem, sync};
-use crate::wsr::fault::excerpt;
-use crate::wsr::fault::{Defect, FaultCode};
+use crate::wsr::defect::Defect;
+use crate::wsr::fault::FaultCode;
+use crate::wsr::lexical::excerpt;
 use crate::wsr::model::{GroupId, Reply, ReplyRange, Response};
 use crate::wsr::read::Quirk;
 use crate::wsr::read::xml::{Elem, Ns};
