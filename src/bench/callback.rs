@@ -9,7 +9,7 @@ use anyhow::Context as _;
 use serde_json::json;
 use tokio::sync::oneshot;
 
-use super::load::{Outcome, envelope, key, post};
+use super::wire::{Outcome, envelope, key, post};
 use super::{BenchArgs, Shared};
 use crate::rmp::replies::items;
 use crate::wsr::read::{Limits, read_envelope};

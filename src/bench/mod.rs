@@ -20,6 +20,7 @@ mod callback;
 mod e2e;
 mod load;
 mod report;
+mod wire;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
