@@ -24,11 +24,11 @@ use super::AppState;
 use super::api::ProblemBody;
 use super::api::{ApiPath, ApiQuery, Caller, Problem, json_body as body};
 use super::openapi::{InboxMessage, Subscription as SubscriptionSchema, SubscriptionRequest};
+use crate::consume::pull::fetch_waiting;
+use crate::consume::view::{MessageView, message_json};
 use crate::delivery::lease::Outcome;
-use crate::delivery::pull::fetch_waiting;
 use crate::delivery::receipt::{Receipt, ReceiptError};
 use crate::delivery::subscription::{CreateRequest, Mode, SpecError};
-use crate::delivery::{MessageView, message_json};
 use crate::store::delivery::{DeadLetterChange, DeliveryError, Subscription};
 use crate::wsr::datetime::date_time_string;
 
