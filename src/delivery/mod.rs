@@ -2,8 +2,9 @@
 //! subscription rules, unforgeable per-attempt receipts, one message's lease/outcome state
 //! machine, the choice of what a member gets, group heads, sessions coming and going, what
 //! handing out and settling do, and when time alone changes something. No I/O, no store, no
-//! tokio: the workers that apply these rules over the store live in `consume`.
+//! async runtime: the workers that apply these rules over the store live in `consume`.
 
+pub mod access;
 pub mod filter;
 pub mod group;
 pub mod lease;

@@ -1,12 +1,7 @@
 //! `/api/v1/subscriptions`, `/api/v1/sessions`, `/api/v1/settle`, `/api/v1/extend`: how
 //! applications consume the inbox (DESIGN §5). Thin: the rules are `delivery::subscription`,
-//! the decisions `delivery::lease` and `delivery::pick`, the state `store::delivery`.
-//!
-//! Access: the creator of a subscription owns it; other principals need a grant to join, fetch
-//! or settle. Operators (admin scope) may inspect, delete and manage dead letters of any
-//! subscription, but take messages only where they are owner or grantee like anyone else.
-//! Every principal takes and sees messages only within its token's `topics`: a subscription
-//! whose filter reaches beyond them cannot be created, joined, fetched from or inspected by it.
+//! who may do what `delivery::access`, the decisions `delivery::lease` and `delivery::pick`,
+//! the state `store::delivery`; this module reads requests and renders answers and refusals.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -26,6 +21,7 @@ use super::api::{ApiPath, ApiQuery, Caller, Problem, json_body as body};
 use super::openapi::{InboxMessage, Subscription as SubscriptionSchema, SubscriptionRequest};
 use crate::consume::pull::fetch_waiting;
 use crate::consume::view::{MessageView, message_json};
+use crate::delivery::access::{self, Consumer, Denied};
 use crate::delivery::lease::Outcome;
 use crate::delivery::receipt::{Receipt, ReceiptError};
 use crate::delivery::subscription::{CreateRequest, Mode, SpecError};
@@ -73,13 +69,48 @@ fn problem_refusal(Problem(status, error, reason): Problem) -> Refusal {
     (status, json!({ "error": error, "reason": reason }))
 }
 
-fn forbidden(caller: &Caller, sub: &Subscription) -> Problem {
+/// The consumer `caller` is, for `delivery::access`.
+fn consumer(caller: &Caller) -> Consumer<'_> {
+    Consumer {
+        principal: &caller.principal,
+        operator: caller.admin,
+        topics: &caller.topics,
+    }
+}
+
+/// Why `caller` may not do what it asked with `sub`, as the answer.
+fn refused(why: Denied, caller: &Caller, sub: &Subscription) -> Problem {
+    let forbidden = |why: String| Problem(StatusCode::FORBIDDEN, "forbidden", why);
+    match why {
+        Denied::NoGrant => forbidden(format!(
+            "{} has no grant on subscription {} ({})",
+            caller.principal, sub.id, sub.name
+        )),
+        Denied::BeyondTopics => beyond_topics(caller, &sub.filter),
+        Denied::NotOwner => forbidden(format!(
+            "only the owner of subscription {} may change it",
+            sub.id
+        )),
+        Denied::OthersSession => forbidden("the session belongs to another principal".into()),
+        Denied::Push => Problem(
+            StatusCode::CONFLICT,
+            "conflict",
+            format!(
+                "subscription {} pushes to a webhook; it has no pull members",
+                sub.id
+            ),
+        ),
+    }
+}
+
+/// 403: `filter` matches topics beyond what `caller`'s token may consume.
+fn beyond_topics(caller: &Caller, filter: &str) -> Problem {
     Problem(
         StatusCode::FORBIDDEN,
         "forbidden",
         format!(
-            "{} has no grant on subscription {} ({})",
-            caller.principal, sub.id, sub.name
+            "filter {filter:?} reaches beyond the topics {} may consume",
+            caller.principal
         ),
     )
 }
@@ -95,57 +126,18 @@ async fn existing(app: &AppState, id: i64) -> Result<Subscription, Problem> {
     })
 }
 
-/// 403 unless every topic `filter` can match is within `caller`'s allow-list (its token's
-/// `topics`): a subscription delivers nothing beyond what its filter matches.
-fn within_topics(caller: &Caller, filter: &str) -> Result<(), Problem> {
-    if caller.may_consume(filter) {
-        Ok(())
-    } else {
-        Err(Problem(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            format!(
-                "filter {filter:?} reaches beyond the topics {} may consume",
-                caller.principal
-            ),
-        ))
-    }
-}
-
-/// Whether `caller` may take messages from `sub`: its owner or a grantee, and only within its
-/// own topics (checked each time, so a token whose topics were narrowed takes nothing beyond
-/// them). Operators inspect, but take messages only where this holds too.
-fn may_take(caller: &Caller, sub: &Subscription) -> Result<(), Problem> {
-    if !sub.admits(&caller.principal) {
-        return Err(forbidden(caller, sub));
-    }
-    within_topics(caller, &sub.filter)
-}
-
-/// The subscription, if `caller` may see it: an operator, or one who may take from it.
+/// The subscription, if `caller` may see it (`access::visible`).
 async fn visible(app: &AppState, caller: &Caller, id: i64) -> Result<Subscription, Problem> {
     let sub = existing(app, id).await?;
-    if !caller.admin {
-        may_take(caller, &sub)?;
-    }
+    access::visible(&consumer(caller), &sub.held()).map_err(|why| refused(why, caller, &sub))?;
     Ok(sub)
 }
 
-/// The subscription, if `caller` may manage it (owner or operator). Managing reads no
-/// messages, so an owner may do it even beyond its topics (e.g. delete it).
+/// The subscription, if `caller` may manage it (`access::managed`).
 async fn managed(app: &AppState, caller: &Caller, id: i64) -> Result<Subscription, Problem> {
     let sub = existing(app, id).await?;
-    if caller.admin || sub.owner == caller.principal {
-        Ok(sub)
-    } else if sub.admits(&caller.principal) {
-        Err(Problem(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            format!("only the owner of subscription {id} may change it"),
-        ))
-    } else {
-        Err(forbidden(caller, &sub))
-    }
+    access::managed(&consumer(caller), &sub.held()).map_err(|why| refused(why, caller, &sub))?;
+    Ok(sub)
 }
 
 fn subscription_json(sub: &Subscription) -> Value {
@@ -192,7 +184,9 @@ pub async fn create(
             format!("{field}: {reason}"),
         ),
     })?;
-    within_topics(&caller, spec.id.filter().as_str())?;
+    let filter = spec.id.filter().as_str();
+    access::within_topics(&consumer(&caller), filter)
+        .map_err(|_| beyond_topics(&caller, filter))?;
     if let Mode::Push { url, .. } = &spec.rules.mode
         && !app.store.is_push_endpoint(url).await?
     {
@@ -236,7 +230,7 @@ pub async fn list(
         .subscriptions()
         .await?
         .iter()
-        .filter(|s| caller.admin || may_take(&caller, s).is_ok())
+        .filter(|s| access::visible(&consumer(&caller), &s.held()).is_ok())
         .map(subscription_json)
         .collect();
     Ok(Json(SubscriptionList {
@@ -390,14 +384,7 @@ pub async fn join(
 ) -> Result<Response, Problem> {
     let request: JoinBody = body(&bytes)?;
     let sub = existing(&app, id).await?;
-    may_take(&caller, &sub)?;
-    if matches!(sub.rules.mode, Mode::Push { .. }) {
-        return Err(Problem(
-            StatusCode::CONFLICT,
-            "conflict",
-            format!("subscription {id} pushes to a webhook; it has no pull members"),
-        ));
-    }
+    access::may_join(&consumer(&caller), &sub.held()).map_err(|why| refused(why, &caller, &sub))?;
     let ttl = match request.ttl_ms {
         None => app.config.delivery.session_ttl,
         Some(ms) if (100..=MAX_TTL_MS).contains(&ms) => chrono::Duration::milliseconds(ms as i64),
@@ -460,26 +447,27 @@ async fn own_session(
         .session(id, app.clock.now())
         .await?
         .ok_or_else(gone)?;
-    if session.principal != caller.principal {
-        return Err(Problem(
+    let who = consumer(caller);
+    access::owns_session(&who, &session.principal).map_err(|_| {
+        Problem(
             StatusCode::FORBIDDEN,
             "forbidden",
             format!("session {id:?} belongs to another principal"),
-        ));
-    }
+        )
+    })?;
     let sub = app
         .store
         .subscription(session.subscription_id)
         .await?
         .ok_or_else(gone)?;
-    may_take(caller, &sub)?;
-    if matches!(sub.rules.mode, Mode::Push { .. }) {
-        return Err(Problem(
+    access::may_join(&who, &sub.held()).map_err(|why| match why {
+        Denied::Push => Problem(
             StatusCode::CONFLICT,
             "conflict",
             format!("session {id:?} is the gateway's own push worker"),
-        ));
-    }
+        ),
+        other => refused(other, caller, &sub),
+    })?;
     Ok(session)
 }
 
@@ -705,9 +693,7 @@ async fn receipt_for(
         Some(sub) => sub,
         None => known.entry(id).or_insert(existing(app, id).await?),
     };
-    if !sub.admits(&caller.principal) {
-        return Err(forbidden(caller, sub));
-    }
+    access::may_settle(&consumer(caller), &sub.held()).map_err(|why| refused(why, caller, sub))?;
     Ok(receipt)
 }
 
