@@ -5,6 +5,7 @@
 //! async runtime: the workers that apply these rules over the store live in `consume`.
 
 pub mod access;
+pub mod fetch;
 pub mod filter;
 pub mod group;
 pub mod lease;
