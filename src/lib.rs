@@ -11,6 +11,7 @@ pub mod bench;
 pub mod client;
 pub mod clock;
 pub mod config;
+pub mod consume;
 pub mod delivery;
 pub mod hex;
 pub mod http;
@@ -206,12 +207,12 @@ impl App {
             },
             self.clients,
         ));
-        background.spawn(delivery::maintain::run(
+        background.spawn(consume::maintain::run(
             state.store.clone(),
             state.clock.clone(),
             state.config.delivery.clone(),
         ));
-        background.spawn(delivery::push::run(
+        background.spawn(consume::push::run(
             state.store.clone(),
             state.clock.clone(),
             state.config.limits.max_bytes,

@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use chrono::{DateTime, Utc};
 
 use super::lease::Lease;
+use super::subscription::{Rules, SettleMode};
 
 /// A message waiting in one subscription.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,6 +30,18 @@ pub struct Members<'a> {
     /// Settle mode `settled`: a message released by a member never goes back to it, even when
     /// no other member is there to take it.
     pub strict_avoid: bool,
+}
+
+impl<'a> Members<'a> {
+    /// `me` among the `live` members of a subscription with `rules`: settle mode `settled`
+    /// keeps a released message from its member strictly.
+    pub fn under(rules: &Rules, me: &'a str, live: &'a BTreeSet<String>) -> Members<'a> {
+        Members {
+            me,
+            live,
+            strict_avoid: rules.settle_mode == SettleMode::Settled,
+        }
+    }
 }
 
 /// The indexes of the candidates `members.me` takes now, at most `max`, in offset order.

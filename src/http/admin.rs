@@ -14,7 +14,7 @@ use super::AppState;
 use super::api::{ApiPath, ApiQuery, Problem, ProblemBody, json_body};
 use super::openapi::InboxMessage;
 use crate::config::check_endpoint;
-use crate::delivery::message_json;
+use crate::consume::view::message_json;
 use crate::rmp::group::GroupState;
 use crate::store::Endpoints;
 use crate::wsr::datetime::date_time_string;

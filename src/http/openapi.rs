@@ -234,9 +234,9 @@ pub struct OutboundMessage {
     last_error_at: Option<String>,
 }
 
-/// A delivered message as applications see it (`delivery::MessageView`).
+/// A delivered message as applications see it (`consume::view::MessageView`).
 #[derive(ToSchema)]
-#[allow(dead_code)] // a description only: the answer is written by delivery::MessageView
+#[allow(dead_code)] // a description only: the answer is written by consume::view::MessageView
 pub struct InboxMessage {
     offset: i64,
     partner: String,

@@ -12,6 +12,7 @@ use chrono::{DateTime, Duration, Utc};
 use tokio::sync::watch;
 
 use super::{InboxEntry, StoreError, StoreFuture};
+use crate::delivery::access::{self, Held};
 use crate::delivery::lease::{Outcome, Stale};
 use crate::delivery::receipt::Receipt;
 use crate::delivery::subscription::{Mode, Rules, Spec};
@@ -33,7 +34,17 @@ pub struct Subscription {
 impl Subscription {
     /// Whether `principal` may join it, fetch from it and settle its deliveries.
     pub fn admits(&self, principal: &str) -> bool {
-        self.owner == principal || self.grants.iter().any(|g| g == principal)
+        access::admits(&self.held(), principal)
+    }
+
+    /// What access to it depends on, for `delivery::access`.
+    pub fn held(&self) -> Held<'_> {
+        Held {
+            owner: &self.owner,
+            grants: &self.grants,
+            filter: &self.filter,
+            push: matches!(self.rules.mode, Mode::Push { .. }),
+        }
     }
 }
 

@@ -17,7 +17,7 @@ use super::{
 };
 use crate::http::AppState;
 use crate::rmp::group::GroupState;
-use crate::store::InboxFilter;
+use crate::store::{InboxEntry, InboxFilter};
 use crate::wsr::datetime::parse_date_time;
 
 #[derive(Deserialize)]
@@ -240,6 +240,32 @@ pub async fn inbox(
         since: instant("since", since_text)?,
     };
     let found = store(app.store.search_inbox(&filter, after, PAGE).await)?;
+    let mut body = inbox_forms(channel, partner, group, since_text);
+    body.push_str(&inbox_table(&found.entries));
+    if let Some(next) = found.next_after {
+        let href = format!(
+            "/console/inbox?channel={}&partner={}&group={}&since={}&after={next}",
+            query_value(channel.unwrap_or("")),
+            query_value(partner.unwrap_or("")),
+            query_value(group.unwrap_or("")),
+            query_value(since_text.unwrap_or("")),
+        );
+        let _ = write!(
+            body,
+            "<p>{} (looked through offsets up to {next})</p>",
+            link(&href, "Next page")
+        );
+    }
+    shown("Inbox", &body)
+}
+
+/// The open-by-offset form and the search form, showing the search in force.
+fn inbox_forms(
+    channel: Option<&str>,
+    partner: Option<&str>,
+    group: Option<&str>,
+    since_text: Option<&str>,
+) -> String {
     let mut body = String::from(
         "<form method=\"get\" action=\"/console/inbox/message\">\
          <label for=\"offset\">Offset</label><input id=\"offset\" name=\"offset\" inputmode=\"numeric\" required>\
@@ -258,8 +284,12 @@ pub async fn inbox(
         esc(group.unwrap_or("")),
         esc(since_text.unwrap_or("")),
     );
-    let rows: Vec<Vec<String>> = found
-        .entries
+    body
+}
+
+/// One page of delivered messages, a row each.
+fn inbox_table(entries: &[InboxEntry]) -> String {
+    let rows: Vec<Vec<String>> = entries
         .iter()
         .map(|e| {
             vec![
@@ -277,28 +307,13 @@ pub async fn inbox(
             ]
         })
         .collect();
-    body.push_str(&table(
+    table(
         "Delivered messages",
         &[
             "Offset", "Channel", "Topic", "Partner", "Group id", "Number", "Received", "Bytes",
         ],
         &rows,
-    ));
-    if let Some(next) = found.next_after {
-        let href = format!(
-            "/console/inbox?channel={}&partner={}&group={}&since={}&after={next}",
-            query_value(channel.unwrap_or("")),
-            query_value(partner.unwrap_or("")),
-            query_value(group.unwrap_or("")),
-            query_value(since_text.unwrap_or("")),
-        );
-        let _ = write!(
-            body,
-            "<p>{} (looked through offsets up to {next})</p>",
-            link(&href, "Next page")
-        );
-    }
-    shown("Inbox", &body)
+    )
 }
 
 pub async fn inbox_message(

@@ -17,7 +17,7 @@ use super::{
 use crate::http::AppState;
 use crate::outbound::operator::{ActionError, OperatorAction, act, check_reason};
 use crate::outbound::view::message_json;
-use crate::store::outbound::OutFilter;
+use crate::store::outbound::{OutFilter, OutMessage};
 
 #[derive(Deserialize)]
 pub struct MessagesQuery {
@@ -51,6 +51,23 @@ pub async fn messages(
         ..OutFilter::default()
     };
     let list = store(app.store.out_messages_of(&filter, after, PAGE).await)?;
+    let mut body = messages_form(state, group, partner);
+    body.push_str(&messages_table(&list));
+    if let (Some(last), true) = (list.last(), list.len() as i64 == PAGE) {
+        let href = format!(
+            "/console/messages?state={}&group={}&partner={}&after={}",
+            query_value(state.unwrap_or("")),
+            query_value(group.unwrap_or("")),
+            query_value(partner.unwrap_or("")),
+            query_value(&last.id)
+        );
+        let _ = write!(body, "<p>{}</p>", link(&href, "Next page"));
+    }
+    shown("Outbound messages", &body)
+}
+
+/// The filter form, showing the filter in force.
+fn messages_form(state: Option<&str>, group: Option<&str>, partner: Option<&str>) -> String {
     let mut body = String::from(
         "<form method=\"get\" action=\"/console/messages\"><label for=\"state\">State</label>\
          <select id=\"state\" name=\"state\"><option value=\"\">any</option>",
@@ -69,6 +86,11 @@ pub async fn messages(
         esc(group.unwrap_or("")),
         esc(partner.unwrap_or(""))
     );
+    body
+}
+
+/// One page of messages, a row each.
+fn messages_table(list: &[OutMessage]) -> String {
     let rows: Vec<Vec<String>> = list
         .iter()
         .map(|m| {
@@ -92,7 +114,7 @@ pub async fn messages(
             ]
         })
         .collect();
-    body.push_str(&table(
+    table(
         "Outbound messages",
         &[
             "Id",
@@ -106,18 +128,7 @@ pub async fn messages(
             "Expiry",
         ],
         &rows,
-    ));
-    if let (Some(last), true) = (list.last(), list.len() as i64 == PAGE) {
-        let href = format!(
-            "/console/messages?state={}&group={}&partner={}&after={}",
-            query_value(state.unwrap_or("")),
-            query_value(group.unwrap_or("")),
-            query_value(partner.unwrap_or("")),
-            query_value(&last.id)
-        );
-        let _ = write!(body, "<p>{}</p>", link(&href, "Next page"));
-    }
-    shown("Outbound messages", &body)
+    )
 }
 
 #[derive(Deserialize)]

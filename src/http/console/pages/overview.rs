@@ -14,6 +14,7 @@ use super::{MAX_SUBSCRIPTIONS, Page, partner_query, sender_shown, shown, store};
 use crate::http::AppState;
 use crate::metrics::{ANONYMOUS, faults_answered};
 use crate::outbound::operator::in_doubt_by_partner;
+use crate::store::overview::Receiving;
 
 /// The window the received rates are taken over.
 const RATE_WINDOW_SECONDS: i64 = 60;
@@ -99,34 +100,7 @@ fn receiving(traffic: &crate::store::Traffic) -> String {
     let mut rows: Vec<Vec<String>> = traffic
         .receiving
         .iter()
-        .map(|r| {
-            let label = if r.partner.is_empty() {
-                ANONYMOUS
-            } else {
-                &r.partner
-            };
-            let answered = faults
-                .remove(&(r.channel.clone(), label.to_owned()))
-                .unwrap_or(0);
-            let search = format!(
-                "/console/inbox?channel={}&partner={}",
-                query_value(&r.channel),
-                query_value(partner_query(&r.partner))
-            );
-            vec![
-                link(&search, &r.channel),
-                esc(sender_shown(&r.partner)),
-                at_least(r.received, floor),
-                format!(
-                    "{}{:.2}",
-                    if floor { "≥ " } else { "" },
-                    r.received as f64 / RATE_WINDOW_SECONDS as f64
-                ),
-                r.open_groups.to_string(),
-                r.buffered.to_string(),
-                answered.to_string(),
-            ]
-        })
+        .map(|r| receiving_row(r, floor, &mut faults))
         .collect();
     // Faults from callers who never got a message through still show.
     for ((channel, partner), n) in faults {
@@ -153,17 +127,57 @@ fn receiving(traffic: &crate::store::Traffic) -> String {
         ],
         &rows,
     );
-    let owed: Vec<Vec<String>> = traffic
-        .callbacks_owed
+    html.push_str(&callbacks_owed(&traffic.callbacks_owed));
+    html
+}
+
+/// One (channel, partner) row of `receiving`, taking its faults answered out of `faults`
+/// (what is left there are callers who never got a message through). `floor`: the counts
+/// were capped, so they are lower bounds.
+fn receiving_row(
+    r: &Receiving,
+    floor: bool,
+    faults: &mut BTreeMap<(String, String), u64>,
+) -> Vec<String> {
+    let label = if r.partner.is_empty() {
+        ANONYMOUS
+    } else {
+        &r.partner
+    };
+    let answered = faults
+        .remove(&(r.channel.clone(), label.to_owned()))
+        .unwrap_or(0);
+    let search = format!(
+        "/console/inbox?channel={}&partner={}",
+        query_value(&r.channel),
+        query_value(partner_query(&r.partner))
+    );
+    vec![
+        link(&search, &r.channel),
+        esc(sender_shown(&r.partner)),
+        at_least(r.received, floor),
+        format!(
+            "{}{:.2}",
+            if floor { "≥ " } else { "" },
+            r.received as f64 / RATE_WINDOW_SECONDS as f64
+        ),
+        r.open_groups.to_string(),
+        r.buffered.to_string(),
+        answered.to_string(),
+    ]
+}
+
+/// Callback acks and faults owed, by partner.
+fn callbacks_owed(owed: &[(String, u64)]) -> String {
+    let owed: Vec<Vec<String>> = owed
         .iter()
         .map(|(p, n)| vec![esc(sender_shown(p)), n.to_string()])
         .collect();
-    html.push_str(&table(
+    table(
         "Callback acks owed, by partner",
         &["Partner", "Owed"],
         &owed,
-    ));
-    html
+    )
 }
 
 /// Our messages by partner and state, with those in doubt (a poll alone can settle them; the

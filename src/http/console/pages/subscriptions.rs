@@ -15,7 +15,8 @@ use super::{
 };
 use crate::delivery::subscription::Mode;
 use crate::http::AppState;
-use crate::store::delivery::{DeadLetterChange, DeliveryError};
+use crate::store::delivery::{Backlog, DeadLetter, DeadLetterChange, DeliveryError, Subscription};
+use crate::store::overview::Member;
 
 /// Members listed at most.
 const MAX_MEMBERS: i64 = 100;
@@ -82,16 +83,27 @@ pub async fn subscription(
     };
     let b = store(app.store.backlog(id).await)?;
     let letters = store(app.store.dead_letters(id, after, PAGE).await)?;
-    let mut body = String::new();
     let count = number("count", &q.count)?.unwrap_or(0);
-    match q.done.as_deref() {
-        Some("replay") => {
-            body.push_str(&html::notice(&format!("{count} dead letter(s) replayed.")))
-        }
-        Some("purge") => body.push_str(&html::notice(&format!("{count} dead letter(s) purged."))),
-        _ => {}
+    let members = store(app.store.members(id, app.clock.now(), MAX_MEMBERS).await)?;
+    let mut body = done_notice(q.done.as_deref(), count);
+    body.push_str(&subscription_facts(&s, &b));
+    body.push_str(&members_table(&members));
+    body.push_str(&dead_letters_section(id, &b, &letters));
+    shown(&format!("Subscription {}", s.name), &body)
+}
+
+/// The notice of a replay or purge just done (`done`), with how many it changed.
+fn done_notice(done: Option<&str>, count: i64) -> String {
+    match done {
+        Some("replay") => html::notice(&format!("{count} dead letter(s) replayed.")),
+        Some("purge") => html::notice(&format!("{count} dead letter(s) purged.")),
+        _ => String::new(),
     }
-    body.push_str(&facts(
+}
+
+/// The subscription's identity and rules, and its backlog.
+fn subscription_facts(s: &Subscription, b: &Backlog) -> String {
+    let mut body = facts(
         "Subscription",
         &[
             ("Name", esc(&s.name)),
@@ -104,7 +116,7 @@ pub async fn subscription(
             ),
             ("Created", when(&s.created_at)),
         ],
-    ));
+    );
     body.push_str(&facts(
         "Backlog",
         &[
@@ -114,7 +126,11 @@ pub async fn subscription(
             ("Not matched yet", b.unmatched.to_string()),
         ],
     ));
-    let members = store(app.store.members(id, app.clock.now(), MAX_MEMBERS).await)?;
+    body
+}
+
+/// The live members and what each holds.
+fn members_table(members: &[Member]) -> String {
     let rows: Vec<Vec<String>> = members
         .iter()
         .map(|m| {
@@ -127,7 +143,7 @@ pub async fn subscription(
             ]
         })
         .collect();
-    body.push_str(&table(
+    table(
         &format!("Members (live sessions; at most {MAX_MEMBERS} shown)"),
         &[
             "Principal",
@@ -137,8 +153,13 @@ pub async fn subscription(
             "Groups bound",
         ],
         &rows,
-    ));
-    body.push_str("<h2>Dead letters</h2>");
+    )
+}
+
+/// One page of dead letters of subscription `id`, with replay and purge buttons (all, and
+/// each), and the link to the next page when this one is full.
+fn dead_letters_section(id: i64, b: &Backlog, letters: &[DeadLetter]) -> String {
+    let mut body = String::from("<h2>Dead letters</h2>");
     let sid = id.to_string();
     if b.dead_letters > 0 {
         body.push_str(&html::button_form(
@@ -182,7 +203,7 @@ pub async fn subscription(
         let href = format!("/console/subscription?id={id}&after={}", last.offset);
         let _ = write!(body, "<p>{}</p>", link(&href, "Next page"));
     }
-    shown(&format!("Subscription {}", s.name), &body)
+    body
 }
 
 #[derive(Deserialize)]

@@ -1,7 +1,7 @@
 //! A fetch inside one transaction, under its subscription's lock: renew the member, lapse
-//! what is overdue, match new inbox messages against the filter, read the candidates, let
-//! `delivery::pick` choose and `delivery::settle::hand` hand them out, and write the leases
-//! back.
+//! what is overdue, match new inbox messages against the filter, read the candidates page by
+//! page, let `delivery::fetch` plan what each page hands out, and write the plan (leases,
+//! group affinity) back.
 
 use std::collections::BTreeSet;
 
@@ -11,22 +11,18 @@ use sqlx::PgConnection;
 use super::Fail;
 use super::rows::{self, LeaseRow};
 use super::sessions;
+use crate::delivery::fetch::{self, HandOut};
 use crate::delivery::filter::Filter;
 use crate::delivery::group;
 use crate::delivery::lease::Lease;
-use crate::delivery::pick::{Candidate, Members, pick};
-use crate::delivery::receipt::Receipt;
-use crate::delivery::settle;
-use crate::delivery::subscription::{Ordering, SettleMode};
+use crate::delivery::pick::{Candidate, Members};
+use crate::delivery::subscription::Ordering;
 use crate::store::StoreError;
 use crate::store::delivery::{DeliveryError, Handed, Subscription};
 use crate::store::time::{from_millis, millis};
 
 /// Inbox messages matched against one subscription's filter per pass.
 const MATCH_BATCH: i64 = 2_000;
-
-/// Pages of candidates one fetch looks through at most.
-const CANDIDATE_PAGES: usize = 8;
 
 /// What a fetch handed out, and whether others may now take something (lapses, releases).
 pub(super) async fn fetch(
@@ -50,32 +46,32 @@ pub(super) async fn fetch(
             .fetch_all(&mut *conn)
             .await?;
     let live: BTreeSet<String> = live.into_iter().collect();
-    let members = Members {
-        me: session_id,
-        live: &live,
-        strict_avoid: sub.rules.settle_mode == SettleMode::Settled,
-    };
-    // Candidates page by page: those held back (by another member's group affinity, or kept
-    // from this member) must not hide the ones after them.
-    let page = (max as i64).saturating_mul(4).saturating_add(32);
+    let members = Members::under(&sub.rules, session_id, &live);
+    let page = fetch::page_size(max);
     let mut after = 0i64;
     let mut handed = Vec::new();
     let mut released = false;
-    for _ in 0..CANDIDATE_PAGES {
+    for _ in 0..fetch::CANDIDATE_PAGES {
         let (candidates, groups) = candidates(conn, &sub, now, after, page).await?;
-        let picked = pick(&candidates, &members, max - handed.len(), now);
-        for i in picked {
-            let (candidate, group) = (&candidates[i], groups[i].as_deref());
-            if let Some(h) = hand_out(conn, &sub, session_id, candidate, group, now).await? {
+        let want = max - handed.len();
+        let plan = fetch::plan_page(
+            sub.id,
+            &sub.rules,
+            &members,
+            &candidates,
+            &groups,
+            want,
+            now,
+        );
+        for out in plan {
+            if let Some(h) = hand_out(conn, sub.id, out, now).await? {
                 released |= h.1;
                 handed.push(h.0);
             }
         }
-        match candidates.last() {
-            Some(last) if handed.len() < max && candidates.len() as i64 == page => {
-                after = last.offset
-            }
-            _ => break,
+        match fetch::next_page(&candidates, page, handed.len(), max) {
+            Some(last) => after = last,
+            None => break,
         }
     }
     Ok((handed, lapsed > 0 || released))
@@ -138,53 +134,43 @@ async fn candidates(
     Ok((candidates, groups))
 }
 
-/// Hands one picked message to the member (`settle::hand`) and binds its group to it; with
-/// whether that released it at once. `None`: the message is gone from the inbox.
+/// Writes one hand-out of the plan (its lease, and the group it binds to the member) and
+/// answers it with its message; with whether it was released at once. `None`: the message is
+/// gone from the inbox, so nothing is written.
 async fn hand_out(
     conn: &mut PgConnection,
-    sub: &Subscription,
-    session_id: &str,
-    candidate: &Candidate,
-    group: Option<&str>,
+    subscription: i64,
+    out: HandOut,
     now: DateTime<Utc>,
 ) -> Result<Option<(Handed, bool)>, Fail> {
-    let offset = candidate.offset;
+    let offset = out.offset;
     let Some(message) = rows::inbox_entry(&mut *conn, offset).await? else {
         tracing::error!(
             offset,
-            subscription = sub.id,
+            subscription,
             "a leased message is missing from the inbox"
         );
         return Ok(None);
     };
-    let mut lease = candidate.lease.clone();
-    let handing = settle::hand(&sub.rules, &mut lease, session_id, now);
-    rows::save_leases(conn, sub.id, &[(offset, &lease)], now).await?;
-    if let Some(group) = group {
+    rows::save_leases(conn, subscription, &[(offset, &out.lease)], now).await?;
+    if let Some(group) = &out.binds_group {
         sqlx::query(
             "INSERT INTO group_affinity (subscription_id, group_key, consumer) \
              VALUES ($1, $2, $3) \
              ON CONFLICT (subscription_id, group_key) DO UPDATE SET consumer = excluded.consumer",
         )
-        .bind(sub.id)
+        .bind(subscription)
         .bind(group)
-        .bind(session_id)
+        .bind(&out.receipt.consumer)
         .execute(&mut *conn)
         .await?;
     }
-    Ok(Some((
-        Handed {
-            receipt: Receipt {
-                subscription: sub.id.to_string(),
-                offset,
-                attempt: handing.attempt,
-                consumer: session_id.to_owned(),
-            },
-            deadline: handing.deadline,
-            message,
-        },
-        handing.released,
-    )))
+    let handed = Handed {
+        receipt: out.receipt,
+        deadline: out.deadline,
+        message,
+    };
+    Ok(Some((handed, out.released)))
 }
 
 /// Matches inbox messages beyond the subscription's cursor against its filter and gives each

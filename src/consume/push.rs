@@ -13,12 +13,12 @@ use reqwest::StatusCode;
 use serde_json::json;
 use tokio::task::{JoinHandle, JoinSet};
 
-use super::lease::Outcome;
-use super::message_json;
-use super::subscription::Mode;
+use super::view::message_json;
 use super::wait::Waker;
-use super::{session, wake};
 use crate::clock::Clock;
+use crate::delivery::lease::Outcome;
+use crate::delivery::subscription::Mode;
+use crate::delivery::{session, wake};
 use crate::outbound::http_client::{exchange, redacted};
 use crate::rmp::sender::AttemptFailure;
 use crate::store::Store;

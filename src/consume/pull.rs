@@ -9,8 +9,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::wait::Waker;
-use super::{session, wake};
 use crate::clock::Clock;
+use crate::delivery::{session, wake};
 use crate::store::Store;
 use crate::store::delivery::{DeliveryError, Handed, Session};
 

@@ -11,9 +11,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use super::wait::Waker;
-use super::wake;
 use crate::clock::Clock;
 use crate::config::DeliverySettings;
+use crate::delivery::wake;
 use crate::store::Store;
 
 /// Pause after a failed pass, so a persistent failure cannot spin the housekeeper.

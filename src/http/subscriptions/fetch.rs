@@ -1,0 +1,112 @@
+//! Taking messages: a session's fetch, long-polling through `consume::pull`, answered
+//! straight from the borrowed rows.
+
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::SESSION;
+use super::sessions::own_session;
+use crate::consume::pull::fetch_waiting;
+use crate::consume::view::MessageView;
+use crate::http::AppState;
+use crate::http::api::{ApiPath, Caller, Problem, ProblemBody, json_body as body};
+use crate::http::openapi::InboxMessage;
+use crate::wsr::datetime::date_time_string;
+
+const MAX_FETCH: usize = 1000;
+const MAX_WAIT: Duration = Duration::from_secs(60);
+
+#[derive(Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+struct FetchBody {
+    /// At most this many messages: 1 to 1000 (default 10).
+    max: Option<usize>,
+    /// Wait up to this long for a first message (at most 60000; default 0).
+    wait_ms: Option<u64>,
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/v1/sessions/{session}/fetch",
+    tag = "consume",
+    summary = "Take messages: each leased until settled or its deadline",
+    params(("session" = String, Path, description = SESSION)),
+    request_body(content = Option<FetchBody>, description = "May be empty"),
+    responses(
+        (status = 200, description = "The messages handed out (maybe none)", body = FetchAnswerSchema),
+        (status = 400, description = "A field that is not valid", body = ProblemBody),
+        (status = 404, description = "No live session of that id", body = ProblemBody),
+        (status = 409, description = "The session is a push worker's", body = ProblemBody),
+    )
+)]
+pub async fn fetch(
+    Extension(caller): Extension<Caller>,
+    State(app): State<AppState>,
+    ApiPath(session): ApiPath<String>,
+    bytes: Bytes,
+) -> Result<Response, Problem> {
+    let request: FetchBody = body(&bytes)?;
+    let max = request.max.unwrap_or(10);
+    if !(1..=MAX_FETCH).contains(&max) {
+        return Err(Problem::field("max", format!("must be 1 to {MAX_FETCH}")));
+    }
+    let wait = Duration::from_millis(request.wait_ms.unwrap_or(0)).min(MAX_WAIT);
+    own_session(&app, &caller, &session).await?;
+    let handed = fetch_waiting(&app.store, &app.clock, &session, max, wait).await?;
+    crate::metrics::delivered("pull", handed.len());
+    let messages = handed
+        .iter()
+        .map(|h| HandedView {
+            message: MessageView::of(&h.message),
+            receipt: h.receipt.sign(&app.receipts),
+            attempt: h.receipt.attempt,
+            deadline: h.deadline.as_ref().map(date_time_string),
+        })
+        .collect();
+    // Written from the borrowed rows: a batch of payloads is not copied into a JSON tree first.
+    Ok(Json(FetchAnswer { messages }).into_response())
+}
+
+/// A fetch's answer.
+#[derive(Serialize)]
+struct FetchAnswer<'a> {
+    messages: Vec<HandedView<'a>>,
+}
+
+/// A fetch's answer, as documented (`FetchAnswer` borrows, which a schema cannot).
+#[derive(ToSchema)]
+#[schema(as = FetchAnswer)]
+#[allow(dead_code)] // a description only: the answer is a FetchAnswer
+struct FetchAnswerSchema {
+    messages: Vec<HandedSchema>,
+}
+
+/// One handed-out message: an inbox message with what settling it takes.
+#[derive(ToSchema)]
+#[schema(as = HandedMessage)]
+#[allow(dead_code)] // a description only: the answer is a HandedView
+struct HandedSchema {
+    #[serde(flatten)]
+    message: InboxMessage,
+    /// Give it to settle or extend.
+    receipt: String,
+    attempt: u32,
+    /// When the lease ends (absent: settled on sending).
+    deadline: Option<String>,
+}
+
+/// One handed-out message: the message, and what settling it takes.
+#[derive(Serialize)]
+struct HandedView<'a> {
+    #[serde(flatten)]
+    message: MessageView<'a>,
+    receipt: String,
+    attempt: u32,
+    deadline: Option<String>,
+}
