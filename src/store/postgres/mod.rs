@@ -9,13 +9,22 @@
 //! SKIP LOCKED`), lets the pure rules decide, writes the result and announces what it made
 //! possible with NOTIFY (`notify.rs`), delivered at the commit to every gateway. The trait
 //! implementations are in `receiver.rs`, `backend.rs`, `delivery/` and `outbound/`.
+//!
+//! Imports run one way: the leaves (`failure.rs`, `group_state.rs`, `tasks.rs`, `job.rs`)
+//! import no other file here; `shared.rs` imports only leaves, `notify.rs` only those and
+//! `shared.rs`; the writer and the trait implementations import from all of these and from
+//! this file, and nothing they import imports them back.
 
 mod backend;
 mod delivery;
+mod failure;
+mod group_state;
+mod job;
 mod notify;
 mod outbound;
 mod receiver;
 mod shared;
+mod tasks;
 mod writer;
 
 use std::str::FromStr;
@@ -25,6 +34,7 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{Postgres, Transaction};
 
+pub(in crate::store) use self::failure::retryable;
 pub(in crate::store) use self::notify::Announcement;
 use self::shared::Shared;
 use crate::store::config::{Database, Durability, StoreConfig};
@@ -92,7 +102,7 @@ impl PostgresStore {
             conn.detach();
             tracing::warn!(error = %e, "could not release the migration lock; connection closed");
         }
-        let (writer, jobs) = writer::Writer::new();
+        let (writer, jobs) = job::Writer::new();
         let shared = Arc::new(Shared::new(config.policy.clone(), writer));
         writer::spawn(&pool, &shared, jobs);
         notify::start(&pool, &shared).await?;
@@ -167,13 +177,4 @@ async fn claim_and_migrate(
     // The first migration writes the identity row itself.
     sqlx::migrate!("./migrations/postgres").run(pool).await?;
     Ok(())
-}
-
-/// Whether a failed statement is worth running again in a new transaction: PostgreSQL broke a
-/// deadlock or a serialisation conflict between gateways by aborting this one.
-pub(in crate::store) fn retryable(e: &sqlx::Error) -> bool {
-    matches!(
-        e.as_database_error().and_then(|d| d.code()).as_deref(),
-        Some("40001" | "40P01")
-    )
 }

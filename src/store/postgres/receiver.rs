@@ -15,11 +15,13 @@ use sqlx::postgres::PgRow;
 use sqlx::{PgConnection, Row};
 use tokio::sync::{Notify, oneshot};
 
-use super::{Announcement, PostgresStore, retryable};
+use super::PostgresStore;
+use super::failure::{Failure, retrying};
+use super::group_state::{decode, encode};
+use super::notify::Announcement;
 use crate::rmp::group::{GroupState, slot};
 use crate::rmp::receive_plan::{OwedCallback, SweepPlan, plan_sweep};
 use crate::rmp::replies::{Asked, RecordedFault, ReplyItem, answer_poll};
-use crate::store::group_state;
 use crate::store::received::{
     Endpoints, InboxEntry, PendingCallback, Received, ReceivedMessage, SweepReport,
 };
@@ -36,37 +38,6 @@ const SWEEP_BATCH: i64 = 500;
 /// than one POST may last (the callback client's timeouts), short enough that acks of a
 /// gateway that died go out soon after.
 const CALLBACK_LEASE_MS: i64 = 60_000;
-
-/// Attempts at a transaction PostgreSQL aborted to break a deadlock between gateways.
-const ATTEMPTS: usize = 5;
-
-/// Why a transaction failed: the database (maybe worth another attempt), or the store's own
-/// reasons (corrupt rows, a panic, the test hook).
-pub(in crate::store) enum Failure {
-    Db(sqlx::Error),
-    Store(StoreError),
-}
-
-impl From<sqlx::Error> for Failure {
-    fn from(e: sqlx::Error) -> Failure {
-        Failure::Db(e)
-    }
-}
-
-impl From<StoreError> for Failure {
-    fn from(e: StoreError) -> Failure {
-        Failure::Store(e)
-    }
-}
-
-impl From<Failure> for StoreError {
-    fn from(f: Failure) -> StoreError {
-        match f {
-            Failure::Db(e) => e.into(),
-            Failure::Store(e) => e,
-        }
-    }
-}
 
 /// The SELECT list `inbox_entry` reads; callers add `FROM inbox WHERE …`.
 pub(in crate::store) const SELECT_INBOX: &str = "SELECT \"offset\", channel, topic, group_id, \
@@ -104,10 +75,6 @@ async fn try_lock_group(
     .await?)
 }
 
-pub(super) fn decode(bin: &[u8]) -> Result<GroupState, StoreError> {
-    group_state::decode(bin).map_err(StoreError::Corrupt)
-}
-
 /// Writes a group's state (a new row when `id` is `None`).
 async fn write_group(
     conn: &mut PgConnection,
@@ -119,7 +86,7 @@ async fn write_group(
     now: i64,
 ) -> Result<(), Failure> {
     let mut encoded = Vec::new();
-    group_state::encode(state, &mut encoded);
+    encode(state, &mut encoded);
     match id {
         Some(id) => {
             sqlx::query(
@@ -260,35 +227,7 @@ async fn insert_fault(
     Ok(())
 }
 
-/// Whether a transaction that failed with `failure` on its `tries`th attempt is run again:
-/// PostgreSQL aborted it to break a deadlock between gateways, and attempts are left.
-pub(super) fn worth_again(failure: &Failure, tries: usize) -> bool {
-    match failure {
-        Failure::Db(e) if retryable(e) && tries < ATTEMPTS => {
-            tracing::debug!(error = %e, "transaction aborted by the database; again");
-            true
-        }
-        _ => false,
-    }
-}
-
 impl PostgresStore {
-    /// Runs `attempt` again while PostgreSQL aborts it to break a deadlock between gateways.
-    pub(super) async fn retrying<T, F, Fut>(&self, mut attempt: F) -> Result<T, StoreError>
-    where
-        F: FnMut() -> Fut,
-        Fut: std::future::Future<Output = Result<T, Failure>>,
-    {
-        let mut tries = 0;
-        loop {
-            tries += 1;
-            match attempt().await {
-                Err(failure) if worth_again(&failure, tries) => {}
-                other => return other.map_err(StoreError::from),
-            }
-        }
-    }
-
     /// One sweep pass in one transaction. Groups another gateway is deciding about right now
     /// are left for the next pass (their deadline stays due).
     async fn sweep_once(&self, now: DateTime<Utc>) -> Result<SweepReport, Failure> {
@@ -396,26 +335,6 @@ impl PostgresStore {
         Ok(report)
     }
 
-    /// Tells each held request whose message its stored group now counts as delivered.
-    pub(in crate::store) async fn recheck_waiters(&self) -> Result<(), StoreError> {
-        for (partner, key) in self.shared.watched() {
-            let Some(number) = key.number else { continue };
-            let row =
-                sqlx::query("SELECT state_bin FROM groups WHERE partner = $1 AND group_id = $2")
-                    .bind(&partner)
-                    .bind(key.group_id.as_str())
-                    .fetch_optional(&self.pool)
-                    .await?;
-            if let Some(row) = row {
-                let state = decode(row.try_get::<&[u8], _>(0)?)?;
-                if state.delivered.contains(number) {
-                    self.shared.delivered(&partner, &key);
-                }
-            }
-        }
-        Ok(())
-    }
-
     pub(in crate::store) async fn fill_delivered(
         &self,
         _channel: &str,
@@ -471,7 +390,7 @@ impl ReceiverStore for PostgresStore {
         message: ReceivedMessage,
     ) -> StoreFuture<'a, Result<Received, StoreError>> {
         Box::pin(async move {
-            let received = super::writer::enqueue(&self.shared, message).await;
+            let received = self.shared.writer.enqueue(message).await;
             if let Err(e) = &received {
                 // Refusals of this message alone say nothing about the database's health.
                 if matches!(
@@ -486,7 +405,7 @@ impl ReceiverStore for PostgresStore {
     }
 
     fn sweep<'a>(&'a self, now: DateTime<Utc>) -> StoreFuture<'a, Result<SweepReport, StoreError>> {
-        Box::pin(async move { self.retrying(|| self.sweep_once(now)).await })
+        Box::pin(async move { retrying(|| self.sweep_once(now)).await })
     }
 
     fn watch_delivery(&self, partner: &str, key: &MessageKey) -> oneshot::Receiver<()> {
@@ -734,7 +653,7 @@ impl ReceiverStore for PostgresStore {
         now: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
-            self.retrying(|| async {
+            retrying(|| async {
                 let mut tx = self.begin().await?;
                 for r in replies {
                     let reply = CallbackRow {
@@ -874,7 +793,7 @@ impl ReceiverStore for PostgresStore {
     ) -> StoreFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let next = millis(next);
-            self.retrying(|| async {
+            retrying(|| async {
                 let mut tx = self.begin().await?;
                 sqlx::query(
                     "UPDATE pending_callbacks SET attempts = attempts + 1, next_attempt = $1, \

@@ -1,12 +1,15 @@
 //! State one gateway's handles share: the waiters a commit wakes (here or, through NOTIFY, in
-//! another gateway), the test hooks, health, and this gateway's own id.
+//! another gateway), the test hooks, health, and this gateway's own id. It must never import
+//! the files that use it (the writer, the listener, the trait implementations): it holds the
+//! writer's queue (`job.rs`) and the tasks (`tasks.rs`), both leaves.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicI64, AtomicUsize};
 
 use tokio::sync::{Notify, oneshot, watch};
 
-use super::writer::Writer;
+use super::job::Writer;
+use super::tasks::Tasks;
 use crate::rmp::group::Policy;
 use crate::store::health::Health;
 use crate::store::wakes::{Waiters, Wakes};
@@ -125,29 +128,6 @@ impl Shared {
     pub(in crate::store) fn watched(&self) -> Vec<(String, MessageKey)> {
         let waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
         waiters.keys().cloned().collect()
-    }
-}
-
-/// Background tasks of this gateway's store, stopped when their owner goes.
-#[derive(Default)]
-pub(super) struct Tasks(Mutex<Vec<tokio::task::JoinHandle<()>>>);
-
-impl Tasks {
-    pub(super) fn add(&self, task: tokio::task::JoinHandle<()>) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(task);
-    }
-}
-
-impl Drop for Tasks {
-    fn drop(&mut self) {
-        for task in self
-            .0
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain(..)
-        {
-            task.abort();
-        }
     }
 }
 

@@ -23,19 +23,20 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPool};
 use sqlx::{Connection as _, PgConnection, Row};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
-use super::receiver::{Failure, decode, worth_again};
-use super::shared::{Shared, Tasks};
-use super::{Announcement, notify};
+use super::failure::{Failure, worth_again};
+use super::group_state::{decode, encode};
+use super::job::Job;
+use super::notify::{Announcement, notifications};
+use super::shared::Shared;
 use crate::rmp::group::{GroupState, slot};
 use crate::rmp::receive_plan::{ReceivePlan, plan_receive};
 use crate::rmp::receiver::{Action, Incoming, starts_counted_group};
+use crate::store::StoreError;
 use crate::store::error::panic_message;
-use crate::store::group_state;
 use crate::store::received::{Received, ReceivedMessage};
 use crate::store::time::millis;
-use crate::store::{StoreError, StoreFuture};
 use crate::wsr::MessageKey;
 
 /// Most messages one transaction decides.
@@ -43,9 +44,6 @@ const MAX_BATCH: usize = 256;
 
 /// Most payload bytes one transaction carries; a larger message goes in a batch of its own.
 const MAX_BATCH_BYTES: usize = 16 << 20;
-
-/// Messages waiting for the writer; a receive waits here when the writer falls behind.
-const QUEUE: usize = 1024;
 
 /// The SQLSTATE `wsr_apply_received` raises when buffered messages its batch releases are not
 /// there (a group and its buffer disagree: the store is corrupt).
@@ -68,30 +66,6 @@ const KEYED_PLANS_ONLY: [(&str, &str); 4] = [
 
 /// How long the writer waits for its connection to the database (as the pool does).
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// One received message and where its decision goes.
-pub(super) struct Job {
-    message: ReceivedMessage,
-    answer: oneshot::Sender<Result<Received, StoreError>>,
-}
-
-/// Where receives hand their messages to this gateway's writer, and the writer's task.
-pub(super) struct Writer {
-    queue: mpsc::Sender<Job>,
-    tasks: Tasks,
-}
-
-impl Writer {
-    /// The writer's end for receives, and the jobs its task (`spawn`) will take.
-    pub(super) fn new() -> (Writer, mpsc::Receiver<Job>) {
-        let (queue, jobs) = mpsc::channel(QUEUE);
-        let writer = Writer {
-            queue,
-            tasks: Tasks::default(),
-        };
-        (writer, jobs)
-    }
-}
 
 /// Starts the writer; it stops with the last handle to `shared` (which holds its queue). It
 /// has a connection of its own, outside the pool: one that keeps the planner settings its
@@ -194,23 +168,6 @@ fn group_of(m: &ReceivedMessage) -> (String, String) {
         m.partner.clone(),
         m.request.key().group_id.as_str().to_owned(),
     )
-}
-
-/// Hands `message` to the writer and waits for its committed decision.
-pub(super) fn enqueue(
-    shared: &Shared,
-    message: ReceivedMessage,
-) -> StoreFuture<'_, Result<Received, StoreError>> {
-    Box::pin(async move {
-        let (answer, decided) = oneshot::channel();
-        shared
-            .writer
-            .queue
-            .send(Job { message, answer })
-            .await
-            .map_err(|_| StoreError::Closed)?;
-        decided.await.map_err(|_| StoreError::Closed)?
-    })
 }
 
 /// Decides and commits `batch`, one result per job in its order.
@@ -745,7 +702,7 @@ impl<'m> Rows<'m> {
             let deadline = write.deadline.map(millis);
             announcement.deadline(deadline);
             let mut encoded = Vec::new();
-            group_state::encode(&write.state, &mut encoded);
+            encode(&write.state, &mut encoded);
             match d.group_row {
                 Some(id) => {
                     let rows = &mut self.changed_groups;
@@ -797,7 +754,7 @@ impl<'m> Rows<'m> {
         conn: &mut PgConnection,
         announcement: &Announcement,
     ) -> Result<bool, Failure> {
-        let (channel, payloads) = notify::notifications(announcement);
+        let (channel, payloads) = notifications(announcement);
         let (k, d, c, f) = (
             &self.decided_groups,
             &self.discard,
