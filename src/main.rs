@@ -8,6 +8,7 @@ use wsr_gateway::bench::BenchArgs;
 use wsr_gateway::config::LogFormat;
 use wsr_gateway::http::tls::TlsReloader;
 use wsr_gateway::ops::{EndpointsCommand, GroupsCommand, MessagesCommand, OpsArgs, SubsCommand};
+use wsr_gateway::store::Prefill as _;
 use wsr_gateway::{App, Config};
 
 /// The version with the commit it was built from (build.rs), so that an operator's report

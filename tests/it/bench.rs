@@ -6,7 +6,7 @@ use clap::Parser;
 use wsr_gateway::bench::{BenchArgs, Mode, run};
 use wsr_gateway::config::{ApiToken, Scope};
 #[allow(unused_imports)]
-use wsr_gateway::store::{Backend as _, ReceiverStore as _};
+use wsr_gateway::store::{Backend as _, Prefill as _, ReceiverStore as _};
 
 use super::support::spawn_app_with;
 

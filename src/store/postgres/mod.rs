@@ -22,9 +22,12 @@ mod group_state;
 mod job;
 mod notify;
 mod outbound;
+mod prefill;
 mod receiver;
 mod shared;
 mod tasks;
+#[cfg(feature = "test-hooks")]
+mod test_hooks;
 mod writer;
 
 use std::str::FromStr;

@@ -4,7 +4,7 @@
 //! writer's queue (`job.rs`) and the tasks (`tasks.rs`), both leaves.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicI64, AtomicUsize};
+use std::sync::atomic::AtomicI64;
 
 use tokio::sync::{Notify, oneshot, watch};
 
@@ -12,6 +12,8 @@ use super::job::Writer;
 use super::tasks::Tasks;
 use crate::rmp::group::Policy;
 use crate::store::health::Health;
+#[cfg(feature = "test-hooks")]
+use crate::store::test_hooks::Hooks;
 use crate::store::wakes::{Waiters, Wakes};
 use crate::wsr::MessageKey;
 
@@ -28,10 +30,9 @@ pub(in crate::store) struct Shared {
     pub(in crate::store) deadlines_changed: Notify,
     /// When the sweeper plans to wake next (Unix ms).
     pub(in crate::store) sweeper_wakeup: AtomicI64,
-    /// Test hook: the next N commits that carry messages fail.
-    pub(in crate::store) failing_commits: AtomicUsize,
-    /// Test hook: messages of this group panic while planned (a bug, simulated).
-    pub(in crate::store) panicking_group: Mutex<Option<String>>,
+    /// The test hooks' state (failing commits, a group whose messages panic while planned).
+    #[cfg(feature = "test-hooks")]
+    pub(in crate::store) hooks: Hooks,
     pub(in crate::store) health: Health,
     /// One readiness probe at a time, and when the last one ran.
     pub(in crate::store) probe: tokio::sync::Mutex<Option<std::time::Instant>>,
@@ -53,8 +54,8 @@ impl Shared {
             outbound_due: Notify::new(),
             deadlines_changed: Notify::new(),
             sweeper_wakeup: AtomicI64::new(i64::MIN),
-            failing_commits: AtomicUsize::new(0),
-            panicking_group: Mutex::new(None),
+            #[cfg(feature = "test-hooks")]
+            hooks: Hooks::default(),
             health: Health::default(),
             probe: tokio::sync::Mutex::new(None),
             deliveries_changed: watch::channel(0).0,

@@ -51,21 +51,6 @@ pub(in crate::store) fn inbox_entry(r: &PgRow) -> Result<InboxEntry, sqlx::Error
     })
 }
 
-impl PostgresStore {
-    pub(in crate::store) async fn fill_delivered(
-        &self,
-        _channel: &str,
-        _groups: u64,
-        _per_group: u64,
-        _payload_bytes: usize,
-        _now: DateTime<Utc>,
-    ) -> Result<u64, StoreError> {
-        Err(StoreError::Refused(
-            "prefill fills SQLite stores only (a benchmark fixture)".into(),
-        ))
-    }
-}
-
 impl ReceiverStore for PostgresStore {
     fn receive<'a>(
         &'a self,
@@ -75,10 +60,13 @@ impl ReceiverStore for PostgresStore {
             let received = self.shared.writer.enqueue(message).await;
             if let Err(e) = &received {
                 // Refusals of this message alone say nothing about the database's health.
-                if matches!(
-                    e,
-                    StoreError::Backend(_) | StoreError::Failed(_) | StoreError::Injected
-                ) {
+                let database_failed = match e {
+                    StoreError::Backend(_) | StoreError::Failed(_) => true,
+                    #[cfg(feature = "test-hooks")]
+                    StoreError::Injected => true,
+                    _ => false,
+                };
+                if database_failed {
                     self.shared.health.failed(&e.to_string());
                 }
             }

@@ -2,8 +2,6 @@
 //! assumed new), the rows gathered and written, and the answers once committed. It owns no
 //! connection or transaction (the writer's loop does) and must never import the loop.
 
-use std::sync::atomic::Ordering;
-
 use sqlx::PgConnection;
 
 use super::decided::{Decided, decide};
@@ -104,11 +102,8 @@ pub(super) async fn decide_and_apply<'m>(
         rows.add(d, &mut announcement);
     }
     announcement.wakes.appended |= rows.appended > 0;
-    let injected = shared
-        .failing_commits
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-        .is_ok();
-    if injected {
+    #[cfg(feature = "test-hooks")]
+    if shared.hooks.commit_fails() {
         return Err(StoreError::Injected.into());
     }
     if !rows.apply(conn, &announcement).await? {

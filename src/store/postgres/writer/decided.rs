@@ -17,13 +17,10 @@ pub(super) fn decide<'m>(
     stored: Option<&StoredGroup>,
     open_groups_of_source: u64,
 ) -> Result<Decided<'m>, StoreError> {
-    let doomed = shared
-        .panicking_group
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .as_deref()
-        == Some(m.request.key().group_id.as_str());
+    #[cfg(feature = "test-hooks")]
+    let doomed = shared.hooks.doomed(m.request.key().group_id.as_str());
     let planned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        #[cfg(feature = "test-hooks")]
         if doomed {
             panic!("injected panic (test hook)");
         }

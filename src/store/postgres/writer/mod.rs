@@ -173,6 +173,7 @@ async fn write(
     let messages: Vec<&ReceivedMessage> = batch.iter().map(|j| &j.message).collect();
     match write_retrying(connection, shared, &messages).await {
         Ok(results) => results,
+        #[cfg(feature = "test-hooks")]
         Err(StoreError::Injected) => messages.iter().map(|_| Err(StoreError::Injected)).collect(),
         Err(e) if messages.len() == 1 => vec![Err(e)],
         Err(e) => {
