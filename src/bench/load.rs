@@ -11,9 +11,9 @@ use anyhow::Context as _;
 use chrono::Utc;
 
 use super::{Mode, Shared, callback};
-use crate::rmp::replies::items;
-use crate::wsr::read::{Limits, read_envelope};
-use crate::wsr::{
+use wsr_gateway::rmp::replies::items;
+use wsr_gateway::wsr::read::{Limits, read_envelope};
+use wsr_gateway::wsr::{
     GroupId, Headers, MessageId, MessageKey, PollRequest, RefToMessageIds, ReplyPattern, Request,
     SeqRange, SequenceNum, write_envelope,
 };
