@@ -1,5 +1,5 @@
 //! What a receive hands the group-commit writer, and the queue it hands it through. A leaf
-//! but for `tasks.rs`: the store's handles send jobs, the writer (`writer.rs`) takes them, and
+//! but for `tasks.rs`: the store's handles send jobs, the writer (`writer/`) takes them, and
 //! this file must never import either.
 
 use tokio::sync::{mpsc, oneshot};

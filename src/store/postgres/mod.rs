@@ -8,12 +8,13 @@
 //! keep other gateways off them (a group: `pg_advisory_xact_lock`; queued work: `FOR UPDATE
 //! SKIP LOCKED`), lets the pure rules decide, writes the result and announces what it made
 //! possible with NOTIFY (`notify.rs`), delivered at the commit to every gateway. The trait
-//! implementations are in `receiver.rs`, `backend.rs`, `delivery/` and `outbound/`.
+//! implementations are in `receiver/`, `backend.rs`, `delivery/` and `outbound/` (and, apart
+//! from `Backend`, `prefill.rs` and, with the `test-hooks` feature, `test_hooks.rs`).
 //!
-//! Imports run one way: the leaves (`failure.rs`, `group_state.rs`, `tasks.rs`, `job.rs`)
-//! import no other file here; `shared.rs` imports only leaves, `notify.rs` only those and
-//! `shared.rs`; the writer and the trait implementations import from all of these and from
-//! this file, and nothing they import imports them back.
+//! Imports run one way: the leaves (`failure.rs`, `group_state.rs`, `tasks.rs`) import no
+//! other file here, `job.rs` only `tasks.rs`, `shared.rs` only those, `notify.rs` only those
+//! and `shared.rs`; the writer and the trait implementations import from all of these and
+//! from this file, and nothing they import imports them back.
 
 mod backend;
 mod delivery;

@@ -18,7 +18,7 @@ use crate::store::time::millis;
 /// Most groups one sweep pass handles; the rest are due again at once.
 const SWEEP_BATCH: i64 = 500;
 
-/// Takes the group's lock (the one the writer's batches take, `writer.rs`) without waiting:
+/// Takes the group's lock (the one the writer's batches take, `writer/reads.rs`) without waiting:
 /// `false` when another transaction holds the group.
 async fn try_lock_group(
     conn: &mut PgConnection,
