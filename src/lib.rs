@@ -7,8 +7,6 @@
 //! `metrics` the names and labels every room records with.
 //! `App::build` opens the store and binds, for `main` and tests alike.
 
-pub mod bench;
-pub mod client;
 pub mod clock;
 pub mod config;
 pub mod consume;
@@ -17,7 +15,6 @@ pub mod hex;
 pub mod http;
 pub mod inbound;
 pub mod metrics;
-pub mod ops;
 pub mod outbound;
 pub mod partners;
 pub mod rmp;

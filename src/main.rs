@@ -1,14 +1,23 @@
-//! The `wsr-gateway` command line. Everything of substance lives in the library.
+//! The `wsr-gateway` command line. Everything of substance lives in the library; the tools
+//! that reach a running gateway only over HTTP — the load generator (`bench/`), the API client
+//! (`client.rs`) and the operator commands over it (`ops.rs`) — are this binary's own modules,
+//! not the library's (tests/it/bench.rs compiles `bench/` into itself, as this file does).
+
+mod bench;
+mod client;
+mod ops;
 
 use std::path::PathBuf;
 
 use anyhow::Context as _;
 use clap::{CommandFactory as _, Parser, Subcommand};
-use wsr_gateway::bench::BenchArgs;
 use wsr_gateway::config::LogFormat;
 use wsr_gateway::http::tls::TlsReloader;
-use wsr_gateway::ops::{EndpointsCommand, GroupsCommand, MessagesCommand, OpsArgs, SubsCommand};
+use wsr_gateway::store::Prefill as _;
 use wsr_gateway::{App, Config};
+
+use self::bench::BenchArgs;
+use self::ops::{EndpointsCommand, GroupsCommand, MessagesCommand, OpsArgs, SubsCommand};
 
 /// The version with the commit it was built from (build.rs), so that an operator's report
 /// names the exact code.
@@ -77,11 +86,11 @@ enum Command {
         shell: clap_complete::Shell,
     },
     /// Submit messages to a running gateway for reliable sending (one per FILE).
-    Send(wsr_gateway::client::SendArgs),
+    Send(client::SendArgs),
     /// Show the state of a submitted message.
     Status {
         #[command(flatten)]
-        api: wsr_gateway::client::ApiArgs,
+        api: client::ApiArgs,
         /// The message id `send` printed.
         id: String,
     },
@@ -260,19 +269,19 @@ async fn run() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Messages { ops, command } => {
-            print!("{}", wsr_gateway::ops::messages(&ops, &command).await?);
+            print!("{}", ops::messages(&ops, &command).await?);
             Ok(())
         }
         Command::Groups { ops, command } => {
-            print!("{}", wsr_gateway::ops::groups(&ops, &command).await?);
+            print!("{}", ops::groups(&ops, &command).await?);
             Ok(())
         }
         Command::Subs { ops, command } => {
-            print!("{}", wsr_gateway::ops::subs(&ops, &command).await?);
+            print!("{}", ops::subs(&ops, &command).await?);
             Ok(())
         }
         Command::Endpoints { ops, command } => {
-            print!("{}", wsr_gateway::ops::endpoints(&ops, &command).await?);
+            print!("{}", ops::endpoints(&ops, &command).await?);
             Ok(())
         }
         Command::Completions { shell } => {
@@ -285,13 +294,13 @@ async fn run() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Send(args) => {
-            for line in wsr_gateway::client::send(&args).await? {
+            for line in client::send(&args).await? {
                 println!("{line}");
             }
             Ok(())
         }
         Command::Status { api, id } => {
-            println!("{}", wsr_gateway::client::status(&api, &id).await?);
+            println!("{}", client::status(&api, &id).await?);
             Ok(())
         }
         Command::Prefill {
@@ -359,7 +368,7 @@ async fn run() -> anyhow::Result<()> {
                     std::future::pending::<()>().await;
                 }
             };
-            let report = wsr_gateway::bench::run_until(&args, interrupt).await?;
+            let report = bench::run_until(&args, interrupt).await?;
             if args.json {
                 println!("{}", report.to_json());
             } else {

@@ -11,9 +11,9 @@ use tokio::sync::oneshot;
 
 use super::wire::{Outcome, envelope, key, post};
 use super::{BenchArgs, Shared};
-use crate::rmp::replies::items;
-use crate::wsr::read::{Limits, read_envelope};
-use crate::wsr::{ReplyPattern, ReplyTo};
+use wsr_gateway::rmp::replies::items;
+use wsr_gateway::wsr::read::{Limits, read_envelope};
+use wsr_gateway::wsr::{ReplyPattern, ReplyTo};
 
 /// The workers waiting for their callback ack, by group id.
 pub(super) type Waiters = Arc<Mutex<HashMap<String, oneshot::Sender<Result<(), String>>>>>;

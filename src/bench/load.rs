@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 
 use super::wire::{Outcome, envelope, key, post};
 use super::{Mode, Shared, callback};
-use crate::rmp::replies::items;
-use crate::wsr::read::{Limits, read_envelope};
-use crate::wsr::{
+use anyhow::Context as _;
+use wsr_gateway::rmp::replies::items;
+use wsr_gateway::wsr::read::{Limits, read_envelope};
+use wsr_gateway::wsr::{
     Headers, MessageKey, PollRequest, RefToMessageIds, ReplyPattern, SeqRange, write_envelope,
 };
-use anyhow::Context as _;
 
 /// Runs `workers` load loops to the end: every ack's latency (sorted), and the errors by kind.
 pub(super) async fn run_workers(

@@ -30,10 +30,10 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use chrono::Utc;
 
-use crate::wsr::SoapVersion;
 use callback::Waiters;
+pub use report::BenchReport;
 use report::quantile;
-pub use report::{BenchReport, Consumed};
+use wsr_gateway::wsr::SoapVersion;
 
 #[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
@@ -120,11 +120,7 @@ impl Shared {
     }
 }
 
-pub async fn run(args: &BenchArgs) -> anyhow::Result<BenchReport> {
-    run_until(args, std::future::pending()).await
-}
-
-/// `run`, stopped early when `interrupt` completes (`wsr-gateway bench` passes Ctrl-C): the
+/// The run, stopped early when `interrupt` completes (`wsr-gateway bench` passes Ctrl-C): the
 /// workers finish the request they have in flight, and the report covers what ran. While it
 /// runs, a progress line goes to standard error when that is a terminal.
 pub async fn run_until(

@@ -7,7 +7,7 @@ use std::time::Duration;
 use chrono::Utc;
 
 use super::Shared;
-use crate::wsr::{
+use wsr_gateway::wsr::{
     GroupId, Headers, MessageId, MessageKey, ReplyPattern, Request, SequenceNum, write_envelope,
 };
 

@@ -1,4 +1,6 @@
-//! The backend trait: the three storage traits and the lifecycle operations.
+//! The backend trait: the three storage traits and the lifecycle operations. It must never
+//! carry a test hook or a benchmark fixture (`test_hooks.rs`, `prefill.rs`): every backend
+//! implements it and the running gateway calls all of it.
 
 use chrono::{DateTime, Utc};
 
@@ -21,21 +23,10 @@ pub trait Backend: ReceiverStore + DeliveryStore + OutboundStore {
     /// two gateways' workers on one subscription are two members, not one they fight over.
     fn gateway_id(&self) -> &str;
 
-    /// Test hook: every message of `group` panics inside the writer, as a bug would.
-    fn panic_on_group(&self, group: Option<&str>);
-
-    /// Test hook: caps the database at its current size (`None`: lifts the cap), so that
-    /// writes fail as on a full disk ("database or disk is full").
-    fn cap_database_size<'a>(&'a self, capped: bool) -> StoreFuture<'a, Result<(), StoreError>>;
-
     /// Whether the store can commit now (`/readyz`): `Err(reason)` while the writer is gone
     /// or its commits fail. Without a recent successful commit, a small write goes through the
     /// writer to find out, at most once per `PROBE_EVERY` however often this is asked.
     fn readiness<'a>(&'a self) -> StoreFuture<'a, Result<(), String>>;
-
-    /// Test hook: make the next `n` commits that carry messages fail.
-    #[doc(hidden)]
-    fn fail_next_commits(&self, n: usize);
 
     /// A barrier through the writer's queue: returns once everything queued before it has
     /// been committed (or failed). Shutdown flushes the writer with it.
@@ -66,15 +57,4 @@ pub trait Backend: ReceiverStore + DeliveryStore + OutboundStore {
         after: i64,
         limit: i64,
     ) -> StoreFuture<'a, Result<InboxPage, StoreError>>;
-
-    /// Benchmark fixture: adds `groups` ordered groups of `per_group` delivered messages each
-    /// (payload of `payload_bytes`), expiring a day after `now`; answers how many were added.
-    fn prefill_delivered<'a>(
-        &'a self,
-        channel: &'a str,
-        groups: u64,
-        per_group: u64,
-        payload_bytes: usize,
-        now: DateTime<Utc>,
-    ) -> StoreFuture<'a, Result<u64, StoreError>>;
 }

@@ -13,6 +13,8 @@ pub enum StoreError {
     /// The request was not stored (its transaction failed or the store cannot be reached).
     #[error("not stored: {0}")]
     Failed(String),
+    /// A commit failed because a test asked it to (`TestHooks::fail_next_commits`).
+    #[cfg(feature = "test-hooks")]
     #[error("commit failed (injected fault)")]
     Injected,
     /// A bug: the job panicked. It failed alone; the writer carries on.

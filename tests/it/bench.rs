@@ -3,12 +3,23 @@
 //! not for tests.)
 
 use clap::Parser;
-use wsr_gateway::bench::{BenchArgs, Mode, run};
 use wsr_gateway::config::{ApiToken, Scope};
 #[allow(unused_imports)]
-use wsr_gateway::store::{Backend as _, ReceiverStore as _};
+use wsr_gateway::store::{Backend as _, Prefill as _, ReceiverStore as _};
 
+use self::tool::{BenchArgs, BenchReport, Mode, run_until};
 use super::support::spawn_app_with;
+
+/// The load generator is the binary's module, not the library's (src/main.rs): the test
+/// compiles the same source, which reaches the gateway only over HTTP and the library's public
+/// API.
+#[path = "../../src/bench/mod.rs"]
+mod tool;
+
+/// A whole run, to its duration.
+async fn run(args: &BenchArgs) -> anyhow::Result<BenchReport> {
+    run_until(args, std::future::pending()).await
+}
 
 const TOKEN: &str = "bench-operator-token-0001";
 
@@ -137,7 +148,7 @@ async fn an_interrupted_bench_reports_what_it_measured() {
     let args = Cli::parse_from(["bench", "--url", &url, "-c", "2", "-d", "3600"]).bench;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let bench = tokio::spawn(async move {
-        wsr_gateway::bench::run_until(&args, async {
+        run_until(&args, async {
             let _ = stopped.await;
         })
         .await

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use chrono::Duration;
 use wsr_gateway::rmp::receiver::Verdict;
-use wsr_gateway::store::{Store, StoreConfig};
+use wsr_gateway::store::{Store, StoreConfig, TestHooks as _};
 use wsr_gateway::wsr::{ReplyPattern, ReplyTo};
 
 use crate::contract::receiver::{message, now, text};

@@ -5,7 +5,7 @@
 use chrono::{DateTime, Duration, TimeZone, Utc};
 use serde_json::{Value, json};
 #[allow(unused_imports)]
-use wsr_gateway::store::{Backend as _, ReceiverStore as _};
+use wsr_gateway::store::{Backend as _, ReceiverStore as _, TestHooks as _};
 use wsr_gateway::wsr::datetime::XsDuration;
 use wsr_gateway::wsr::{
     FaultCode, GroupId, GroupLimit, MessageId, ReplyPattern, Request, SequenceNum, SoapVersion,

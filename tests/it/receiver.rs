@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Duration, Utc};
 #[allow(unused_imports)]
-use wsr_gateway::store::{Backend as _, ReceiverStore as _};
+use wsr_gateway::store::{Backend as _, ReceiverStore as _, TestHooks as _};
 use wsr_gateway::wsr::datetime::XsDuration;
 use wsr_gateway::wsr::{
     FaultCode, GroupId, GroupLimit, Headers, MessageId, PollRequest, RefToMessageIds, Reply,

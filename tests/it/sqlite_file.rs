@@ -6,7 +6,7 @@
 use chrono::{Duration, Utc};
 use serde_json::json;
 #[allow(unused_imports)]
-use wsr_gateway::store::{Backend as _, ReceiverStore as _};
+use wsr_gateway::store::{Backend as _, ReceiverStore as _, TestHooks as _};
 use wsr_gateway::wsr::{FaultCode, GroupId, RefToMessageIds, ReplyPattern, SeqRange, SoapVersion};
 
 use super::hostile::{acked, fault_of, message, readyz};

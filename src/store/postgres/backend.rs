@@ -1,7 +1,5 @@
-//! The lifecycle operations of the PostgreSQL backend: policy, readiness, the barrier, and
-//! the test hooks.
+//! The lifecycle operations of the PostgreSQL backend: policy, readiness, the barrier.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -21,23 +19,6 @@ impl Backend for PostgresStore {
 
     fn gateway_id(&self) -> &str {
         self.gateway()
-    }
-
-    fn panic_on_group(&self, group: Option<&str>) {
-        *self
-            .shared
-            .panicking_group
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = group.map(str::to_owned);
-    }
-
-    fn cap_database_size<'a>(&'a self, _capped: bool) -> StoreFuture<'a, Result<(), StoreError>> {
-        // A full disk is the database server's to report; no gateway can simulate it there.
-        Box::pin(async move {
-            Err(StoreError::Refused(
-                "a database size cap is a SQLite test hook; PostgreSQL has none".into(),
-            ))
-        })
     }
 
     fn readiness<'a>(&'a self) -> StoreFuture<'a, Result<(), String>> {
@@ -83,10 +64,6 @@ impl Backend for PostgresStore {
         })
     }
 
-    fn fail_next_commits(&self, n: usize) {
-        self.shared.failing_commits.store(n, Ordering::SeqCst);
-    }
-
     fn flush<'a>(&'a self) -> StoreFuture<'a, Result<(), StoreError>> {
         // Every write commits before it answers: there is no queue to drain.
         Box::pin(async move { Ok(()) })
@@ -116,17 +93,6 @@ impl Backend for PostgresStore {
         limit: i64,
     ) -> StoreFuture<'a, Result<InboxPage, StoreError>> {
         Box::pin(search_inbox(&self.pool, filter, after, limit))
-    }
-
-    fn prefill_delivered<'a>(
-        &'a self,
-        channel: &'a str,
-        groups: u64,
-        per_group: u64,
-        payload_bytes: usize,
-        now: DateTime<Utc>,
-    ) -> StoreFuture<'a, Result<u64, StoreError>> {
-        Box::pin(self.fill_delivered(channel, groups, per_group, payload_bytes, now))
     }
 }
 

@@ -8,14 +8,27 @@
 //! keep other gateways off them (a group: `pg_advisory_xact_lock`; queued work: `FOR UPDATE
 //! SKIP LOCKED`), lets the pure rules decide, writes the result and announces what it made
 //! possible with NOTIFY (`notify.rs`), delivered at the commit to every gateway. The trait
-//! implementations are in `receiver.rs`, `backend.rs`, `delivery/` and `outbound/`.
+//! implementations are in `receiver/`, `backend.rs`, `delivery/` and `outbound/` (and, apart
+//! from `Backend`, `prefill.rs` and, with the `test-hooks` feature, `test_hooks.rs`).
+//!
+//! Imports run one way: the leaves (`failure.rs`, `group_state.rs`, `tasks.rs`) import no
+//! other file here, `job.rs` only `tasks.rs`, `shared.rs` only those, `notify.rs` only those
+//! and `shared.rs`; the writer and the trait implementations import from all of these and
+//! from this file, and nothing they import imports them back.
 
 mod backend;
 mod delivery;
+mod failure;
+mod group_state;
+mod job;
 mod notify;
 mod outbound;
+mod prefill;
 mod receiver;
 mod shared;
+mod tasks;
+#[cfg(feature = "test-hooks")]
+mod test_hooks;
 mod writer;
 
 use std::str::FromStr;
@@ -25,6 +38,7 @@ use std::time::Duration;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{Postgres, Transaction};
 
+pub(in crate::store) use self::failure::retryable;
 pub(in crate::store) use self::notify::Announcement;
 use self::shared::Shared;
 use crate::store::config::{Database, Durability, StoreConfig};
@@ -92,7 +106,7 @@ impl PostgresStore {
             conn.detach();
             tracing::warn!(error = %e, "could not release the migration lock; connection closed");
         }
-        let (writer, jobs) = writer::Writer::new();
+        let (writer, jobs) = job::Writer::new();
         let shared = Arc::new(Shared::new(config.policy.clone(), writer));
         writer::spawn(&pool, &shared, jobs);
         notify::start(&pool, &shared).await?;
@@ -167,13 +181,4 @@ async fn claim_and_migrate(
     // The first migration writes the identity row itself.
     sqlx::migrate!("./migrations/postgres").run(pool).await?;
     Ok(())
-}
-
-/// Whether a failed statement is worth running again in a new transaction: PostgreSQL broke a
-/// deadlock or a serialisation conflict between gateways by aborting this one.
-pub(in crate::store) fn retryable(e: &sqlx::Error) -> bool {
-    matches!(
-        e.as_database_error().and_then(|d| d.code()).as_deref(),
-        Some("40001" | "40P01")
-    )
 }

@@ -2,15 +2,16 @@
 //! inside its own transaction (PostgreSQL delivers it at the commit, or never); every gateway
 //! LISTENs and wakes its own waiters. A lost connection may have lost notifications, so after
 //! reconnecting a gateway wakes everything once and checks its held requests against the
-//! stored groups.
+//! stored groups. It must never import the handle (`PostgresStore`) nor the writer: they
+//! import it, for `Announcement`.
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use sqlx::PgConnection;
 use sqlx::postgres::{PgListener, PgPool};
+use sqlx::{PgConnection, Row};
 
-use super::PostgresStore;
+use super::group_state::decode;
 use super::shared::Shared;
 use crate::store::error::StoreError;
 use crate::store::wakes::Wakes;
@@ -213,13 +214,28 @@ fn delivered_key(text: &str) -> Option<(&str, MessageKey)> {
 
 /// Tells each held request whose message the stored group now counts as delivered.
 async fn recheck(pool: &PgPool, shared: Arc<Shared>) {
-    let store = PostgresStore {
-        pool: pool.clone(),
-        shared,
-    };
-    if let Err(e) = store.recheck_waiters().await {
+    if let Err(e) = recheck_waiters(pool, &shared).await {
         tracing::warn!(error = %e, "cannot check held requests against the stored groups");
     }
+}
+
+/// Tells each held request whose message its stored group now counts as delivered.
+async fn recheck_waiters(pool: &PgPool, shared: &Shared) -> Result<(), StoreError> {
+    for (partner, key) in shared.watched() {
+        let Some(number) = key.number else { continue };
+        let row = sqlx::query("SELECT state_bin FROM groups WHERE partner = $1 AND group_id = $2")
+            .bind(&partner)
+            .bind(key.group_id.as_str())
+            .fetch_optional(pool)
+            .await?;
+        if let Some(row) = row {
+            let state = decode(row.try_get::<&[u8], _>(0)?)?;
+            if state.delivered.contains(number) {
+                shared.delivered(&partner, &key);
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,14 +1,19 @@
 //! State one gateway's handles share: the waiters a commit wakes (here or, through NOTIFY, in
-//! another gateway), the test hooks, health, and this gateway's own id.
+//! another gateway), the test hooks, health, and this gateway's own id. It must never import
+//! the files that use it (the writer, the listener, the trait implementations): it holds the
+//! writer's queue (`job.rs`) and the tasks (`tasks.rs`), both leaves.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicI64, AtomicUsize};
+use std::sync::atomic::AtomicI64;
 
 use tokio::sync::{Notify, oneshot, watch};
 
-use super::writer::Writer;
+use super::job::Writer;
+use super::tasks::Tasks;
 use crate::rmp::group::Policy;
 use crate::store::health::Health;
+#[cfg(feature = "test-hooks")]
+use crate::store::test_hooks::Hooks;
 use crate::store::wakes::{Waiters, Wakes};
 use crate::wsr::MessageKey;
 
@@ -25,10 +30,9 @@ pub(in crate::store) struct Shared {
     pub(in crate::store) deadlines_changed: Notify,
     /// When the sweeper plans to wake next (Unix ms).
     pub(in crate::store) sweeper_wakeup: AtomicI64,
-    /// Test hook: the next N commits that carry messages fail.
-    pub(in crate::store) failing_commits: AtomicUsize,
-    /// Test hook: messages of this group panic while planned (a bug, simulated).
-    pub(in crate::store) panicking_group: Mutex<Option<String>>,
+    /// The test hooks' state (failing commits, a group whose messages panic while planned).
+    #[cfg(feature = "test-hooks")]
+    pub(in crate::store) hooks: Hooks,
     pub(in crate::store) health: Health,
     /// One readiness probe at a time, and when the last one ran.
     pub(in crate::store) probe: tokio::sync::Mutex<Option<std::time::Instant>>,
@@ -50,8 +54,8 @@ impl Shared {
             outbound_due: Notify::new(),
             deadlines_changed: Notify::new(),
             sweeper_wakeup: AtomicI64::new(i64::MIN),
-            failing_commits: AtomicUsize::new(0),
-            panicking_group: Mutex::new(None),
+            #[cfg(feature = "test-hooks")]
+            hooks: Hooks::default(),
             health: Health::default(),
             probe: tokio::sync::Mutex::new(None),
             deliveries_changed: watch::channel(0).0,
@@ -125,29 +129,6 @@ impl Shared {
     pub(in crate::store) fn watched(&self) -> Vec<(String, MessageKey)> {
         let waiters = self.waiters.lock().unwrap_or_else(|p| p.into_inner());
         waiters.keys().cloned().collect()
-    }
-}
-
-/// Background tasks of this gateway's store, stopped when their owner goes.
-#[derive(Default)]
-pub(super) struct Tasks(Mutex<Vec<tokio::task::JoinHandle<()>>>);
-
-impl Tasks {
-    pub(super) fn add(&self, task: tokio::task::JoinHandle<()>) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(task);
-    }
-}
-
-impl Drop for Tasks {
-    fn drop(&mut self) {
-        for task in self
-            .0
-            .get_mut()
-            .unwrap_or_else(|p| p.into_inner())
-            .drain(..)
-        {
-            task.abort();
-        }
     }
 }
 

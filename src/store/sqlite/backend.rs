@@ -1,7 +1,5 @@
-//! The lifecycle operations of the SQLite backend: policy, readiness, the writer barrier, and
-//! the test hooks.
+//! The lifecycle operations of the SQLite backend: policy, readiness, the writer barrier.
 
-use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -21,26 +19,6 @@ impl Backend for SqliteStore {
 
     fn gateway_id(&self) -> &str {
         ""
-    }
-
-    fn panic_on_group(&self, group: Option<&str>) {
-        *self
-            .shared
-            .panicking_group
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = group.map(str::to_owned);
-    }
-
-    fn cap_database_size<'a>(&'a self, capped: bool) -> StoreFuture<'a, Result<(), StoreError>> {
-        Box::pin(async move {
-            self.keep(move |conn| {
-                // SQLite raises a cap below the current size to the current size.
-                let pages: i64 = if capped { 1 } else { 1_073_741_823 };
-                conn.pragma_update(None, "max_page_count", pages)?;
-                Ok(((), Wakes::NONE))
-            })
-            .await
-        })
     }
 
     fn readiness<'a>(&'a self) -> StoreFuture<'a, Result<(), String>> {
@@ -85,10 +63,6 @@ impl Backend for SqliteStore {
         })
     }
 
-    fn fail_next_commits(&self, n: usize) {
-        self.shared.failing_commits.store(n, Ordering::SeqCst);
-    }
-
     fn flush<'a>(&'a self) -> StoreFuture<'a, Result<(), StoreError>> {
         Box::pin(async move { self.keep(|_| Ok(((), Wakes::NONE))).await })
     }
@@ -117,17 +91,6 @@ impl Backend for SqliteStore {
         limit: i64,
     ) -> StoreFuture<'a, Result<InboxPage, StoreError>> {
         Box::pin(search_inbox(&self.pool, filter, after, limit))
-    }
-
-    fn prefill_delivered<'a>(
-        &'a self,
-        channel: &'a str,
-        groups: u64,
-        per_group: u64,
-        payload_bytes: usize,
-        now: DateTime<Utc>,
-    ) -> StoreFuture<'a, Result<u64, StoreError>> {
-        Box::pin(self.fill_delivered(channel, groups, per_group, payload_bytes, now))
     }
 }
 

@@ -117,7 +117,7 @@ impl<'c> Batch<'c> {
         &mut self,
         m: &ReceivedMessage,
         policy: &Policy,
-        doomed: bool,
+        #[cfg(feature = "test-hooks")] doomed: bool,
     ) -> Result<Result<ReceivePlan, StoreError>, StoreError> {
         let request = &m.request;
         let group_id = request.message_id.group_id.as_str();
@@ -139,6 +139,7 @@ impl<'c> Batch<'c> {
             Err(_) => None,
         };
         let planned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            #[cfg(feature = "test-hooks")]
             if doomed {
                 panic!("injected panic (test hook)");
             }

@@ -4,7 +4,7 @@
 //! The trait implementations are in `receiver.rs`, `backend.rs`, `delivery/` and `outbound/`.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, AtomicUsize};
+use std::sync::atomic::AtomicI64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -28,6 +28,8 @@ mod outbound;
 mod prefill;
 mod receiver;
 mod shared;
+#[cfg(feature = "test-hooks")]
+mod test_hooks;
 mod writer;
 
 use self::group_state::decode_stored;
@@ -88,8 +90,8 @@ impl SqliteStore {
             outbound_due: Notify::new(),
             deadlines_changed: Notify::new(),
             sweeper_wakeup: AtomicI64::new(i64::MIN),
-            failing_commits: AtomicUsize::new(0),
-            panicking_group: Mutex::new(None),
+            #[cfg(feature = "test-hooks")]
+            hooks: Default::default(),
             health: Health::default(),
             probe: tokio::sync::Mutex::new(None),
             deliveries_changed: watch::channel(0).0,

@@ -12,6 +12,8 @@ use crate::rmp::receive_plan::group_deadline;
 use crate::rmp::receiver::{Incoming, receive};
 use crate::store::backend::Backend as _;
 use crate::store::error::StoreError;
+use crate::store::future::StoreFuture;
+use crate::store::prefill::Prefill;
 use crate::store::time::millis;
 use crate::wsr::{GroupId, MessageId, ReplyPattern, Request, SequenceNum};
 
@@ -30,10 +32,23 @@ struct Group {
     messages: u64,
 }
 
+impl Prefill for SqliteStore {
+    fn prefill_delivered<'a>(
+        &'a self,
+        channel: &'a str,
+        groups: u64,
+        per_group: u64,
+        payload_bytes: usize,
+        now: DateTime<Utc>,
+    ) -> StoreFuture<'a, Result<u64, StoreError>> {
+        Box::pin(self.fill_delivered(channel, groups, per_group, payload_bytes, now))
+    }
+}
+
 impl SqliteStore {
     /// Adds `groups` ordered groups of `per_group` delivered messages each (payload of
     /// `payload_bytes`), expiring a day after `now`. Returns how many messages were added.
-    pub(super) async fn fill_delivered(
+    async fn fill_delivered(
         &self,
         channel: &str,
         groups: u64,

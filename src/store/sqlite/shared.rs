@@ -3,13 +3,15 @@
 //! index (a leaf itself).
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicI64, AtomicUsize};
+use std::sync::atomic::AtomicI64;
 
 use tokio::sync::{Notify, watch};
 
 use super::group_index::GroupIndex;
 use crate::rmp::group::Policy;
 use crate::store::health::Health;
+#[cfg(feature = "test-hooks")]
+use crate::store::test_hooks::Hooks;
 
 pub(in crate::store) use crate::store::wakes::Waiters;
 pub(crate) use crate::store::wakes::Wakes;
@@ -30,10 +32,10 @@ pub(in crate::store) struct Shared {
     pub(in crate::store) deadlines_changed: Notify,
     /// When the sweeper plans to wake next (Unix ms).
     pub(in crate::store) sweeper_wakeup: AtomicI64,
-    /// Test hook: the next N commits fail as if the disk refused them.
-    pub(in crate::store) failing_commits: AtomicUsize,
-    /// Test hook: messages of this group panic inside the writer (a bug, simulated).
-    pub(in crate::store) panicking_group: Mutex<Option<String>>,
+    /// The test hooks' state (failing commits, a group whose messages panic inside the
+    /// writer).
+    #[cfg(feature = "test-hooks")]
+    pub(in crate::store) hooks: Hooks,
     /// Whether the writer's last commit attempt worked (readiness).
     pub(in crate::store) health: Health,
     /// One readiness probe at a time, and when the last one ran.

@@ -176,18 +176,13 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Job>, shared: &Shared) -> Wri
     if poisoned.is_none() {
         poisoned = tx.flush(true).err();
     }
-    // The test hook fails commits that decide messages, not background sweeps.
     let carries_message = batch.iter().any(|j| matches!(j, Job::Receive(..)));
-    let injected = poisoned.is_none()
-        && carries_message
-        && shared
-            .failing_commits
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-            .is_ok();
-    let committed = match (poisoned, injected) {
-        (Some(e), _) => Err(e),
-        (None, true) => Err(StoreError::Injected),
-        (None, false) => exec(conn, "COMMIT"),
+    let committed = match poisoned {
+        Some(e) => Err(e),
+        // The test hook fails commits that decide messages, not background sweeps.
+        #[cfg(feature = "test-hooks")]
+        None if carries_message && shared.hooks.commit_fails() => Err(StoreError::Injected),
+        None => exec(conn, "COMMIT"),
     };
     let effects = std::mem::take(&mut tx.effects);
     drop(tx);
@@ -270,13 +265,13 @@ fn run_job(
 ) -> Result<Done, StoreError> {
     match job {
         Job::Receive(m, _) => {
-            let doomed = shared
-                .panicking_group
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .as_deref()
-                == Some(m.request.message_id.group_id.as_str());
-            let plan = match tx.plan(m, &shared.policy, doomed)? {
+            #[cfg(feature = "test-hooks")]
+            let doomed = shared.hooks.doomed(m.request.message_id.group_id.as_str());
+            #[cfg(feature = "test-hooks")]
+            let planned = tx.plan(m, &shared.policy, doomed);
+            #[cfg(not(feature = "test-hooks"))]
+            let planned = tx.plan(m, &shared.policy);
+            let plan = match planned? {
                 Ok(plan) => plan,
                 Err(alone) => {
                     tracing::error!(reason = %alone, "store job failed alone");

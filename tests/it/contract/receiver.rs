@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Duration, Utc};
 use wsr_gateway::rmp::receiver::Verdict;
-use wsr_gateway::store::{InboxEntry, Payload, ReceivedMessage, Store};
+use wsr_gateway::store::{InboxEntry, Payload, ReceivedMessage, Store, TestHooks as _};
 use wsr_gateway::wsr::{GroupId, MessageId, ReplyPattern, ReplyTo, Request, SequenceNum};
 
 use super::backends;
