@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use std::collections::BTreeSet;
 
+use crate::endpoint::check_endpoint;
 use crate::outbound::destination::DestinationRules;
 use crate::partners::{PartnerConfig, Partners, address_only};
 use crate::rmp::agreement::{Agreement, Feature};
@@ -1085,30 +1086,10 @@ fn millis(ms: u64) -> chrono::Duration {
     chrono::Duration::milliseconds(ms.min(i64::MAX as u64 / 2) as i64)
 }
 
-/// The longest URL that may be registered as an endpoint (callback, push) or used as a
-/// destination: every registered URL fits in a request line, so it can also be unregistered.
-pub const MAX_URL_BYTES: usize = 2048;
-
-/// A callback endpoint must be an absolute http(s) URL of at most `MAX_URL_BYTES`.
-pub fn check_endpoint(url: &str) -> anyhow::Result<()> {
-    if url.len() > MAX_URL_BYTES {
-        bail!(
-            "endpoint URL of {} bytes is longer than {MAX_URL_BYTES} bytes",
-            url.len()
-        );
-    }
-    let ok = (url.starts_with("http://") || url.starts_with("https://"))
-        && url.len() > "https://".len()
-        && !url.chars().any(|c| c.is_whitespace() || c.is_control());
-    if !ok {
-        bail!("callback endpoint {url:?} is not an absolute http(s) URL");
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::endpoint::MAX_URL_BYTES;
 
     #[test]
     fn defaults_need_no_file() {

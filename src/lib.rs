@@ -11,6 +11,7 @@ pub mod clock;
 pub mod config;
 pub mod consume;
 pub mod delivery;
+pub mod endpoint;
 pub mod hex;
 pub mod http;
 pub mod inbound;

@@ -200,7 +200,7 @@ impl PartnerConfig {
             .chain(&self.address)
             .chain(&self.poll_address)
         {
-            crate::config::check_endpoint(url).with_context(|| ctx("URL"))?;
+            crate::endpoint::check_endpoint(url).with_context(|| ctx("URL"))?;
         }
         let features = |names: &[String]| -> anyhow::Result<Vec<Feature>> {
             names

@@ -13,7 +13,7 @@ use utoipa::{IntoParams, ToSchema};
 use super::AppState;
 use super::api::{ApiPath, ApiQuery, Problem, ProblemBody, json_body};
 use super::openapi::InboxMessage;
-use crate::config::check_endpoint;
+use crate::endpoint::check_endpoint;
 use crate::consume::view::message_json;
 use crate::rmp::group::GroupState;
 use crate::store::Endpoints;

@@ -6,7 +6,8 @@
 use chrono::{Duration, Utc};
 use reqwest::Method;
 use serde_json::{Value, json};
-use wsr_gateway::config::{ApiToken, Config, MAX_URL_BYTES, Scope, all_topics};
+use wsr_gateway::config::{ApiToken, Config, Scope, all_topics};
+use wsr_gateway::endpoint::MAX_URL_BYTES;
 use wsr_gateway::rmp::agreement::Agreement;
 use wsr_gateway::wsr::{
     GroupId, Headers, MessageId, ReplyPattern, Request, SoapVersion, write_envelope,
