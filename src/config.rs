@@ -15,7 +15,7 @@ use std::collections::BTreeSet;
 use crate::endpoint::check_endpoint;
 use crate::outbound::destination::DestinationRules;
 use crate::partners::{PartnerConfig, Partners, address_only};
-use crate::rmp::agreement::{Agreement, Feature};
+use crate::rmp::agreement::{Agreement, Feature, SendTerms};
 use crate::rmp::group::Policy;
 use crate::secrets::{Stored, Verifier, load_secret, relative_to};
 use crate::store::{Database, Durability};
@@ -32,9 +32,6 @@ const DEFAULT_HORIZON_SECONDS: u64 = 30 * 86_400;
 /// The largest horizon an operator may configure (about 10 years): far inside chrono's range,
 /// so no arithmetic on an accepted date can overflow.
 const MAX_HORIZON_SECONDS: u64 = 3_660 * 86_400;
-
-/// The largest retry backoff factor of a submitted message.
-const MAX_BACKOFF: u32 = 10;
 
 /// Variables of the client commands (`send`, `status`, `bench`, the operator commands) and
 /// `serve`'s own `--config`: not gateway settings, so `serve` ignores them.
@@ -191,131 +188,19 @@ pub struct AgreementSpec {
 }
 
 impl AgreementSpec {
-    /// This agreement with what it leaves out taken from `base`. A retry schedule is taken
-    /// whole, from whichever of the two names one.
-    pub fn over(&self, base: &AgreementSpec) -> AgreementSpec {
-        let own_schedule = self.waits_ms.is_some()
-            || self.max_attempts.is_some()
-            || self.interval_ms.is_some()
-            || self.backoff.is_some();
-        let schedule = if own_schedule { self } else { base };
-        AgreementSpec {
-            ack_requested: self.ack_requested.or(base.ack_requested),
-            duplicate_elimination: self.duplicate_elimination.or(base.duplicate_elimination),
-            message_order: self.message_order.or(base.message_order),
-            reply_pattern: self
-                .reply_pattern
-                .clone()
-                .or_else(|| base.reply_pattern.clone()),
-            expiry_seconds: self.expiry_seconds.or(base.expiry_seconds),
-            max_attempts: schedule.max_attempts,
-            interval_ms: schedule.interval_ms,
-            backoff: schedule.backoff,
-            waits_ms: schedule.waits_ms.clone(),
+    /// The terms as given, for the sending rule to combine and check.
+    pub fn into_terms(self) -> SendTerms {
+        SendTerms {
+            ack_requested: self.ack_requested,
+            duplicate_elimination: self.duplicate_elimination,
+            message_order: self.message_order,
+            reply_pattern: self.reply_pattern,
+            expiry_seconds: self.expiry_seconds,
+            max_attempts: self.max_attempts,
+            interval_ms: self.interval_ms,
+            backoff: self.backoff,
+            waits_ms: self.waits_ms,
         }
-    }
-}
-
-/// A checked agreement.
-#[derive(Debug, Clone)]
-pub struct SendAgreement {
-    pub ack_requested: bool,
-    pub duplicate_elimination: bool,
-    pub message_order: bool,
-    /// For Callback, the ReplyTo is filled in with our own callback address.
-    pub reply_pattern: crate::wsr::ReplyPattern,
-    pub lifetime: chrono::Duration,
-    pub schedule: crate::rmp::sender::RetrySchedule,
-}
-
-impl AgreementSpec {
-    /// Checks the agreement; on error (field, reason).
-    pub fn check(&self) -> Result<SendAgreement, (&'static str, String)> {
-        use crate::rmp::sender::RetrySchedule;
-        use crate::wsr::{ReplyPattern, ReplyTo};
-        let reply_pattern = match self.reply_pattern.as_deref().unwrap_or("Response") {
-            "Response" => ReplyPattern::Response,
-            "Poll" => ReplyPattern::Poll,
-            "Callback" => ReplyPattern::Callback(ReplyTo::bare("http://placeholder")),
-            other => {
-                return Err((
-                    "reply_pattern",
-                    format!("{other:?} is not Response, Callback or Poll"),
-                ));
-            }
-        };
-        let ack_requested = self.ack_requested.unwrap_or(true);
-        let duplicate_elimination = self.duplicate_elimination.unwrap_or(true);
-        let message_order = self.message_order.unwrap_or(false);
-        if message_order && !(ack_requested && duplicate_elimination) {
-            return Err((
-                "message_order",
-                "ordering needs ack_requested and duplicate_elimination".into(),
-            ));
-        }
-        let expiry_seconds = self.expiry_seconds.unwrap_or(3600);
-        if expiry_seconds == 0 || expiry_seconds > 366 * 86_400 {
-            return Err(("expiry_seconds", "must be between 1 and 31622400".into()));
-        }
-        let longest_wait_ms = crate::rmp::sender::LONGEST_WAIT.as_millis() as u64;
-        let interval_given =
-            self.max_attempts.is_some() || self.interval_ms.is_some() || self.backoff.is_some();
-        let schedule = match &self.waits_ms {
-            Some(_) if interval_given => {
-                return Err((
-                    "waits_ms",
-                    "give either waits_ms or max_attempts/interval_ms/backoff".into(),
-                ));
-            }
-            Some(waits) if waits.len() > 1000 => {
-                return Err(("waits_ms", "at most 1000 waits".into()));
-            }
-            Some(waits) if waits.iter().any(|ms| *ms > longest_wait_ms) => {
-                return Err((
-                    "waits_ms",
-                    format!("each wait must be at most {longest_wait_ms} ms (one day)"),
-                ));
-            }
-            Some(waits) => {
-                RetrySchedule::Waits(waits.iter().map(|ms| Duration::from_millis(*ms)).collect())
-            }
-            None => {
-                let max_attempts = self.max_attempts.unwrap_or(8);
-                if max_attempts == 0 || max_attempts > 1000 {
-                    return Err(("max_attempts", "must be between 1 and 1000".into()));
-                }
-                let interval_ms = self.interval_ms.unwrap_or(2000);
-                let backoff = self.backoff.unwrap_or(2);
-                if interval_ms == 0 || backoff == 0 {
-                    return Err((
-                        "interval_ms",
-                        "interval_ms and backoff must be positive".into(),
-                    ));
-                }
-                if interval_ms > longest_wait_ms {
-                    return Err((
-                        "interval_ms",
-                        format!("must be at most {longest_wait_ms} ms (one day)"),
-                    ));
-                }
-                if backoff > MAX_BACKOFF {
-                    return Err(("backoff", format!("must be at most {MAX_BACKOFF}")));
-                }
-                RetrySchedule::Interval {
-                    max_attempts,
-                    interval: Duration::from_millis(interval_ms),
-                    backoff,
-                }
-            }
-        };
-        Ok(SendAgreement {
-            ack_requested,
-            duplicate_elimination,
-            message_order,
-            reply_pattern,
-            lifetime: chrono::Duration::seconds(expiry_seconds as i64),
-            schedule,
-        })
     }
 }
 
@@ -576,8 +461,9 @@ pub struct Config {
     pub trusted_proxy: Option<TrustedProxy>,
     /// `allow_url_destinations` and `allowed_destination_hosts`, checked.
     pub destinations: DestinationRules,
-    pub agreements: BTreeMap<String, AgreementSpec>,
-    pub default_agreement: AgreementSpec,
+    /// The named agreements and the default one, as the sending rule takes them.
+    pub agreements: BTreeMap<String, SendTerms>,
+    pub default_agreement: SendTerms,
     pub send_window: u64,
     pub poll_interval: Duration,
     pub resolve_in_doubt: Duration,
@@ -988,12 +874,18 @@ impl FileConfig {
         let destinations =
             DestinationRules::new(self.allow_url_destinations, &self.allowed_destination_hosts)
                 .map_err(|e| anyhow::anyhow!("allowed_destination_hosts: {e}"))?;
-        let named = self
+        let agreements: BTreeMap<String, SendTerms> = self
             .agreements
+            .into_iter()
+            .map(|(name, spec)| (name, spec.into_terms()))
+            .collect();
+        let default_agreement = self.default_agreement.into_terms();
+        let named = agreements
             .iter()
-            .map(|(n, s)| (n.as_str(), s.over(&self.default_agreement)));
-        for (name, spec) in named.chain([("default_agreement", self.default_agreement.clone())]) {
-            spec.check()
+            .map(|(n, t)| (n.as_str(), t.over(&default_agreement)));
+        for (name, terms) in named.chain([("default_agreement", default_agreement.clone())]) {
+            terms
+                .check()
                 .map_err(|(field, why)| anyhow::anyhow!("agreement {name}: {field}: {why}"))?;
         }
         if self.max_connections == 0 || self.max_requests_in_flight == 0 {
@@ -1054,8 +946,8 @@ impl FileConfig {
             tls,
             trusted_proxy,
             destinations,
-            agreements: self.agreements,
-            default_agreement: self.default_agreement,
+            agreements,
+            default_agreement,
             send_window: self.send_window.max(1),
             poll_interval: Duration::from_millis(self.poll_interval_ms.max(10)),
             resolve_in_doubt: Duration::from_secs(self.resolve_in_doubt_seconds.min(MAX_SECONDS)),
@@ -1431,5 +1323,31 @@ our_password_file = "our.pass"
         assert_eq!(c.tokens[0].topics, vec!["bob/#"]);
         std::fs::write(&path, format!("{token}topics = [\"bob/#/x\"]")).expect("write config");
         assert!(Config::load(Some(&path), []).is_err(), "an invalid filter");
+    }
+
+    #[test]
+    fn agreements_are_checked_over_the_default() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("gw.toml");
+        let text = "[default_agreement]\nreply_pattern = \"Poll\"\n\
+                    [agreements.orders]\nmessage_order = true\n";
+        std::fs::write(&path, text).expect("write config");
+        let c = Config::load(Some(&path), []).expect("valid");
+        let orders = c.agreements["orders"].over(&c.default_agreement);
+        assert_eq!(orders.reply_pattern.as_deref(), Some("Poll"));
+        assert_eq!(orders.message_order, Some(true));
+        for bad in [
+            "[agreements.x]\nreply_pattern = \"Pigeon\"\n",
+            "[default_agreement]\nexpiry_seconds = 0\n",
+            "[default_agreement]\nack_requested = false\n[agreements.x]\nmessage_order = true\n",
+            "[agreements.x]\nwaits_ms = [1]\nbackoff = 2\n",
+        ] {
+            std::fs::write(&path, bad).expect("write config");
+            let err = Config::load(Some(&path), []).expect_err(bad);
+            assert!(
+                format!("{err:#}").starts_with("agreement "),
+                "{bad}: {err:#}"
+            );
+        }
     }
 }

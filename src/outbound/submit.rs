@@ -13,8 +13,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::destination::{DestinationRules, check_destination};
-use crate::config::AgreementSpec;
 use crate::partners::Partners;
+use crate::rmp::agreement::SendTerms;
 use crate::store::outbound::{IdempotencyKey, Submission, SubmitError, Submitted};
 use crate::store::{Store, StoreError};
 use crate::wsr::{
@@ -99,8 +99,8 @@ pub struct Sending<'a> {
     pub store: &'a Store,
     pub partners: &'a Partners,
     pub destinations: &'a DestinationRules,
-    pub agreements: &'a BTreeMap<String, AgreementSpec>,
-    pub default_agreement: &'a AgreementSpec,
+    pub agreements: &'a BTreeMap<String, SendTerms>,
+    pub default_agreement: &'a SendTerms,
     /// The ReplyTo of our own Callback-pattern messages (`/wsr/_callback` here).
     pub callback_url: &'a str,
 }
@@ -226,7 +226,7 @@ fn agreement(
     sending: Sending<'_>,
     asked: Option<AgreementRef>,
     partner_agreement: Option<&str>,
-) -> Result<AgreementSpec, Refusal> {
+) -> Result<SendTerms, Refusal> {
     let base = sending.default_agreement;
     Ok(match asked {
         None => match partner_agreement.and_then(|name| sending.agreements.get(name)) {
@@ -239,7 +239,7 @@ fn agreement(
             .ok_or_else(|| refuse("agreement", format!("no agreement named {name:?}")))?
             .over(base),
         Some(AgreementRef::Inline(fields)) => {
-            serde_json::from_value::<AgreementSpec>(Value::Object(fields))
+            serde_json::from_value::<SendTerms>(Value::Object(fields))
                 .map_err(|e| refuse("agreement", e.to_string()))?
                 .over(base)
         }
