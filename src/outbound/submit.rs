@@ -17,9 +17,7 @@ use crate::partners::Partners;
 use crate::rmp::agreement::SendTerms;
 use crate::store::outbound::{IdempotencyKey, Submission, SubmitError, Submitted};
 use crate::store::{Store, StoreError};
-use crate::wsr::{
-    GroupId, Headers, Limits, ReplyPattern, ReplyTo, SoapVersion, read_envelope, write_envelope,
-};
+use crate::wsr::{GroupId, Headers, Limits, SoapVersion, read_envelope, write_envelope};
 
 /// A submission as an application sends it (`POST /api/v1/messages`; described for the
 /// OpenAPI document by `http::openapi::SubmitBody`).
@@ -159,10 +157,7 @@ pub async fn prepare(
         ));
     }
     let group = Grouping::of(request.group.as_ref(), checked.message_order)?;
-    let reply = match checked.reply_pattern {
-        ReplyPattern::Callback(_) => ReplyPattern::Callback(ReplyTo::bare(sending.callback_url)),
-        other => other,
-    };
+    let reply = checked.reply_by.pattern(sending.callback_url);
     Ok(Submission {
         id: new_id(now),
         destination,
@@ -329,6 +324,7 @@ mod tests {
     use super::*;
     use crate::config::Config;
     use crate::store::StoreConfig;
+    use crate::wsr::{ReplyPattern, ReplyTo};
 
     const CALLBACK_URL: &str = "https://gateway.example/wsr/_callback";
 

@@ -207,14 +207,34 @@ pub struct SendTerms {
     pub waits_ms: Option<Vec<u64>>,
 }
 
+/// The reply pattern an agreement asks for, before it is bound to an address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplyBy {
+    Response,
+    Callback,
+    Poll,
+}
+
+impl ReplyBy {
+    /// The wire pattern; a Callback names `callback_url` (ours) as its ReplyTo.
+    pub fn pattern(self, callback_url: &str) -> ReplyPattern {
+        match self {
+            ReplyBy::Response => ReplyPattern::Response,
+            ReplyBy::Callback => ReplyPattern::Callback(ReplyTo::bare(callback_url)),
+            ReplyBy::Poll => ReplyPattern::Poll,
+        }
+    }
+}
+
 /// Checked terms: how one submitted message is sent.
 #[derive(Debug, Clone)]
 pub struct SendAgreement {
     pub ack_requested: bool,
     pub duplicate_elimination: bool,
     pub message_order: bool,
-    /// For Callback, the ReplyTo is filled in with our own callback address.
-    pub reply_pattern: ReplyPattern,
+    /// How the partner is to answer; a Callback's ReplyTo is our own callback address, which
+    /// the sender fills in (`ReplyBy::pattern`).
+    pub reply_by: ReplyBy,
     pub lifetime: chrono::Duration,
     pub schedule: RetrySchedule,
 }
@@ -246,10 +266,10 @@ impl SendTerms {
 
     /// Checks the terms; on error (field, reason).
     pub fn check(&self) -> Result<SendAgreement, (&'static str, String)> {
-        let reply_pattern = match self.reply_pattern.as_deref().unwrap_or("Response") {
-            "Response" => ReplyPattern::Response,
-            "Poll" => ReplyPattern::Poll,
-            "Callback" => ReplyPattern::Callback(ReplyTo::bare("http://placeholder")),
+        let reply_by = match self.reply_pattern.as_deref().unwrap_or("Response") {
+            "Response" => ReplyBy::Response,
+            "Poll" => ReplyBy::Poll,
+            "Callback" => ReplyBy::Callback,
             other => {
                 return Err((
                     "reply_pattern",
@@ -274,7 +294,7 @@ impl SendTerms {
             ack_requested,
             duplicate_elimination,
             message_order,
-            reply_pattern,
+            reply_by,
             lifetime: chrono::Duration::seconds(expiry_seconds as i64),
             schedule: self.schedule()?,
         })
@@ -387,7 +407,7 @@ mod tests {
             .expect("the defaults are valid");
         assert!(checked.ack_requested && checked.duplicate_elimination);
         assert!(!checked.message_order);
-        assert_eq!(checked.reply_pattern, ReplyPattern::Response);
+        assert_eq!(checked.reply_by, ReplyBy::Response);
         assert_eq!(checked.lifetime, chrono::Duration::hours(1));
         assert_eq!(checked.schedule.max_attempts(), 8);
         let refused = |terms: SendTerms| terms.check().err().map(|(field, _)| field);
