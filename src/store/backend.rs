@@ -6,6 +6,7 @@ use chrono::{DateTime, Utc};
 
 use super::delivery::DeliveryStore;
 use super::error::StoreError;
+use super::exchange::ExchangeStore;
 use super::future::StoreFuture;
 use super::outbound::OutboundStore;
 use super::overview::{InboxFilter, InboxPage, Member, Traffic};
@@ -15,7 +16,7 @@ use crate::rmp::group::Policy;
 
 /// A storage backend: the three storage traits and the lifecycle operations. `Store` holds
 /// one as `Arc<dyn Backend>`.
-pub trait Backend: ReceiverStore + DeliveryStore + OutboundStore {
+pub trait Backend: ReceiverStore + DeliveryStore + OutboundStore + ExchangeStore {
     fn policy(&self) -> &Policy;
 
     /// This gateway among those sharing the database ("" when it is the only one, as on a

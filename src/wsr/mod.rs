@@ -10,6 +10,7 @@ pub mod lexical;
 pub mod mime;
 pub mod model;
 pub mod read;
+pub mod splice;
 pub mod write;
 
 pub use defect::{Defect, FaultRoute};
@@ -20,5 +21,6 @@ pub use model::{
 };
 pub use read::{Body, BodyRoot, Declaration, Envelope, Limits, Quirk, read_envelope, read_message};
 pub use write::{
-    Headers, SoapFault, write_envelope, write_must_understand_fault, write_soap_fault,
+    Headers, SoapFault, write_envelope, write_must_understand_fault, write_response_block,
+    write_soap_fault,
 };

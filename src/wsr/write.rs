@@ -50,6 +50,19 @@ pub fn write_envelope(version: SoapVersion, headers: Headers<'_>, body: &str) ->
     w.finish()
 }
 
+/// A `wsrm:Response` header block on its own, declaring its namespaces, for a header written
+/// by someone else (a SOAP service's answer, D16); `None` when it has no reply to carry.
+pub fn write_response_block(version: SoapVersion, response: &Response) -> Option<String> {
+    if !has_replies(response) {
+        return None;
+    }
+    let mut w = EnvelopeWriter::start(version, 0);
+    w.out.clear();
+    w.standalone = true;
+    w.response(response);
+    Some(w.out)
+}
+
 /// Writes a SOAP Fault envelope. With `response`, a `wsrm:Response` header carrying the matching
 /// fault indication rides along, so a peer that reads only headers still correlates it (D4).
 pub fn write_soap_fault(
@@ -143,6 +156,8 @@ struct VersionParts {
     body_open: &'static str,
     close: &'static str,
     must_understand: &'static str,
+    /// The namespaces a header block written on its own declares (`write_header_block`).
+    block_declarations: &'static str,
 }
 
 const SOAP11_PARTS: VersionParts = VersionParts {
@@ -156,6 +171,11 @@ const SOAP11_PARTS: VersionParts = VersionParts {
     body_open: "<soap:Body>",
     close: "</soap:Body></soap:Envelope>",
     must_understand: " soap:mustUnderstand=\"1\"",
+    block_declarations: concat!(
+        " xmlns:soap=\"http://schemas.xmlsoap.org/soap/envelope/\" xmlns:wsrm=\"",
+        "http://docs.oasis-open.org/wsrm/2004/06/ws-reliability-1.1.xsd",
+        "\""
+    ),
 };
 
 const SOAP12_PARTS: VersionParts = VersionParts {
@@ -169,11 +189,18 @@ const SOAP12_PARTS: VersionParts = VersionParts {
     body_open: "<env:Body>",
     close: "</env:Body></env:Envelope>",
     must_understand: " env:mustUnderstand=\"true\"",
+    block_declarations: concat!(
+        " xmlns:env=\"http://www.w3.org/2003/05/soap-envelope\" xmlns:wsrm=\"",
+        "http://docs.oasis-open.org/wsrm/2004/06/ws-reliability-1.1.xsd",
+        "\""
+    ),
 };
 
 struct EnvelopeWriter {
     out: String,
     p: &'static VersionParts,
+    /// Blocks declare their namespaces themselves: they go into someone else's envelope.
+    standalone: bool,
 }
 
 impl EnvelopeWriter {
@@ -185,7 +212,11 @@ impl EnvelopeWriter {
         };
         let mut out = String::with_capacity(768 + extra);
         out.push_str(p.envelope_open);
-        EnvelopeWriter { out, p }
+        EnvelopeWriter {
+            out,
+            p,
+            standalone: false,
+        }
     }
 
     fn push_all(&mut self, parts: &[&str]) {
@@ -324,7 +355,11 @@ impl EnvelopeWriter {
     }
 
     fn block_open(&mut self, name: &str) {
-        self.push_all(&["<wsrm:", name, self.p.must_understand, ">"]);
+        self.push_all(&["<wsrm:", name]);
+        if self.standalone {
+            self.out.push_str(self.p.block_declarations);
+        }
+        self.push_all(&[self.p.must_understand, ">"]);
     }
 
     fn reply_to(&mut self, to: &ReplyTo) {

@@ -18,6 +18,7 @@
 
 mod backend;
 mod delivery;
+mod exchange;
 mod failure;
 mod group_state;
 mod job;

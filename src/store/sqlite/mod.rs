@@ -19,6 +19,7 @@ mod batch;
 mod change;
 mod checkpointer;
 mod delivery;
+mod exchange;
 mod group_index;
 pub mod group_json;
 mod group_rows;

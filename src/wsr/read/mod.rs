@@ -65,6 +65,8 @@ pub enum Quirk {
 /// A message as read from the wire.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Envelope<'a> {
+    /// The whole envelope as read (the root part of a multipart message).
+    pub text: &'a str,
     pub version: SoapVersion,
     pub request: Option<Request>,
     pub response: Option<Response>,
@@ -270,6 +272,7 @@ impl<'a> EnvelopeReader<'a, '_> {
             return Err(defect);
         }
         Ok(Envelope {
+            text: self.src,
             version,
             request: headers.request,
             response: headers.response,

@@ -1,0 +1,139 @@
+//! Request-response operations' storage (D16): per request, the call to the channel's
+//! responder while it is out, then the business response every copy of the request gets.
+//! Every backend implements it; the decisions are `rmp::exchange`'s, the calls
+//! `inbound::respond`'s.
+
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+
+use super::error::StoreError;
+use super::future::StoreFuture;
+use crate::wsr::MessageKey;
+
+/// Where a request's exchange stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExchangeState {
+    /// A call went out (since `started_at`) and its outcome is not known yet.
+    Calling,
+    /// The responder answered: the cached answer is the request's.
+    Answered,
+    /// The outcome stayed unknown and the channel fails such requests.
+    InDoubt,
+}
+
+impl ExchangeState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExchangeState::Calling => "calling",
+            ExchangeState::Answered => "answered",
+            ExchangeState::InDoubt => "in_doubt",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ExchangeState> {
+        [
+            ExchangeState::Calling,
+            ExchangeState::Answered,
+            ExchangeState::InDoubt,
+        ]
+        .into_iter()
+        .find(|state| state.as_str() == s)
+    }
+}
+
+/// The bytes a request is answered with, as they go on the wire.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CachedAnswer {
+    pub status: u16,
+    pub content_type: String,
+    pub body: Bytes,
+}
+
+/// One request's exchange as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exchange {
+    pub partner: String,
+    pub key: MessageKey,
+    pub channel: String,
+    pub state: ExchangeState,
+    pub started_at: DateTime<Utc>,
+    pub answer: Option<CachedAnswer>,
+}
+
+/// A call about to go out.
+#[derive(Debug, Clone)]
+pub struct NewCall<'a> {
+    pub partner: &'a str,
+    pub key: &'a MessageKey,
+    pub channel: &'a str,
+    /// Whose byte quota the answer counts against.
+    pub source: &'a str,
+    pub now: DateTime<Utc>,
+    /// The request's ExpiryTime plus the delivered-ID retention.
+    pub keep_until: DateTime<Utc>,
+}
+
+pub trait ExchangeStore: Send + Sync {
+    /// `partner`'s exchange for request `key`, if one is kept.
+    fn exchange<'a>(
+        &'a self,
+        partner: &'a str,
+        key: &'a MessageKey,
+    ) -> StoreFuture<'a, Result<Option<Exchange>, StoreError>>;
+
+    /// Records that a call goes out, unless the request has an exchange already; a `calling`
+    /// one started before `take_over_before` (its outcome unknown: the gateway that made it
+    /// gave up or died) is taken over. True when this caller may call now.
+    fn begin_call<'a>(
+        &'a self,
+        call: NewCall<'a>,
+        take_over_before: Option<DateTime<Utc>>,
+    ) -> StoreFuture<'a, Result<bool, StoreError>>;
+
+    /// The responder answered: the call becomes the request's cached answer.
+    fn call_answered<'a>(
+        &'a self,
+        partner: &'a str,
+        key: &'a MessageKey,
+        answer: &'a CachedAnswer,
+    ) -> StoreFuture<'a, Result<(), StoreError>>;
+
+    /// The call certainly did not deliver (no connection, a gateway error): forgotten, so
+    /// the next copy calls afresh.
+    fn call_failed<'a>(
+        &'a self,
+        partner: &'a str,
+        key: &'a MessageKey,
+    ) -> StoreFuture<'a, Result<(), StoreError>>;
+
+    /// The call's outcome is unknown: kept for the next copy to call again (`in_doubt`
+    /// false: its start moves back so that it can be taken over at once), or in doubt for good.
+    fn call_unknown<'a>(
+        &'a self,
+        partner: &'a str,
+        key: &'a MessageKey,
+        in_doubt: bool,
+    ) -> StoreFuture<'a, Result<(), StoreError>>;
+
+    /// The bytes of answers `source`'s requests hold at `now` (its quota).
+    fn answer_bytes_of<'a>(
+        &'a self,
+        source: &'a str,
+        now: DateTime<Utc>,
+    ) -> StoreFuture<'a, Result<u64, StoreError>>;
+
+    /// Requests in doubt toward their responder, the oldest first, at most `limit`.
+    fn exchanges_in_doubt<'a>(
+        &'a self,
+        limit: i64,
+    ) -> StoreFuture<'a, Result<Vec<Exchange>, StoreError>>;
+
+    /// Forgets exchanges kept until before `now`; returns how many.
+    fn purge_exchanges<'a>(&'a self, now: DateTime<Utc>)
+    -> StoreFuture<'a, Result<u64, StoreError>>;
+}
+
+/// The number column of a key: the group state's slot (a singleton is 0).
+pub(in crate::store) fn slot_of(key: &MessageKey) -> i64 {
+    crate::rmp::group::slot(key.number) as i64
+}
