@@ -247,6 +247,7 @@ impl Exchange<'_, '_> {
             // sender told "not held" after the ExpiryTime can rely on it (store
             // `poll_answer`).
             now: self.ctx.clock.now(),
+            inbox: true,
         }
     }
 }

@@ -16,7 +16,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::destination::DestinationRules;
 use super::http_client;
-use crate::partners::{Partner, Partners};
+use crate::partners::{Partner, PartnerTls, Partners};
 use crate::wsr::SoapVersion;
 
 /// Every outbound client of the sender and the callback worker, built once (`App::build`).
@@ -221,23 +221,32 @@ impl<'a> Route<'a> {
 /// A client of a partner's own: only its CA bundle's roots (if given), our client certificate
 /// (if given). Each file is checked here so that the error names the partner and the file.
 fn partner_client(p: &Partner, timeout: Duration) -> anyhow::Result<reqwest::Client> {
-    let tls = &p.outbound.tls;
+    tls_client(&format!("partner {}", p.name), &p.outbound.tls, timeout)
+}
+
+/// A client that trusts only `tls`'s CA bundle (if given) and presents its client
+/// certificate (if given): a partner's, or a SOAP backend's (D16). `who` names it in errors.
+pub fn tls_client(
+    who: &str,
+    tls: &PartnerTls,
+    timeout: Duration,
+) -> anyhow::Result<reqwest::Client> {
     let mut builder = http_client::builder(timeout);
     if let Some(path) = &tls.ca_file {
-        let pem = read(p, "ca_file", path)?;
-        let ders = certificates(p, "ca_file", path, &pem)?;
+        let pem = read(who, "ca_file", path)?;
+        let ders = certificates(who, "ca_file", path, &pem)?;
         let mut roots = Vec::with_capacity(ders.len());
         for der in &ders {
             webpki::anchor_from_trusted_cert(der).map_err(|e| {
                 anyhow!(
-                    "partner {}: ca_file {}: a certificate in it cannot be a root: {e}",
-                    p.name,
+                    "{}: ca_file {}: a certificate in it cannot be a root: {e}",
+                    who,
                     path.display()
                 )
             })?;
             roots.push(
                 reqwest::Certificate::from_der(der)
-                    .with_context(|| format!("partner {}: ca_file {}", p.name, path.display()))?,
+                    .with_context(|| format!("{}: ca_file {}", who, path.display()))?,
             );
         }
         // Only these roots: a partner's private CA must not widen to every public CA too.
@@ -245,14 +254,14 @@ fn partner_client(p: &Partner, timeout: Duration) -> anyhow::Result<reqwest::Cli
     }
     match (&tls.client_cert_file, &tls.client_key_file) {
         (Some(cert_path), Some(key_path)) => {
-            let cert_pem = read(p, "client_cert_file", cert_path)?;
-            let key_pem = read(p, "client_key_file", key_path)?;
-            let chain = certificates(p, "client_cert_file", cert_path, &cert_pem)?;
+            let cert_pem = read(who, "client_cert_file", cert_path)?;
+            let key_pem = read(who, "client_key_file", key_path)?;
+            let chain = certificates(who, "client_cert_file", cert_path, &cert_pem)?;
             // The error of the PEM parser says nothing of the key's bytes.
             let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|e| {
                 anyhow!(
-                    "partner {}: client_key_file {}: no usable PEM private key in it ({e})",
-                    p.name,
+                    "{}: client_key_file {}: no usable PEM private key in it ({e})",
+                    who,
                     key_path.display()
                 )
             })?;
@@ -260,8 +269,8 @@ fn partner_client(p: &Partner, timeout: Duration) -> anyhow::Result<reqwest::Cli
             let provider = rustls::crypto::aws_lc_rs::default_provider();
             rustls::sign::CertifiedKey::from_der(chain, key, &provider).map_err(|e| {
                 anyhow!(
-                    "partner {}: client_key_file {} does not go with client_cert_file {}: {e}",
-                    p.name,
+                    "{}: client_key_file {} does not go with client_cert_file {}: {e}",
+                    who,
                     key_path.display(),
                     cert_path.display()
                 )
@@ -271,8 +280,8 @@ fn partner_client(p: &Partner, timeout: Duration) -> anyhow::Result<reqwest::Cli
             both.extend_from_slice(&key_pem);
             let identity = reqwest::Identity::from_pem(&both).map_err(|e| {
                 anyhow!(
-                    "partner {}: client_cert_file {} with client_key_file {}: {}",
-                    p.name,
+                    "{}: client_cert_file {} with client_key_file {}: {}",
+                    who,
                     cert_path.display(),
                     key_path.display(),
                     e.without_url()
@@ -282,46 +291,32 @@ fn partner_client(p: &Partner, timeout: Duration) -> anyhow::Result<reqwest::Cli
         }
         (None, None) => {}
         // `PartnerConfig::check` refuses one without the other; a Partner built by hand may not.
-        _ => bail!(
-            "partner {}: client_cert_file and client_key_file go together",
-            p.name
-        ),
+        _ => bail!("{}: client_cert_file and client_key_file go together", who),
     }
     builder
         .build()
-        .map_err(|e| anyhow!("partner {}: cannot build its HTTP client: {e}", p.name))
+        .map_err(|e| anyhow!("{}: cannot build its HTTP client: {e}", who))
 }
 
-fn read(p: &Partner, key: &str, path: &Path) -> anyhow::Result<Vec<u8>> {
-    std::fs::read(path).with_context(|| {
-        format!(
-            "partner {}: {key} {}: cannot read it",
-            p.name,
-            path.display()
-        )
-    })
+fn read(who: &str, key: &str, path: &Path) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path)
+        .with_context(|| format!("{}: {key} {}: cannot read it", who, path.display()))
 }
 
 /// The certificates of a PEM file; at least one.
 fn certificates(
-    p: &Partner,
+    who: &str,
     key: &str,
     path: &Path,
     pem: &[u8],
 ) -> anyhow::Result<Vec<CertificateDer<'static>>> {
     let certs = CertificateDer::pem_slice_iter(pem)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| {
-            anyhow!(
-                "partner {}: {key} {}: not a PEM file ({e})",
-                p.name,
-                path.display()
-            )
-        })?;
+        .map_err(|e| anyhow!("{}: {key} {}: not a PEM file ({e})", who, path.display()))?;
     if certs.is_empty() {
         bail!(
-            "partner {}: {key} {}: no PEM certificate in it",
-            p.name,
+            "{}: {key} {}: no PEM certificate in it",
+            who,
             path.display()
         );
     }

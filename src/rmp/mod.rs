@@ -3,6 +3,7 @@
 //! clock: time is always a parameter.
 
 pub mod agreement;
+pub mod exchange;
 pub mod group;
 pub mod ranges;
 pub mod receive_plan;

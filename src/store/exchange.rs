@@ -129,8 +129,10 @@ pub trait ExchangeStore: Send + Sync {
     ) -> StoreFuture<'a, Result<Vec<Exchange>, StoreError>>;
 
     /// Forgets exchanges kept until before `now`; returns how many.
-    fn purge_exchanges<'a>(&'a self, now: DateTime<Utc>)
-    -> StoreFuture<'a, Result<u64, StoreError>>;
+    fn purge_exchanges<'a>(
+        &'a self,
+        now: DateTime<Utc>,
+    ) -> StoreFuture<'a, Result<u64, StoreError>>;
 }
 
 /// The number column of a key: the group state's slot (a singleton is 0).

@@ -78,6 +78,9 @@ pub struct ReceivedMessage {
     pub soap12: bool,
     /// When it arrived (the decision's clock).
     pub now: DateTime<Utc>,
+    /// Whether its delivery appends it to the inbox: not where a SOAP backend answers the
+    /// channel's requests, whose answer is the delivery (D16).
+    pub inbox: bool,
 }
 
 /// The committed decision for one message.

@@ -33,12 +33,8 @@ enum Insert {
 
 fn soap_version(ns: &ResolveResult<'_>) -> Option<SoapVersion> {
     match ns {
-        ResolveResult::Bound(Namespace(uri)) if *uri == SOAP11_NS => {
-            Some(SoapVersion::Soap11)
-        }
-        ResolveResult::Bound(Namespace(uri)) if *uri == SOAP12_NS => {
-            Some(SoapVersion::Soap12)
-        }
+        ResolveResult::Bound(Namespace(uri)) if *uri == SOAP11_NS => Some(SoapVersion::Soap11),
+        ResolveResult::Bound(Namespace(uri)) if *uri == SOAP12_NS => Some(SoapVersion::Soap12),
         _ => None,
     }
 }
@@ -117,7 +113,8 @@ pub fn shape(envelope: &str) -> Result<Shape, String> {
             }
             Event::Start(e) | Event::Empty(e) if in_body => {
                 let version = version.ok_or_else(|| ill("no Envelope"))?;
-                let fault = soap_version(&ns) == Some(version) && e.local_name().as_ref() == "Fault";
+                let fault =
+                    soap_version(&ns) == Some(version) && e.local_name().as_ref() == "Fault";
                 let insert = insert.ok_or_else(|| ill("no Body"))?;
                 return Ok(Shape {
                     version,
@@ -232,7 +229,10 @@ mod tests {
         assert_eq!(shape.version, SoapVersion::Soap11);
         assert!(!shape.fault);
         let out = with_header_block(WITH_HEADER, &shape, "<w:R xmlns:w=\"urn:w\"/>");
-        assert!(out.contains("</x:Trace><w:R xmlns:w=\"urn:w\"/></S:Header><S:Body>"), "{out}");
+        assert!(
+            out.contains("</x:Trace><w:R xmlns:w=\"urn:w\"/></S:Header><S:Body>"),
+            "{out}"
+        );
     }
 
     #[test]
@@ -244,7 +244,10 @@ mod tests {
         assert_eq!(shape.version, SoapVersion::Soap12);
         assert!(shape.fault);
         let out = with_header_block(env, &shape, "<b/>");
-        assert!(out.contains("\n<env:Header><b/></env:Header><env:Body>"), "{out}");
+        assert!(
+            out.contains("\n<env:Header><b/></env:Header><env:Body>"),
+            "{out}"
+        );
         let default_ns = "<Envelope xmlns=\"http://schemas.xmlsoap.org/soap/envelope/\">\
             <Header/><Body/></Envelope>";
         let shape = super::shape(default_ns).expect("shape");

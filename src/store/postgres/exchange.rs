@@ -199,7 +199,10 @@ impl ExchangeStore for PostgresStore {
                 "SELECT {COLUMNS} FROM exchanges WHERE state = 'in_doubt' \
                  ORDER BY started_at LIMIT $1"
             );
-            let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(limit).fetch_all(&self.pool).await?;
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?;
             rows.iter().map(exchange_of).collect()
         })
     }

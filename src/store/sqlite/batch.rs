@@ -173,10 +173,11 @@ impl<'c> Batch<'c> {
         let expiry = millis(m.request.expiry_time);
         let now = millis(m.now);
         match plan.action {
-            Action::Deliver => {
+            Action::Deliver if m.inbox => {
                 insert_message(conn, Held::Delivered, m, number, now, expiry)?;
                 self.effects.wakes.appended = true;
             }
+            Action::Deliver => {}
             Action::Buffer => insert_message(conn, Held::Buffered, m, number, now, expiry)?,
             Action::Drop => {}
         }

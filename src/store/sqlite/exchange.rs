@@ -89,7 +89,9 @@ impl ExchangeStore for SqliteStore {
                          state, started_at, keep_until) VALUES (?1, ?2, ?3, ?4, ?5, 'calling', \
                          ?6, ?7) ON CONFLICT DO NOTHING",
                     )?
-                    .execute(params![partner, group_id, number, channel, source, now, keep_until])?;
+                    .execute(params![
+                        partner, group_id, number, channel, source, now, keep_until
+                    ])?;
                 if inserted == 1 {
                     return Ok((true, Wakes::NONE));
                 }
@@ -210,7 +212,10 @@ impl ExchangeStore for SqliteStore {
                 "SELECT {COLUMNS} FROM exchanges WHERE state = 'in_doubt' \
                  ORDER BY started_at LIMIT $1"
             );
-            let rows = sqlx::query(sqlx::AssertSqlSafe(sql)).bind(limit).fetch_all(&self.pool).await?;
+            let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?;
             rows.iter().map(exchange_of).collect()
         })
     }

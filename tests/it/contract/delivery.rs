@@ -54,6 +54,7 @@ async fn receive(store: &Store, root: &str, group: &str, number: Option<u64>, no
             source: "127.0.0.1".into(),
             soap12: false,
             now,
+            inbox: true,
         })
         .await
         .expect("received");

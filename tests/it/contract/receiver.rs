@@ -42,6 +42,7 @@ pub fn message(
         source: "127.0.0.1".into(),
         soap12: false,
         now: now(),
+        inbox: true,
     }
 }
 

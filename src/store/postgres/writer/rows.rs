@@ -172,7 +172,7 @@ impl<'m> Rows<'m> {
         if d.plan.action == Action::Buffer {
             self.buffered.push(m, None);
         }
-        if d.delivers() {
+        if d.delivers() && m.inbox {
             self.appended += 1;
             self.delivered.push(m, Some(self.appended));
         }

@@ -1,0 +1,224 @@
+//! Request-response operations (D16), the decisions: what a SOAP service's answer is (a
+//! business response, or no delivery, or an unknown outcome), whether an ordered request may
+//! be passed on now, and the bytes every copy of a request is answered with. Pure: the calls
+//! and the store are `inbound::respond`'s.
+
+use bytes::Bytes;
+use chrono::{DateTime, Utc};
+
+use crate::rmp::group::GroupState;
+use crate::wsr::splice::{self, Shape};
+use crate::wsr::{Request, Response, mime, write_response_block};
+
+/// What a channel does when a call's outcome is unknown (a timeout after the request went
+/// out, a gateway gone between the call and the commit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnUnknown {
+    /// The next copy of the request calls again, with the same idempotency headers.
+    #[default]
+    Retry,
+    /// The request is answered `PermanentProcessingFailure` and shown to operators.
+    Fail,
+}
+
+/// A SOAP service's answer, judged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Judged {
+    /// A business response (a SOAP Fault from the service included): the request is
+    /// delivered, and this is its answer.
+    Business(Business),
+    /// The service certainly did not take the request (nothing listening, a gateway's error
+    /// page, a refusal at the HTTP level): nothing is delivered, the sender resends.
+    NotDelivered(String),
+    /// The service may or may not have acted on it.
+    Unknown(String),
+}
+
+/// A business response: one SOAP envelope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Business {
+    pub status: u16,
+    pub content_type: String,
+    pub envelope: String,
+    pub shape: Shape,
+}
+
+/// Judges an HTTP answer (`status`, its Content-Type, its body as read within the cap).
+pub fn judge(status: u16, content_type: Option<&str>, body: &[u8]) -> Judged {
+    let content_type = content_type.unwrap_or("");
+    let envelope = match envelope_of(content_type, body) {
+        Ok(envelope) => envelope,
+        Err(why) => return without_envelope(status, why),
+    };
+    match splice::shape(envelope) {
+        Ok(shape) if (200..300).contains(&status) || (status == 500 && shape.fault) => {
+            Judged::Business(Business {
+                status,
+                content_type: shape.version.content_type().to_owned(),
+                envelope: envelope.to_owned(),
+                shape,
+            })
+        }
+        // An envelope but an unexpected status: a proxy's or the service's own trouble.
+        Ok(_) if (400..500).contains(&status) || matches!(status, 502..=504) => {
+            Judged::NotDelivered(format!("HTTP {status} with a SOAP envelope but no Fault"))
+        }
+        Ok(_) => Judged::Unknown(format!("HTTP {status} with a SOAP envelope but no Fault")),
+        Err(why) => without_envelope(status, why),
+    }
+}
+
+/// The SOAP envelope of an answer: the body, or the root part of a multipart/related one
+/// without attachments.
+fn envelope_of<'b>(content_type: &str, body: &'b [u8]) -> Result<&'b str, String> {
+    let bytes = if mime::is_multipart(content_type) {
+        let root = mime::root_part(content_type, body)?;
+        if root.attachments > 0 {
+            return Err("a multipart answer with attachments".into());
+        }
+        root.envelope
+    } else {
+        body
+    };
+    let text = std::str::from_utf8(bytes).map_err(|_| "an answer that is not UTF-8".to_owned())?;
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text).trim();
+    if text.is_empty() {
+        return Err("an empty answer".into());
+    }
+    Ok(text)
+}
+
+fn without_envelope(status: u16, why: String) -> Judged {
+    match status {
+        // Refused before the service acted on it, or a gateway in front of it that could not
+        // reach it.
+        400..=499 | 502..=504 => Judged::NotDelivered(format!("HTTP {status}: {why}")),
+        _ => Judged::Unknown(format!("HTTP {status}: {why}")),
+    }
+}
+
+/// The bytes a request is answered with: the service's envelope as it came, with our
+/// `wsrm:Response` (the ack) added to its Header when the reply pattern is Response.
+pub fn answer_bytes(business: &Business, ack: Option<&Response>) -> Bytes {
+    let block = ack.and_then(|r| write_response_block(business.shape.version, r));
+    match block {
+        Some(block) => Bytes::from(splice::with_header_block(
+            &business.envelope,
+            &business.shape,
+            &block,
+        )),
+        None => Bytes::from(business.envelope.clone()),
+    }
+}
+
+/// Whether an ordered request can be passed to the service now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gate {
+    /// Unordered, or the next one of its group.
+    Open,
+    /// A gap before it: it must wait for the messages ahead of it.
+    AheadOfGap,
+}
+
+/// Ordered requests are answered in sequence: one whose predecessors are not all delivered
+/// waits (`group`: its group's state as stored, if any).
+pub fn gate(group: Option<&GroupState>, request: &Request) -> Gate {
+    let Some(number) = request.key().number.filter(|_| request.message_order) else {
+        return Gate::Open;
+    };
+    let next = group.map_or(0, |g| g.next_expected);
+    match number > next {
+        true => Gate::AheadOfGap,
+        false => Gate::Open,
+    }
+}
+
+/// How long a request's answer is kept: its ExpiryTime plus the delivered-ID retention, as
+/// long as a resend can still come and ask.
+pub fn keep_until(request: &Request, retention: chrono::Duration) -> DateTime<Utc> {
+    crate::wsr::datetime::saturating_add(request.expiry_time, retention)
+}
+
+/// The idempotency headers a service is sent with every call for one request: the same on
+/// every call, so that a service can tell a repeat.
+pub fn idempotency_headers(request: &Request) -> Vec<(&'static str, String)> {
+    let key = request.key();
+    let mut headers = vec![("WSR-Group-Id", key.group_id.as_str().to_owned())];
+    if let Some(n) = key.number {
+        headers.push(("WSR-Sequence-Number", n.to_string()));
+    }
+    headers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rmp::replies::reply_for;
+
+    const ECHO11: &str = "<s:Envelope xmlns:s=\"http://schemas.xmlsoap.org/soap/envelope/\">\
+        <s:Body><e:echoResponse xmlns:e=\"urn:echo\">hi</e:echoResponse></s:Body></s:Envelope>";
+    const FAULT11: &str = "<s:Envelope xmlns:s=\"http://schemas.xmlsoap.org/soap/envelope/\">\
+        <s:Body><s:Fault><faultcode>s:Server</faultcode><faultstring>no</faultstring>\
+        </s:Fault></s:Body></s:Envelope>";
+
+    fn business(j: Judged) -> Business {
+        match j {
+            Judged::Business(b) => b,
+            other => panic!("not a business response: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_envelope_or_a_soap_fault_is_a_business_response() {
+        let ok = business(judge(200, Some("text/xml"), ECHO11.as_bytes()));
+        assert!(!ok.shape.fault);
+        assert_eq!(ok.content_type, "text/xml; charset=utf-8");
+        let fault = business(judge(500, Some("text/xml"), FAULT11.as_bytes()));
+        assert!(fault.shape.fault);
+        assert_eq!(fault.status, 500);
+    }
+
+    #[test]
+    fn no_envelope_from_a_gateway_is_no_delivery_and_a_bare_500_is_unknown() {
+        for status in [502, 503, 504, 404, 401] {
+            assert!(
+                matches!(
+                    judge(status, Some("text/html"), b"<html>down</html>"),
+                    Judged::NotDelivered(_)
+                ),
+                "{status}"
+            );
+        }
+        assert!(matches!(judge(500, None, b"oops"), Judged::Unknown(_)));
+        assert!(matches!(judge(200, None, b""), Judged::Unknown(_)));
+        assert!(matches!(
+            judge(500, Some("text/xml"), ECHO11.as_bytes()),
+            Judged::Unknown(_)
+        ));
+    }
+
+    #[test]
+    fn the_ack_rides_in_the_services_envelope_under_response() {
+        let b = business(judge(200, Some("text/xml"), ECHO11.as_bytes()));
+        let key = crate::wsr::MessageKey {
+            group_id: crate::wsr::GroupId::parse("mid:g").expect("id"),
+            number: None,
+        };
+        let ack = Response {
+            replies: vec![reply_for(&key, None)],
+        };
+        let bytes = answer_bytes(&b, Some(&ack));
+        let text = std::str::from_utf8(&bytes).expect("utf-8");
+        assert!(text.starts_with("<s:Envelope xmlns:s=\"http://schemas.xmlsoap.org/soap/envelope/\"><s:Header><wsrm:Response"), "{text}");
+        assert!(
+            text.contains("<wsrm:NonSequenceReply groupId=\"mid:g\"/>"),
+            "{text}"
+        );
+        assert!(text.ends_with(
+            "<e:echoResponse xmlns:e=\"urn:echo\">hi</e:echoResponse></s:Body></s:Envelope>"
+        ));
+        let env = crate::wsr::read_envelope(&bytes, &crate::wsr::Limits::default()).expect("read");
+        assert_eq!(env.response.expect("ack").replies.len(), 1);
+        assert_eq!(answer_bytes(&b, None), Bytes::from(ECHO11));
+    }
+}
