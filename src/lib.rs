@@ -34,6 +34,7 @@ use tokio::net::TcpListener;
 use crate::clock::{Clock, SystemClock};
 use crate::delivery::receipt::ReceiptKey;
 use crate::http::AppState;
+use crate::outbound::backend::Backends;
 use crate::outbound::callbacks::RetryPolicy;
 use crate::outbound::partner_clients::PartnerClients;
 use crate::outbound::sender::SenderConfig;
@@ -73,6 +74,7 @@ impl App {
             OUTBOUND_TIMEOUT,
             Arc::new(config.destinations.clone()),
         )?;
+        let backends = Backends::new(&config.operations)?;
         let store = Store::open(&StoreConfig {
             database: config.database.clone(),
             durability: config.durability,
@@ -145,6 +147,7 @@ impl App {
                 config: Arc::new(config),
                 clock,
                 callback_url,
+                backends,
                 receipts,
                 console_key,
                 event_streams: Arc::default(),

@@ -68,6 +68,8 @@ pub const PUSH_FAILURES: &str = "wsr_push_failures_total";
 pub const WRITER_BATCH_SIZE: &str = "wsr_writer_batch_size";
 pub const WRITER_COMMIT_SECONDS: &str = "wsr_writer_commit_seconds";
 pub const HTTP_SECONDS: &str = "wsr_http_request_duration_seconds";
+pub const BACKEND_CALLS: &str = "wsr_backend_calls_total";
+pub const BACKEND_SECONDS: &str = "wsr_backend_call_duration_seconds";
 
 fn describe() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
@@ -109,6 +111,16 @@ fn describe() {
         WRITER_COMMIT_SECONDS,
         Unit::Seconds,
         "Time of one group-commit batch, from its first statement to its durable commit"
+    );
+    describe_counter!(
+        BACKEND_CALLS,
+        "Calls to request-response channels' SOAP backends, by channel and outcome \
+         (answered, fault, not_delivered, unknown)"
+    );
+    describe_histogram!(
+        BACKEND_SECONDS,
+        Unit::Seconds,
+        "Calls to request-response channels' SOAP backends, until the answer is read"
     );
     describe_histogram!(
         HTTP_SECONDS,
@@ -225,6 +237,14 @@ pub fn settled(mode: &'static str, outcome: &'static str) {
 
 pub fn push_failed() {
     metrics::counter!(PUSH_FAILURES).increment(1);
+}
+
+/// One call to a request-response channel's backend (D16) and what came of it.
+pub fn backend_call(channel: &str, outcome: &'static str, took: Duration) {
+    let channel = channel.to_owned();
+    metrics::counter!(BACKEND_CALLS, "channel" => channel.clone(), "outcome" => outcome)
+        .increment(1);
+    metrics::histogram!(BACKEND_SECONDS, "channel" => channel).record(took.as_secs_f64());
 }
 
 /// One group-commit batch of `jobs` that took `took` (`backend`: `sqlite` or `postgres`).

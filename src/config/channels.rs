@@ -29,6 +29,15 @@ pub struct ChannelConfig {
     pub max_expiry_horizon_seconds: Option<u64>,
     /// Overrides the top-level `max_group_lifetime_seconds` for this channel.
     pub max_group_lifetime_seconds: Option<u64>,
+    /// `one-way` (default) or `request-response` (D16, `operations.rs`).
+    pub operation: Option<String>,
+    /// A request-response channel's SOAP service; without one, applications answer through
+    /// the API.
+    pub backend: Option<super::operations::BackendConfig>,
+    /// `retry` (default) or `fail`: what a request whose call had an unknown outcome gets.
+    pub on_unknown: Option<String>,
+    /// How long a partner's exchange waits for an application's answer (default 30 s).
+    pub respond_within_ms: Option<u64>,
 }
 
 /// The top-level horizons, for every channel that sets none of its own.

@@ -75,6 +75,9 @@ impl FileConfig {
             "WSR_MAX_EXPIRY_HORIZON_SECONDS" => self.max_expiry_horizon_seconds = value.parse()?,
             "WSR_MAX_GROUP_LIFETIME_SECONDS" => self.max_group_lifetime_seconds = value.parse()?,
             "WSR_MAX_OPEN_GROUPS_PER_SOURCE" => self.max_open_groups_per_source = value.parse()?,
+            "WSR_MAX_ANSWER_BYTES_PER_SOURCE" => {
+                self.max_answer_bytes_per_source = value.parse()?
+            }
             "WSR_BUFFER_MAX_MESSAGES" => self.buffer_max_messages = value.parse()?,
             "WSR_BUFFER_MAX_BYTES" => self.buffer_max_bytes = value.parse()?,
             _ => return Ok(false),

@@ -42,6 +42,8 @@ pub struct FileConfig {
     /// Most open groups one source (peer IP address) may have at once; a message that would
     /// open one more gets `MessageProcessingFailure` (transient) (D13).
     pub max_open_groups_per_source: u64,
+    /// Most bytes of request-response answers one source's requests may hold at once (D16).
+    pub max_answer_bytes_per_source: u64,
     /// Per-group buffer for ordered messages ahead of a gap (D6).
     pub buffer_max_messages: usize,
     pub buffer_max_bytes: u64,
@@ -138,6 +140,7 @@ impl Default for FileConfig {
             max_group_lifetime_seconds: DEFAULT_HORIZON_SECONDS,
             default_group_idle: "P1D".into(),
             max_open_groups_per_source: 10_000,
+            max_answer_bytes_per_source: 256 * 1024 * 1024,
             buffer_max_messages: 1000,
             buffer_max_bytes: 64 * 1024 * 1024,
             hold_ms: 1000,

@@ -16,6 +16,7 @@ mod delivery;
 mod env;
 mod file;
 mod limits;
+mod operations;
 mod partners;
 mod receiving;
 mod tls;
@@ -42,6 +43,7 @@ use channels::{Channels, Reach};
 use receiving::Receiving;
 
 use crate::endpoint::check_endpoint;
+use crate::outbound::backend::RequestResponse;
 use crate::outbound::destination::DestinationRules;
 use crate::partners::Partners;
 use crate::rmp::agreement::{Agreement, SendTerms};
@@ -58,11 +60,15 @@ pub struct Config {
     pub durability: Durability,
     pub policy: Policy,
     pub hold: Duration,
+    /// Most bytes of request-response answers one source's requests may hold (D16).
+    pub max_answer_bytes_per_source: u64,
     pub limits: Limits,
     pub perimeter: Perimeter,
     pub callback_retry_initial: Duration,
     pub callback_retry_max: Duration,
     pub channels: BTreeMap<String, Agreement>,
+    /// The request-response channels (D16); every other channel is one-way.
+    pub operations: BTreeMap<String, RequestResponse>,
     /// Channels requests without credentials may post to.
     pub anonymous_channels: BTreeSet<String>,
     /// Whether `/wsr/_callback` takes acks without credentials (for messages to partners
@@ -172,6 +178,7 @@ impl FileConfig {
         let receiving = Receiving::check(&self)?;
         let reach = Reach::new(self.listen, self.allow_anonymous_beyond_loopback);
         let mut channels = Channels::check(&self.channels, receiving.horizons, reach)?;
+        let operations = operations::check(&self.channels, base)?;
         let verifier = Verifier::default();
         let tokens = tokens::check(std::mem::take(&mut self.tokens), base)?;
         let partners = std::mem::take(&mut self.partners);
@@ -195,12 +202,14 @@ impl FileConfig {
             durability,
             policy: receiving.policy,
             hold: Duration::from_millis(self.hold_ms),
+            max_answer_bytes_per_source: self.max_answer_bytes_per_source,
             limits: limits::message_limits(&self),
             perimeter,
             callback_retry_initial: Duration::from_millis(self.callback_retry_initial_ms.max(1)),
             callback_retry_max: Duration::from_millis(self.callback_retry_max_ms.max(1)),
             channels: channels.agreements,
             anonymous_channels: channels.anonymous,
+            operations,
             anonymous_callbacks: reach.loopback() || self.allow_anonymous_beyond_loopback,
             tokens,
             verifier,

@@ -35,6 +35,7 @@ use utoipa_axum::routes;
 use crate::clock::Clock;
 use crate::config::{Config, Scope};
 use crate::delivery::receipt::ReceiptKey;
+use crate::outbound::backend::Backends;
 use crate::store::Store;
 pub use console::ConsoleKey;
 
@@ -64,6 +65,8 @@ pub struct AppContext {
     pub clock: Arc<dyn Clock>,
     /// The ReplyTo of our own Callback-pattern messages.
     pub callback_url: String,
+    /// The SOAP services behind request-response channels (D16).
+    pub backends: Backends,
     /// Signs and checks delivery receipts.
     pub receipts: Arc<ReceiptKey>,
     /// Signs and checks the console's sign-in cookies (derived from the receipts' secret).

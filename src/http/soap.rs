@@ -31,6 +31,23 @@ pub fn content_type(headers: &HeaderMap) -> Option<&str> {
         .and_then(|v| v.to_str().ok())
 }
 
+/// The action a request names: SOAP 1.1's `SOAPAction` header as sent, or SOAP 1.2's
+/// `action` parameter of its media type.
+pub fn soap_action(headers: &HeaderMap) -> Option<&str> {
+    if let Some(action) = headers.get("soapaction").and_then(|v| v.to_str().ok()) {
+        return Some(action);
+    }
+    crate::wsr::mime::parameter(content_type(headers)?, "action")
+}
+
+/// A request-response channel's answer (D16): the bytes kept for the request, as they are.
+pub fn business(answer: crate::store::CachedAnswer) -> Response {
+    let status = StatusCode::from_u16(answer.status).unwrap_or(StatusCode::OK);
+    let content_type = HeaderValue::from_str(&answer.content_type)
+        .unwrap_or_else(|_| HeaderValue::from_static("text/xml; charset=utf-8"));
+    (status, [(header::CONTENT_TYPE, content_type)], answer.body).into_response()
+}
+
 /// An envelope answer.
 pub fn envelope(status: StatusCode, version: SoapVersion, xml: String) -> Response {
     (

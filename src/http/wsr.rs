@@ -10,7 +10,8 @@ use axum::response::{IntoResponse, Response};
 use super::AppState;
 use super::auth::Access;
 use super::serve::PeerAddr;
-use super::soap::{self, SoapBody, content_type, version_hint};
+use super::soap::{self, SoapBody, content_type, soap_action, version_hint};
+use crate::inbound::receive::Posted;
 use crate::inbound::{self, Answer, Inbound, Sender};
 use crate::partners::Caller;
 use crate::store::outbound::ReplySource;
@@ -33,9 +34,12 @@ pub async fn receive(
     let sender = Sender::new(caller, peer.map(|p| p.0.0));
     let read = read_message(content_type(&headers), &body, &app.config.limits);
     let ctx = inbound_of(&app);
-    let hint = version_hint(&headers);
-    let outcome =
-        inbound::receive::receive(ctx, &sender, &channel, &agreement, &body, read, hint).await;
+    let posted = Posted {
+        body: &body,
+        version_hint: version_hint(&headers),
+        soap_action: soap_action(&headers),
+    };
+    let outcome = inbound::receive::receive(ctx, &sender, &channel, &agreement, posted, read).await;
     if let Some(access) = access {
         access.0.note(|n| *n = outcome.note);
     }
@@ -48,6 +52,7 @@ pub(super) fn inbound_of(app: &AppState) -> Inbound<'_> {
         store: &app.store,
         clock: app.clock.as_ref(),
         config: &app.config,
+        backends: &app.backends,
     }
 }
 
@@ -60,6 +65,7 @@ fn render(version: SoapVersion, answer: Answer) -> Response {
             reason,
             replies,
         } => soap::fault(version, code, &reason, replies),
+        Answer::Business(answer) => soap::business(answer),
         Answer::NotUnderstood(blocks) => soap::envelope(
             StatusCode::INTERNAL_SERVER_ERROR,
             version,

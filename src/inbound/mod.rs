@@ -7,14 +7,16 @@
 pub mod callback;
 pub mod poll;
 pub mod receive;
+pub mod respond;
 
 use std::net::{IpAddr, SocketAddr};
 
 use crate::clock::Clock;
 use crate::config::Config;
+use crate::outbound::backend::Backends;
 use crate::partners::Caller;
 use crate::rmp::agreement::Agreement;
-use crate::store::Store;
+use crate::store::{CachedAnswer, Store};
 use crate::wsr::{FaultCode, Response, SoapVersion};
 
 /// What the services work with: the store, the clock every decision reads, the settings.
@@ -23,6 +25,8 @@ pub struct Inbound<'a> {
     pub store: &'a Store,
     pub clock: &'a dyn Clock,
     pub config: &'a Config,
+    /// The SOAP services behind request-response channels (D16).
+    pub backends: &'a Backends,
 }
 
 /// How a request is answered, before it is rendered (DESIGN D4, D5, D11).
@@ -42,6 +46,8 @@ pub enum Answer {
     /// Header blocks marked `mustUnderstand` that this gateway does not understand (SOAP's
     /// own MustUnderstand fault, not a WS-R one).
     NotUnderstood(Vec<String>),
+    /// A request-response channel's answer (D16): the bytes every copy of the request gets.
+    Business(CachedAnswer),
 }
 
 impl Answer {

@@ -12,7 +12,9 @@ use chrono::{DateTime, Utc};
 use tokio::sync::oneshot;
 
 use super::callback::{self, Refused};
+use super::respond::{Asked, Responded};
 use super::{Answer, Inbound, Note, Outcome, Sender, poll};
+use crate::outbound::backend::{RequestResponse, Responder};
 use crate::rmp::agreement::Agreement;
 use crate::rmp::receive_plan::FAULT_NOTICE_RETENTION;
 use crate::rmp::receiver::{Action, AnswerRoute, Verdict, answer_route, may_hold};
@@ -27,20 +29,29 @@ use crate::wsr::{
 const NO_ATTACHMENTS: &str =
     "MIME attachments are not supported: they would not reach the consumer";
 
+/// What came over HTTP besides the envelope.
+#[derive(Debug, Clone, Copy)]
+pub struct Posted<'a> {
+    /// The buffer the envelope was read from: a delivered payload shares it.
+    pub body: &'a Bytes,
+    /// The SOAP version the Content-Type suggests, for answering a request too broken to say.
+    pub version_hint: SoapVersion,
+    /// The partner's SOAPAction (SOAP 1.1's header, SOAP 1.2's `action` parameter), passed
+    /// on to a request-response channel's backend.
+    pub soap_action: Option<&'a str>,
+}
+
 /// A request as read (or the defect found reading it), sent by `sender` to `channel` under
-/// `agreement`. `version_hint` is the SOAP version its Content-Type suggests, for answering a
-/// request too broken to say. `body` is the buffer the envelope was read from: a delivered
-/// payload shares it.
-#[allow(clippy::too_many_arguments)]
+/// `agreement`.
 pub async fn receive(
     ctx: Inbound<'_>,
     sender: &Sender,
     channel: &str,
     agreement: &Agreement,
-    body: &Bytes,
+    posted: Posted<'_>,
     read: Result<Envelope<'_>, Defect>,
-    version_hint: SoapVersion,
 ) -> Outcome {
+    let version_hint = posted.version_hint;
     let mut note = Note::default();
     let env = match read {
         Ok(env) => env,
@@ -59,7 +70,7 @@ pub async fn receive(
         sender,
         channel,
         agreement,
-        body,
+        posted,
         env: &env,
     };
     let answer = exchange.answer(&mut note).await;
@@ -76,7 +87,7 @@ struct Exchange<'a, 'e> {
     sender: &'a Sender,
     channel: &'a str,
     agreement: &'a Agreement,
-    body: &'a Bytes,
+    posted: Posted<'a>,
     env: &'a Envelope<'e>,
 }
 
@@ -86,7 +97,8 @@ enum Routed {
     InResponse(Option<(FaultCode, String)>),
     /// By callback or poll (or nothing to say yet).
     Elsewhere,
-    /// The whole answer, now: a synchronous SOAP Fault.
+    /// The whole answer, now: a synchronous SOAP Fault, or a request-response channel's
+    /// business response.
     Now(Answer),
 }
 
@@ -178,7 +190,17 @@ impl Exchange<'_, '_> {
             let fault = (code, reason);
             return by_reply_pattern(ctx, partner, version, &key, pattern, fault, keep_until).await;
         }
-        let message = self.stored(request);
+        let mut message = self.stored(request);
+        if let Some(op) = ctx.config.operations.get(self.channel) {
+            // Its answer is the delivery, not an inbox entry (D16).
+            message.inbox = false;
+            if let Some(routed) = self
+                .request_response(op, request, message.clone(), note)
+                .await
+            {
+                return routed;
+            }
+        }
         // A buffered Response-pattern message may be delivered while we wait (D6): watch
         // before submitting, so the delivery cannot slip by between the two.
         let hold = Hold::watch(ctx, partner, &key, request);
@@ -210,6 +232,52 @@ impl Exchange<'_, '_> {
         }
     }
 
+    /// A request to a request-response channel: answered by its responder (D16), or `None`
+    /// when the receiving rules answer it as on any channel (delivered long ago, expired).
+    async fn request_response(
+        &self,
+        op: &RequestResponse,
+        request: &Request,
+        message: ReceivedMessage,
+        note: &mut Note,
+    ) -> Option<Routed> {
+        let key = request.key();
+        let Responder::Backend(backend) = &op.responder else {
+            return Some(Routed::Now(Answer::fault(
+                FaultCode::FeatureNotSupported,
+                "not yet",
+            )));
+        };
+        let asked = Asked {
+            ctx: self.ctx,
+            partner: self.sender.partner(),
+            source: &self.sender.source,
+            channel: self.channel,
+            backend,
+            operation: op,
+            env: self.env,
+            request,
+            message,
+            soap_action: self.posted.soap_action,
+        };
+        Some(match asked.respond().await {
+            Err(e) => store_failed(&key, &e),
+            Ok(Responded::AsOneWay) => return None,
+            Ok(Responded::Answer(answer)) => {
+                note.verdict = Some("answered".into());
+                Routed::Now(Answer::Business(answer))
+            }
+            Ok(Responded::Fault(code, reason)) => {
+                note.faulted(code);
+                Routed::Now(Answer::Fault {
+                    code,
+                    reason,
+                    replies: Some(single(reply_for(&key, Some(code)))),
+                })
+            }
+        })
+    }
+
     /// Why the agreement refuses the message before the store sees it (D9), if it does.
     fn refusal(&self, request: &Request, now: DateTime<Utc>) -> Option<(FaultCode, String)> {
         self.agreement.check(request, now).err().or_else(|| {
@@ -237,7 +305,7 @@ impl Exchange<'_, '_> {
             partner: self.sender.partner().to_owned(),
             channel: self.channel.to_owned(),
             request: request.clone(),
-            payload: Payload::within(self.body, env.body.content),
+            payload: Payload::within(self.posted.body, env.body.content),
             namespaces: serde_json::to_string(&namespaces).unwrap_or_else(|_| "[]".into()),
             topic: topic(self.channel, root),
             source: self.sender.source.clone(),

@@ -8,6 +8,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use super::{Inbound, Outcome, Sender};
 use crate::clock::ManualClock;
 use crate::config::Config;
+use crate::outbound::backend::Backends;
 use crate::rmp::agreement::Agreement;
 use crate::store::{Endpoints, Store, StoreConfig};
 use crate::wsr::{
@@ -22,6 +23,7 @@ pub struct Rig {
     pub store: Store,
     pub clock: ManualClock,
     pub config: Config,
+    pub backends: Backends,
     _dir: tempfile::TempDir,
 }
 
@@ -45,6 +47,7 @@ impl Rig {
         Rig {
             store,
             clock: ManualClock::new(t0()),
+            backends: Backends::new(&config.operations).expect("backends"),
             config,
             _dir: dir,
         }
@@ -55,6 +58,7 @@ impl Rig {
             store: &self.store,
             clock: &self.clock,
             config: &self.config,
+            backends: &self.backends,
         }
     }
 
@@ -73,17 +77,12 @@ impl Rig {
         let body = Bytes::copy_from_slice(bytes);
         let read = read_message(None, &body, &self.config.limits);
         let sender = Sender::default();
-        let version = SoapVersion::Soap11;
-        super::receive::receive(
-            self.ctx(),
-            &sender,
-            "default",
-            agreement,
-            &body,
-            read,
-            version,
-        )
-        .await
+        let posted = super::receive::Posted {
+            body: &body,
+            version_hint: SoapVersion::Soap11,
+            soap_action: None,
+        };
+        super::receive::receive(self.ctx(), &sender, "default", agreement, posted, read).await
     }
 
     /// Posts `bytes` to the `default` channel, which offers everything.

@@ -4,6 +4,7 @@
 //! every outbound call uses (`http_client`: no redirects, capped answers), and how each
 //! partner is reached (`partner_clients`: its TLS, our credentials, its poll address).
 
+pub mod backend;
 pub mod callbacks;
 pub mod destination;
 pub mod http_client;

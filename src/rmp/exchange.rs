@@ -111,19 +111,33 @@ pub fn answer_bytes(business: &Business, ack: Option<&Response>) -> Bytes {
     }
 }
 
-/// Whether an ordered request can be passed to the service now.
+/// Whether a request without an exchange can be passed to the service now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Gate {
-    /// Unordered, or the next one of its group.
+    /// Not delivered, and unordered or the next one of its group.
     Open,
-    /// A gap before it: it must wait for the messages ahead of it.
+    /// Ordered, with a gap before it: it must wait for the messages ahead of it.
     AheadOfGap,
+    /// Delivered, its answer no longer kept (or never: the group ruled on it alone), or it
+    /// expired: the receiving rules answer it as any channel's (D2, D3).
+    AsOneWay,
 }
 
-/// Ordered requests are answered in sequence: one whose predecessors are not all delivered
-/// waits (`group`: its group's state as stored, if any).
-pub fn gate(group: Option<&GroupState>, request: &Request) -> Gate {
-    let Some(number) = request.key().number.filter(|_| request.message_order) else {
+/// Requests are passed on once; ordered ones in sequence (`group`: the request's group as
+/// stored, if any).
+pub fn gate(
+    group: Option<&GroupState>,
+    request: &Request,
+    now: DateTime<Utc>,
+    clock_skew: chrono::Duration,
+) -> Gate {
+    let number = request.key().number;
+    let expired = request.expiry_time < crate::wsr::datetime::saturating_sub(now, clock_skew);
+    let delivered = group.is_some_and(|g| g.delivered.contains(crate::rmp::group::slot(number)));
+    if expired || delivered {
+        return Gate::AsOneWay;
+    }
+    let Some(number) = number.filter(|_| request.message_order) else {
         return Gate::Open;
     };
     let next = group.map_or(0, |g| g.next_expected);

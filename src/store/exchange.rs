@@ -74,11 +74,12 @@ pub struct NewCall<'a> {
 }
 
 pub trait ExchangeStore: Send + Sync {
-    /// `partner`'s exchange for request `key`, if one is kept.
+    /// `partner`'s exchange for request `key`, if one is kept at `now`.
     fn exchange<'a>(
         &'a self,
         partner: &'a str,
         key: &'a MessageKey,
+        now: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<Option<Exchange>, StoreError>>;
 
     /// Records that a call goes out, unless the request has an exchange already; a `calling`

@@ -14,8 +14,20 @@ const IDLE_RECHECK: Duration = Duration::from_secs(60);
 /// Pause after a failed pass, so a persistent failure cannot spin the sweeper.
 const AFTER_ERROR: Duration = Duration::from_secs(1);
 
+/// How often request-response answers past their keeping are purged (D16): they carry no
+/// deadline of their own, and a late purge only keeps bytes a little longer.
+const PURGE_ANSWERS_EVERY: Duration = Duration::from_secs(60);
+
 pub async fn run(store: Store, clock: Arc<dyn Clock>) {
+    let mut answers_purged = tokio::time::Instant::now();
     loop {
+        if answers_purged.elapsed() >= PURGE_ANSWERS_EVERY {
+            answers_purged = tokio::time::Instant::now();
+            match store.purge_exchanges(clock.now()).await {
+                Ok(n) => tracing::debug!(purged = n, "purged request-response answers"),
+                Err(e) => tracing::error!(error = %e, "cannot purge request-response answers"),
+            }
+        }
         // Until the wake-up time is set below, any new deadline counts as earlier: a commit
         // that lands while we look still wakes us.
         store.sweeper_sleeps_until(chrono::DateTime::<chrono::Utc>::MAX_UTC);

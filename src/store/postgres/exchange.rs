@@ -51,13 +51,16 @@ impl ExchangeStore for PostgresStore {
         &'a self,
         partner: &'a str,
         key: &'a MessageKey,
+        now: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<Option<Exchange>, StoreError>> {
         Box::pin(async move {
-            let sql = format!("SELECT {COLUMNS} FROM exchanges WHERE {WHERE_KEY}");
+            let sql =
+                format!("SELECT {COLUMNS} FROM exchanges WHERE {WHERE_KEY} AND keep_until >= $4");
             let row = sqlx::query(sqlx::AssertSqlSafe(sql))
                 .bind(partner)
                 .bind(key.group_id.as_str())
                 .bind(slot_of(key))
+                .bind(millis(now))
                 .fetch_optional(&self.pool)
                 .await?;
             row.as_ref().map(exchange_of).transpose()

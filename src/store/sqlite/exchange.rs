@@ -49,16 +49,18 @@ impl ExchangeStore for SqliteStore {
         &'a self,
         partner: &'a str,
         key: &'a MessageKey,
+        now: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<Option<Exchange>, StoreError>> {
         Box::pin(async move {
             let sql = format!(
                 "SELECT {COLUMNS} FROM exchanges WHERE partner = $1 AND group_id = $2 \
-                 AND number = $3"
+                 AND number = $3 AND keep_until >= $4"
             );
             let row = sqlx::query(sqlx::AssertSqlSafe(sql))
                 .bind(partner)
                 .bind(key.group_id.as_str())
                 .bind(slot_of(key))
+                .bind(millis(now))
                 .fetch_optional(&self.pool)
                 .await?;
             row.as_ref().map(exchange_of).transpose()

@@ -1,0 +1,174 @@
+//! A channel's operation (D16): `one-way` (the default: the inbox is the delivery) or
+//! `request-response`, answered by a SOAP backend (`[channels.backend]`) or by an application
+//! through the API (the spec's Respond). Checked into `outbound::backend::RequestResponse`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context as _, bail};
+use serde::Deserialize;
+
+use super::channels::ChannelConfig;
+use crate::endpoint::check_endpoint;
+use crate::outbound::backend::{BackendSpec, RequestResponse, Responder};
+use crate::partners::PartnerTls;
+use crate::rmp::exchange::OnUnknown;
+use crate::secrets::relative_to;
+
+/// `[channels.backend]`: the SOAP service behind a request-response channel.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendConfig {
+    pub url: String,
+    /// The whole call, answer read included (default 30 s).
+    pub timeout_ms: Option<u64>,
+    /// Calls out at once (default 16); a request beyond waits up to the hold.
+    pub max_concurrency: Option<usize>,
+    /// Only this CA bundle's roots verify the service (default: the system roots).
+    pub ca_file: Option<PathBuf>,
+    pub client_cert_file: Option<PathBuf>,
+    pub client_key_file: Option<PathBuf>,
+}
+
+const DEFAULT_TIMEOUT_MS: u64 = 30_000;
+const MAX_TIMEOUT_MS: u64 = 10 * 60_000;
+
+/// The request-response channels, by name.
+pub(super) fn check(
+    channels: &[ChannelConfig],
+    base: Option<&Path>,
+) -> anyhow::Result<BTreeMap<String, RequestResponse>> {
+    let mut operations = BTreeMap::new();
+    for c in channels {
+        let ctx = |what: &str| format!("channel {}: {what}", c.name);
+        match c.operation.as_deref().unwrap_or("one-way") {
+            "one-way" => {
+                if c.backend.is_some() || c.on_unknown.is_some() || c.respond_within_ms.is_some() {
+                    bail!(
+                        "channel {}: backend, on_unknown and respond_within_ms are for \
+                         operation = \"request-response\"",
+                        c.name
+                    );
+                }
+            }
+            "request-response" => {
+                let on_unknown = match c.on_unknown.as_deref().unwrap_or("retry") {
+                    "retry" => OnUnknown::Retry,
+                    "fail" => OnUnknown::Fail,
+                    other => bail!(ctx(&format!(
+                        "on_unknown must be \"retry\" or \"fail\", not {other:?}"
+                    ))),
+                };
+                let responder = match &c.backend {
+                    Some(b) => {
+                        if c.respond_within_ms.is_some() {
+                            bail!(ctx(
+                                "respond_within_ms is for channels answered through the API, not by a backend"
+                            ));
+                        }
+                        Responder::Backend(backend(b, base).with_context(|| ctx("backend"))?)
+                    }
+                    None => Responder::Api {
+                        within: Duration::from_millis(bounded(
+                            c.respond_within_ms.unwrap_or(DEFAULT_TIMEOUT_MS),
+                        )),
+                    },
+                };
+                operations.insert(
+                    c.name.clone(),
+                    RequestResponse {
+                        responder,
+                        on_unknown,
+                    },
+                );
+            }
+            other => bail!(ctx(&format!(
+                "operation must be \"one-way\" or \"request-response\", not {other:?}"
+            ))),
+        }
+    }
+    Ok(operations)
+}
+
+fn bounded(ms: u64) -> u64 {
+    ms.clamp(1, MAX_TIMEOUT_MS)
+}
+
+fn backend(b: &BackendConfig, base: Option<&Path>) -> anyhow::Result<BackendSpec> {
+    check_endpoint(&b.url).context("url")?;
+    if b.client_cert_file.is_some() != b.client_key_file.is_some() {
+        bail!("client_cert_file and client_key_file go together");
+    }
+    let path = |p: &Option<PathBuf>| p.as_deref().map(|p| relative_to(base, p));
+    Ok(BackendSpec {
+        url: b.url.clone(),
+        timeout: Duration::from_millis(bounded(b.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS))),
+        max_concurrency: b.max_concurrency.unwrap_or(16).clamp(1, 4096),
+        tls: PartnerTls {
+            ca_file: path(&b.ca_file),
+            client_cert_file: path(&b.client_cert_file),
+            client_key_file: path(&b.client_key_file),
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::Config;
+    use crate::outbound::backend::Responder;
+    use crate::rmp::exchange::OnUnknown;
+
+    fn load(text: &str) -> anyhow::Result<Config> {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("gw.toml");
+        std::fs::write(&path, text).expect("write config");
+        Config::load(Some(&path), [])
+    }
+
+    #[test]
+    fn a_request_response_channel_names_its_responder() {
+        let c = load(
+            "[[channels]]\nname = \"echo\"\noperation = \"request-response\"\n\
+             on_unknown = \"fail\"\n[channels.backend]\nurl = \"http://127.0.0.1:9/echo\"\n\
+             timeout_ms = 500\n\
+             [[channels]]\nname = \"ask\"\noperation = \"request-response\"\n\
+             [[channels]]\nname = \"plain\"\n",
+        )
+        .expect("valid");
+        let echo = &c.operations["echo"];
+        assert_eq!(echo.on_unknown, OnUnknown::Fail);
+        match &echo.responder {
+            Responder::Backend(b) => {
+                assert_eq!(b.url, "http://127.0.0.1:9/echo");
+                assert_eq!(b.timeout.as_millis(), 500);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(c.operations["ask"].on_unknown, OnUnknown::Retry);
+        assert!(matches!(
+            c.operations["ask"].responder,
+            Responder::Api { .. }
+        ));
+        assert!(!c.operations.contains_key("plain"));
+    }
+
+    #[test]
+    fn a_wrong_operation_is_refused_with_its_reason() {
+        for (text, why) in [
+            ("operation = \"notify\"\n", "operation must be"),
+            ("on_unknown = \"retry\"\n", "are for operation"),
+            (
+                "operation = \"request-response\"\non_unknown = \"maybe\"\n",
+                "on_unknown must be",
+            ),
+            (
+                "operation = \"request-response\"\n[channels.backend]\nurl = \"ftp://x/\"\n",
+                "backend",
+            ),
+        ] {
+            let err = load(&format!("[[channels]]\nname = \"c\"\n{text}")).expect_err(text);
+            assert!(format!("{err:#}").contains(why), "{text}: {err:#}");
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! The SOAP services behind request-response channels (D16): how each is reached (its own
+//! client: no redirects, its timeout, its TLS), how many calls may be out at once, and one
+//! call: the partner's envelope without its WS-R blocks, with the idempotency headers, the
+//! answer read within the cap and judged (`rmp::exchange::judge`).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use reqwest::header::CONTENT_TYPE;
+use tokio::sync::Semaphore;
+
+use super::http_client::{self, exchange};
+use super::partner_clients::tls_client;
+use crate::partners::PartnerTls;
+use crate::rmp::exchange::{Judged, OnUnknown, judge};
+use crate::rmp::sender::AttemptFailure;
+use crate::wsr::SoapVersion;
+
+/// A request-response channel: who answers, and what an unknown outcome gets.
+#[derive(Debug, Clone)]
+pub struct RequestResponse {
+    pub responder: Responder,
+    pub on_unknown: OnUnknown,
+}
+
+#[derive(Debug, Clone)]
+pub enum Responder {
+    /// A SOAP service, called once per delivered request.
+    Backend(BackendSpec),
+    /// An application, through the API (`response` when it settles the message): the
+    /// partner's exchange waits up to `within`.
+    Api { within: Duration },
+}
+
+/// Where and how a SOAP backend is called.
+#[derive(Debug, Clone)]
+pub struct BackendSpec {
+    pub url: String,
+    pub timeout: Duration,
+    pub max_concurrency: usize,
+    pub tls: PartnerTls,
+}
+
+/// One call to a backend.
+pub struct Call<'a> {
+    pub channel: &'a str,
+    /// The partner's envelope without its WS-R blocks.
+    pub envelope: String,
+    pub version: SoapVersion,
+    /// The partner's own SOAPAction, passed through.
+    pub soap_action: Option<&'a str>,
+    pub idempotency: Vec<(&'static str, String)>,
+}
+
+/// What became of a call.
+#[derive(Debug)]
+pub enum Called {
+    Judged(Judged),
+    /// Every slot of the channel stayed busy for as long as the caller would wait.
+    Busy,
+}
+
+/// Every request-response channel's backend, built once at start (`App::build`).
+#[derive(Clone, Default)]
+pub struct Backends {
+    by_channel: Arc<BTreeMap<String, Backend>>,
+}
+
+struct Backend {
+    url: String,
+    client: reqwest::Client,
+    slots: Semaphore,
+}
+
+impl Backends {
+    /// The clients of the backends `operations` name. Fails on a TLS file that cannot be used.
+    pub fn new(operations: &BTreeMap<String, RequestResponse>) -> anyhow::Result<Backends> {
+        let mut by_channel = BTreeMap::new();
+        for (channel, op) in operations {
+            let Responder::Backend(spec) = &op.responder else {
+                continue;
+            };
+            let who = format!("channel {channel}: backend");
+            let client = if spec.tls == PartnerTls::default() {
+                http_client::client(spec.timeout)
+                    .with_context(|| format!("{who}: cannot build its HTTP client"))?
+            } else {
+                tls_client(&who, &spec.tls, spec.timeout)?
+            };
+            by_channel.insert(
+                channel.clone(),
+                Backend {
+                    url: spec.url.clone(),
+                    client,
+                    slots: Semaphore::new(spec.max_concurrency),
+                },
+            );
+        }
+        Ok(Backends {
+            by_channel: Arc::new(by_channel),
+        })
+    }
+
+    /// Calls the channel's backend, waiting up to `wait` for a free slot; reads at most
+    /// `cap` bytes of its answer.
+    pub async fn call(&self, call: Call<'_>, wait: Duration, cap: usize) -> Called {
+        let Some(backend) = self.by_channel.get(call.channel) else {
+            let why = format!("channel {} has no backend", call.channel);
+            return Called::Judged(Judged::NotDelivered(why));
+        };
+        let Ok(Ok(_slot)) = tokio::time::timeout(wait, backend.slots.acquire()).await else {
+            return Called::Busy;
+        };
+        let mut request = backend
+            .client
+            .post(&backend.url)
+            .header(CONTENT_TYPE, content_type(call.version, call.soap_action))
+            .body(call.envelope);
+        if call.version == SoapVersion::Soap11 {
+            let action = call.soap_action.unwrap_or("\"\"");
+            request = request.header("SOAPAction", action);
+        }
+        for (name, value) in &call.idempotency {
+            request = request.header(*name, value);
+        }
+        let started = std::time::Instant::now();
+        let judged = match exchange(request, cap).await {
+            Ok(heard) => judge(heard.status, heard.content_type.as_deref(), &heard.body),
+            Err(failure) => judged_failure(failure),
+        };
+        crate::metrics::backend_call(call.channel, outcome_label(&judged), started.elapsed());
+        Called::Judged(judged)
+    }
+}
+
+/// The media type of a call: SOAP 1.2 carries the partner's action in it (where it can be
+/// written as a quoted parameter as it is).
+fn content_type(version: SoapVersion, action: Option<&str>) -> String {
+    let base = version.content_type();
+    match (version, action) {
+        (SoapVersion::Soap12, Some(a)) if !a.contains(['"', '\\']) && !a.is_empty() => {
+            format!("{base}; action=\"{a}\"")
+        }
+        _ => base.to_owned(),
+    }
+}
+
+/// A failed exchange: certain not to have reached the service, or of unknown outcome.
+fn judged_failure(failure: AttemptFailure) -> Judged {
+    let why = failure.to_string();
+    match failure {
+        AttemptFailure::Unreached(_) | AttemptFailure::Redirected(_) => Judged::NotDelivered(why),
+        AttemptFailure::TimedOut
+        | AttemptFailure::TooLarge { .. }
+        | AttemptFailure::Status(_)
+        | AttemptFailure::Unreadable(_)
+        | AttemptFailure::Transport(_) => Judged::Unknown(why),
+    }
+}
+
+fn outcome_label(judged: &Judged) -> &'static str {
+    match judged {
+        Judged::Business(b) if b.shape.fault => "fault",
+        Judged::Business(_) => "answered",
+        Judged::NotDelivered(_) => "not_delivered",
+        Judged::Unknown(_) => "unknown",
+    }
+}

@@ -1,0 +1,533 @@
+//! Request-response operations (D16) over real HTTP: a partner calls an in-out operation on a
+//! channel whose SOAP backend is a scripted service on 127.0.0.1. The business response is the
+//! delivery; every copy of the request gets the same bytes; failures are answered as the
+//! design says, on SQLite and (through `it-postgres`) PostgreSQL.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration as StdDuration;
+
+use axum::http::{HeaderMap, StatusCode};
+use bytes::Bytes;
+use chrono::Duration;
+use tokio::sync::Notify;
+use wsr_gateway::outbound::backend::{BackendSpec, RequestResponse, Responder};
+use wsr_gateway::rmp::agreement::Agreement;
+use wsr_gateway::rmp::exchange::OnUnknown;
+#[allow(unused_imports)]
+use wsr_gateway::store::{Backend as _, ExchangeStore as _, ReceiverStore as _};
+use wsr_gateway::wsr::{
+    FaultCode, GroupId, Headers, MessageId, PollRequest, RefToMessageIds, ReplyPattern, ReplyTo,
+    Request, SequenceNum, SoapVersion, write_envelope,
+};
+
+use super::support::{Answer, ClockExt, TestApp, mock_partner, serve_local, spawn_app_with};
+
+const ECHO_RESPONSE: &str = "<e:echoResponse xmlns:e=\"urn:echo\">hello</e:echoResponse>";
+
+/// What the scripted service answers one call with.
+#[derive(Clone)]
+enum Reply {
+    /// Status, media type, body.
+    Says(u16, &'static str, String),
+    /// Waits for the test to release it, then answers the echo.
+    After(Arc<Notify>),
+    /// Never answers in time (the gateway's timeout is shorter).
+    Hangs,
+}
+
+/// One call the service received.
+#[derive(Debug, Clone)]
+struct Received {
+    headers: HeaderMap,
+    body: String,
+}
+
+#[derive(Clone, Default)]
+struct Script {
+    replies: Arc<Mutex<VecDeque<Reply>>>,
+    calls: Arc<Mutex<Vec<Received>>>,
+}
+
+impl Script {
+    fn then(&self, reply: Reply) -> &Self {
+        self.replies.lock().expect("lock").push_back(reply);
+        self
+    }
+
+    fn calls(&self) -> Vec<Received> {
+        self.calls.lock().expect("lock").clone()
+    }
+}
+
+fn echo_envelope(version: SoapVersion) -> String {
+    write_envelope(version, Headers::default(), ECHO_RESPONSE)
+}
+
+fn fault_envelope() -> String {
+    "<s:Envelope xmlns:s=\"http://schemas.xmlsoap.org/soap/envelope/\"><s:Body><s:Fault>\
+     <faultcode>s:Server</faultcode><faultstring>no such customer</faultstring></s:Fault>\
+     </s:Body></s:Envelope>"
+        .to_owned()
+}
+
+/// The scripted SOAP service: answers each call by the script (the echo, in the request's
+/// SOAP version, once the script is used up).
+async fn soap_service(script: &Script) -> String {
+    let s = script.clone();
+    let handler = move |headers: HeaderMap, body: Bytes| {
+        let s = s.clone();
+        async move {
+            let body = String::from_utf8_lossy(&body).into_owned();
+            let soap12 = headers
+                .get("content-type")
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|ct| ct.starts_with("application/soap+xml"));
+            s.calls
+                .lock()
+                .expect("lock")
+                .push(Received { headers, body });
+            let version = if soap12 {
+                SoapVersion::Soap12
+            } else {
+                SoapVersion::Soap11
+            };
+            let next = s.replies.lock().expect("lock").pop_front();
+            let (status, ct, body) = match next {
+                Some(Reply::Says(status, ct, body)) => (status, ct, body),
+                Some(Reply::After(release)) => {
+                    release.notified().await;
+                    (200, version.content_type(), echo_envelope(version))
+                }
+                Some(Reply::Hangs) => {
+                    tokio::time::sleep(StdDuration::from_secs(30)).await;
+                    (200, version.content_type(), echo_envelope(version))
+                }
+                None => (200, version.content_type(), echo_envelope(version)),
+            };
+            (
+                StatusCode::from_u16(status).expect("status"),
+                [("content-type", ct)],
+                body,
+            )
+        }
+    };
+    let router = axum::Router::new().route("/echo", axum::routing::post(handler));
+    format!("{}/echo", serve_local(router).await)
+}
+
+/// A gateway whose channel `echo` is answered by the service at `url`.
+async fn gateway(url: &str, adjust: impl FnOnce(&mut wsr_gateway::Config)) -> TestApp {
+    let url = url.to_owned();
+    spawn_app_with(move |c| {
+        c.channels.insert("echo".into(), Agreement::everything());
+        c.anonymous_channels.insert("echo".into());
+        c.hold = StdDuration::from_secs(5);
+        c.operations.insert(
+            "echo".into(),
+            RequestResponse {
+                responder: Responder::Backend(BackendSpec {
+                    url,
+                    timeout: StdDuration::from_millis(500),
+                    max_concurrency: 4,
+                    tls: Default::default(),
+                }),
+                on_unknown: OnUnknown::Retry,
+            },
+        );
+        adjust(c);
+    })
+    .await
+}
+
+fn request(app: &TestApp, group: &str, number: Option<u64>, pattern: ReplyPattern) -> Request {
+    Request {
+        message_id: MessageId {
+            group_id: GroupId::parse(group).expect("group id"),
+            sequence: number.map(|number| SequenceNum {
+                number,
+                last: false,
+                group_limit: None,
+            }),
+        },
+        expiry_time: app.clock.now_utc() + Duration::hours(1),
+        reply_pattern: pattern,
+        ack_requested: true,
+        duplicate_elimination: true,
+        message_order: number.is_some(),
+    }
+}
+
+/// The partner's envelope: the WS-R Request, another header block of its own, and `e:echo`.
+fn envelope(version: SoapVersion, r: &Request) -> String {
+    let plain = write_envelope(
+        version,
+        Headers {
+            request: Some(r),
+            ..Headers::default()
+        },
+        "<e:echo xmlns:e=\"urn:echo\">hello</e:echo>",
+    );
+    // A header block of the partner's own, which the service must still see.
+    let close = match version {
+        SoapVersion::Soap11 => "</soap:Header>",
+        SoapVersion::Soap12 => "</env:Header>",
+    };
+    plain.replacen(
+        close,
+        &format!("<t:Trace xmlns:t=\"urn:trace\">42</t:Trace>{close}"),
+        1,
+    )
+}
+
+async fn call(app: &TestApp, version: SoapVersion, r: &Request) -> Answer {
+    let body = envelope(version, r);
+    let resp = app
+        .client
+        .post(app.url("/wsr/echo"))
+        .header("content-type", version.content_type())
+        .header("SOAPAction", "\"urn:echo\"")
+        .body(body)
+        .send()
+        .await
+        .expect("reaches the gateway");
+    Answer::read(resp).await
+}
+
+fn fault_of(answer: &Answer) -> Option<FaultCode> {
+    answer.envelope().body.fault
+}
+
+#[tokio::test]
+async fn the_business_response_carries_the_ack_and_a_duplicate_gets_the_same_bytes() {
+    for version in [SoapVersion::Soap11, SoapVersion::Soap12] {
+        let script = Script::default();
+        let app = gateway(&soap_service(&script).await, |_| {}).await;
+        let r = request(&app, "mid:rr-1", None, ReplyPattern::Response);
+        let first = call(&app, version, &r).await;
+        assert_eq!(first.status, 200, "{}", first.body);
+        assert_eq!(first.content_type.as_deref(), Some(version.content_type()));
+        let env = first.envelope();
+        assert_eq!(env.version, version);
+        assert!(env.body.content.contains("echoResponse"), "{}", first.body);
+        let ack = env
+            .response
+            .expect("the ack rides on the business response");
+        assert_eq!(ack.replies.len(), 1);
+        let again = call(&app, version, &r).await;
+        assert_eq!(again.status, 200);
+        assert_eq!(again.body, first.body, "the same bytes, ack included");
+        let calls = script.calls();
+        assert_eq!(calls.len(), 1, "the service was called once");
+        let sent = &calls[0];
+        assert!(!sent.body.contains("wsrm:"), "no WS-R block: {}", sent.body);
+        assert!(
+            sent.body
+                .contains("<t:Trace xmlns:t=\"urn:trace\">42</t:Trace>")
+        );
+        assert!(
+            sent.body
+                .contains("<e:echo xmlns:e=\"urn:echo\">hello</e:echo>")
+        );
+        assert_eq!(sent.headers["wsr-group-id"], "mid:rr-1");
+        assert!(sent.headers.get("wsr-sequence-number").is_none());
+        if version == SoapVersion::Soap11 {
+            assert_eq!(sent.headers["soapaction"], "\"urn:echo\"");
+        }
+        assert!(
+            app.inbox().await.is_empty(),
+            "the answer is the delivery, not the inbox"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_soap_fault_from_the_service_is_its_answer_and_is_replayed() {
+    let script = Script::default();
+    script.then(Reply::Says(
+        500,
+        "text/xml; charset=utf-8",
+        fault_envelope(),
+    ));
+    let app = gateway(&soap_service(&script).await, |_| {}).await;
+    let r = request(&app, "mid:rr-fault", None, ReplyPattern::Response);
+    let first = call(&app, SoapVersion::Soap11, &r).await;
+    assert_eq!(first.status, 500);
+    assert!(first.body.contains("no such customer"), "{}", first.body);
+    let env = first.envelope();
+    let ack = env
+        .response
+        .expect("acked: the fault is the business response");
+    assert!(matches!(
+        &ack.replies[0],
+        wsr_gateway::wsr::Reply::NonSequence { fault: None, .. }
+    ));
+    let again = call(&app, SoapVersion::Soap11, &r).await;
+    assert_eq!((again.status, &again.body), (500, &first.body));
+    assert_eq!(script.calls().len(), 1);
+}
+
+#[tokio::test]
+async fn an_unreachable_service_or_a_gateway_error_delivers_nothing_and_the_resend_calls_again() {
+    let script = Script::default();
+    script.then(Reply::Says(503, "text/html", "<html>down</html>".into()));
+    let app = gateway(&soap_service(&script).await, |_| {}).await;
+    let r = request(&app, "mid:rr-503", None, ReplyPattern::Response);
+    let first = call(&app, SoapVersion::Soap11, &r).await;
+    assert_eq!(
+        fault_of(&first),
+        Some(FaultCode::MessageProcessingFailure),
+        "{}",
+        first.body
+    );
+    let second = call(&app, SoapVersion::Soap11, &r).await;
+    assert_eq!(second.status, 200, "{}", second.body);
+    assert!(second.body.contains("echoResponse"));
+    assert_eq!(script.calls().len(), 2);
+
+    // Nothing listening at all.
+    let closed = format!("http://127.0.0.1:{}/echo", super::support::free_port());
+    let app = gateway(&closed, |_| {}).await;
+    let r = request(&app, "mid:rr-closed", None, ReplyPattern::Response);
+    let answer = call(&app, SoapVersion::Soap11, &r).await;
+    assert_eq!(fault_of(&answer), Some(FaultCode::MessageProcessingFailure));
+    let kept = app
+        .store
+        .exchange("", &r.key(), app.clock.now_utc())
+        .await
+        .expect("reads");
+    assert!(kept.is_none(), "nothing cached: {kept:?}");
+}
+
+#[tokio::test]
+async fn a_timeout_is_called_again_under_retry_and_failed_for_good_under_fail() {
+    let script = Script::default();
+    script.then(Reply::Hangs);
+    let app = gateway(&soap_service(&script).await, |_| {}).await;
+    let r = request(&app, "mid:rr-slow", Some(0), ReplyPattern::Response);
+    let first = call(&app, SoapVersion::Soap11, &r).await;
+    assert_eq!(fault_of(&first), Some(FaultCode::MessageProcessingFailure));
+    let second = call(&app, SoapVersion::Soap11, &r).await;
+    assert_eq!(second.status, 200, "{}", second.body);
+    let calls = script.calls();
+    assert_eq!(calls.len(), 2, "called again");
+    for c in &calls {
+        assert_eq!(c.headers["wsr-group-id"], "mid:rr-slow");
+        assert_eq!(
+            c.headers["wsr-sequence-number"], "0",
+            "the same idempotency headers"
+        );
+    }
+
+    let script = Script::default();
+    script.then(Reply::Hangs);
+    let app = gateway(&soap_service(&script).await, |c| {
+        if let Some(op) = c.operations.get_mut("echo") {
+            op.on_unknown = OnUnknown::Fail;
+        }
+    })
+    .await;
+    let r = request(&app, "mid:rr-doubt", None, ReplyPattern::Response);
+    let first = call(&app, SoapVersion::Soap11, &r).await;
+    assert_eq!(
+        fault_of(&first),
+        Some(FaultCode::PermanentProcessingFailure)
+    );
+    let again = call(&app, SoapVersion::Soap11, &r).await;
+    assert_eq!(
+        fault_of(&again),
+        Some(FaultCode::PermanentProcessingFailure)
+    );
+    assert_eq!(script.calls().len(), 1, "never called again");
+    let doubt = app.store.exchanges_in_doubt(10).await.expect("reads");
+    assert_eq!(doubt.len(), 1);
+    assert_eq!(doubt[0].key.group_id.as_str(), "mid:rr-doubt");
+}
+
+#[tokio::test]
+async fn a_duplicate_during_the_call_waits_for_it_and_gets_the_same_bytes() {
+    let script = Script::default();
+    let release = Arc::new(Notify::new());
+    script.then(Reply::After(release.clone()));
+    let app = Arc::new(gateway(&soap_service(&script).await, |_| {}).await);
+    let r = request(&app, "mid:rr-wait", None, ReplyPattern::Response);
+    let (a, r1) = (app.clone(), r.clone());
+    let original = tokio::spawn(async move { call(&a, SoapVersion::Soap11, &r1).await });
+    super::support::eventually("the call is out", || async {
+        (!script.calls().is_empty()).then_some(())
+    })
+    .await;
+    let (a, r2) = (app.clone(), r.clone());
+    let duplicate = tokio::spawn(async move { call(&a, SoapVersion::Soap11, &r2).await });
+    release.notify_one();
+    let (original, duplicate) = (
+        original.await.expect("original"),
+        duplicate.await.expect("dup"),
+    );
+    assert_eq!(original.status, 200, "{}", original.body);
+    assert_eq!(duplicate.body, original.body);
+    assert_eq!(script.calls().len(), 1);
+
+    // Past the hold, a duplicate gets MessageProcessingFailure, never an empty answer.
+    let script = Script::default();
+    let release = Arc::new(Notify::new());
+    script.then(Reply::After(release.clone()));
+    let app = Arc::new(
+        gateway(&soap_service(&script).await, |c| {
+            c.hold = StdDuration::from_millis(100);
+            if let Some(RequestResponse {
+                responder: Responder::Backend(b),
+                ..
+            }) = c.operations.get_mut("echo")
+            {
+                b.timeout = StdDuration::from_secs(10);
+            }
+        })
+        .await,
+    );
+    let r = request(&app, "mid:rr-busy", None, ReplyPattern::Response);
+    let (a, r1) = (app.clone(), r.clone());
+    let original = tokio::spawn(async move { call(&a, SoapVersion::Soap11, &r1).await });
+    super::support::eventually("the call is out", || async {
+        (!script.calls().is_empty()).then_some(())
+    })
+    .await;
+    let duplicate = call(&app, SoapVersion::Soap11, &r).await;
+    assert_eq!(
+        fault_of(&duplicate),
+        Some(FaultCode::MessageProcessingFailure)
+    );
+    release.notify_one();
+    let original = original.await.expect("original");
+    assert_eq!(original.status, 200);
+    let later = call(&app, SoapVersion::Soap11, &r).await;
+    assert_eq!(later.body, original.body);
+}
+
+#[tokio::test]
+async fn ordered_requests_are_called_in_sequence_and_one_ahead_of_a_gap_is_not_stored() {
+    let script = Script::default();
+    let app = gateway(&soap_service(&script).await, |c| {
+        c.hold = StdDuration::from_millis(100);
+    })
+    .await;
+    let ahead = request(&app, "mid:rr-order", Some(1), ReplyPattern::Response);
+    let refused = call(&app, SoapVersion::Soap11, &ahead).await;
+    assert_eq!(
+        fault_of(&refused),
+        Some(FaultCode::MessageProcessingFailure)
+    );
+    assert!(script.calls().is_empty(), "not called ahead of its gap");
+    let first = request(&app, "mid:rr-order", Some(0), ReplyPattern::Response);
+    assert_eq!(call(&app, SoapVersion::Soap11, &first).await.status, 200);
+    assert_eq!(call(&app, SoapVersion::Soap11, &ahead).await.status, 200);
+    let numbers: Vec<String> = script
+        .calls()
+        .iter()
+        .map(|c| {
+            c.headers["wsr-sequence-number"]
+                .to_str()
+                .expect("ascii")
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(numbers, ["0", "1"]);
+}
+
+#[tokio::test]
+async fn answers_count_against_the_sources_quota() {
+    let script = Script::default();
+    let app = gateway(&soap_service(&script).await, |c| {
+        c.max_answer_bytes_per_source = 100;
+    })
+    .await;
+    let one = request(&app, "mid:rr-q1", None, ReplyPattern::Response);
+    assert_eq!(call(&app, SoapVersion::Soap11, &one).await.status, 200);
+    let two = request(&app, "mid:rr-q2", None, ReplyPattern::Response);
+    let refused = call(&app, SoapVersion::Soap11, &two).await;
+    assert_eq!(
+        fault_of(&refused),
+        Some(FaultCode::MessageProcessingFailure)
+    );
+    assert_eq!(
+        script.calls().len(),
+        1,
+        "refused before the service was called"
+    );
+    // The first one's answer is still replayed.
+    assert_eq!(call(&app, SoapVersion::Soap11, &one).await.status, 200);
+}
+
+#[tokio::test]
+async fn the_answer_is_kept_until_expiry_plus_the_retention() {
+    let script = Script::default();
+    let app = gateway(&soap_service(&script).await, |_| {}).await;
+    let r = request(&app, "mid:rr-keep", None, ReplyPattern::Response);
+    let first = call(&app, SoapVersion::Soap11, &r).await;
+    assert_eq!(first.status, 200);
+    let retention = app.config.policy.answer_polls_for;
+    app.clock
+        .advance(Duration::hours(1) + retention + Duration::seconds(1));
+    let late = call(&app, SoapVersion::Soap11, &r).await;
+    // The receiving rules answer it (as a duplicate of an expired message), without the
+    // business response and without calling the service again.
+    assert_ne!(late.body, first.body, "no longer replayed");
+    assert!(!late.body.contains("echoResponse"), "{}", late.body);
+    let purged = app
+        .store
+        .purge_exchanges(app.clock.now_utc())
+        .await
+        .expect("purge");
+    assert_eq!(purged, 1);
+    assert_eq!(script.calls().len(), 1);
+}
+
+#[tokio::test]
+async fn under_callback_and_poll_the_business_response_comes_now_and_the_ack_later() {
+    let script = Script::default();
+    let app = gateway(&soap_service(&script).await, |_| {}).await;
+    let mut partner = mock_partner(vec![]).await;
+    app.register_callback(&partner.url).await;
+    let to = ReplyTo::bare(partner.url.as_str());
+    let r = request(&app, "mid:rr-cb", None, ReplyPattern::Callback(to));
+    let answer = call(&app, SoapVersion::Soap11, &r).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let env = answer.envelope();
+    assert!(env.response.is_none(), "no ack in the business response");
+    assert!(env.body.content.contains("echoResponse"));
+    let (_, ack) = partner.next_post().await;
+    assert!(ack.contains("mid:rr-cb"), "{ack}");
+    let again = call(&app, SoapVersion::Soap11, &r).await;
+    assert_eq!(again.body, answer.body);
+
+    let p = request(&app, "mid:rr-poll", None, ReplyPattern::Poll);
+    let answer = call(&app, SoapVersion::Soap11, &p).await;
+    assert_eq!(answer.status, 200);
+    assert!(answer.envelope().response.is_none());
+    let poll = PollRequest {
+        refs: vec![RefToMessageIds {
+            group_id: p.message_id.group_id.clone(),
+            ranges: vec![],
+        }],
+        reply_to: None,
+    };
+    let polled = app
+        .send(
+            SoapVersion::Soap11,
+            write_envelope(
+                SoapVersion::Soap11,
+                Headers {
+                    poll_request: Some(&poll),
+                    ..Headers::default()
+                },
+                "",
+            ),
+        )
+        .await;
+    let acked = polled
+        .envelope()
+        .response
+        .expect("the poll answers the ack");
+    assert_eq!(acked.replies.len(), 1, "{}", polled.body);
+    assert_eq!(script.calls().len(), 2);
+}
