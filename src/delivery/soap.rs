@@ -38,7 +38,8 @@ pub fn soap_request(
     let declarations: Vec<(Option<String>, String)> = serde_json::from_str(namespaces)
         .map_err(|e| format!("namespace declarations unreadable: {e}"))?;
     let version = version_of(&declarations);
-    let envelope = write_plain_envelope(version, &declarations, payload);
+    let used = used_by(payload, declarations);
+    let envelope = write_plain_envelope(version, &used, payload);
     let mut headers = vec![("Content-Type", version.content_type().to_owned())];
     if let Some(action) = version.soap_action() {
         headers.push(("SOAPAction", action.to_owned()));
@@ -64,6 +65,30 @@ pub fn version_of(declarations: &[(Option<String>, String)]) -> SoapVersion {
     } else {
         SoapVersion::Soap11
     }
+}
+
+/// The declarations the payload may use: the default namespace, and each prefix written
+/// somewhere in it as `prefix:` not inside a longer name (in a name, or in a QName-valued
+/// text: kept when in doubt). The rest — the partner's envelope and WS-R prefixes, typically —
+/// are left out of the envelope sent.
+fn used_by(
+    payload: &str,
+    declarations: Vec<(Option<String>, String)>,
+) -> Vec<(Option<String>, String)> {
+    declarations
+        .into_iter()
+        .filter(|(prefix, _)| prefix.as_deref().is_none_or(|p| mentions(payload, p)))
+        .collect()
+}
+
+fn mentions(payload: &str, prefix: &str) -> bool {
+    let qualified = format!("{prefix}:");
+    payload.match_indices(&qualified).any(|(at, _)| {
+        payload[..at]
+            .chars()
+            .next_back()
+            .is_none_or(|c| !(c.is_alphanumeric() || matches!(c, '_' | '-' | '.' | ':')))
+    })
 }
 
 /// A group id as an HTTP header value: bytes outside visible ASCII, and `%` itself,
@@ -119,6 +144,7 @@ mod tests {
             ["o", "urn:orders"],
             [null, "urn:default"],
             ["xml", "http://www.w3.org/XML/1998/namespace"],
+            ["wsrm", crate::wsr::model::WSRM_NS],
         ])
         .to_string()
     }
@@ -137,6 +163,10 @@ mod tests {
             assert_eq!(root.namespace.as_deref(), Some("urn:orders"));
             assert_eq!(root.local_name, "Order");
             assert!(!req.envelope.contains("wsrm"));
+            assert!(
+                !req.envelope.contains("xmlns:s="),
+                "the partner's envelope prefix, unused by the payload, is left out"
+            );
             let header = |name: &str| {
                 req.headers
                     .iter()
@@ -159,7 +189,7 @@ mod tests {
             ["soap0", "urn:app0"],
         ])
         .to_string();
-        let body = "<soap:Item/>";
+        let body = "<soap:Item soap0:a=\"1\"/>";
         let req = soap_request(body, &ns, "g", None).expect("built");
         assert!(
             req.envelope.starts_with("<soap1:Envelope"),
