@@ -1,9 +1,12 @@
 //! Push subscriptions (DESIGN §5): the gateway is the member. One worker per push
-//! subscription leases messages like any consumer session and POSTs each, as JSON, to the
-//! subscription's registered webhook, at most `concurrency` at a time; the answer settles the
-//! lease: 2xx accepted, 4xx (except 408 and 429) rejected, anything else — other statuses,
-//! timeouts, refused connections — a failed attempt retried with the subscription's backoff
-//! until max deliveries sends it to the dead letters.
+//! subscription leases messages like any consumer session and POSTs each to the
+//! subscription's registered webhook, at most `concurrency` at a time — as JSON, or (format
+//! `soap`) as a SOAP envelope with headers naming the message (`delivery::soap`). The answer
+//! settles the lease: 2xx accepted, 4xx (except 408 and 429) or a SOAP Fault rejected, anything
+//! else — other statuses, timeouts, refused connections — a failed attempt retried with the
+//! subscription's backoff until max deliveries sends it to the dead letters. A subscription
+//! ordered by group gets the store's group order whatever the format: a group's next message
+//! is leased only once the one before is settled.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -17,7 +20,8 @@ use super::view::message_json;
 use super::wait::Waker;
 use crate::clock::Clock;
 use crate::delivery::lease::Outcome;
-use crate::delivery::subscription::Mode;
+use crate::delivery::soap;
+use crate::delivery::subscription::{Mode, PushFormat};
 use crate::delivery::{session, wake};
 use crate::outbound::http_client::{exchange, redacted};
 use crate::rmp::sender::AttemptFailure;
@@ -82,7 +86,12 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>, answer_cap: usize) {
 }
 
 async fn worker(store: Store, clock: Arc<dyn Clock>, sub: Subscription, answer_cap: usize) {
-    let Mode::Push { url, concurrency } = sub.rules.mode.clone() else {
+    let Mode::Push {
+        url,
+        concurrency,
+        format,
+    } = sub.rules.mode.clone()
+    else {
         return;
     };
     let ack_wait = sub
@@ -120,7 +129,7 @@ async fn worker(store: Store, clock: Arc<dyn Clock>, sub: Subscription, answer_c
         return;
     }
     let mut waker = Waker::for_fetching(&store, &clock);
-    let mut inflight: JoinSet<(Handed, Option<StatusCode>)> = JoinSet::new();
+    let mut inflight: JoinSet<(Handed, Outcome)> = JoinSet::new();
     loop {
         waker.mark();
         let free = (concurrency as usize).saturating_sub(inflight.len());
@@ -136,6 +145,7 @@ async fn worker(store: Store, clock: Arc<dyn Clock>, sub: Subscription, answer_c
                             client.clone(),
                             store.clone(),
                             url.clone(),
+                            format,
                             h,
                             answer_cap,
                         ));
@@ -179,8 +189,8 @@ async fn worker(store: Store, clock: Arc<dyn Clock>, sub: Subscription, answer_c
         let next = next.map_or(renew, |n| n.min(renew));
         tokio::select! {
             Some(done) = inflight.join_next(), if !inflight.is_empty() => {
-                if let Ok((handed, status)) = done {
-                    settle(&store, &clock, &handed, status).await;
+                if let Ok((handed, outcome)) = done {
+                    settle(&store, &clock, &handed, outcome).await;
                 }
             }
             _ = waker.wait(Some(next)) => {}
@@ -192,47 +202,72 @@ async fn post(
     client: reqwest::Client,
     store: Store,
     url: String,
+    format: PushFormat,
     handed: Handed,
     answer_cap: usize,
-) -> (Handed, Option<StatusCode>) {
+) -> (Handed, Outcome) {
+    let failed = outcome_for(None);
     // Only registered webhooks: a registration withdrawn since the subscription was created
     // stops the pushing (the attempt fails and, in the end, dead-letters).
     match store.is_push_endpoint(&url).await {
         Ok(true) => {}
         Ok(false) => {
             tracing::warn!(%url, "push endpoint is no longer registered; not sent");
-            return (handed, None);
+            return (handed, failed);
         }
         Err(e) => {
             tracing::error!(error = %e, "cannot check the push endpoint");
-            return (handed, None);
+            return (handed, failed);
         }
     }
-    let mut body = message_json(&handed.message);
-    body["attempt"] = json!(handed.receipt.attempt);
-    body["subscription"] = json!(handed.receipt.subscription);
+    let request = match format {
+        PushFormat::Json => {
+            let mut body = message_json(&handed.message);
+            body["attempt"] = json!(handed.receipt.attempt);
+            body["subscription"] = json!(handed.receipt.subscription);
+            client.post(&url).json(&body)
+        }
+        PushFormat::Soap => {
+            let m = &handed.message;
+            let soap = match soap::soap_request(&m.payload, &m.namespaces, &m.group_id, m.number) {
+                Ok(soap) => soap,
+                Err(why) => {
+                    tracing::error!(offset = m.offset, %why, "message cannot be pushed as SOAP");
+                    return (handed, failed);
+                }
+            };
+            soap.headers
+                .iter()
+                .fold(client.post(&url), |r, (name, value)| r.header(*name, value))
+                .body(soap.envelope)
+        }
+    };
     crate::metrics::delivered("push", 1);
-    let failure = match exchange(client.post(&url).json(&body), answer_cap).await {
-        Ok(answer) => return (handed, StatusCode::from_u16(answer.status).ok()),
+    let failure = match exchange(request, answer_cap).await {
+        Ok(answer) => {
+            let by_status = outcome_for(StatusCode::from_u16(answer.status).ok());
+            let outcome = match format {
+                PushFormat::Json => by_status,
+                PushFormat::Soap => soap::outcome(
+                    soap::is_fault(answer.content_type.as_deref(), &answer.body),
+                    by_status,
+                ),
+            };
+            return (handed, outcome);
+        }
         // Not followed: a failed attempt like any status that is not 2xx or 4xx.
         Err(AttemptFailure::Redirected(status)) => {
-            return (handed, StatusCode::from_u16(status).ok());
+            return (handed, outcome_for(StatusCode::from_u16(status).ok()));
         }
         Err(failure) => failure,
     };
     let url = redacted(&url);
     tracing::warn!(%url, subscription = handed.receipt.subscription, error = %failure, "push attempt failed");
     crate::metrics::push_failed();
-    (handed, None)
+    (handed, failed)
 }
 
-async fn settle(
-    store: &Store,
-    clock: &Arc<dyn Clock>,
-    handed: &Handed,
-    status: Option<StatusCode>,
-) {
-    let outcome = outcome_for(status);
+async fn settle(store: &Store, clock: &Arc<dyn Clock>, handed: &Handed, outcome: Outcome) {
     let label = outcome.label();
     match store
         .settle(&handed.receipt, Some(outcome), clock.now())

@@ -14,5 +14,6 @@ pub mod receipt;
 pub mod retention;
 pub mod session;
 pub mod settle;
+pub mod soap;
 pub mod subscription;
 pub mod wake;

@@ -15,7 +15,25 @@ pub enum Mode {
     /// Consumer sessions fetch.
     Pull,
     /// The gateway POSTs each message to a registered webhook.
-    Push { url: String, concurrency: u32 },
+    Push {
+        url: String,
+        concurrency: u32,
+        /// What is POSTed; rules stored before formats existed read as JSON.
+        #[serde(default)]
+        format: PushFormat,
+    },
+}
+
+/// What a push subscription POSTs (DESIGN §5).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PushFormat {
+    /// The message as the fetch API shows it, plus the attempt (a JSON webhook).
+    #[default]
+    Json,
+    /// A SOAP envelope in the message's SOAP version around the Body as received, to a SOAP
+    /// endpoint; a SOAP Fault in the answer rejects it.
+    Soap,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -106,6 +124,7 @@ pub struct CreateRequest {
     pub mode: Option<String>,
     pub push_url: Option<String>,
     pub push_concurrency: Option<u32>,
+    pub push_format: Option<PushFormat>,
     pub settle_mode: Option<SettleMode>,
     pub default_outcome: Option<String>,
     pub ack_wait_ms: Option<u64>,
@@ -174,7 +193,10 @@ impl CreateRequest {
         };
         let mode = match self.mode.as_deref() {
             None | Some("pull") => {
-                if self.push_url.is_some() || self.push_concurrency.is_some() {
+                if self.push_url.is_some()
+                    || self.push_concurrency.is_some()
+                    || self.push_format.is_some()
+                {
                     return Err(invalid(
                         "push_url",
                         "only a push subscription has a webhook",
@@ -193,7 +215,11 @@ impl CreateRequest {
                         format!("must be 1 to {MAX_PUSH_CONCURRENCY}"),
                     ));
                 }
-                Mode::Push { url, concurrency }
+                Mode::Push {
+                    url,
+                    concurrency,
+                    format: self.push_format.unwrap_or_default(),
+                }
             }
             Some(other) => {
                 return Err(invalid(
@@ -348,6 +374,39 @@ mod tests {
         let mut r = request("pull");
         r.push_url = Some("http://127.0.0.1:9/hook".into());
         assert!(r.check().is_err());
+        let mut r = request("pull");
+        r.push_format = Some(PushFormat::Soap);
+        assert!(r.check().is_err(), "only a push subscription has a format");
+    }
+
+    #[test]
+    fn push_delivers_json_unless_asked_for_soap_and_old_rules_read_as_json() {
+        let mut r = request("hook");
+        r.mode = Some("push".into());
+        r.push_url = Some("http://127.0.0.1:9/hook".into());
+        assert!(matches!(
+            r.clone().check().expect("valid").rules.mode,
+            Mode::Push {
+                format: PushFormat::Json,
+                ..
+            }
+        ));
+        r.push_format = Some(PushFormat::Soap);
+        let rules = r.check().expect("valid").rules;
+        let json = serde_json::to_value(&rules).expect("encodes");
+        assert_eq!(json["format"], "soap");
+        let mut old = json;
+        if let Some(o) = old.as_object_mut() {
+            o.remove("format");
+        }
+        let old: Rules = serde_json::from_value(old).expect("decodes");
+        assert!(matches!(
+            old.mode,
+            Mode::Push {
+                format: PushFormat::Json,
+                ..
+            }
+        ));
     }
 
     #[test]

@@ -267,6 +267,11 @@ pub struct SubscriptionRequest {
     /// Push mode: a registered push endpoint.
     push_url: Option<String>,
     push_concurrency: Option<u32>,
+    /// Push mode: `json` (default: the message as fetched, plus `attempt`) or `soap` (a SOAP
+    /// envelope in the message's version around its Body as received, without WS-R blocks,
+    /// with `WSR-Group-Id` and, when sequenced, `WSR-Sequence-Number` headers; a SOAP Fault
+    /// in the answer rejects the message).
+    push_format: Option<String>,
     /// `unsettled` (default) or `settled`.
     settle_mode: Option<String>,
     /// `accepted`, `rejected`, `released` or `modified`.
@@ -297,6 +302,8 @@ pub struct Subscription {
     url: Option<String>,
     /// Push mode only.
     concurrency: Option<u32>,
+    /// Push mode only: `json` or `soap`.
+    format: Option<String>,
     settle_mode: String,
     default_outcome: String,
     ack_wait_ms: u64,

@@ -21,6 +21,6 @@ pub use model::{
 };
 pub use read::{Body, BodyRoot, Declaration, Envelope, Limits, Quirk, read_envelope, read_message};
 pub use write::{
-    Headers, SoapFault, write_envelope, write_must_understand_fault, write_response_block,
-    write_soap_fault,
+    Headers, SoapFault, write_envelope, write_must_understand_fault, write_plain_envelope,
+    write_response_block, write_soap_fault,
 };

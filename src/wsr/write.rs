@@ -139,6 +139,60 @@ pub fn write_must_understand_fault(version: SoapVersion, not_understood: &[Strin
     w.finish()
 }
 
+/// Writes an envelope without WS-R blocks around a Body's children kept on their own (a push
+/// to a SOAP endpoint, DESIGN §5): `namespaces` are the declarations in scope at the Body the
+/// children came from (prefix, URI), declared again on the Body. The envelope's prefix is one
+/// they do not bind, so no redeclaration can change what the Body or its children mean.
+pub fn write_plain_envelope(
+    version: SoapVersion,
+    namespaces: &[(Option<String>, String)],
+    body: &str,
+) -> String {
+    let taken = |p: &str| namespaces.iter().any(|(q, _)| q.as_deref() == Some(p));
+    let preferred = match version {
+        SoapVersion::Soap11 => "soap",
+        SoapVersion::Soap12 => "env",
+    };
+    let prefix = std::iter::once(preferred.to_owned())
+        .chain((0..).map(|n| format!("{preferred}{n}")))
+        .find(|p| !taken(p))
+        .unwrap_or_else(|| preferred.to_owned());
+    let mut out = String::with_capacity(256 + body.len());
+    out.push('<');
+    out.push_str(&prefix);
+    out.push_str(":Envelope xmlns:");
+    out.push_str(&prefix);
+    out.push_str("=\"");
+    out.push_str(version.envelope_namespace());
+    out.push_str("\"><");
+    out.push_str(&prefix);
+    out.push_str(":Body");
+    for (p, uri) in namespaces {
+        match p.as_deref() {
+            None => out.push_str(" xmlns=\""),
+            // `xml` is bound by definition and `xmlns` cannot be; an empty URI only
+            // undeclares a default namespace (XML Namespaces 1.0).
+            Some("xml" | "xmlns") => continue,
+            Some(_) if uri.is_empty() => continue,
+            Some(p) => {
+                out.push_str(" xmlns:");
+                out.push_str(p);
+                out.push_str("=\"");
+            }
+        }
+        out.push_str(&escape(uri.as_str()));
+        out.push('"');
+    }
+    out.push('>');
+    out.push_str(body);
+    out.push_str("</");
+    out.push_str(&prefix);
+    out.push_str(":Body></");
+    out.push_str(&prefix);
+    out.push_str(":Envelope>");
+    out
+}
+
 /// Free text as XML character data: escaped, and with characters XML cannot carry replaced.
 fn xml_text(text: &str) -> String {
     let legal: String = text

@@ -973,7 +973,7 @@ impl Webhook {
 
 /// Waits (bounded) until the push worker has settled everything it sent, so that moving the
 /// clock cannot overtake a settle.
-async fn settled(api: &Api, sub: i64) {
+pub(crate) async fn settled(api: &Api, sub: i64) {
     for _ in 0..500 {
         let (_, s) = api.get(&format!("/api/v1/subscriptions/{sub}")).await;
         if s["backlog"]["in_flight"] == 0 {
@@ -984,7 +984,7 @@ async fn settled(api: &Api, sub: i64) {
     panic!("the push worker did not settle within 5 s");
 }
 
-async fn dead_letters(api: &Api, sub: i64) -> Vec<Value> {
+pub(crate) async fn dead_letters(api: &Api, sub: i64) -> Vec<Value> {
     let (_, dead) = api
         .get(&format!("/api/v1/subscriptions/{sub}/dead-letters"))
         .await;

@@ -34,6 +34,7 @@ mod roundtrip;
 mod schema;
 mod scoping;
 mod sender;
+mod soap_push;
 mod sqlite_file;
 mod support;
 mod test_database;

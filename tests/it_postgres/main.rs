@@ -42,6 +42,8 @@ mod request_response;
 mod scoping;
 #[path = "../it/sender.rs"]
 mod sender;
+#[path = "../it/soap_push.rs"]
+mod soap_push;
 #[path = "../it/support.rs"]
 mod support;
 #[path = "../it/test_database.rs"]

@@ -13,7 +13,7 @@ use super::{
     MAX_SUBSCRIPTIONS, PAGE, Page, bad_request, form, not_found, number, query, refused, see_other,
     shown, store, unavailable, when,
 };
-use crate::delivery::subscription::Mode;
+use crate::delivery::subscription::{Mode, PushFormat};
 use crate::http::AppState;
 use crate::store::delivery::{Backlog, DeadLetter, DeadLetterChange, DeliveryError, Subscription};
 use crate::store::overview::Member;
@@ -32,7 +32,14 @@ pub async fn subscriptions(Operator(_): Operator, State(app): State<AppState>) -
             esc(&s.owner),
             esc(match s.rules.mode {
                 Mode::Pull => "pull",
-                Mode::Push { .. } => "push",
+                Mode::Push {
+                    format: PushFormat::Json,
+                    ..
+                } => "push",
+                Mode::Push {
+                    format: PushFormat::Soap,
+                    ..
+                } => "push (SOAP)",
             }),
             b.waiting.to_string(),
             b.in_flight.to_string(),
