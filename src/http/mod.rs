@@ -164,6 +164,7 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
         .routes(guarded(CONSUME, routes!(s::fetch)))
         .routes(guarded(CONSUME, routes!(s::heartbeat)))
         .routes(guarded(CONSUME, routes!(s::settle)))
+        .routes(guarded(CONSUME, routes!(s::respond)))
         .routes(guarded(CONSUME, routes!(s::extend)))
         // The public shape of the API: no token (it tells nothing a client could not learn).
         .routes(routes!(openapi::openapi_json))

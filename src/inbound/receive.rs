@@ -192,8 +192,8 @@ impl Exchange<'_, '_> {
         }
         let mut message = self.stored(request);
         if let Some(op) = ctx.config.operations.get(self.channel) {
-            // Its answer is the delivery, not an inbox entry (D16).
-            message.inbox = false;
+            // A backend's answer is the delivery, not an inbox entry (D16).
+            message.inbox = matches!(op.responder, Responder::Api { .. });
             if let Some(routed) = self
                 .request_response(op, request, message.clone(), note)
                 .await
@@ -242,18 +242,11 @@ impl Exchange<'_, '_> {
         note: &mut Note,
     ) -> Option<Routed> {
         let key = request.key();
-        let Responder::Backend(backend) = &op.responder else {
-            return Some(Routed::Now(Answer::fault(
-                FaultCode::FeatureNotSupported,
-                "not yet",
-            )));
-        };
         let asked = Asked {
             ctx: self.ctx,
             partner: self.sender.partner(),
             source: &self.sender.source,
             channel: self.channel,
-            backend,
             operation: op,
             env: self.env,
             request,

@@ -1,25 +1,36 @@
-//! A request to a request-response channel (D16): passed to the channel's SOAP backend once,
-//! its business response kept and given, byte for byte, to every copy of the request. The
-//! request is delivered when the backend has answered; a copy that arrives while the call is
-//! out waits for it (up to the hold); an unknown outcome is called again or failed, as the
-//! channel says. The decisions are `rmp::exchange`'s; the agreement and callback checks
-//! before, and the answer's rendering after, `receive.rs`'s and `http/wsr.rs`'s.
+//! A request to a request-response channel (D16), answered by its responder:
+//! - a SOAP backend, called once: the request is delivered when it has answered, and its
+//!   business response is kept and given, byte for byte, to every copy of the request; a copy
+//!   that arrives while the call is out waits for it (up to the hold); an unknown outcome is
+//!   called again or failed, as the channel says;
+//! - an application through the API (the spec's Respond): the request is delivered to the
+//!   inbox, and the exchange waits for the answer the consumer gives with its receipt
+//!   (`application_answer`, `POST /api/v1/respond`).
+//!
+//! The decisions are `rmp::exchange`'s; the agreement and callback checks before, and the
+//! answer's rendering after, `receive.rs`'s and `http/wsr.rs`'s.
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::Inbound;
-use crate::outbound::backend::{BackendSpec, Call, Called, RequestResponse};
+use crate::outbound::backend::{BackendSpec, Call, Called, RequestResponse, Responder};
 use crate::rmp::exchange::{Business, Gate, Judged, OnUnknown, answer_bytes, gate, keep_until};
 use crate::rmp::receiver::Verdict;
 use crate::rmp::replies::reply_for;
 use crate::store::{CachedAnswer, ExchangeState, NewCall, ReceivedMessage, StoreError};
 use crate::wsr::splice::without_wsr_blocks;
-use crate::wsr::{Envelope, FaultCode, MessageKey, ReplyPattern, Request, Response};
+use crate::wsr::{
+    Envelope, FaultCode, Headers, Limits, MessageKey, ReplyPattern, Request, Response, SoapVersion,
+    read_envelope, write_envelope,
+};
 
-/// How often a copy waiting for a call out elsewhere (another gateway's) looks again.
-const LOOK_AGAIN: Duration = Duration::from_millis(20);
+/// A copy waiting for an answer that another task or gateway is getting looks again after
+/// this, then twice as long each time, up to `LOOK_AT_MOST`.
+const LOOK_AGAIN: Duration = Duration::from_millis(10);
+const LOOK_AT_MOST: Duration = Duration::from_millis(250);
 
 /// How long past its timeout a call still counts as out: a gateway that made it may be
 /// committing its answer right now.
@@ -45,11 +56,10 @@ pub struct Asked<'a> {
     pub partner: &'a str,
     pub source: &'a str,
     pub channel: &'a str,
-    pub backend: &'a BackendSpec,
     pub operation: &'a RequestResponse,
     pub env: &'a Envelope<'a>,
     pub request: &'a Request,
-    /// The request as the store takes it (not for the inbox: the answer is the delivery).
+    /// The request as the store takes it (for the inbox only when an application answers).
     pub message: ReceivedMessage,
     /// The SOAPAction the partner sent, passed through.
     pub soap_action: Option<&'a str>,
@@ -60,12 +70,20 @@ impl Asked<'_> {
         self.request.key()
     }
 
-    /// Answers the request: from its kept exchange, by waiting for the call out, or by
-    /// calling the backend.
+    /// Answers the request by the channel's responder.
     pub async fn respond(&self) -> Result<Responded, StoreError> {
+        match &self.operation.responder {
+            Responder::Backend(backend) => self.by_backend(backend).await,
+            Responder::Api { within } => self.by_application(*within).await,
+        }
+    }
+
+    /// From its kept exchange, by waiting for the call out, or by calling the backend.
+    async fn by_backend(&self, backend: &BackendSpec) -> Result<Responded, StoreError> {
         let ctx = self.ctx;
         let key = self.key();
         let until = Instant::now() + ctx.config.hold;
+        let mut look = LOOK_AGAIN;
         loop {
             let now = ctx.clock.now();
             match ctx.store.exchange(self.partner, &key, now).await? {
@@ -77,8 +95,8 @@ impl Asked<'_> {
                         ));
                     }
                     (ExchangeState::InDoubt, _) => return Ok(in_doubt()),
-                    (ExchangeState::Calling, _) if ex.started_at < self.stale_before(now) => {
-                        if let Some(done) = self.unknown_outcome().await? {
+                    (ExchangeState::Calling, _) if ex.started_at < stale_before(backend, now) => {
+                        if let Some(done) = self.unknown_outcome(backend).await? {
                             return Ok(done);
                         }
                     }
@@ -89,7 +107,7 @@ impl Asked<'_> {
                     let group = ctx.store.group(self.partner, group_id).await?;
                     let skew = ctx.store.policy().clock_skew;
                     match gate(group.as_ref(), self.request, now, skew) {
-                        Gate::AsOneWay => return Ok(Responded::AsOneWay),
+                        Gate::Delivered | Gate::Expired => return Ok(Responded::AsOneWay),
                         Gate::AheadOfGap => {}
                         Gate::Open => {
                             if let Some(refused) = self.over_quota().await? {
@@ -103,16 +121,104 @@ impl Asked<'_> {
                     }
                 }
             }
-            if Instant::now() + LOOK_AGAIN > until {
+            if Instant::now() + look > until {
                 return Ok(still_out(self.request));
             }
-            tokio::time::sleep(LOOK_AGAIN).await;
+            tokio::time::sleep(look).await;
+            look = (look * 2).min(LOOK_AT_MOST);
         }
+    }
+
+    /// Delivered to the inbox once, then the application's answer awaited: up to `within`
+    /// by the copy that delivered it, up to the hold by any other.
+    async fn by_application(&self, within: Duration) -> Result<Responded, StoreError> {
+        let ctx = self.ctx;
+        let key = self.key();
+        let mut until = Instant::now() + ctx.config.hold;
+        let mut look = LOOK_AGAIN;
+        let mut delivered = false;
+        loop {
+            let now = ctx.clock.now();
+            let kept = ctx.store.exchange(self.partner, &key, now).await?;
+            if let Some(answer) = kept.and_then(|ex| ex.answer) {
+                return self.deliver_application_answer(answer).await;
+            }
+            if !delivered {
+                let group = ctx.store.group(self.partner, key.group_id.as_str()).await?;
+                let skew = ctx.store.policy().clock_skew;
+                match gate(group.as_ref(), self.request, now, skew) {
+                    Gate::Expired => return Ok(Responded::AsOneWay),
+                    Gate::AheadOfGap => {}
+                    Gate::Delivered => delivered = true,
+                    Gate::Open => {
+                        let mut message = self.message.clone();
+                        message.now = now;
+                        let received = ctx.store.receive(message).await?;
+                        if let Verdict::Fault(code, reason) = received.verdict {
+                            return Ok(Responded::Fault(code, reason));
+                        }
+                        delivered = true;
+                        until = Instant::now() + within;
+                    }
+                }
+            }
+            if Instant::now() + look > until {
+                return Ok(Responded::Fault(
+                    FaultCode::MessageProcessingFailure,
+                    match delivered {
+                        true => "the application has not answered yet; resend it",
+                        false => "the request waits for an earlier one of its group; resend it",
+                    }
+                    .into(),
+                ));
+            }
+            tokio::time::sleep(look).await;
+            look = (look * 2).min(LOOK_AT_MOST);
+        }
+    }
+
+    /// An application's answer (the Body it gave) in an envelope of the request's version,
+    /// with the ack under Response: the same bytes for every copy.
+    async fn deliver_application_answer(
+        &self,
+        answer: CachedAnswer,
+    ) -> Result<Responded, StoreError> {
+        let version = self.env.version;
+        let body = std::str::from_utf8(&answer.body)
+            .map_err(|_| StoreError::Corrupt("an application's answer is not UTF-8".into()))?;
+        let ack = self.ack();
+        let envelope = write_envelope(
+            version,
+            Headers {
+                response: ack.as_ref(),
+                ..Headers::default()
+            },
+            body,
+        );
+        self.deliver(CachedAnswer {
+            status: answer.status,
+            content_type: version.content_type().to_owned(),
+            body: Bytes::from(envelope),
+        })
+        .await
+    }
+
+    /// The ack a business response carries: under Response, when asked for.
+    fn ack(&self) -> Option<Response> {
+        let request = self.request;
+        (request.reply_pattern == ReplyPattern::Response && request.ack_requested).then(|| {
+            Response {
+                replies: vec![reply_for(&request.key(), None)],
+            }
+        })
     }
 
     /// A call started before this was made by a gateway that gave up on it or died: its
     /// outcome is unknown. `None`: another copy took it over first.
-    async fn unknown_outcome(&self) -> Result<Option<Responded>, StoreError> {
+    async fn unknown_outcome(
+        &self,
+        backend: &BackendSpec,
+    ) -> Result<Option<Responded>, StoreError> {
         let key = self.key();
         match self.operation.on_unknown {
             OnUnknown::Fail => {
@@ -124,18 +230,12 @@ impl Asked<'_> {
             }
             OnUnknown::Retry => {
                 let now = self.ctx.clock.now();
-                match self.begin(Some(self.stale_before(now))).await? {
+                match self.begin(Some(stale_before(backend, now))).await? {
                     true => self.call().await.map(Some),
                     false => Ok(None),
                 }
             }
         }
-    }
-
-    /// Calls before this are no longer out: past their timeout and a grace for the commit.
-    fn stale_before(&self, now: chrono::DateTime<chrono::Utc>) -> chrono::DateTime<chrono::Utc> {
-        let timeout = chrono::Duration::from_std(self.backend.timeout).unwrap_or_default();
-        now - timeout - COMMIT_GRACE
     }
 
     async fn begin(
@@ -254,6 +354,38 @@ impl Asked<'_> {
             Verdict::Ack | Verdict::NoAck => Responded::Answer(answer),
         })
     }
+}
+
+/// Calls started before this are no longer out: past their timeout and a grace for the commit.
+fn stale_before(
+    backend: &BackendSpec,
+    now: chrono::DateTime<chrono::Utc>,
+) -> chrono::DateTime<chrono::Utc> {
+    let timeout = chrono::Duration::from_std(backend.timeout).unwrap_or_default();
+    now - timeout - COMMIT_GRACE
+}
+
+/// What an application answers a request with (`POST /api/v1/respond`): the children of the
+/// SOAP Body, checked to be well-formed within the message limits; a SOAP Fault (of either
+/// version) is answered with HTTP 500. Kept as the Body only: it is written into an envelope
+/// of each request's own SOAP version when given.
+pub fn application_answer(body: &str, limits: &Limits) -> Result<CachedAnswer, String> {
+    let envelope = write_envelope(SoapVersion::Soap11, Headers::default(), body);
+    let read = read_envelope(envelope.as_bytes(), limits).map_err(|d| d.reason)?;
+    let Some(root) = read.body.root else {
+        return Err("the answer has no element: give the children of the SOAP Body".into());
+    };
+    let soap_ns = [crate::wsr::model::SOAP11_NS, crate::wsr::model::SOAP12_NS];
+    let fault = root.local_name == "Fault"
+        && root
+            .namespace
+            .as_deref()
+            .is_some_and(|n| soap_ns.contains(&n));
+    Ok(CachedAnswer {
+        status: if fault { 500 } else { 200 },
+        content_type: String::new(),
+        body: Bytes::copy_from_slice(body.as_bytes()),
+    })
 }
 
 fn in_doubt() -> Responded {

@@ -118,9 +118,10 @@ pub enum Gate {
     Open,
     /// Ordered, with a gap before it: it must wait for the messages ahead of it.
     AheadOfGap,
-    /// Delivered, its answer no longer kept (or never: the group ruled on it alone), or it
-    /// expired: the receiving rules answer it as any channel's (D2, D3).
-    AsOneWay,
+    /// Delivered: a backend's answer is no longer kept, an application's may still come.
+    Delivered,
+    /// Expired: the receiving rules answer it as any channel's (D3).
+    Expired,
 }
 
 /// Requests are passed on once; ordered ones in sequence (`group`: the request's group as
@@ -134,8 +135,11 @@ pub fn gate(
     let number = request.key().number;
     let expired = request.expiry_time < crate::wsr::datetime::saturating_sub(now, clock_skew);
     let delivered = group.is_some_and(|g| g.delivered.contains(crate::rmp::group::slot(number)));
-    if expired || delivered {
-        return Gate::AsOneWay;
+    if expired {
+        return Gate::Expired;
+    }
+    if delivered {
+        return Gate::Delivered;
     }
     let Some(number) = number.filter(|_| request.message_order) else {
         return Gate::Open;
@@ -150,7 +154,12 @@ pub fn gate(
 /// How long a request's answer is kept: its ExpiryTime plus the delivered-ID retention, as
 /// long as a resend can still come and ask.
 pub fn keep_until(request: &Request, retention: chrono::Duration) -> DateTime<Utc> {
-    crate::wsr::datetime::saturating_add(request.expiry_time, retention)
+    keep_until_from(request.expiry_time, retention)
+}
+
+/// `keep_until` of a request whose ExpiryTime is `expiry`.
+pub fn keep_until_from(expiry: DateTime<Utc>, retention: chrono::Duration) -> DateTime<Utc> {
+    crate::wsr::datetime::saturating_add(expiry, retention)
 }
 
 /// The idempotency headers a service is sent with every call for one request: the same on

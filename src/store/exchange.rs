@@ -99,6 +99,14 @@ pub trait ExchangeStore: Send + Sync {
         answer: &'a CachedAnswer,
     ) -> StoreFuture<'a, Result<(), StoreError>>;
 
+    /// An application answered a delivered request (the spec's Respond): kept as answered,
+    /// unless the request has an exchange already (false then).
+    fn answer_request<'a>(
+        &'a self,
+        call: NewCall<'a>,
+        answer: &'a CachedAnswer,
+    ) -> StoreFuture<'a, Result<bool, StoreError>>;
+
     /// The call certainly did not deliver (no connection, a gateway error): forgotten, so
     /// the next copy calls afresh.
     fn call_failed<'a>(

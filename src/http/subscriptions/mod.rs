@@ -12,6 +12,7 @@ mod crud;
 mod dead_letters;
 mod fetch;
 mod grants;
+mod respond;
 mod sessions;
 mod settle;
 
@@ -21,6 +22,7 @@ pub use crud::*;
 pub use dead_letters::*;
 pub use fetch::*;
 pub use grants::*;
+pub use respond::*;
 pub use sessions::*;
 pub use settle::*;
 

@@ -102,7 +102,7 @@ impl SettleBody {
 
 /// The receipt's delivery, if genuine and `caller` may settle on its subscription; `known`
 /// keeps the subscriptions already read for this request.
-async fn receipt_for(
+pub(super) async fn receipt_for(
     app: &AppState,
     caller: &Caller,
     token: &str,

@@ -136,6 +136,35 @@ impl ExchangeStore for PostgresStore {
         })
     }
 
+    fn answer_request<'a>(
+        &'a self,
+        call: NewCall<'a>,
+        answer: &'a CachedAnswer,
+    ) -> StoreFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let inserted = sqlx::query(
+                "INSERT INTO exchanges (partner, group_id, number, channel, source, state, \
+                 started_at, keep_until, status, content_type, body, size) VALUES ($1, $2, $3, \
+                 $4, $5, 'answered', $6, $7, $8, $9, $10, $11) ON CONFLICT DO NOTHING",
+            )
+            .bind(call.partner)
+            .bind(call.key.group_id.as_str())
+            .bind(slot_of(call.key))
+            .bind(call.channel)
+            .bind(call.source)
+            .bind(millis(call.now))
+            .bind(millis(call.keep_until))
+            .bind(i32::from(answer.status))
+            .bind(&answer.content_type)
+            .bind(answer.body.as_ref())
+            .bind(answer.body.len() as i64)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+            Ok(inserted == 1)
+        })
+    }
+
     fn call_failed<'a>(
         &'a self,
         partner: &'a str,

@@ -142,6 +142,50 @@ impl ExchangeStore for SqliteStore {
         })
     }
 
+    fn answer_request<'a>(
+        &'a self,
+        call: NewCall<'a>,
+        answer: &'a CachedAnswer,
+    ) -> StoreFuture<'a, Result<bool, StoreError>> {
+        let row = (
+            call.partner.to_owned(),
+            call.key.group_id.as_str().to_owned(),
+            slot_of(call.key),
+            call.channel.to_owned(),
+            call.source.to_owned(),
+            millis(call.now),
+            millis(call.keep_until),
+        );
+        let answer = answer.clone();
+        Box::pin(async move {
+            self.keep(move |conn| {
+                let (partner, group_id, number, channel, source, now, keep_until) = row;
+                let inserted = conn
+                    .prepare_cached(
+                        "INSERT INTO exchanges (partner, group_id, number, channel, source, \
+                         state, started_at, keep_until, status, content_type, body, size) \
+                         VALUES (?1, ?2, ?3, ?4, ?5, 'answered', ?6, ?7, ?8, ?9, ?10, ?11) \
+                         ON CONFLICT DO NOTHING",
+                    )?
+                    .execute(params![
+                        partner,
+                        group_id,
+                        number,
+                        channel,
+                        source,
+                        now,
+                        keep_until,
+                        answer.status,
+                        answer.content_type,
+                        answer.body.as_ref(),
+                        answer.body.len() as i64
+                    ])?;
+                Ok((inserted == 1, Wakes::NONE))
+            })
+            .await
+        })
+    }
+
     fn call_failed<'a>(
         &'a self,
         partner: &'a str,
