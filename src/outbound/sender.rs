@@ -11,12 +11,12 @@ use std::time::Duration;
 use reqwest::header::CONTENT_TYPE;
 use tokio::task::JoinSet;
 
-use super::http_client::{exchange, redacted};
+use super::http_client::{Heard, exchange, redacted};
 use super::partner_clients::PartnerClients;
 use crate::clock::Clock;
 use crate::rmp::replies::Verdicts;
 use crate::rmp::sender::{AttemptFailure, Event};
-use crate::store::outbound::{OutMessage, ReplySource};
+use crate::store::outbound::{KeptResponse, OutMessage, ReplySource, ResponseInfo};
 use crate::store::{Store, StoreError};
 use crate::wsr::{
     FaultCode, Headers, Limits, PollRequest, RefToMessageIds, Reply, SeqRange, SoapVersion,
@@ -245,6 +245,9 @@ async fn attempt(
         Ok(answer) => {
             let (heard, unreadable) =
                 read_answer_or_defect(answer.content_type.as_deref(), &answer.body);
+            if let Some(soap_fault) = heard.business {
+                keep_response(store, &m, answer.clone(), soap_fault, clock.now()).await?;
+            }
             let said = !heard.replies.is_empty() || heard.fault.is_some();
             tracing::debug!(id = %m.id, status = answer.status, replies = heard.replies.len(), "sent");
             if let Some(failure) =
@@ -255,6 +258,9 @@ async fn attempt(
             heard
         }
         Err(failure) => {
+            if let AttemptFailure::TooLarge { limit } = failure {
+                tracing::warn!(id = %m.id, limit, "the partner's answer is longer than max_message_bytes: a business response in it is not kept");
+            }
             if failure.never_arrived() {
                 // Refused before a byte went out: this attempt cannot have been delivered,
                 // so it leaves no doubt to resolve by poll.
@@ -283,12 +289,41 @@ async fn attempt(
     Ok(())
 }
 
-/// What a partner's answer says: the acks and faults of its `wsrm:Response`, and the WS-R
-/// code of a SOAP Fault body.
+/// Keeps the business response in a partner's answer with our message (Notify with a
+/// response, D16): the answer as received, which `exchange` read within `max_message_bytes`.
+async fn keep_response(
+    store: &Store,
+    m: &OutMessage,
+    answer: Heard,
+    soap_fault: bool,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<(), StoreError> {
+    let content_type = answer
+        .content_type
+        .unwrap_or_else(|| m.version.content_type().to_owned());
+    let response = KeptResponse {
+        info: ResponseInfo {
+            content_type,
+            size: answer.body.len() as u64,
+            soap_fault,
+            received_at: now,
+        },
+        body: answer.body,
+    };
+    if store.keep_response(&m.id, &response).await? {
+        tracing::debug!(id = %m.id, size = response.info.size, soap_fault, "business response kept");
+    }
+    Ok(())
+}
+
+/// What a partner's answer says: the acks and faults of its `wsrm:Response`, the WS-R code of
+/// a SOAP Fault body, and whether its Body holds a business response (`Some(true)`: an
+/// application SOAP Fault).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PartnerAnswer {
     pub replies: Vec<Reply>,
     pub fault: Option<FaultCode>,
+    pub business: Option<bool>,
 }
 
 /// A failed attempt: logged at WARN with its cause (the URL without credentials) and kept as
@@ -324,6 +359,7 @@ fn read_answer_or_defect(
     match read_message(content_type, body, &Limits::default()) {
         Ok(env) => (
             PartnerAnswer {
+                business: env.body.business_response(),
                 replies: env.response.map(|r| r.replies).unwrap_or_default(),
                 fault: env.body.fault,
             },
