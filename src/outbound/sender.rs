@@ -511,6 +511,21 @@ fn unnamed(messages: &[OutMessage], replies: &[Reply]) -> Vec<String> {
         .collect()
 }
 
+/// A notify webhook's JSON: the message's, with its business response inline when small
+/// (else its link only, as when the response cannot be read now).
+async fn notify_body(store: &Store, m: &OutMessage) -> String {
+    let small = m
+        .response
+        .as_ref()
+        .is_some_and(|r| r.size <= super::view::INLINE_RESPONSE_BYTES);
+    let response = if small {
+        store.out_response(&m.id).await.ok().flatten()
+    } else {
+        None
+    };
+    super::view::notify_json(m, response.as_ref()).to_string()
+}
+
 /// Tells a submission's notify webhook its message reached a final state. Best effort: the
 /// state and the event are stored either way (`GET /api/v1/messages/{id}`, `/api/v1/events`).
 pub async fn notify(store: &Store, client: &Clients, finished: &[String]) {
@@ -534,7 +549,7 @@ pub async fn notify(store: &Store, client: &Clients, finished: &[String]) {
                 continue;
             }
         }
-        let body = super::view::message_json(&m).to_string();
+        let body = notify_body(store, &m).await;
         let request = client
             .routes
             .webhooks()
