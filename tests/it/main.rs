@@ -29,6 +29,7 @@ mod partners_tls;
 mod perimeter;
 mod postgres;
 mod receiver;
+mod responses;
 mod roundtrip;
 mod schema;
 mod scoping;

@@ -36,6 +36,8 @@ mod partners_auth;
 mod partners_tls;
 #[path = "../it/receiver.rs"]
 mod receiver;
+#[path = "../it/responses.rs"]
+mod responses;
 #[path = "../it/scoping.rs"]
 mod scoping;
 #[path = "../it/sender.rs"]
