@@ -242,21 +242,7 @@ async fn attempt(
         .for_message(&m.partner, &m.destination)
         .post_soap(&m.destination, m.version, envelope);
     let heard = match exchange(request, client.cap).await {
-        Ok(answer) => {
-            let (heard, unreadable) =
-                read_answer_or_defect(answer.content_type.as_deref(), &answer.body);
-            if let Some(soap_fault) = heard.business {
-                keep_response(store, &m, answer.clone(), soap_fault, clock.now()).await?;
-            }
-            let said = !heard.replies.is_empty() || heard.fault.is_some();
-            tracing::debug!(id = %m.id, status = answer.status, replies = heard.replies.len(), "sent");
-            if let Some(failure) =
-                AttemptFailure::of_answer(answer.status, said, unreadable.as_deref())
-            {
-                attempt_failed(store, &m, &failure, clock.now()).await?;
-            }
-            heard
-        }
+        Ok(answer) => answered(store, &m, answer, clock).await?,
         Err(failure) => {
             if let AttemptFailure::TooLarge { limit } = failure {
                 tracing::warn!(id = %m.id, limit, "the partner's answer is longer than max_message_bytes: a business response in it is not kept");
@@ -287,6 +273,27 @@ async fn attempt(
     }
     notify(store, client, &finished).await;
     Ok(())
+}
+
+/// What a partner's answer to an attempt says. Its business response, if it carries one, is
+/// kept first (before its ack settles the message, so that whoever hears of the ack can
+/// read the response); an answer without a verdict is a failed attempt.
+async fn answered(
+    store: &Store,
+    m: &OutMessage,
+    answer: Heard,
+    clock: &dyn Clock,
+) -> Result<PartnerAnswer, StoreError> {
+    let (heard, unreadable) = read_answer_or_defect(answer.content_type.as_deref(), &answer.body);
+    let said = !heard.replies.is_empty() || heard.fault.is_some();
+    tracing::debug!(id = %m.id, status = answer.status, replies = heard.replies.len(), "sent");
+    if let Some(failure) = AttemptFailure::of_answer(answer.status, said, unreadable.as_deref()) {
+        attempt_failed(store, m, &failure, clock.now()).await?;
+    }
+    if let Some(soap_fault) = heard.business {
+        keep_response(store, m, answer, soap_fault, clock.now()).await?;
+    }
+    Ok(heard)
 }
 
 /// Keeps the business response in a partner's answer with our message (Notify with a
@@ -589,6 +596,38 @@ mod tests {
             },
             "",
         )
+    }
+
+    /// A Body with an application's answer is a business response (an application SOAP
+    /// Fault one too); an empty Body, or a SOAP Fault with a WS-R code, is not.
+    #[test]
+    fn business_responses_are_told_apart() {
+        let ct = Some("text/xml; charset=utf-8");
+        let echo = "<soap:Envelope xmlns:soap=\"http://schemas.xmlsoap.org/soap/envelope/\">\
+                    <soap:Body><e:echoResponse xmlns:e=\"urn:e\"/></soap:Body></soap:Envelope>";
+        assert_eq!(read_answer(ct, echo.as_bytes()).business, Some(false));
+        let app_fault = "<soap:Envelope xmlns:soap=\"http://schemas.xmlsoap.org/soap/envelope/\">\
+                         <soap:Body><soap:Fault><faultcode>soap:Server</faultcode>\
+                         <faultstring>no</faultstring></soap:Fault></soap:Body></soap:Envelope>";
+        assert_eq!(read_answer(ct, app_fault.as_bytes()).business, Some(true));
+        assert_eq!(read_answer(ct, ack_envelope().as_bytes()).business, None);
+        let wsr_fault = write_soap_fault(
+            SoapVersion::Soap11,
+            &SoapFault {
+                code: FaultCode::MessageProcessingFailure,
+                reason: "later".into(),
+            },
+            None,
+        );
+        let answer = read_answer(ct, wsr_fault.as_bytes());
+        assert_eq!((answer.business, answer.fault.is_some()), (None, true));
+        let multipart =
+            format!("--b\r\nContent-Type: text/xml\r\nContent-ID: <r>\r\n\r\n{echo}\r\n--b--");
+        let mime = Some("multipart/related; boundary=b; type=\"text/xml\"; start=\"<r>\"");
+        assert_eq!(
+            read_answer(mime, multipart.as_bytes()).business,
+            Some(false)
+        );
     }
 
     /// Silence means "not held" only when it is the destination's answer: a proxy's 503, a
