@@ -54,6 +54,27 @@ impl Api {
             .await
     }
 
+    /// A GET whose answer is not JSON (a business response as received): its bytes.
+    pub async fn get_bytes(&self, segments: &[&str]) -> anyhow::Result<Vec<u8>> {
+        let answer = self
+            .client
+            .get(self.url(segments, &[]))
+            .bearer_auth(&self.token)
+            .send()
+            .await
+            .with_context(|| format!("cannot reach the gateway's API at {}", self.base))?;
+        let status = answer.status();
+        let bytes = answer
+            .bytes()
+            .await
+            .with_context(|| format!("the API's answer ({status}) broke off"))?;
+        if !status.is_success() {
+            let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+            bail!("{status}: {}", body["reason"].as_str().unwrap_or(""));
+        }
+        Ok(bytes.to_vec())
+    }
+
     async fn call(&self, request: reqwest::RequestBuilder) -> anyhow::Result<Value> {
         let answer = request
             .bearer_auth(&self.token)
@@ -111,6 +132,13 @@ pub struct SendArgs {
     /// SOAP version.
     #[arg(long, default_value = "1.1", value_parser = ["1.1", "1.2"])]
     pub soap: String,
+    /// Wait until each message is final (acked, faulted or failed), print its state and the
+    /// partner's business response, if one came back.
+    #[arg(long)]
+    pub wait: bool,
+    /// How long --wait waits for each message, in seconds.
+    #[arg(long, default_value_t = 60, requires = "wait")]
+    pub wait_seconds: u64,
     /// Files holding the Body content, one message each.
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
@@ -153,15 +181,62 @@ pub async fn send(args: &SendArgs) -> anyhow::Result<Vec<String>> {
             .await
             .with_context(|| format!("{}", file.display()))?;
         group = answer["group_id"].as_str().map(str::to_owned);
+        let id = answer["id"].as_str().unwrap_or("");
         lines.push(format!(
             "{}\t{}\t{}\t{}",
-            answer["id"].as_str().unwrap_or(""),
+            id,
             answer["group_id"].as_str().unwrap_or(""),
             answer["number"],
             file.display()
         ));
+        if args.wait {
+            let limit = std::time::Duration::from_secs(args.wait_seconds);
+            lines.push(wait_for(&api, id, limit).await?);
+        }
     }
     Ok(lines)
+}
+
+/// How often `--wait` asks about a message.
+const WAIT_POLL: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// `send --wait`: asks about message `id` until it is final, then tells its state (with its
+/// fault or reason) and the partner's business response as received, if one was kept.
+async fn wait_for(api: &Api, id: &str, limit: std::time::Duration) -> anyhow::Result<String> {
+    let deadline = std::time::Instant::now() + limit;
+    let message = loop {
+        let message = api.get(&["messages", id], &[]).await?;
+        let state = message["state"].as_str().unwrap_or("");
+        if ["acked", "faulted", "failed"].contains(&state) {
+            break message;
+        }
+        if std::time::Instant::now() >= deadline {
+            bail!("{id} is still {state} after {} s", limit.as_secs());
+        }
+        tokio::time::sleep(WAIT_POLL).await;
+    };
+    let mut out = format!("{id}\t{}", message["state"].as_str().unwrap_or(""));
+    for why in ["fault", "reason"] {
+        if let Some(text) = message[why].as_str() {
+            out.push_str(&format!("\t{text}"));
+        }
+    }
+    let response = &message["response"];
+    if response.is_object() {
+        let body = api.get_bytes(&["messages", id, "response"]).await?;
+        let fault = if response["soap_fault"] == json!(true) {
+            ", a SOAP Fault"
+        } else {
+            ""
+        };
+        out.push_str(&format!(
+            "\nresponse: {} bytes of {}{fault}\n{}",
+            body.len(),
+            response["content_type"].as_str().unwrap_or(""),
+            String::from_utf8_lossy(&body)
+        ));
+    }
+    Ok(out)
 }
 
 /// The state of one submitted message, as pretty JSON.

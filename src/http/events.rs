@@ -14,6 +14,8 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
 use super::api::{ApiQuery, Caller, Problem, ProblemBody};
+use crate::outbound::view::{response_inline, response_url};
+use crate::store::outbound::{OutEvent, RESPONSE_EVENT};
 use crate::wsr::datetime::date_time_string;
 
 #[derive(Deserialize, IntoParams)]
@@ -35,6 +37,49 @@ pub struct StateEvent {
     at: String,
 }
 
+/// The data of one `response` event of `GET /api/v1/events` (JSON): a partner's business
+/// response to one of our messages was kept.
+#[derive(Serialize, ToSchema)]
+pub struct ResponseEvent {
+    seq: i64,
+    /// The message's id.
+    id: String,
+    at: String,
+    /// The response: inline (`body` or `body_base64`) up to 64 KiB, else by its `href`.
+    #[schema(value_type = crate::http::openapi::OutboundResponse)]
+    response: serde_json::Value,
+}
+
+/// One logged event as a server-sent event: a state change (`state`), or a kept business
+/// response (`response`, read from the store to carry it inline when small).
+async fn sse_event(store: &crate::store::Store, e: OutEvent) -> SseEvent {
+    let event = SseEvent::default().id(e.seq.to_string());
+    let at = date_time_string(&e.at);
+    if e.state == RESPONSE_EVENT {
+        let kept = store.out_response(&e.message_id).await.ok().flatten();
+        let response = match &kept {
+            Some(r) => response_inline(&e.message_id, r),
+            // Gone since (or unreadable now): its link still says where it was.
+            None => json!({ "href": response_url(&e.message_id) }),
+        };
+        let data = json!(ResponseEvent {
+            seq: e.seq,
+            id: e.message_id,
+            at,
+            response,
+        });
+        return event.event("response").data(data.to_string());
+    }
+    let data = json!(StateEvent {
+        seq: e.seq,
+        id: e.message_id,
+        state: e.state,
+        detail: e.detail,
+        at,
+    });
+    event.event("state").data(data.to_string())
+}
+
 /// Server-sent events of state changes, from `after` on, as they happen: of the caller's own
 /// messages (an operator: of all). At most `MAX_EVENT_STREAMS` open per principal.
 #[utoipa::path(
@@ -43,10 +88,13 @@ pub struct StateEvent {
     tag = "produce",
     summary = "Follow state changes of outbound messages as server-sent events",
     description = "Events named `state`, each with `id:` its seq and `data:` a StateEvent as \
-                   JSON; keep-alive comments between. The stream does not end by itself.",
+                   JSON, and events named `response` when a partner's business response to a \
+                   message was kept, with `data:` a ResponseEvent (the response inline up to \
+                   64 KiB, else its link); keep-alive comments between. The stream does not \
+                   end by itself.",
     params(EventsQuery),
     responses(
-        (status = 200, description = "A stream of `state` events; each event's data is a StateEvent",
+        (status = 200, description = "A stream of `state` events (data: a StateEvent) and `response` events (data: a ResponseEvent)",
             content_type = "text/event-stream", body = String),
         (status = 400, description = "A query parameter that does not parse", body = ProblemBody),
         (status = 429, description = "The principal holds too many streams open", body = ProblemBody),
@@ -70,28 +118,18 @@ pub async fn events(
     })?;
     let store = app.store.clone();
     let start = q.after.unwrap_or(0);
-    let pending: Vec<crate::store::outbound::OutEvent> = Vec::new();
+    let pending: Vec<OutEvent> = Vec::new();
     let principal = caller.sees_outbound().map(str::to_owned);
     // The slot lives in the stream's state: it is given back when the stream is dropped.
     let stream = futures_util::stream::unfold(
         ((store, principal, slot), start, pending),
         |(own, mut after, mut pending)| async move {
             loop {
+                let (store, principal, _slot) = &own;
                 if let Some(e) = pending.pop() {
-                    let data = json!(StateEvent {
-                        seq: e.seq,
-                        id: e.message_id,
-                        state: e.state,
-                        detail: e.detail,
-                        at: date_time_string(&e.at),
-                    });
-                    let event = SseEvent::default()
-                        .id(e.seq.to_string())
-                        .event("state")
-                        .data(data.to_string());
+                    let event = sse_event(store, e).await;
                     return Some((Ok(event), (own, after, pending)));
                 }
-                let (store, principal, _slot) = &own;
                 match store.out_events_of(principal.as_deref(), after, 100).await {
                     Ok(batch) if !batch.is_empty() => {
                         after = batch.last().map_or(after, |e| e.seq);

@@ -4,6 +4,7 @@
 
 use axum::body::Bytes;
 use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
@@ -171,21 +172,67 @@ pub async fn get_message(
     State(app): State<AppState>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Value>, Problem> {
-    let message = app.store.out_message(&id).await?;
-    // Another principal's message answers as one that does not exist: ids are no oracle.
+    let m = visible_message(&app, &caller, &id).await?;
+    Ok(Json(message_json(&m)))
+}
+
+/// Message `id` if the caller may see it. Another principal's message answers as one that
+/// does not exist: ids are no oracle.
+async fn visible_message(app: &AppState, caller: &Caller, id: &str) -> Result<OutMessage, Problem> {
+    let message = app.store.out_message(id).await?;
     let visible = |m: &OutMessage| {
         caller
             .sees_outbound()
             .is_none_or(|p| m.principal.as_deref() == Some(p))
     };
-    match message.filter(visible) {
-        Some(m) => Ok(Json(message_json(&m))),
-        None => Err(Problem(
+    message.filter(visible).ok_or_else(|| {
+        Problem(
             StatusCode::NOT_FOUND,
             "not-found",
             format!("no message {id}"),
-        )),
-    }
+        )
+    })
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/v1/messages/{id}/response",
+    tag = "produce",
+    summary = "The partner's business response to an outbound message, as received",
+    description = "When a partner answers one of our messages with a non-empty SOAP Body — a \
+                   business response or an application SOAP Fault, with or without the ack, \
+                   plain or as the root part of a multipart/related answer — the gateway \
+                   keeps the answer (up to `max_message_bytes`) with the message. This \
+                   returns it byte for byte with the Content-Type it came with; the message's \
+                   `response` field says whether there is one.",
+    params(("id" = String, Path, description = "The id the submit answered")),
+    responses(
+        (status = 200, description = "The partner's answer as received, with its Content-Type",
+            content(
+                (String = "text/xml"),
+                (String = "application/soap+xml"),
+                (String = "multipart/related")
+            )),
+        (status = 404, description = "No such message (or another principal's), or no business response kept for it", body = ProblemBody),
+    )
+)]
+pub async fn get_response(
+    Extension(caller): Extension<Caller>,
+    State(app): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Response, Problem> {
+    let m = visible_message(&app, &caller, &id).await?;
+    let Some(kept) = app.store.out_response(&m.id).await? else {
+        return Err(Problem(
+            StatusCode::NOT_FOUND,
+            "no-response",
+            format!("message {id} has no business response (none received, or none yet)"),
+        ));
+    };
+    // Stored as a header value it came as; anything else is served as opaque bytes.
+    let content_type = HeaderValue::from_str(&kept.info.content_type)
+        .unwrap_or(HeaderValue::from_static("application/octet-stream"));
+    Ok(([(CONTENT_TYPE, content_type)], kept.body).into_response())
 }
 
 #[derive(Deserialize, IntoParams)]

@@ -130,6 +130,7 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
     OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
         .routes(guarded(PRODUCE, routes!(m::list_messages, m::submit)))
         .routes(guarded(PRODUCE, routes!(m::get_message)))
+        .routes(guarded(PRODUCE, routes!(m::get_response)))
         .routes(guarded(ADMIN, routes!(operator::resend)))
         .routes(guarded(ADMIN, routes!(operator::fail)))
         .routes(guarded(PRODUCE, routes!(m::close_group)))

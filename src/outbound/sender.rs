@@ -11,12 +11,12 @@ use std::time::Duration;
 use reqwest::header::CONTENT_TYPE;
 use tokio::task::JoinSet;
 
-use super::http_client::{exchange, redacted};
+use super::http_client::{Heard, exchange, redacted};
 use super::partner_clients::PartnerClients;
 use crate::clock::Clock;
 use crate::rmp::replies::Verdicts;
 use crate::rmp::sender::{AttemptFailure, Event};
-use crate::store::outbound::{OutMessage, ReplySource};
+use crate::store::outbound::{KeptResponse, OutMessage, ReplySource, ResponseInfo};
 use crate::store::{Store, StoreError};
 use crate::wsr::{
     FaultCode, Headers, Limits, PollRequest, RefToMessageIds, Reply, SeqRange, SoapVersion,
@@ -242,19 +242,11 @@ async fn attempt(
         .for_message(&m.partner, &m.destination)
         .post_soap(&m.destination, m.version, envelope);
     let heard = match exchange(request, client.cap).await {
-        Ok(answer) => {
-            let (heard, unreadable) =
-                read_answer_or_defect(answer.content_type.as_deref(), &answer.body);
-            let said = !heard.replies.is_empty() || heard.fault.is_some();
-            tracing::debug!(id = %m.id, status = answer.status, replies = heard.replies.len(), "sent");
-            if let Some(failure) =
-                AttemptFailure::of_answer(answer.status, said, unreadable.as_deref())
-            {
-                attempt_failed(store, &m, &failure, clock.now()).await?;
-            }
-            heard
-        }
+        Ok(answer) => answered(store, &m, answer, clock).await?,
         Err(failure) => {
+            if let AttemptFailure::TooLarge { limit } = failure {
+                tracing::warn!(id = %m.id, limit, "the partner's answer is longer than max_message_bytes: a business response in it is not kept");
+            }
             if failure.never_arrived() {
                 // Refused before a byte went out: this attempt cannot have been delivered,
                 // so it leaves no doubt to resolve by poll.
@@ -283,12 +275,62 @@ async fn attempt(
     Ok(())
 }
 
-/// What a partner's answer says: the acks and faults of its `wsrm:Response`, and the WS-R
-/// code of a SOAP Fault body.
+/// What a partner's answer to an attempt says. Its business response, if it carries one, is
+/// kept first (before its ack settles the message, so that whoever hears of the ack can
+/// read the response); an answer without a verdict is a failed attempt.
+async fn answered(
+    store: &Store,
+    m: &OutMessage,
+    answer: Heard,
+    clock: &dyn Clock,
+) -> Result<PartnerAnswer, StoreError> {
+    let (heard, unreadable) = read_answer_or_defect(answer.content_type.as_deref(), &answer.body);
+    let said = !heard.replies.is_empty() || heard.fault.is_some();
+    tracing::debug!(id = %m.id, status = answer.status, replies = heard.replies.len(), "sent");
+    if let Some(failure) = AttemptFailure::of_answer(answer.status, said, unreadable.as_deref()) {
+        attempt_failed(store, m, &failure, clock.now()).await?;
+    }
+    if let Some(soap_fault) = heard.business {
+        keep_response(store, m, answer, soap_fault, clock.now()).await?;
+    }
+    Ok(heard)
+}
+
+/// Keeps the business response in a partner's answer with our message (Notify with a
+/// response, D16): the answer as received, which `exchange` read within `max_message_bytes`.
+async fn keep_response(
+    store: &Store,
+    m: &OutMessage,
+    answer: Heard,
+    soap_fault: bool,
+    now: chrono::DateTime<chrono::Utc>,
+) -> Result<(), StoreError> {
+    let content_type = answer
+        .content_type
+        .unwrap_or_else(|| m.version.content_type().to_owned());
+    let response = KeptResponse {
+        info: ResponseInfo {
+            content_type,
+            size: answer.body.len() as u64,
+            soap_fault,
+            received_at: now,
+        },
+        body: answer.body,
+    };
+    if store.keep_response(&m.id, &response).await? {
+        tracing::debug!(id = %m.id, size = response.info.size, soap_fault, "business response kept");
+    }
+    Ok(())
+}
+
+/// What a partner's answer says: the acks and faults of its `wsrm:Response`, the WS-R code of
+/// a SOAP Fault body, and whether its Body holds a business response (`Some(true)`: an
+/// application SOAP Fault).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PartnerAnswer {
     pub replies: Vec<Reply>,
     pub fault: Option<FaultCode>,
+    pub business: Option<bool>,
 }
 
 /// A failed attempt: logged at WARN with its cause (the URL without credentials) and kept as
@@ -324,6 +366,7 @@ fn read_answer_or_defect(
     match read_message(content_type, body, &Limits::default()) {
         Ok(env) => (
             PartnerAnswer {
+                business: env.body.business_response(),
                 replies: env.response.map(|r| r.replies).unwrap_or_default(),
                 fault: env.body.fault,
             },
@@ -475,6 +518,21 @@ fn unnamed(messages: &[OutMessage], replies: &[Reply]) -> Vec<String> {
         .collect()
 }
 
+/// A notify webhook's JSON: the message's, with its business response inline when small
+/// (else its link only, as when the response cannot be read now).
+async fn notify_body(store: &Store, m: &OutMessage) -> String {
+    let small = m
+        .response
+        .as_ref()
+        .is_some_and(|r| r.size <= super::view::INLINE_RESPONSE_BYTES);
+    let response = if small {
+        store.out_response(&m.id).await.ok().flatten()
+    } else {
+        None
+    };
+    super::view::notify_json(m, response.as_ref()).to_string()
+}
+
 /// Tells a submission's notify webhook its message reached a final state. Best effort: the
 /// state and the event are stored either way (`GET /api/v1/messages/{id}`, `/api/v1/events`).
 pub async fn notify(store: &Store, client: &Clients, finished: &[String]) {
@@ -498,7 +556,7 @@ pub async fn notify(store: &Store, client: &Clients, finished: &[String]) {
                 continue;
             }
         }
-        let body = super::view::message_json(&m).to_string();
+        let body = notify_body(store, &m).await;
         let request = client
             .routes
             .webhooks()
@@ -538,6 +596,38 @@ mod tests {
             },
             "",
         )
+    }
+
+    /// A Body with an application's answer is a business response (an application SOAP
+    /// Fault one too); an empty Body, or a SOAP Fault with a WS-R code, is not.
+    #[test]
+    fn business_responses_are_told_apart() {
+        let ct = Some("text/xml; charset=utf-8");
+        let echo = "<soap:Envelope xmlns:soap=\"http://schemas.xmlsoap.org/soap/envelope/\">\
+                    <soap:Body><e:echoResponse xmlns:e=\"urn:e\"/></soap:Body></soap:Envelope>";
+        assert_eq!(read_answer(ct, echo.as_bytes()).business, Some(false));
+        let app_fault = "<soap:Envelope xmlns:soap=\"http://schemas.xmlsoap.org/soap/envelope/\">\
+                         <soap:Body><soap:Fault><faultcode>soap:Server</faultcode>\
+                         <faultstring>no</faultstring></soap:Fault></soap:Body></soap:Envelope>";
+        assert_eq!(read_answer(ct, app_fault.as_bytes()).business, Some(true));
+        assert_eq!(read_answer(ct, ack_envelope().as_bytes()).business, None);
+        let wsr_fault = write_soap_fault(
+            SoapVersion::Soap11,
+            &SoapFault {
+                code: FaultCode::MessageProcessingFailure,
+                reason: "later".into(),
+            },
+            None,
+        );
+        let answer = read_answer(ct, wsr_fault.as_bytes());
+        assert_eq!((answer.business, answer.fault.is_some()), (None, true));
+        let multipart =
+            format!("--b\r\nContent-Type: text/xml\r\nContent-ID: <r>\r\n\r\n{echo}\r\n--b--");
+        let mime = Some("multipart/related; boundary=b; type=\"text/xml\"; start=\"<r>\"");
+        assert_eq!(
+            read_answer(mime, multipart.as_bytes()).business,
+            Some(false)
+        );
     }
 
     /// Silence means "not held" only when it is the destination's answer: a proxy's 503, a

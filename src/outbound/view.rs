@@ -3,8 +3,10 @@
 
 use serde_json::{Value, json};
 
+use base64::Engine as _;
+
 use crate::rmp::sender::OutState;
-use crate::store::outbound::OutMessage;
+use crate::store::outbound::{KeptResponse, OutMessage, ResponseInfo};
 use crate::wsr::SoapVersion;
 use crate::wsr::datetime::date_time_string;
 
@@ -34,5 +36,52 @@ pub fn message_json(m: &OutMessage) -> Value {
         // stay `sent` without an answer.
         "last_error": m.last_error.as_ref().map(|e| e.cause.as_str()),
         "last_error_at": m.last_error.as_ref().map(|e| date_time_string(&e.at)),
+        // The partner's business response, if one was kept (its bytes: `response_url`).
+        "response": m.response.as_ref().map(|r| response_json(&m.id, r)),
     })
+}
+
+/// Business responses up to this size are carried inline by events and notify webhooks;
+/// larger ones by their link alone.
+pub const INLINE_RESPONSE_BYTES: u64 = 64 * 1024;
+
+/// Where an application reads a message's business response as received.
+pub fn response_url(id: &str) -> String {
+    format!("/api/v1/messages/{id}/response")
+}
+
+/// What the message JSON says of a kept business response.
+pub fn response_json(id: &str, r: &ResponseInfo) -> Value {
+    json!({
+        "size": r.size,
+        "soap_fault": r.soap_fault,
+        "received_at": date_time_string(&r.received_at),
+        "content_type": r.content_type,
+        "href": response_url(id),
+    })
+}
+
+/// `response_json` with the response itself when it is small (`INLINE_RESPONSE_BYTES`): as
+/// `body` when it is UTF-8 text, else as `body_base64`.
+pub fn response_inline(id: &str, r: &KeptResponse) -> Value {
+    let mut v = response_json(id, &r.info);
+    if r.info.size <= INLINE_RESPONSE_BYTES {
+        match std::str::from_utf8(&r.body) {
+            Ok(text) => v["body"] = json!(text),
+            Err(_) => {
+                let encoded = base64::engine::general_purpose::STANDARD.encode(&r.body);
+                v["body_base64"] = json!(encoded);
+            }
+        }
+    }
+    v
+}
+
+/// The JSON of a notify webhook: the message's, its business response inline when small.
+pub fn notify_json(m: &OutMessage, response: Option<&KeptResponse>) -> Value {
+    let mut v = message_json(m);
+    if let Some(r) = response {
+        v["response"] = response_inline(&m.id, r);
+    }
+    v
 }

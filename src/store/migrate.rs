@@ -34,6 +34,7 @@ const TABLES: &[&str] = &[
     "out_groups",
     "out_messages",
     "out_events",
+    "out_responses",
     "subscriptions",
     "grants",
     "sessions",

@@ -168,6 +168,44 @@ pub struct OutMessage {
     pub last_error: Option<LastError>,
     /// Who submitted it (`None`: stored before principals were, visible to operators only).
     pub principal: Option<String>,
+    /// The partner's business response to it, if one was kept (`OutboundStore::keep_response`).
+    pub response: Option<ResponseInfo>,
+}
+
+/// What is known of a kept business response without its bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResponseInfo {
+    /// Its `Content-Type` as received (the HTTP answer's, a multipart/related one included).
+    pub content_type: String,
+    /// Its length in bytes.
+    pub size: u64,
+    /// Whether its Body is an application SOAP Fault.
+    pub soap_fault: bool,
+    pub received_at: DateTime<Utc>,
+}
+
+/// The `out_events` state of a kept business response: an event of its own, not a state of
+/// the message (`OutboundStore::keep_response`).
+pub const RESPONSE_EVENT: &str = "response";
+
+impl ResponseInfo {
+    /// The detail of its `response` event.
+    pub fn event_detail(&self) -> String {
+        let fault = if self.soap_fault {
+            ", a SOAP Fault"
+        } else {
+            ""
+        };
+        format!("{} bytes of {}{fault}", self.size, self.content_type)
+    }
+}
+
+/// A partner's business response to one of our messages (Notify with a response, D16): the
+/// answer as received, at most `max_message_bytes`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptResponse {
+    pub info: ResponseInfo,
+    pub body: Vec<u8>,
 }
 
 /// The cause of a message's latest failed attempt (`AttemptFailure`, as text) and its time.
@@ -362,6 +400,21 @@ pub trait OutboundStore: Send + Sync {
         source: ReplySource<'a>,
         now: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<Vec<String>, StoreError>>;
+
+    /// Keeps a partner's business response with message `id`, and logs it as a `response`
+    /// event; the first one received stays (a resend's answer replays it). Answers whether it
+    /// was kept now (false: one was kept before, or there is no such message).
+    fn keep_response<'a>(
+        &'a self,
+        id: &'a str,
+        response: &'a KeptResponse,
+    ) -> StoreFuture<'a, Result<bool, StoreError>>;
+
+    /// The business response kept with message `id`, bytes included.
+    fn out_response<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> StoreFuture<'a, Result<Option<KeptResponse>, StoreError>>;
 
     /// State changes after `after`, oldest first.
     fn out_events(

@@ -30,6 +30,7 @@ mod perimeter;
 mod postgres;
 mod receiver;
 mod request_response;
+mod responses;
 mod roundtrip;
 mod schema;
 mod scoping;

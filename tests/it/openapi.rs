@@ -108,6 +108,17 @@ async fn the_document_is_openapi_3_1_served_without_a_token_and_names_every_api_
         "the event stream is documented as one: {events}"
     );
     assert!(doc["components"]["schemas"]["StateEvent"].is_object());
+    assert!(doc["components"]["schemas"]["ResponseEvent"].is_object());
+    let message = &doc["components"]["schemas"]["OutboundMessage"]["properties"];
+    assert!(
+        message["response"].is_object(),
+        "the response field: {message}"
+    );
+    let response = &doc["paths"]["/api/v1/messages/{id}/response"]["get"]["responses"];
+    assert!(
+        response["200"]["content"]["multipart/related"].is_object(),
+        "served as received: {response}"
+    );
 
     // The same routes as the table the access tests walk (api_security.rs), no more, no
     // fewer: a route added to one and not the other fails here.

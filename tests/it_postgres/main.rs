@@ -38,6 +38,8 @@ mod partners_tls;
 mod receiver;
 #[path = "../it/request_response.rs"]
 mod request_response;
+#[path = "../it/responses.rs"]
+mod responses;
 #[path = "../it/scoping.rs"]
 mod scoping;
 #[path = "../it/sender.rs"]

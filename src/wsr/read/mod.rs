@@ -98,10 +98,35 @@ pub struct Body<'a> {
     pub namespaces: Vec<Declaration<'a>>,
 }
 
+impl Body<'_> {
+    /// Whether the Body holds an application's answer (a business response, or a SOAP Fault of
+    /// the application's own), not only WS-R: some child element, and not a SOAP Fault with a
+    /// WS-R code. `Some(true)` for an application SOAP Fault.
+    pub fn business_response(&self) -> Option<bool> {
+        let root = self.root.as_ref()?;
+        if self.fault.is_some() {
+            return None;
+        }
+        Some(root.is_soap_fault())
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BodyRoot {
     pub namespace: Option<String>,
     pub local_name: String,
+}
+
+impl BodyRoot {
+    /// A SOAP 1.1 or 1.2 `Fault`.
+    pub fn is_soap_fault(&self) -> bool {
+        let soap = [crate::wsr::model::SOAP11_NS, crate::wsr::model::SOAP12_NS];
+        self.local_name == "Fault"
+            && self
+                .namespace
+                .as_deref()
+                .is_some_and(|ns| soap.contains(&ns))
+    }
 }
 
 /// Reads an HTTP request or response body given its `Content-Type` (MIME multipart/related is

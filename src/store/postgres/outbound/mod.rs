@@ -9,6 +9,7 @@
 //! and the `out_events` sequence row last of all (`write::Events`).
 
 mod read;
+mod response;
 mod rows;
 mod submit;
 mod write;
@@ -21,8 +22,8 @@ use chrono::{DateTime, Utc};
 
 use crate::rmp::sender::{OutState, Outbound};
 use crate::store::outbound::{
-    Due, IdempotencyKey, OutEvent, OutFilter, OutMessage, OutboundStore, ReplySource, Submission,
-    SubmitError, Submitted,
+    Due, IdempotencyKey, KeptResponse, OutEvent, OutFilter, OutMessage, OutboundStore, ReplySource,
+    Submission, SubmitError, Submitted,
 };
 use crate::store::postgres::{PostgresStore, retryable};
 use crate::store::{StoreError, StoreFuture};
@@ -186,6 +187,21 @@ impl OutboundStore for PostgresStore {
         after: &'a Outbound,
     ) -> StoreFuture<'a, Result<(), StoreError>> {
         Box::pin(retrying(move || write::save_unreached(self, id, after)))
+    }
+
+    fn keep_response<'a>(
+        &'a self,
+        id: &'a str,
+        response: &'a KeptResponse,
+    ) -> StoreFuture<'a, Result<bool, StoreError>> {
+        Box::pin(retrying(move || response::keep(self, id, response)))
+    }
+
+    fn out_response<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> StoreFuture<'a, Result<Option<KeptResponse>, StoreError>> {
+        Box::pin(response::out_response(&self.pool, id))
     }
 
     fn record_failure<'a>(

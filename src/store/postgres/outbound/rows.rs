@@ -7,7 +7,7 @@ use sqlx::postgres::PgRow;
 
 use crate::rmp::sender::Outbound;
 use crate::store::StoreError;
-use crate::store::outbound::{KeyedSubmission, LastError, OutMessage};
+use crate::store::outbound::{KeyedSubmission, LastError, OutMessage, ResponseInfo};
 use crate::store::stored_outbound::{decode_schedule, state_of};
 use crate::store::time::from_millis;
 use crate::wsr::{GroupId, SoapVersion};
@@ -28,9 +28,11 @@ macro_rules! select_messages {
             $envelope,
             ", m.expiry, m.schedule, m.state, m.fault, m.reason, m.attempts, ",
             "m.next_attempt, m.notify_url, g.ordered, m.idem_key, m.unreached, m.last_error, ",
-            "m.last_error_at, m.principal, m.partner",
+            "m.last_error_at, m.principal, m.partner, ",
+            "resp.content_type, resp.size, resp.soap_fault, resp.received_at",
             $extra,
             " FROM out_messages m JOIN out_groups g USING (group_id) ",
+            "LEFT JOIN out_responses resp ON resp.message_id = m.id ",
             $tail
         )
     };
@@ -38,7 +40,7 @@ macro_rules! select_messages {
 pub(super) use select_messages;
 
 /// How many columns `select_messages!` reads (extra columns of a query follow them).
-pub(super) const COLUMNS: usize = 22;
+pub(super) const COLUMNS: usize = 26;
 
 /// The message stored under an idempotency key (principal, key).
 pub(super) const EARLIER_SUBMISSION: &str = "SELECT id, group_id, number, idem_fingerprint \
@@ -99,6 +101,24 @@ pub(super) fn message(r: &PgRow) -> Result<OutMessage, StoreError> {
         },
         principal: r.try_get(20).map_err(column)?,
         partner: r.try_get(21).map_err(column)?,
+        response: response_info(r).map_err(column)?,
+    })
+}
+
+/// The kept business response's columns of a `select_messages!` row (`NULL`s: none).
+fn response_info(r: &PgRow) -> Result<Option<ResponseInfo>, sqlx::Error> {
+    let content_type: Option<String> = r.try_get(22)?;
+    let size: Option<i64> = r.try_get(23)?;
+    let soap_fault: Option<bool> = r.try_get(24)?;
+    let received_at: Option<i64> = r.try_get(25)?;
+    Ok(match (content_type, size, soap_fault, received_at) {
+        (Some(content_type), Some(size), Some(soap_fault), Some(at)) => Some(ResponseInfo {
+            content_type,
+            size: size.try_into().unwrap_or(0),
+            soap_fault,
+            received_at: from_millis(at),
+        }),
+        _ => None,
     })
 }
 

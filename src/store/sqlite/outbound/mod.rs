@@ -2,6 +2,7 @@
 //! `SqliteStore::change` on the writer's connection (`write`), one row mapping (`rows`).
 
 mod read;
+mod response;
 mod rows;
 mod submit;
 mod write;
@@ -15,8 +16,8 @@ use super::{SqliteStore, Wakes};
 use crate::rmp::replies::Verdicts;
 use crate::rmp::sender::{OutState, Outbound};
 use crate::store::outbound::{
-    Due, IdempotencyKey, OutEvent, OutFilter, OutMessage, OutboundStore, ReplySource, Submission,
-    SubmitError, Submitted,
+    Due, IdempotencyKey, KeptResponse, OutEvent, OutFilter, OutMessage, OutboundStore, ReplySource,
+    Submission, SubmitError, Submitted,
 };
 use crate::store::{StoreError, StoreFuture};
 use crate::wsr::{GroupId, Reply};
@@ -121,6 +122,25 @@ impl OutboundStore for SqliteStore {
             write::save_unreached(conn, &id, &after)?;
             Ok(((), Wakes::NONE))
         }))
+    }
+
+    fn keep_response<'a>(
+        &'a self,
+        id: &'a str,
+        response: &'a KeptResponse,
+    ) -> StoreFuture<'a, Result<bool, StoreError>> {
+        let (id, response) = (id.to_owned(), response.clone());
+        Box::pin(self.keep(move |conn| {
+            let kept = response::keep(conn, &id, &response)?;
+            Ok((kept, Wakes::NONE))
+        }))
+    }
+
+    fn out_response<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> StoreFuture<'a, Result<Option<KeptResponse>, StoreError>> {
+        Box::pin(response::out_response(&self.pool, id))
     }
 
     fn record_failure<'a>(

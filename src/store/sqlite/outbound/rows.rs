@@ -7,7 +7,7 @@ use sqlx::Row;
 
 use crate::rmp::sender::Outbound;
 use crate::store::StoreError;
-use crate::store::outbound::{LastError, OutMessage};
+use crate::store::outbound::{LastError, OutMessage, ResponseInfo};
 use crate::store::stored_outbound::decode_schedule;
 pub(super) use crate::store::stored_outbound::{encode_schedule, fault_of, reason_of, state_of};
 use crate::store::time::from_millis;
@@ -29,9 +29,11 @@ macro_rules! select_messages {
             $envelope,
             ", m.expiry, m.schedule, m.state, m.fault, m.reason, m.attempts, ",
             "m.next_attempt, m.notify_url, g.ordered, m.idem_key, m.unreached, m.last_error, ",
-            "m.last_error_at, m.principal, m.partner",
+            "m.last_error_at, m.principal, m.partner, ",
+            "resp.content_type, resp.size, resp.soap_fault, resp.received_at",
             $extra,
             " FROM out_messages m JOIN out_groups g USING (group_id) ",
+            "LEFT JOIN out_responses resp ON resp.message_id = m.id ",
             $tail
         )
     };
@@ -39,7 +41,7 @@ macro_rules! select_messages {
 pub(super) use select_messages;
 
 /// How many columns `select_messages!` reads (extra columns of a query follow them).
-pub(super) const COLUMNS: usize = 22;
+pub(super) const COLUMNS: usize = 26;
 
 /// One message's columns as stored, before they are checked.
 pub(super) struct Columns {
@@ -65,6 +67,26 @@ pub(super) struct Columns {
     last_error_at: Option<i64>,
     principal: Option<String>,
     partner: String,
+    response: ResponseColumns,
+}
+
+/// The columns of a kept business response (all `NULL` when there is none).
+struct ResponseColumns {
+    content_type: Option<String>,
+    size: Option<i64>,
+    soap_fault: Option<i64>,
+    received_at: Option<i64>,
+}
+
+impl ResponseColumns {
+    fn info(self) -> Option<ResponseInfo> {
+        Some(ResponseInfo {
+            content_type: self.content_type?,
+            size: self.size?.try_into().unwrap_or(0),
+            soap_fault: self.soap_fault? != 0,
+            received_at: from_millis(self.received_at?),
+        })
+    }
 }
 
 impl Columns {
@@ -93,6 +115,12 @@ impl Columns {
             last_error_at: r.get(19),
             principal: r.get(20),
             partner: r.get(21),
+            response: ResponseColumns {
+                content_type: r.get(22),
+                size: r.get(23),
+                soap_fault: r.get(24),
+                received_at: r.get(25),
+            },
         }
     }
 
@@ -121,6 +149,12 @@ impl Columns {
             last_error_at: r.get(19)?,
             principal: r.get(20)?,
             partner: r.get(21)?,
+            response: ResponseColumns {
+                content_type: r.get(22)?,
+                size: r.get(23)?,
+                soap_fault: r.get(24)?,
+                received_at: r.get(25)?,
+            },
         })
     }
 
@@ -157,6 +191,7 @@ impl Columns {
             notify_url: self.notify_url,
             idempotency_key: self.idem_key,
             principal: self.principal,
+            response: self.response.info(),
         })
     }
 }
