@@ -35,6 +35,7 @@ const TABLES: &[&str] = &[
     "out_messages",
     "out_events",
     "out_responses",
+    "exchanges",
     "subscriptions",
     "grants",
     "sessions",

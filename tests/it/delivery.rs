@@ -162,7 +162,7 @@ impl Api {
         answer["id"].as_i64().expect("id")
     }
 
-    async fn join(&self, sub: i64, ttl_ms: u64) -> String {
+    pub(crate) async fn join(&self, sub: i64, ttl_ms: u64) -> String {
         let (status, answer) = self
             .post(
                 &format!("/api/v1/subscriptions/{sub}/sessions"),
@@ -173,7 +173,7 @@ impl Api {
         answer["session"].as_str().expect("session").to_owned()
     }
 
-    async fn fetch(&self, session: &str, max: usize) -> Vec<Value> {
+    pub(crate) async fn fetch(&self, session: &str, max: usize) -> Vec<Value> {
         let (status, answer) = self.fetch_raw(session, max, 0).await;
         assert_eq!(status, 200, "{answer}");
         answer["messages"].as_array().expect("messages").clone()

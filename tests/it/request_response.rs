@@ -531,3 +531,116 @@ async fn under_callback_and_poll_the_business_response_comes_now_and_the_ack_lat
     assert_eq!(acked.replies.len(), 1, "{}", polled.body);
     assert_eq!(script.calls().len(), 2);
 }
+
+#[tokio::test]
+async fn an_application_answers_through_the_api_and_every_copy_gets_its_answer() {
+    use super::delivery::{Api, OWNER, tokens};
+    use serde_json::json;
+    let app = Arc::new(
+        spawn_app_with(|c| {
+            c.tokens = tokens();
+            c.channels.insert("ask".into(), Agreement::everything());
+            c.anonymous_channels.insert("ask".into());
+            c.hold = StdDuration::from_secs(5);
+            c.operations.insert(
+                "ask".into(),
+                RequestResponse {
+                    responder: Responder::Api {
+                        within: StdDuration::from_secs(10),
+                    },
+                    on_unknown: OnUnknown::Retry,
+                },
+            );
+        })
+        .await,
+    );
+    let api = Api::of(&app, OWNER);
+    let sub = api
+        .create(json!({ "name": "answers", "filter": "ask/#" }))
+        .await;
+    let session = api.join(sub, 60_000).await;
+    let post = |r: Request, version: SoapVersion| {
+        let app = app.clone();
+        async move {
+            let resp = app
+                .client
+                .post(app.url("/wsr/ask"))
+                .header("content-type", version.content_type())
+                .body(envelope(version, &r))
+                .send()
+                .await
+                .expect("reaches the gateway");
+            Answer::read(resp).await
+        }
+    };
+    for (version, group) in [
+        (SoapVersion::Soap11, "mid:ask-1"),
+        (SoapVersion::Soap12, "mid:ask-2"),
+    ] {
+        let r = request(&app, group, None, ReplyPattern::Response);
+        let waiting = tokio::spawn(post(r.clone(), version));
+        let message = super::support::eventually("the request reaches the inbox", || async {
+            api.fetch(&session, 1).await.into_iter().next()
+        })
+        .await;
+        assert!(
+            message["payload"].as_str().unwrap_or("").contains("e:echo"),
+            "{message}"
+        );
+        let (status, answer) = api
+            .post(
+                "/api/v1/respond",
+                json!({ "receipt": message["receipt"], "response": ECHO_RESPONSE }),
+            )
+            .await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(answer["settled"], true);
+        let answered = waiting.await.expect("the exchange");
+        assert_eq!(answered.status, 200, "{}", answered.body);
+        let env = answered.envelope();
+        assert_eq!(env.version, version);
+        assert!(env.response.is_some(), "the ack rides on the answer");
+        assert!(env.body.content.contains("echoResponse"));
+        let again = post(r, version).await;
+        assert_eq!(again.body, answered.body, "a copy gets the same bytes");
+        let (status, twice) = api
+            .post(
+                "/api/v1/respond",
+                json!({ "receipt": message["receipt"], "response": ECHO_RESPONSE }),
+            )
+            .await;
+        assert_eq!(status, 409, "answered once: {twice}");
+    }
+    // An answer that is not XML is refused, and nothing is kept for it.
+    let r = request(&app, "mid:ask-bad", None, ReplyPattern::Response);
+    let waiting = tokio::spawn(post(r, SoapVersion::Soap11));
+    let message = super::support::eventually("the request reaches the inbox", || async {
+        api.fetch(&session, 1).await.into_iter().next()
+    })
+    .await;
+    let (status, refused) = api
+        .post(
+            "/api/v1/respond",
+            json!({ "receipt": message["receipt"], "response": "<unclosed>" }),
+        )
+        .await;
+    assert_eq!(status, 400, "{refused}");
+    let (status, answer) = api
+        .post(
+            "/api/v1/respond",
+            json!({ "receipt": message["receipt"], "response": fault_body() }),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let answered = waiting.await.expect("the exchange");
+    assert_eq!(
+        answered.status, 500,
+        "a SOAP Fault answer: {}",
+        answered.body
+    );
+}
+
+fn fault_body() -> &'static str {
+    "<s:Fault xmlns:s=\"http://schemas.xmlsoap.org/soap/envelope/\"><faultcode>s:Client\
+     </faultcode><faultstring>unknown order</faultstring></s:Fault>"
+}
