@@ -19,6 +19,7 @@ mod example_pair;
 mod health;
 mod hostile;
 mod interop;
+mod interop_rr;
 mod malformed;
 mod metrics;
 mod openapi;

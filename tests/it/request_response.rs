@@ -38,13 +38,13 @@ enum Reply {
 
 /// One call the service received.
 #[derive(Debug, Clone)]
-struct Received {
-    headers: HeaderMap,
-    body: String,
+pub(crate) struct Received {
+    pub(crate) headers: HeaderMap,
+    pub(crate) body: String,
 }
 
 #[derive(Clone, Default)]
-struct Script {
+pub(crate) struct Script {
     replies: Arc<Mutex<VecDeque<Reply>>>,
     calls: Arc<Mutex<Vec<Received>>>,
 }
@@ -55,7 +55,7 @@ impl Script {
         self
     }
 
-    fn calls(&self) -> Vec<Received> {
+    pub(crate) fn calls(&self) -> Vec<Received> {
         self.calls.lock().expect("lock").clone()
     }
 }
@@ -73,7 +73,7 @@ fn fault_envelope() -> String {
 
 /// The scripted SOAP service: answers each call by the script (the echo, in the request's
 /// SOAP version, once the script is used up).
-async fn soap_service(script: &Script) -> String {
+pub(crate) async fn soap_service(script: &Script) -> String {
     let s = script.clone();
     let handler = move |headers: HeaderMap, body: Bytes| {
         let s = s.clone();
@@ -116,6 +116,19 @@ async fn soap_service(script: &Script) -> String {
     format!("{}/echo", serve_local(router).await)
 }
 
+/// What a channel answered by the service at `url` is configured as.
+pub(crate) fn by_backend(url: &str) -> RequestResponse {
+    RequestResponse {
+        responder: Responder::Backend(BackendSpec {
+            url: url.to_owned(),
+            timeout: StdDuration::from_millis(500),
+            max_concurrency: 4,
+            tls: Default::default(),
+        }),
+        on_unknown: OnUnknown::Retry,
+    }
+}
+
 /// A gateway whose channel `echo` is answered by the service at `url`.
 async fn gateway(url: &str, adjust: impl FnOnce(&mut wsr_gateway::Config)) -> TestApp {
     let url = url.to_owned();
@@ -123,18 +136,7 @@ async fn gateway(url: &str, adjust: impl FnOnce(&mut wsr_gateway::Config)) -> Te
         c.channels.insert("echo".into(), Agreement::everything());
         c.anonymous_channels.insert("echo".into());
         c.hold = StdDuration::from_secs(5);
-        c.operations.insert(
-            "echo".into(),
-            RequestResponse {
-                responder: Responder::Backend(BackendSpec {
-                    url,
-                    timeout: StdDuration::from_millis(500),
-                    max_concurrency: 4,
-                    tls: Default::default(),
-                }),
-                on_unknown: OnUnknown::Retry,
-            },
-        );
+        c.operations.insert("echo".into(), by_backend(&url));
         adjust(c);
     })
     .await

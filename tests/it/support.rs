@@ -155,6 +155,14 @@ pub async fn spawn_app_at(start: chrono::DateTime<Utc>) -> TestApp {
     spawn_app_on(ManualClock::new(start), |_| {}).await
 }
 
+/// `spawn_app_at` with the configuration adjusted first.
+pub async fn spawn_app_at_with(
+    start: chrono::DateTime<Utc>,
+    adjust: impl FnOnce(&mut Config),
+) -> TestApp {
+    spawn_app_on(ManualClock::new(start), adjust).await
+}
+
 pub async fn spawn_app_with(adjust: impl FnOnce(&mut Config)) -> TestApp {
     spawn_app_on(ManualClock::new(Utc::now()), adjust).await
 }

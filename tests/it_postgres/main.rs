@@ -24,6 +24,8 @@ mod health;
 mod hostile;
 #[path = "../it/interop.rs"]
 mod interop;
+#[path = "../it/interop_rr.rs"]
+mod interop_rr;
 #[path = "../it/metrics.rs"]
 mod metrics;
 #[path = "../it/outbound_trust.rs"]
