@@ -560,3 +560,52 @@ async fn a_console_sign_in_at_one_gateway_holds_at_the_other() {
     g1.stop().await;
     g2.stop().await;
 }
+
+/// A request-response request (D16) sent to one gateway while its copy arrives at the other:
+/// the copy waits for the call the first gateway made, then gets the same bytes; the service
+/// is called once.
+#[tokio::test]
+async fn a_request_response_copy_at_the_other_gateway_waits_for_the_call_and_gets_its_bytes() {
+    use std::sync::Arc;
+
+    use crate::request_response::{Reply, Script, by_backend, call, request, soap_service};
+    use wsr_gateway::wsr::SoapVersion;
+
+    let db = TestDatabase::create().await;
+    let script = Script::default();
+    let release = Arc::new(tokio::sync::Notify::new());
+    script.then(Reply::After(release.clone()));
+    let url = soap_service(&script).await;
+    let (mut config, clock) = gateway_config(&db);
+    config.channels.insert(
+        "echo".into(),
+        wsr_gateway::rmp::agreement::Agreement::everything(),
+    );
+    config.anonymous_channels.insert("echo".into());
+    config.hold = std::time::Duration::from_secs(10);
+    let mut op = by_backend(&url);
+    if let wsr_gateway::outbound::backend::Responder::Backend(b) = &mut op.responder {
+        b.timeout = std::time::Duration::from_secs(10);
+    }
+    config.operations.insert("echo".into(), op);
+    let g1 = Arc::new(crate::support::start(config.clone(), clock.clone()).await);
+    let g2 = Arc::new(crate::support::start(config, clock).await);
+    let r = request(&g1, "mid:rr-cluster", None, ReplyPattern::Response);
+    let (a, r1) = (g1.clone(), r.clone());
+    let original = tokio::spawn(async move { call(&a, SoapVersion::Soap11, &r1).await });
+    crate::support::eventually("the call is out", || async {
+        (!script.calls().is_empty()).then_some(())
+    })
+    .await;
+    let (b, r2) = (g2.clone(), r.clone());
+    let copy = tokio::spawn(async move { call(&b, SoapVersion::Soap11, &r2).await });
+    release.notify_one();
+    let original = original.await.expect("original");
+    let copy = copy.await.expect("copy");
+    assert_eq!(original.status, 200, "{}", original.body);
+    assert_eq!(
+        copy.body, original.body,
+        "the same bytes through the other gateway"
+    );
+    assert_eq!(script.calls().len(), 1);
+}

@@ -27,7 +27,7 @@ const ECHO_RESPONSE: &str = "<e:echoResponse xmlns:e=\"urn:echo\">hello</e:echoR
 
 /// What the scripted service answers one call with.
 #[derive(Clone)]
-enum Reply {
+pub(crate) enum Reply {
     /// Status, media type, body.
     Says(u16, &'static str, String),
     /// Waits for the test to release it, then answers the echo.
@@ -50,7 +50,7 @@ pub(crate) struct Script {
 }
 
 impl Script {
-    fn then(&self, reply: Reply) -> &Self {
+    pub(crate) fn then(&self, reply: Reply) -> &Self {
         self.replies.lock().expect("lock").push_back(reply);
         self
     }
@@ -142,7 +142,12 @@ async fn gateway(url: &str, adjust: impl FnOnce(&mut wsr_gateway::Config)) -> Te
     .await
 }
 
-fn request(app: &TestApp, group: &str, number: Option<u64>, pattern: ReplyPattern) -> Request {
+pub(crate) fn request(
+    app: &TestApp,
+    group: &str,
+    number: Option<u64>,
+    pattern: ReplyPattern,
+) -> Request {
     Request {
         message_id: MessageId {
             group_id: GroupId::parse(group).expect("group id"),
@@ -182,7 +187,7 @@ fn envelope(version: SoapVersion, r: &Request) -> String {
     )
 }
 
-async fn call(app: &TestApp, version: SoapVersion, r: &Request) -> Answer {
+pub(crate) async fn call(app: &TestApp, version: SoapVersion, r: &Request) -> Answer {
     let body = envelope(version, r);
     let resp = app
         .client
@@ -196,7 +201,7 @@ async fn call(app: &TestApp, version: SoapVersion, r: &Request) -> Answer {
     Answer::read(resp).await
 }
 
-fn fault_of(answer: &Answer) -> Option<FaultCode> {
+pub(crate) fn fault_of(answer: &Answer) -> Option<FaultCode> {
     answer.envelope().body.fault
 }
 
@@ -645,4 +650,59 @@ async fn an_application_answers_through_the_api_and_every_copy_gets_its_answer()
 fn fault_body() -> &'static str {
     "<s:Fault xmlns:s=\"http://schemas.xmlsoap.org/soap/envelope/\"><faultcode>s:Client\
      </faultcode><faultstring>unknown order</faultstring></s:Fault>"
+}
+
+/// What a gateway killed between its call to the service and the commit of the answer leaves:
+/// a call out, with no gateway left to finish it. Its outcome is unknown, so the next copy
+/// calls again (with the same idempotency headers) under `retry`, and is failed for good under
+/// `fail`. (The chaos run kills real gateway processes at that moment.)
+#[tokio::test]
+async fn a_call_left_by_a_gateway_killed_before_its_commit_is_retried_or_failed() {
+    for on_unknown in [OnUnknown::Retry, OnUnknown::Fail] {
+        let script = Script::default();
+        let app = gateway(&soap_service(&script).await, |c| {
+            if let Some(op) = c.operations.get_mut("echo") {
+                op.on_unknown = on_unknown;
+            }
+        })
+        .await;
+        let r = request(&app, "mid:rr-killed", Some(0), ReplyPattern::Response);
+        let key = r.key();
+        let then = app.clock.now_utc() - Duration::minutes(5);
+        let left = wsr_gateway::store::NewCall {
+            partner: "",
+            key: &key,
+            channel: "echo",
+            source: "127.0.0.1",
+            now: then,
+            keep_until: r.expiry_time + Duration::hours(2),
+        };
+        assert!(
+            app.store
+                .begin_call(left, None)
+                .await
+                .expect("the dead gateway's call")
+        );
+        let answer = call(&app, SoapVersion::Soap11, &r).await;
+        match on_unknown {
+            OnUnknown::Retry => {
+                assert_eq!(answer.status, 200, "{}", answer.body);
+                let calls = script.calls();
+                assert_eq!(calls.len(), 1, "called again");
+                assert_eq!(calls[0].headers["wsr-group-id"], "mid:rr-killed");
+                assert_eq!(calls[0].headers["wsr-sequence-number"], "0");
+                let again = call(&app, SoapVersion::Soap11, &r).await;
+                assert_eq!(again.body, answer.body);
+            }
+            OnUnknown::Fail => {
+                assert_eq!(
+                    fault_of(&answer),
+                    Some(FaultCode::PermanentProcessingFailure)
+                );
+                assert!(script.calls().is_empty(), "not called again");
+                let doubt = app.store.exchanges_in_doubt(10).await.expect("reads");
+                assert_eq!(doubt.len(), 1, "shown to operators");
+            }
+        }
+    }
 }
