@@ -132,6 +132,7 @@ pub(crate) fn routes() -> Vec<(Method, &'static str, &'static str)> {
         (M::POST, "/api/v1/sessions/x/fetch", consume_only),
         (M::POST, "/api/v1/sessions/x/heartbeat", consume_only),
         (M::POST, "/api/v1/settle", consume_only),
+        (M::POST, "/api/v1/respond", consume_only),
         (M::POST, "/api/v1/extend", consume_only),
     ]
 }
