@@ -652,3 +652,60 @@ async fn behind_a_host_rewriting_proxy_the_forwarded_host_is_the_origin_to_match
     );
     app.stop().await;
 }
+
+/// Request-response channels (D16) on the overview, with the requests in doubt toward their
+/// service (a call whose outcome stayed unknown under `on_unknown = "fail"`).
+#[tokio::test]
+async fn the_overview_shows_request_response_channels_and_requests_in_doubt() {
+    use wsr_gateway::outbound::backend::{BackendSpec, RequestResponse, Responder};
+    use wsr_gateway::rmp::exchange::OnUnknown;
+    let app = spawn_app_with(|c| {
+        c.tokens = vec![ApiToken::plain(ADMIN, "ops", vec![Scope::Admin])];
+        c.operations.insert(
+            "default".into(),
+            RequestResponse {
+                responder: Responder::Backend(BackendSpec {
+                    url: "http://user:secret@127.0.0.1:9/echo?key=1".into(),
+                    timeout: std::time::Duration::from_millis(100),
+                    max_concurrency: 1,
+                    tls: Default::default(),
+                }),
+                on_unknown: OnUnknown::Fail,
+            },
+        );
+    })
+    .await;
+    let key = wsr_gateway::wsr::MessageKey {
+        group_id: wsr_gateway::wsr::GroupId::parse("mid:doubt@console").expect("id"),
+        number: Some(3),
+    };
+    let now = chrono::Utc::now();
+    let call = wsr_gateway::store::NewCall {
+        partner: "",
+        key: &key,
+        channel: "default",
+        source: "127.0.0.1",
+        now,
+        keep_until: now + chrono::Duration::hours(1),
+    };
+    assert!(app.store.begin_call(call, None).await.expect("call out"));
+    app.store
+        .call_unknown("", &key, true)
+        .await
+        .expect("in doubt");
+    let cookie = signed_in(&app).await;
+    let (status, page) = get(&app, &cookie, "/console").await;
+    assert_eq!(status, StatusCode::OK);
+    let channel = row_of(&page, "Request-response channels", "default");
+    assert!(
+        channel[0].contains("http://127.0.0.1:9/echo"),
+        "{channel:?}"
+    );
+    assert!(
+        !page.contains("secret"),
+        "no credential of the URL on the page"
+    );
+    let doubt = row_of(&page, "Requests in doubt toward a service", "default");
+    assert_eq!(doubt[1], "mid:doubt@console");
+    assert_eq!(doubt[2], "3");
+}

@@ -19,6 +19,37 @@ use crate::outbound::operator::{ActionError, OperatorAction, act, check_reason};
 use crate::outbound::view::message_json;
 use crate::store::outbound::{OutFilter, OutMessage};
 
+/// The partner's business response kept with the message (D16): what it is, and its text up
+/// to `MAX_RESPONSE_SHOWN` bytes.
+fn business_response(kept: &crate::store::outbound::KeptResponse) -> String {
+    let info = &kept.info;
+    let mut out = String::from("<h2>Business response</h2>");
+    out.push_str(&facts(
+        "The partner's answer",
+        &[
+            ("Content-Type", esc(&info.content_type)),
+            ("Size", format!("{} bytes", info.size)),
+            (
+                "SOAP Fault",
+                if info.soap_fault { "yes" } else { "no" }.into(),
+            ),
+            ("Received", when(&info.received_at)),
+        ],
+    ));
+    let shown = &kept.body[..kept.body.len().min(MAX_RESPONSE_SHOWN)];
+    let text = String::from_utf8_lossy(shown);
+    let more = if kept.body.len() > MAX_RESPONSE_SHOWN {
+        "\n…"
+    } else {
+        ""
+    };
+    let _ = write!(out, "<pre>{}{more}</pre>", esc(&text));
+    out
+}
+
+/// The longest part of a business response the page shows (the API gives all of it).
+const MAX_RESPONSE_SHOWN: usize = 64 * 1024;
+
 #[derive(Deserialize)]
 pub struct MessagesQuery {
     state: Option<String>,
@@ -194,6 +225,9 @@ pub async fn message(
         &events,
     ));
     let _ = write!(body, "<h2>Envelope</h2><pre>{}</pre>", esc(&m.envelope));
+    if let Some(kept) = store(app.store.out_response(id).await)? {
+        body.push_str(&business_response(&kept));
+    }
     shown(&format!("Outbound message {id}"), &body)
 }
 

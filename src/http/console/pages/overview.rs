@@ -13,13 +13,18 @@ use super::super::html::{esc, link, query_value, table};
 use super::{MAX_SUBSCRIPTIONS, Page, partner_query, sender_shown, shown, store};
 use crate::http::AppState;
 use crate::metrics::{ANONYMOUS, faults_answered};
+use crate::outbound::backend::{RequestResponse, Responder};
+use crate::outbound::http_client::redacted;
 use crate::outbound::operator::in_doubt_by_partner;
+use crate::rmp::exchange::OnUnknown;
 use crate::store::overview::Receiving;
 
 /// The window the received rates are taken over.
 const RATE_WINDOW_SECONDS: i64 = 60;
 /// Messages a poll may settle looked at, at most, to count those in doubt.
 const IN_DOUBT_LOOKED_AT: usize = 5_000;
+/// Requests in doubt toward a service listed, at most.
+const MAX_IN_DOUBT_SHOWN: i64 = 100;
 
 /// A partner as the fault tally labels it (`ANONYMOUS` for callers without one), shown as
 /// the store's partners are.
@@ -57,6 +62,9 @@ pub async fn overview(Operator(_): Operator, State(app): State<AppState>) -> Pag
     body.push_str(&receiving(&traffic));
     body.push_str(&sending(&traffic, &in_doubt));
     body.push_str(&faults());
+    body.push_str(&request_response(&app.config.operations));
+    let doubted = store(app.store.exchanges_in_doubt(MAX_IN_DOUBT_SHOWN).await)?;
+    body.push_str(&in_doubt_toward_services(&doubted));
 
     let groups: Vec<Vec<String>> = stats
         .groups
@@ -87,6 +95,56 @@ pub async fn overview(Operator(_): Operator, State(app): State<AppState>) -> Pag
         &subs,
     ));
     shown("Overview", &body)
+}
+
+/// The request-response channels (D16) and who answers each.
+fn request_response(operations: &BTreeMap<String, RequestResponse>) -> String {
+    let rows: Vec<Vec<String>> = operations
+        .iter()
+        .map(|(channel, op)| {
+            let responder = match &op.responder {
+                Responder::Backend(b) => format!("SOAP service {}", redacted(&b.url)),
+                Responder::Api { within } => {
+                    format!(
+                        "applications (POST /api/v1/respond within {} ms)",
+                        within.as_millis()
+                    )
+                }
+            };
+            let on_unknown = match op.on_unknown {
+                OnUnknown::Retry => "call again",
+                OnUnknown::Fail => "fail (PermanentProcessingFailure)",
+            };
+            vec![esc(channel), esc(&responder), on_unknown.into()]
+        })
+        .collect();
+    table(
+        "Request-response channels",
+        &["Channel", "Answered by", "Unknown outcome"],
+        &rows,
+    )
+}
+
+/// Requests whose call to their service had an unknown outcome, failed for good under
+/// `on_unknown = "fail"`: the service may or may not have acted on them.
+fn in_doubt_toward_services(doubted: &[crate::store::Exchange]) -> String {
+    let rows: Vec<Vec<String>> = doubted
+        .iter()
+        .map(|e| {
+            vec![
+                esc(&e.channel),
+                esc(sender_shown(&e.partner)),
+                esc(e.key.group_id.as_str()),
+                e.key.number.map_or("—".into(), |n| n.to_string()),
+                e.started_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
+            ]
+        })
+        .collect();
+    table(
+        "Requests in doubt toward a service (oldest first)",
+        &["Channel", "Partner", "Group id", "Number", "Called at"],
+        &rows,
+    )
 }
 
 /// Received traffic and what waits, by channel and partner, with the faults this gateway
