@@ -130,6 +130,52 @@ pub enum OurCredentials {
     Bearer(Secret),
 }
 
+/// The `our_*` keys of a partner or of a SOAP backend (`[channels.backend]`): what we present.
+pub struct OurCredentialKeys<'a> {
+    pub username: Option<String>,
+    pub password: Option<&'a str>,
+    pub password_file: Option<&'a Path>,
+    pub password_env: Option<&'a str>,
+    pub token: Option<&'a str>,
+    pub token_file: Option<&'a Path>,
+    pub token_env: Option<&'a str>,
+}
+
+impl OurCredentialKeys<'_> {
+    /// Basic (username and password), Bearer (a token), or none; `who` names the owner in
+    /// errors. Secrets are read here (inline, from a file, or from the environment).
+    pub fn check(self, who: &str, base: Option<&Path>) -> anyhow::Result<Option<OurCredentials>> {
+        let ctx = |what: &str| format!("{who}: {what}");
+        let password = load_secret(
+            &ctx("our_password"),
+            base,
+            self.password,
+            self.password_file,
+            self.password_env,
+        )?;
+        let token = load_secret(
+            &ctx("our_token"),
+            base,
+            self.token,
+            self.token_file,
+            self.token_env,
+        )?;
+        Ok(match (self.username, password, token) {
+            (_, Some(_), Some(_)) => bail!("{who}: give our_password or our_token, not both"),
+            (Some(username), Some(password), None) => {
+                if username.contains(':') {
+                    bail!("{who}: our_username may not contain ':'");
+                }
+                Some(OurCredentials::Basic { username, password })
+            }
+            (None, Some(_), None) => bail!("{who}: our_password needs our_username"),
+            (Some(_), None, _) => bail!("{who}: our_username needs our_password"),
+            (None, None, Some(token)) => Some(OurCredentials::Bearer(token)),
+            (None, None, None) => None,
+        })
+    }
+}
+
 impl OurCredentials {
     /// The `Authorization` header value.
     pub fn header(&self) -> String {
@@ -210,35 +256,16 @@ impl PartnerConfig {
         };
         let offers = self.offers.as_deref().map(features).transpose()?;
         let requires = features(&self.requires)?;
-        let our_password = load_secret(
-            &ctx("our_password"),
-            base,
-            self.our_password.as_deref(),
-            self.our_password_file.as_deref(),
-            self.our_password_env.as_deref(),
-        )?;
-        let our_token = load_secret(
-            &ctx("our_token"),
-            base,
-            self.our_token.as_deref(),
-            self.our_token_file.as_deref(),
-            self.our_token_env.as_deref(),
-        )?;
-        let credentials = match (self.our_username, our_password, our_token) {
-            (_, Some(_), Some(_)) => {
-                bail!("partner {name}: give our_password or our_token, not both")
-            }
-            (Some(username), Some(password), None) => {
-                if username.contains(':') {
-                    bail!("partner {name}: our_username may not contain ':'");
-                }
-                Some(OurCredentials::Basic { username, password })
-            }
-            (None, Some(_), None) => bail!("partner {name}: our_password needs our_username"),
-            (Some(_), None, _) => bail!("partner {name}: our_username needs our_password"),
-            (None, None, Some(token)) => Some(OurCredentials::Bearer(token)),
-            (None, None, None) => None,
-        };
+        let credentials = OurCredentialKeys {
+            username: self.our_username,
+            password: self.our_password.as_deref(),
+            password_file: self.our_password_file.as_deref(),
+            password_env: self.our_password_env.as_deref(),
+            token: self.our_token.as_deref(),
+            token_file: self.our_token_file.as_deref(),
+            token_env: self.our_token_env.as_deref(),
+        }
+        .check(&format!("partner {name}"), base)?;
         if self.client_cert_file.is_some() != self.client_key_file.is_some() {
             bail!("partner {name}: client_cert_file and client_key_file go together");
         }

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use super::channels::ChannelConfig;
 use crate::endpoint::check_endpoint;
 use crate::outbound::backend::{BackendSpec, RequestResponse, Responder};
-use crate::partners::PartnerTls;
+use crate::partners::{OurCredentialKeys, PartnerTls};
 use crate::rmp::exchange::OnUnknown;
 use crate::secrets::relative_to;
 
@@ -29,6 +29,15 @@ pub struct BackendConfig {
     pub ca_file: Option<PathBuf>,
     pub client_cert_file: Option<PathBuf>,
     pub client_key_file: Option<PathBuf>,
+    /// What we present to the service, as towards a partner: Basic (`our_username` with
+    /// `our_password[_file|_env]`) or Bearer (`our_token[_file|_env]`).
+    pub our_username: Option<String>,
+    pub our_password: Option<String>,
+    pub our_password_file: Option<PathBuf>,
+    pub our_password_env: Option<String>,
+    pub our_token: Option<String>,
+    pub our_token_file: Option<PathBuf>,
+    pub our_token_env: Option<String>,
 }
 
 const DEFAULT_TIMEOUT_MS: u64 = 30_000;
@@ -101,6 +110,16 @@ fn backend(b: &BackendConfig, base: Option<&Path>) -> anyhow::Result<BackendSpec
         bail!("client_cert_file and client_key_file go together");
     }
     let path = |p: &Option<PathBuf>| p.as_deref().map(|p| relative_to(base, p));
+    let credentials = OurCredentialKeys {
+        username: b.our_username.clone(),
+        password: b.our_password.as_deref(),
+        password_file: b.our_password_file.as_deref(),
+        password_env: b.our_password_env.as_deref(),
+        token: b.our_token.as_deref(),
+        token_file: b.our_token_file.as_deref(),
+        token_env: b.our_token_env.as_deref(),
+    }
+    .check("backend", base)?;
     Ok(BackendSpec {
         url: b.url.clone(),
         timeout: Duration::from_millis(bounded(b.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS))),
@@ -110,6 +129,7 @@ fn backend(b: &BackendConfig, base: Option<&Path>) -> anyhow::Result<BackendSpec
             client_cert_file: path(&b.client_cert_file),
             client_key_file: path(&b.client_key_file),
         },
+        credentials,
     })
 }
 
@@ -131,7 +151,7 @@ mod tests {
         let c = load(
             "[[channels]]\nname = \"echo\"\noperation = \"request-response\"\n\
              on_unknown = \"fail\"\n[channels.backend]\nurl = \"http://127.0.0.1:9/echo\"\n\
-             timeout_ms = 500\n\
+             timeout_ms = 500\nour_username = \"gw\"\nour_password = \"pw\"\n\
              [[channels]]\nname = \"ask\"\noperation = \"request-response\"\n\
              [[channels]]\nname = \"plain\"\n",
         )
@@ -142,6 +162,10 @@ mod tests {
             Responder::Backend(b) => {
                 assert_eq!(b.url, "http://127.0.0.1:9/echo");
                 assert_eq!(b.timeout.as_millis(), 500);
+                assert!(matches!(
+                    b.credentials,
+                    Some(crate::partners::OurCredentials::Basic { .. })
+                ));
             }
             other => panic!("{other:?}"),
         }

@@ -8,12 +8,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use reqwest::header::CONTENT_TYPE;
+use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use tokio::sync::Semaphore;
 
 use super::http_client::{self, exchange};
 use super::partner_clients::tls_client;
-use crate::partners::PartnerTls;
+use crate::partners::{OurCredentials, PartnerTls};
 use crate::rmp::exchange::{Judged, OnUnknown, judge};
 use crate::rmp::sender::AttemptFailure;
 use crate::wsr::SoapVersion;
@@ -41,6 +41,8 @@ pub struct BackendSpec {
     pub timeout: Duration,
     pub max_concurrency: usize,
     pub tls: PartnerTls,
+    /// What we present to the service (never logged: `Secret`).
+    pub credentials: Option<OurCredentials>,
 }
 
 /// One call to a backend.
@@ -68,9 +70,12 @@ pub struct Backends {
     by_channel: Arc<BTreeMap<String, Backend>>,
 }
 
+/// No `Debug`: it holds our credentials.
 struct Backend {
     url: String,
     client: reqwest::Client,
+    /// Marked sensitive, so that no `Debug` of a request shows it.
+    authorization: Option<HeaderValue>,
     slots: Semaphore,
 }
 
@@ -89,11 +94,26 @@ impl Backends {
             } else {
                 tls_client(&who, &spec.tls, spec.timeout)?
             };
+            let authorization = spec
+                .credentials
+                .as_ref()
+                .map(|c| {
+                    let mut v = HeaderValue::from_str(&c.header()).map_err(|_| {
+                        anyhow::anyhow!(
+                            "{who}: our credentials cannot be sent in an Authorization header \
+                             (control characters)"
+                        )
+                    })?;
+                    v.set_sensitive(true);
+                    anyhow::Ok(v)
+                })
+                .transpose()?;
             by_channel.insert(
                 channel.clone(),
                 Backend {
                     url: spec.url.clone(),
                     client,
+                    authorization,
                     slots: Semaphore::new(spec.max_concurrency),
                 },
             );
@@ -121,6 +141,9 @@ impl Backends {
         if call.version == SoapVersion::Soap11 {
             let action = call.soap_action.unwrap_or("\"\"");
             request = request.header("SOAPAction", action);
+        }
+        if let Some(auth) = &backend.authorization {
+            request = request.header(AUTHORIZATION, auth.clone());
         }
         for (name, value) in &call.idempotency {
             request = request.header(*name, value);

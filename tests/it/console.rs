@@ -669,6 +669,7 @@ async fn the_overview_shows_request_response_channels_and_requests_in_doubt() {
                     timeout: std::time::Duration::from_millis(100),
                     max_concurrency: 1,
                     tls: Default::default(),
+                    credentials: None,
                 }),
                 on_unknown: OnUnknown::Fail,
             },

@@ -124,6 +124,7 @@ pub(crate) fn by_backend(url: &str) -> RequestResponse {
             timeout: StdDuration::from_millis(500),
             max_concurrency: 4,
             tls: Default::default(),
+            credentials: None,
         }),
         on_unknown: OnUnknown::Retry,
     }
@@ -209,7 +210,18 @@ pub(crate) fn fault_of(answer: &Answer) -> Option<FaultCode> {
 async fn the_business_response_carries_the_ack_and_a_duplicate_gets_the_same_bytes() {
     for version in [SoapVersion::Soap11, SoapVersion::Soap12] {
         let script = Script::default();
-        let app = gateway(&soap_service(&script).await, |_| {}).await;
+        let app = gateway(&soap_service(&script).await, |c| {
+            if let Some(RequestResponse {
+                responder: Responder::Backend(b),
+                ..
+            }) = c.operations.get_mut("echo")
+            {
+                b.credentials = Some(wsr_gateway::partners::OurCredentials::Bearer(
+                    wsr_gateway::secrets::Secret::new("service-token-0123456789"),
+                ));
+            }
+        })
+        .await;
         let r = request(&app, "mid:rr-1", None, ReplyPattern::Response);
         let first = call(&app, version, &r).await;
         assert_eq!(first.status, 200, "{}", first.body);
@@ -237,6 +249,10 @@ async fn the_business_response_carries_the_ack_and_a_duplicate_gets_the_same_byt
                 .contains("<e:echo xmlns:e=\"urn:echo\">hello</e:echo>")
         );
         assert_eq!(sent.headers["wsr-group-id"], "mid:rr-1");
+        assert_eq!(
+            sent.headers["authorization"], "Bearer service-token-0123456789",
+            "our credentials towards the service"
+        );
         assert!(sent.headers.get("wsr-sequence-number").is_none());
         if version == SoapVersion::Soap11 {
             assert_eq!(sent.headers["soapaction"], "\"urn:echo\"");
