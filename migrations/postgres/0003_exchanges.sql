@@ -13,7 +13,7 @@ CREATE TABLE exchanges (
     source       TEXT NOT NULL,
     state        TEXT NOT NULL,
     started_at   BIGINT NOT NULL,
-    status       INTEGER NOT NULL DEFAULT 0,
+    status       BIGINT NOT NULL DEFAULT 0,
     content_type TEXT NOT NULL DEFAULT '',
     body         BYTEA,
     size         BIGINT NOT NULL DEFAULT 0,

@@ -144,6 +144,125 @@ pub trait ExchangeStore: Send + Sync {
     ) -> StoreFuture<'a, Result<u64, StoreError>>;
 }
 
+/// An `exchanges` row as both backends read it (`SELECT_COLUMNS`).
+pub(in crate::store) type ExchangeRow = (
+    String,
+    String,
+    i64,
+    String,
+    String,
+    i64,
+    i64,
+    String,
+    Option<Vec<u8>>,
+);
+
+/// The columns of an `ExchangeRow`, in its order.
+macro_rules! exchange_columns {
+    () => {
+        "partner, group_id, number, channel, state, started_at, status, content_type, body"
+    };
+}
+pub(in crate::store) use exchange_columns;
+
+/// The reads both backends share (one SQL text each, `$n` placeholders).
+macro_rules! exchange_reads {
+    () => {
+        fn exchange<'a>(
+            &'a self,
+            partner: &'a str,
+            key: &'a $crate::wsr::MessageKey,
+            now: chrono::DateTime<chrono::Utc>,
+        ) -> $crate::store::StoreFuture<
+            'a,
+            Result<Option<$crate::store::Exchange>, $crate::store::StoreError>,
+        > {
+            Box::pin(async move {
+                let row: Option<$crate::store::exchange::ExchangeRow> = sqlx::query_as(concat!(
+                    "SELECT ",
+                    $crate::store::exchange::exchange_columns!(),
+                    " FROM exchanges WHERE partner = $1 AND group_id = $2 AND number = $3 \
+                     AND keep_until >= $4"
+                ))
+                .bind(partner)
+                .bind(key.group_id.as_str())
+                .bind($crate::store::exchange::slot_of(key))
+                .bind($crate::store::time::millis(now))
+                .fetch_optional(&self.pool)
+                .await?;
+                row.map($crate::store::exchange::exchange_of).transpose()
+            })
+        }
+
+        fn answer_bytes_of<'a>(
+            &'a self,
+            source: &'a str,
+            now: chrono::DateTime<chrono::Utc>,
+        ) -> $crate::store::StoreFuture<'a, Result<u64, $crate::store::StoreError>> {
+            Box::pin(async move {
+                let bytes: Option<i64> = sqlx::query_scalar(
+                    "SELECT CAST(SUM(size) AS BIGINT) FROM exchanges WHERE source = $1 \
+                     AND keep_until >= $2",
+                )
+                .bind(source)
+                .bind($crate::store::time::millis(now))
+                .fetch_one(&self.pool)
+                .await?;
+                Ok(bytes.unwrap_or(0).max(0) as u64)
+            })
+        }
+
+        fn exchanges_in_doubt<'a>(
+            &'a self,
+            limit: i64,
+        ) -> $crate::store::StoreFuture<
+            'a,
+            Result<Vec<$crate::store::Exchange>, $crate::store::StoreError>,
+        > {
+            Box::pin(async move {
+                let rows: Vec<$crate::store::exchange::ExchangeRow> = sqlx::query_as(concat!(
+                    "SELECT ",
+                    $crate::store::exchange::exchange_columns!(),
+                    " FROM exchanges WHERE state = 'in_doubt' ORDER BY started_at LIMIT $1"
+                ))
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?;
+                rows.into_iter()
+                    .map($crate::store::exchange::exchange_of)
+                    .collect()
+            })
+        }
+    };
+}
+pub(in crate::store) use exchange_reads;
+
+/// An `ExchangeRow` read back.
+pub(in crate::store) fn exchange_of(row: ExchangeRow) -> Result<Exchange, StoreError> {
+    let (partner, group_id, number, channel, state, started_at, status, content_type, body) = row;
+    let state = ExchangeState::parse(&state)
+        .ok_or_else(|| StoreError::Corrupt(format!("exchange state {state:?}")))?;
+    let group_id = crate::wsr::GroupId::parse(&group_id).map_err(StoreError::Corrupt)?;
+    Ok(Exchange {
+        partner,
+        key: MessageKey {
+            group_id,
+            number: Some(number as u64),
+        },
+        channel,
+        state,
+        started_at: crate::store::time::from_millis(started_at),
+        answer: match (state, body) {
+            (ExchangeState::Answered, Some(body)) => Some(CachedAnswer {
+                status: u16::try_from(status).unwrap_or(500),
+                content_type,
+                body: body.into(),
+            }),
+            _ => None,
+        },
+    })
+}
+
 /// The number column of a key: the group state's slot (a singleton is 0).
 pub(in crate::store) fn slot_of(key: &MessageKey) -> i64 {
     crate::rmp::group::slot(key.number) as i64

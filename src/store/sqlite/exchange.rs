@@ -2,70 +2,16 @@
 
 use chrono::{DateTime, Utc};
 use rusqlite::params;
-use sqlx::Row;
 
 use super::{SqliteStore, Wakes};
 use crate::store::error::StoreError;
-use crate::store::exchange::{
-    CachedAnswer, Exchange, ExchangeState, ExchangeStore, NewCall, slot_of,
-};
+use crate::store::exchange::{CachedAnswer, ExchangeStore, NewCall, slot_of};
 use crate::store::future::StoreFuture;
-use crate::store::time::{from_millis, millis};
-use crate::wsr::{GroupId, MessageKey};
-
-const COLUMNS: &str = "partner, group_id, number, channel, state, started_at, status, \
-                       content_type, body";
-
-fn exchange_of(r: &sqlx::sqlite::SqliteRow) -> Result<Exchange, StoreError> {
-    let state: String = r.try_get("state")?;
-    let state = ExchangeState::parse(&state)
-        .ok_or_else(|| StoreError::Corrupt(format!("exchange state {state:?}")))?;
-    let group_id: String = r.try_get("group_id")?;
-    let group_id = GroupId::parse(&group_id).map_err(StoreError::Corrupt)?;
-    let body: Option<Vec<u8>> = r.try_get("body")?;
-    let status: i64 = r.try_get("status")?;
-    Ok(Exchange {
-        partner: r.try_get("partner")?,
-        key: MessageKey {
-            group_id,
-            number: Some(r.try_get::<i64, _>("number")? as u64),
-        },
-        channel: r.try_get("channel")?,
-        state,
-        started_at: from_millis(r.try_get("started_at")?),
-        answer: match (state, body) {
-            (ExchangeState::Answered, Some(body)) => Some(CachedAnswer {
-                status: u16::try_from(status).unwrap_or(500),
-                content_type: r.try_get("content_type")?,
-                body: body.into(),
-            }),
-            _ => None,
-        },
-    })
-}
+use crate::store::time::millis;
+use crate::wsr::MessageKey;
 
 impl ExchangeStore for SqliteStore {
-    fn exchange<'a>(
-        &'a self,
-        partner: &'a str,
-        key: &'a MessageKey,
-        now: DateTime<Utc>,
-    ) -> StoreFuture<'a, Result<Option<Exchange>, StoreError>> {
-        Box::pin(async move {
-            let sql = format!(
-                "SELECT {COLUMNS} FROM exchanges WHERE partner = $1 AND group_id = $2 \
-                 AND number = $3 AND keep_until >= $4"
-            );
-            let row = sqlx::query(sqlx::AssertSqlSafe(sql))
-                .bind(partner)
-                .bind(key.group_id.as_str())
-                .bind(slot_of(key))
-                .bind(millis(now))
-                .fetch_optional(&self.pool)
-                .await?;
-            row.as_ref().map(exchange_of).transpose()
-        })
-    }
+    crate::store::exchange::exchange_reads!();
 
     fn begin_call<'a>(
         &'a self,
@@ -229,40 +175,6 @@ impl ExchangeStore for SqliteStore {
                 Ok(((), Wakes::NONE))
             })
             .await
-        })
-    }
-
-    fn answer_bytes_of<'a>(
-        &'a self,
-        source: &'a str,
-        now: DateTime<Utc>,
-    ) -> StoreFuture<'a, Result<u64, StoreError>> {
-        Box::pin(async move {
-            let bytes: Option<i64> = sqlx::query_scalar(
-                "SELECT SUM(size) FROM exchanges WHERE source = $1 AND keep_until >= $2",
-            )
-            .bind(source)
-            .bind(millis(now))
-            .fetch_one(&self.pool)
-            .await?;
-            Ok(bytes.unwrap_or(0).max(0) as u64)
-        })
-    }
-
-    fn exchanges_in_doubt<'a>(
-        &'a self,
-        limit: i64,
-    ) -> StoreFuture<'a, Result<Vec<Exchange>, StoreError>> {
-        Box::pin(async move {
-            let sql = format!(
-                "SELECT {COLUMNS} FROM exchanges WHERE state = 'in_doubt' \
-                 ORDER BY started_at LIMIT $1"
-            );
-            let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-                .bind(limit)
-                .fetch_all(&self.pool)
-                .await?;
-            rows.iter().map(exchange_of).collect()
         })
     }
 
