@@ -17,10 +17,12 @@ use tokio::time::Instant;
 
 use super::Inbound;
 use crate::outbound::backend::{BackendSpec, Call, Called, RequestResponse, Responder};
-use crate::rmp::exchange::{Business, Gate, Judged, OnUnknown, answer_bytes, gate, keep_until};
+use crate::rmp::exchange::{
+    Business, Gate, Judged, OnUnknown, Step, answer_bytes, gate, keep_until,
+};
 use crate::rmp::receiver::Verdict;
 use crate::rmp::replies::reply_for;
-use crate::store::{CachedAnswer, ExchangeState, NewCall, ReceivedMessage, StoreError};
+use crate::store::{CachedAnswer, NewCall, ReceivedMessage, StoreError};
 use crate::wsr::splice::without_wsr_blocks;
 use crate::wsr::{
     Envelope, FaultCode, Headers, Limits, MessageKey, ReplyPattern, Request, Response, SoapVersion,
@@ -86,40 +88,35 @@ impl Asked<'_> {
         let mut look = LOOK_AGAIN;
         loop {
             let now = ctx.clock.now();
-            match ctx.store.exchange(self.partner, &key, now).await? {
-                Some(ex) => match (ex.state, ex.answer) {
-                    (ExchangeState::Answered, Some(answer)) => return self.deliver(answer).await,
-                    (ExchangeState::Answered, None) => {
-                        return Err(StoreError::Corrupt(
-                            "an answered exchange without its answer".into(),
-                        ));
-                    }
-                    (ExchangeState::InDoubt, _) => return Ok(in_doubt()),
-                    (ExchangeState::Calling, _) if ex.started_at < stale_before(backend, now) => {
-                        if let Some(done) = self.unknown_outcome(backend).await? {
-                            return Ok(done);
-                        }
-                    }
-                    (ExchangeState::Calling, _) => {}
-                },
-                None => {
-                    let group_id = key.group_id.as_str();
-                    let group = ctx.store.group(self.partner, group_id).await?;
-                    let skew = ctx.store.policy().clock_skew;
-                    match gate(group.as_ref(), self.request, now, skew) {
-                        Gate::Delivered | Gate::Expired => return Ok(Responded::AsOneWay),
-                        Gate::AheadOfGap => {}
-                        Gate::Open => {
-                            if let Some(refused) = self.over_quota().await? {
-                                return Ok(refused);
-                            }
-                            if self.begin(None).await? {
-                                return self.call().await;
-                            }
-                            // Another copy began the call just now: wait for it.
-                        }
+            let kept = ctx.store.exchange(self.partner, &key, now).await?;
+            let step = match &kept {
+                Some(ex) => Step::kept(ex.state, ex.started_at < stale_before(backend, now)),
+                None => Step::unkept(self.gate(now).await?),
+            };
+            match step {
+                Step::Replay => {
+                    let answer = kept.and_then(|ex| ex.answer).ok_or_else(|| {
+                        StoreError::Corrupt("an answered exchange without its answer".into())
+                    })?;
+                    return self.deliver(answer).await;
+                }
+                Step::InDoubt => return Ok(in_doubt()),
+                Step::AsOneWay => return Ok(Responded::AsOneWay),
+                Step::Unknown => {
+                    if let Some(done) = self.unknown_outcome(backend).await? {
+                        return Ok(done);
                     }
                 }
+                Step::Call => {
+                    if let Some(refused) = self.over_quota().await? {
+                        return Ok(refused);
+                    }
+                    if self.begin(None).await? {
+                        return self.call().await;
+                    }
+                    // Another copy began the call just now: wait for it.
+                }
+                Step::Wait => {}
             }
             if Instant::now() + look > until {
                 return Ok(still_out(self.request));
@@ -127,6 +124,20 @@ impl Asked<'_> {
             tokio::time::sleep(look).await;
             look = (look * 2).min(LOOK_AT_MOST);
         }
+    }
+
+    /// The request's gate (`rmp::exchange::gate`) over its group as stored.
+    async fn gate(&self, now: chrono::DateTime<chrono::Utc>) -> Result<Gate, StoreError> {
+        let store = self.ctx.store;
+        let group = store
+            .group(self.partner, self.request.key().group_id.as_str())
+            .await?;
+        Ok(gate(
+            group.as_ref(),
+            self.request,
+            now,
+            store.policy().clock_skew,
+        ))
     }
 
     /// Delivered to the inbox once, then the application's answer awaited: up to `within`
@@ -144,9 +155,7 @@ impl Asked<'_> {
                 return self.deliver_application_answer(answer).await;
             }
             if !delivered {
-                let group = ctx.store.group(self.partner, key.group_id.as_str()).await?;
-                let skew = ctx.store.policy().clock_skew;
-                match gate(group.as_ref(), self.request, now, skew) {
+                match self.gate(now).await? {
                     Gate::Expired => return Ok(Responded::AsOneWay),
                     Gate::AheadOfGap => {}
                     Gate::Delivered => delivered = true,

@@ -10,6 +10,37 @@ use crate::rmp::group::GroupState;
 use crate::wsr::splice::{self, Shape};
 use crate::wsr::{Request, Response, mime, write_response_block};
 
+/// Where a request's exchange stands (stored with it: `store::exchange`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExchangeState {
+    /// A call went out (since its start) and its outcome is not known yet.
+    Calling,
+    /// The responder answered: the kept answer is the request's.
+    Answered,
+    /// The outcome stayed unknown and the channel fails such requests.
+    InDoubt,
+}
+
+impl ExchangeState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExchangeState::Calling => "calling",
+            ExchangeState::Answered => "answered",
+            ExchangeState::InDoubt => "in_doubt",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<ExchangeState> {
+        [
+            ExchangeState::Calling,
+            ExchangeState::Answered,
+            ExchangeState::InDoubt,
+        ]
+        .into_iter()
+        .find(|state| state.as_str() == s)
+    }
+}
+
 /// What a channel does when a call's outcome is unknown (a timeout after the request went
 /// out, a gateway gone between the call and the commit).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -151,6 +182,46 @@ pub fn gate(
     }
 }
 
+/// What a request to a backend's channel does next, given its kept exchange (if any) and,
+/// without one, its gate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Its answer is kept: give it (after committing the delivery).
+    Replay,
+    /// Its call's outcome stayed unknown and the channel fails such requests.
+    InDoubt,
+    /// A call is out whose gateway gave up on it or died: its outcome is unknown.
+    Unknown,
+    /// A call is out, or a gap is before it: look again shortly.
+    Wait,
+    /// Call the service.
+    Call,
+    /// Not the responder's (delivered long ago, or expired).
+    AsOneWay,
+}
+
+impl Step {
+    /// The step of a request whose exchange is kept in `state`; `stale`: a call out started
+    /// before calls count as out (its timeout and a grace for the commit).
+    pub fn kept(state: ExchangeState, stale: bool) -> Step {
+        match (state, stale) {
+            (ExchangeState::Answered, _) => Step::Replay,
+            (ExchangeState::InDoubt, _) => Step::InDoubt,
+            (ExchangeState::Calling, true) => Step::Unknown,
+            (ExchangeState::Calling, false) => Step::Wait,
+        }
+    }
+
+    /// The step of a request with no exchange kept, by its gate.
+    pub fn unkept(gate: Gate) -> Step {
+        match gate {
+            Gate::Delivered | Gate::Expired => Step::AsOneWay,
+            Gate::AheadOfGap => Step::Wait,
+            Gate::Open => Step::Call,
+        }
+    }
+}
+
 /// How long a request's answer is kept: its ExpiryTime plus the delivered-ID retention, as
 /// long as a resend can still come and ask.
 pub fn keep_until(request: &Request, retention: chrono::Duration) -> DateTime<Utc> {
@@ -243,5 +314,74 @@ mod tests {
         let env = crate::wsr::read_envelope(&bytes, &crate::wsr::Limits::default()).expect("read");
         assert_eq!(env.response.expect("ack").replies.len(), 1);
         assert_eq!(answer_bytes(&b, None), Bytes::from(ECHO11));
+    }
+
+    fn ordered(number: u64, expiry_in: chrono::Duration) -> Request {
+        let now = t0();
+        Request {
+            message_id: crate::wsr::MessageId {
+                group_id: crate::wsr::GroupId::parse("mid:o").expect("id"),
+                sequence: Some(crate::wsr::SequenceNum {
+                    number,
+                    last: false,
+                    group_limit: None,
+                }),
+            },
+            expiry_time: now + expiry_in,
+            reply_pattern: crate::wsr::ReplyPattern::Response,
+            ack_requested: true,
+            duplicate_elimination: true,
+            message_order: true,
+        }
+    }
+
+    fn t0() -> DateTime<Utc> {
+        DateTime::from_timestamp(1_800_000_000, 0).expect("time")
+    }
+
+    #[test]
+    fn an_ordered_request_waits_for_its_gap_and_a_delivered_or_expired_one_is_not_called() {
+        let hour = chrono::Duration::hours(1);
+        let skew = chrono::Duration::zero();
+        assert_eq!(gate(None, &ordered(0, hour), t0(), skew), Gate::Open);
+        assert_eq!(gate(None, &ordered(1, hour), t0(), skew), Gate::AheadOfGap);
+        let req = ordered(0, hour);
+        let params = crate::rmp::group::GroupParams::of(&req, "c");
+        let mut group = GroupState::new(req.message_id.group_id.clone(), params, t0());
+        group.delivered.insert(0);
+        group.next_expected = 1;
+        assert_eq!(
+            gate(Some(&group), &ordered(0, hour), t0(), skew),
+            Gate::Delivered
+        );
+        assert_eq!(
+            gate(Some(&group), &ordered(1, hour), t0(), skew),
+            Gate::Open
+        );
+        assert_eq!(
+            gate(Some(&group), &ordered(2, hour), t0(), skew),
+            Gate::AheadOfGap
+        );
+        let expired = ordered(1, -hour);
+        assert_eq!(gate(Some(&group), &expired, t0(), skew), Gate::Expired);
+    }
+
+    #[test]
+    fn a_kept_exchange_decides_before_the_gate() {
+        assert_eq!(Step::kept(ExchangeState::Answered, true), Step::Replay);
+        assert_eq!(Step::kept(ExchangeState::InDoubt, false), Step::InDoubt);
+        assert_eq!(Step::kept(ExchangeState::Calling, false), Step::Wait);
+        assert_eq!(Step::kept(ExchangeState::Calling, true), Step::Unknown);
+        assert_eq!(Step::unkept(Gate::Open), Step::Call);
+        assert_eq!(Step::unkept(Gate::AheadOfGap), Step::Wait);
+        assert_eq!(Step::unkept(Gate::Delivered), Step::AsOneWay);
+        assert_eq!(Step::unkept(Gate::Expired), Step::AsOneWay);
+        for state in [
+            ExchangeState::Calling,
+            ExchangeState::Answered,
+            ExchangeState::InDoubt,
+        ] {
+            assert_eq!(ExchangeState::parse(state.as_str()), Some(state));
+        }
     }
 }

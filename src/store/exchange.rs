@@ -8,38 +8,8 @@ use chrono::{DateTime, Utc};
 
 use super::error::StoreError;
 use super::future::StoreFuture;
+pub use crate::rmp::exchange::ExchangeState;
 use crate::wsr::MessageKey;
-
-/// Where a request's exchange stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExchangeState {
-    /// A call went out (since `started_at`) and its outcome is not known yet.
-    Calling,
-    /// The responder answered: the cached answer is the request's.
-    Answered,
-    /// The outcome stayed unknown and the channel fails such requests.
-    InDoubt,
-}
-
-impl ExchangeState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ExchangeState::Calling => "calling",
-            ExchangeState::Answered => "answered",
-            ExchangeState::InDoubt => "in_doubt",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<ExchangeState> {
-        [
-            ExchangeState::Calling,
-            ExchangeState::Answered,
-            ExchangeState::InDoubt,
-        ]
-        .into_iter()
-        .find(|state| state.as_str() == s)
-    }
-}
 
 /// The bytes a request is answered with, as they go on the wire.
 #[derive(Debug, Clone, PartialEq, Eq)]
