@@ -800,6 +800,119 @@ mod tests {
         assert_eq!(check(&f).violations(), 0);
     }
 
+    /// One request-response message per policy, each acked, called once, answered twice
+    /// with the same bytes.
+    fn clean_rr() -> Facts {
+        let mut f = Facts::default();
+        for (i, fail) in [false, true].into_iter().enumerate() {
+            let hid = format!("r{i}-0");
+            f.planned.push(Planned {
+                hid: hid.clone(),
+                group: hid.clone(),
+                seq: 0,
+                ordered: false,
+                copies_allowed: false,
+                rr: Some(RrPolicy { fail }),
+            });
+            f.fates.insert(hid.clone(), Fate::Acked);
+            f.rr_calls.push(Call {
+                channel: if fail { "rr-fail" } else { "rr" }.into(),
+                hid: hid.clone(),
+                group_id: Some(format!("urn:uuid:{i}")),
+                number: None,
+                at: Duration::from_secs(10 * i as u64 + 1),
+                serial: i as u64,
+            });
+            let body = format!("<r:ItemResponse id=\"{hid}\" call=\"{i}\"/>").into_bytes();
+            for _ in 0..2 {
+                f.rr_answers.push(RrAnswer {
+                    hid: hid.clone(),
+                    status: 200,
+                    content_type: "text/xml".into(),
+                    body: body.clone(),
+                });
+            }
+            f.exchanges.push(Exchange {
+                group_id: format!("urn:uuid:{i}"),
+                number: 0,
+                state: "answered".into(),
+                hid: Some(hid),
+            });
+        }
+        f
+    }
+
+    #[test]
+    fn request_response_copies_get_the_same_bytes_from_one_call() {
+        let s = check(&clean_rr());
+        assert_eq!(s.violations(), 0, "{}", report(&s));
+        assert_eq!(
+            (s.rr_messages, s.rr_acked, s.rr_calls, s.rr_answers),
+            (2, 2, 2, 4)
+        );
+        let mut f = clean_rr();
+        f.rr_answers[1].body = b"<r:ItemResponse id=\"r0-0\" call=\"7\"/>".to_vec();
+        assert_eq!(check(&f).rr_mismatched, 1);
+        let mut f = clean_rr();
+        f.rr_answers[0].body = b"<r:ItemResponse id=\"r0-0\" call=\"9\"/>".to_vec();
+        f.rr_answers[1].body = f.rr_answers[0].body.clone();
+        assert_eq!(check(&f).rr_mismatched, 1, "no call of r0-0 made it");
+        let mut f = clean_rr();
+        f.rr_answers[1].body = b"<ack/>".to_vec();
+        assert_eq!(check(&f).rr_empty, 1);
+        let mut f = clean_rr();
+        f.exchanges[0].state = "calling".into();
+        let s = check(&f);
+        assert_eq!(
+            (s.lost, s.rr_mismatched),
+            (1, 1),
+            "acked and answered, yet not kept"
+        );
+    }
+
+    #[test]
+    fn a_second_call_is_lawful_only_under_retry_after_a_kill_with_the_same_headers() {
+        let mut f = clean_rr();
+        let mut again = f.rr_calls[0].clone();
+        again.at = Duration::from_secs(5);
+        again.serial = 5;
+        f.rr_calls.push(again);
+        assert_eq!(check(&f).rr_extra_calls, 1, "no kill in between");
+        f.b_kills.push(Duration::from_secs(3));
+        let s = check(&f);
+        assert_eq!((s.rr_extra_calls, s.rr_recalls), (0, 1));
+        f.rr_calls[2].number = Some("1".into());
+        assert_eq!(check(&f).rr_extra_calls, 1, "other idempotency headers");
+        let mut f = clean_rr();
+        let mut again = f.rr_calls[1].clone();
+        again.at = Duration::from_secs(15);
+        again.serial = 6;
+        f.rr_calls.push(again);
+        f.b_kills.push(Duration::from_secs(12));
+        assert_eq!(check(&f).rr_extra_calls, 1, "never again under fail");
+    }
+
+    #[test]
+    fn failed_for_good_is_lawful_only_under_fail_without_a_kept_answer() {
+        let mut f = clean_rr();
+        f.fates.insert(
+            "r1-0".into(),
+            Fate::Faulted("PermanentProcessingFailure".into()),
+        );
+        assert_eq!(check(&f).failed_processed, 1, "its answer was kept");
+        f.exchanges[1].state = "in_doubt".into();
+        f.rr_answers.retain(|a| a.hid != "r1-0");
+        let s = check(&f);
+        assert_eq!((s.violations(), s.rr_in_doubt), (0, 1), "{}", report(&s));
+        f.fates.insert(
+            "r0-0".into(),
+            Fate::Faulted("PermanentProcessingFailure".into()),
+        );
+        f.exchanges[0].state = "in_doubt".into();
+        f.rr_answers.retain(|a| a.hid != "r0-0");
+        assert_eq!(check(&f).bad_reason, 1, "not under retry");
+    }
+
     #[test]
     fn two_messages_of_a_group_in_one_fetch_are_out_of_order() {
         let mut f = clean();
