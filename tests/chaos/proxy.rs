@@ -1382,6 +1382,55 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn the_answer_log_writes_down_every_copys_answer_to_marked_requests() {
+        let (up, _seen) = upstream().await;
+        let dir = std::env::temp_dir().join(format!("chaos-answer-log-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let log = dir.join("answers.jsonl");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let px = listener.local_addr().expect("proxy addr");
+        let stats = ProxyStats {
+            answers: AnswerLog::to_file(&log, "urn:mark").expect("log"),
+            ..ProxyStats::default()
+        };
+        let rates = FaultRates {
+            duplicate: 1.0,
+            ..FaultRates::default()
+        };
+        let stats = Arc::new(stats);
+        tokio::spawn(serve(
+            listener,
+            vec![up],
+            rates,
+            7,
+            stats,
+            ProxyTls::default(),
+        ));
+        let marked = "<m:Item xmlns:m=\"urn:mark\" id=\"h-1\">x</m:Item>";
+        assert_eq!(post_via(px, marked).await.expect("answered").status(), 200);
+        assert_eq!(
+            post_via(px, "<other/>").await.expect("answered").status(),
+            200
+        );
+        let text = std::fs::read_to_string(&log).expect("the log");
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("json"))
+            .collect();
+        assert_eq!(lines.len(), 2, "both copies, and nothing unmarked: {text}");
+        let hex: String = format!("echo:{marked}")
+            .bytes()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        for line in &lines {
+            assert_eq!(line["hid"], "h-1");
+            assert_eq!(line["status"], 200);
+            assert_eq!(line["body"], hex.as_str());
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[tokio::test]
     async fn no_faults_forwards_unchanged() {
         let (up, mut seen) = upstream().await;
         let (px, stats) = proxy(up, FaultRates::default()).await;
