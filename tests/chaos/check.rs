@@ -537,7 +537,7 @@ fn check_rr_calls(s: &mut Summary, rr: &RrFacts, facts: &Facts) {
             } else {
                 s.rr_extra_calls += 1;
                 s.example(format!(
-                    "extra call: {hid} called again at {:?} (before: {before:?}; fail: {},                      a B killed between: {killed_between})",
+                    "extra call: {hid} called again at {:?} (before: {before:?}; fail: {}, a B killed between: {killed_between})",
                     c.at, policy.fail
                 ));
             }
