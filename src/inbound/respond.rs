@@ -70,7 +70,9 @@ impl Asked<'_> {
             let now = ctx.clock.now();
             match ctx.store.exchange(self.partner, &key, now).await? {
                 Some(ex) => match (ex.state, ex.answer) {
-                    (ExchangeState::Answered, Some(answer)) => return self.deliver(answer).await,
+                    (ExchangeState::Answered, Some(answer)) => {
+                        return self.deliver(answer, ex.started_at).await;
+                    }
                     (ExchangeState::Answered, None) => {
                         return Err(StoreError::Corrupt(
                             "an answered exchange without its answer".into(),
@@ -202,7 +204,7 @@ impl Asked<'_> {
             Called::Judged(Judged::Business(business)) => {
                 let answer = self.answer_of(&business);
                 ctx.store.call_answered(self.partner, &key, &answer).await?;
-                self.deliver(answer).await
+                self.deliver(answer, self.message.now).await
             }
             Called::Judged(Judged::NotDelivered(why)) => {
                 tracing::info!(channel = self.channel, %key, reason = %why, "the service did not take the request");
@@ -244,10 +246,17 @@ impl Asked<'_> {
     }
 
     /// Commits the delivery (D2: a copy's is a duplicate's), then gives the answer: never an
-    /// ack before the commit.
-    async fn deliver(&self, answer: CachedAnswer) -> Result<Responded, StoreError> {
+    /// ack before the commit. Judged as of `called` (no later than the call began): the
+    /// expiry was checked before the call, and a request that expired while the service
+    /// answered it was answered all the same — faulting it now would tell the sender
+    /// "not delivered" of a request the service carried out.
+    async fn deliver(
+        &self,
+        answer: CachedAnswer,
+        called: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Responded, StoreError> {
         let mut message = self.message.clone();
-        message.now = self.ctx.clock.now();
+        message.now = called.min(self.ctx.clock.now());
         let received = self.ctx.store.receive(message).await?;
         Ok(match received.verdict {
             Verdict::Fault(code, reason) => Responded::Fault(code, reason),
