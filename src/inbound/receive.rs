@@ -200,6 +200,10 @@ impl Exchange<'_, '_> {
             {
                 return routed;
             }
+            // The receiving rules answer it after all (delivered long ago, or expired, perhaps
+            // while it waited for its gap): as of now, not of its arrival, so that a request
+            // that expired meanwhile is faulted, never buffered without an exchange waiting.
+            message.now = ctx.clock.now();
         }
         // A buffered Response-pattern message may be delivered while we wait (D6): watch
         // before submitting, so the delivery cannot slip by between the two.

@@ -95,10 +95,12 @@ impl Asked<'_> {
             };
             match step {
                 Step::Replay => {
-                    let answer = kept.and_then(|ex| ex.answer).ok_or_else(|| {
-                        StoreError::Corrupt("an answered exchange without its answer".into())
-                    })?;
-                    return self.deliver(answer).await;
+                    let (answer, called) = kept
+                        .and_then(|ex| Some((ex.answer?, ex.started_at)))
+                        .ok_or_else(|| {
+                            StoreError::Corrupt("an answered exchange without its answer".into())
+                        })?;
+                    return self.deliver(answer, called).await;
                 }
                 Step::InDoubt => return Ok(in_doubt()),
                 Step::AsOneWay => return Ok(Responded::AsOneWay),
@@ -204,12 +206,13 @@ impl Asked<'_> {
             },
             body,
         );
-        self.deliver(CachedAnswer {
+        let answer = CachedAnswer {
             status: answer.status,
             content_type: version.content_type().to_owned(),
             body: Bytes::from(envelope),
-        })
-        .await
+        };
+        // Delivered already: this commit only records the copy.
+        self.deliver(answer, self.ctx.clock.now()).await
     }
 
     /// The ack a business response carries: under Response, when asked for.
@@ -311,7 +314,7 @@ impl Asked<'_> {
             Called::Judged(Judged::Business(business)) => {
                 let answer = self.answer_of(&business);
                 ctx.store.call_answered(self.partner, &key, &answer).await?;
-                self.deliver(answer).await
+                self.deliver(answer, self.message.now).await
             }
             Called::Judged(Judged::NotDelivered(why)) => {
                 tracing::info!(channel = self.channel, %key, reason = %why, "the service did not take the request");
@@ -353,10 +356,17 @@ impl Asked<'_> {
     }
 
     /// Commits the delivery (D2: a copy's is a duplicate's), then gives the answer: never an
-    /// ack before the commit.
-    async fn deliver(&self, answer: CachedAnswer) -> Result<Responded, StoreError> {
+    /// ack before the commit. Judged as of `called` (no later than the call began): the
+    /// expiry was checked before the call, and a request that expired while the service
+    /// answered it was answered all the same — faulting it now would tell the sender
+    /// "not delivered" of a request the service carried out.
+    async fn deliver(
+        &self,
+        answer: CachedAnswer,
+        called: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Responded, StoreError> {
         let mut message = self.message.clone();
-        message.now = self.ctx.clock.now();
+        message.now = called.min(self.ctx.clock.now());
         let received = self.ctx.store.receive(message).await?;
         Ok(match received.verdict {
             Verdict::Fault(code, reason) => Responded::Fault(code, reason),

@@ -3,6 +3,9 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
+use std::time::Duration;
+
+pub use crate::backend::Call;
 
 /// One message the driver meant to send.
 #[derive(Debug, Clone)]
@@ -16,6 +19,36 @@ pub struct Planned {
     /// Sent without DuplicateElimination: B delivers each resend again (D2), so several inbox
     /// copies are lawful (the consumers process it once all the same).
     pub copies_allowed: bool,
+    /// Sent to a request-response channel (D16): the backend's business response is the
+    /// delivery, not B's inbox.
+    pub rr: Option<RrPolicy>,
+}
+
+/// A request-response channel's `on_unknown`: `fail` (true) or `retry`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RrPolicy {
+    pub fail: bool,
+}
+
+/// One answer B gave a copy of a request-response message, as proxy-to-b saw it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RrAnswer {
+    pub hid: String,
+    pub status: u16,
+    pub content_type: String,
+    pub body: Vec<u8>,
+}
+
+/// A row of B's exchanges table.
+#[derive(Debug, Clone)]
+pub struct Exchange {
+    pub group_id: String,
+    /// The group state's slot: a singleton's is 0.
+    pub number: i64,
+    /// `calling`, `answered` or `in_doubt`.
+    pub state: String,
+    /// The harness id in the kept business response, if any.
+    pub hid: Option<String>,
 }
 
 /// What A says became of a message (or that the driver could not submit it).
@@ -64,6 +97,13 @@ pub struct Facts {
     pub handed: Vec<Handed>,
     pub settled: Vec<Settled>,
     pub kills: usize,
+    /// Every call the request-response backend received.
+    pub rr_calls: Vec<Call>,
+    /// Every answer B gave to a copy of a request-response message.
+    pub rr_answers: Vec<RrAnswer>,
+    pub exchanges: Vec<Exchange>,
+    /// When a B gateway was killed (the backend's clock).
+    pub b_kills: Vec<Duration>,
 }
 
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -87,6 +127,25 @@ pub struct Summary {
     /// Legitimate redeliveries (a consumer died or lapsed before its accept counted).
     pub redelivered: usize,
     pub kills: usize,
+    /// Messages sent to a request-response channel, and how many of them A saw acked.
+    pub rr_messages: usize,
+    pub rr_acked: usize,
+    /// Calls the backend received, and those that repeated an earlier call of the same
+    /// message lawfully: under `retry`, with the same idempotency headers, after a kill of a
+    /// B gateway between the two calls.
+    pub rr_calls: usize,
+    pub rr_recalls: usize,
+    /// Failed for good under `fail` after a kill between the call and the commit.
+    pub rr_in_doubt: usize,
+    /// Business responses B gave (every copy's), and those that differed from another
+    /// copy's, answered another message, or came without a kept answer.
+    pub rr_answers: usize,
+    pub rr_mismatched: usize,
+    /// Calls beyond one per message that no kill explains, under `fail`, to another
+    /// channel, or with other idempotency headers.
+    pub rr_extra_calls: usize,
+    /// A success status without a business response for a request-response message.
+    pub rr_empty: usize,
     /// The first few violations, spelled out.
     pub examples: Vec<String>,
 }
@@ -99,12 +158,17 @@ impl Summary {
             + self.unresolved
             + self.failed_processed
             + self.bad_reason
+            + self.rr_mismatched
+            + self.rr_extra_calls
+            + self.rr_empty
     }
 
     pub fn line(&self) -> String {
         format!(
             "messages={} acked={} failed={} lost={} duplicated={} out_of_order={} kills={} \
-             unresolved={} failed_processed={} bad_reason={} redelivered={}",
+             unresolved={} failed_processed={} bad_reason={} redelivered={} \
+             rr_messages={} rr_acked={} rr_calls={} rr_recalls={} rr_in_doubt={} \
+             rr_answers={} rr_mismatched={} rr_extra_calls={} rr_empty={}",
             self.messages,
             self.acked,
             self.failed,
@@ -115,7 +179,16 @@ impl Summary {
             self.unresolved,
             self.failed_processed,
             self.bad_reason,
-            self.redelivered
+            self.redelivered,
+            self.rr_messages,
+            self.rr_acked,
+            self.rr_calls,
+            self.rr_recalls,
+            self.rr_in_doubt,
+            self.rr_answers,
+            self.rr_mismatched,
+            self.rr_extra_calls,
+            self.rr_empty,
         )
     }
 
@@ -163,8 +236,22 @@ pub fn check(facts: &Facts) -> Summary {
         }
     }
 
+    let rr = RrFacts::of(facts);
     for p in &facts.planned {
         let fate = facts.fates.get(&p.hid).unwrap_or(&Fate::Unknown);
+        if let Some(policy) = p.rr {
+            let refused_without_cause = matches!(fate, Fate::Refused(_))
+                && first_failure
+                    .get(p.group.as_str())
+                    .is_none_or(|&first| first >= p.seq);
+            if refused_without_cause {
+                s.bad_reason += 1;
+                s.example(format!("bad reason: {} {fate:?}", p.hid));
+            }
+            let copies = in_inbox.get(p.hid.as_str()).copied();
+            check_rr(&mut s, &rr, p, policy, fate, copies);
+            continue;
+        }
         let was_processed = processed.contains(p.hid.as_str());
         match fate {
             Fate::Acked => {
@@ -207,6 +294,8 @@ pub fn check(facts: &Facts) -> Summary {
             }
         }
     }
+    check_rr_calls(&mut s, &rr, facts);
+    check_rr_answers(&mut s, &rr);
     let planned: HashSet<&str> = facts.planned.iter().map(|p| p.hid.as_str()).collect();
     for (hid, n) in &in_inbox {
         let copies_allowed = by_hid.get(hid).is_some_and(|p| p.copies_allowed);
@@ -286,6 +375,234 @@ pub fn check(facts: &Facts) -> Summary {
     s
 }
 
+/// The request-response facts by harness id.
+struct RrFacts<'f> {
+    calls: HashMap<&'f str, Vec<&'f Call>>,
+    exchanges: HashMap<&'f str, &'f Exchange>,
+    answers: HashMap<&'f str, Vec<&'f RrAnswer>>,
+}
+
+impl<'f> RrFacts<'f> {
+    fn of(facts: &'f Facts) -> RrFacts<'f> {
+        let mut calls: HashMap<&str, Vec<&Call>> = HashMap::new();
+        for c in &facts.rr_calls {
+            calls.entry(c.hid.as_str()).or_default().push(c);
+        }
+        for list in calls.values_mut() {
+            list.sort_by_key(|c| c.serial);
+        }
+        // An exchange names its message by the business response it keeps, or else by the
+        // idempotency headers its calls were made with (a singleton's slot is 0).
+        let mut by_key: HashMap<(&str, i64), &str> = HashMap::new();
+        for c in &facts.rr_calls {
+            if let Some(group) = c.group_id.as_deref() {
+                let number = c.number.as_deref().map_or(Some(0), |n| n.parse().ok());
+                if let Some(number) = number {
+                    by_key.insert((group, number), c.hid.as_str());
+                }
+            }
+        }
+        let mut exchanges = HashMap::new();
+        for e in &facts.exchanges {
+            let hid = e
+                .hid
+                .as_deref()
+                .or_else(|| by_key.get(&(e.group_id.as_str(), e.number)).copied());
+            if let Some(hid) = hid {
+                exchanges.insert(hid, e);
+            }
+        }
+        let mut answers: HashMap<&str, Vec<&RrAnswer>> = HashMap::new();
+        for a in &facts.rr_answers {
+            answers.entry(a.hid.as_str()).or_default().push(a);
+        }
+        RrFacts {
+            calls,
+            exchanges,
+            answers,
+        }
+    }
+
+    fn answered(&self, hid: &str) -> bool {
+        self.exchanges
+            .get(hid)
+            .is_some_and(|e| e.state == "answered")
+    }
+}
+
+/// A request-response message's fate: acked means B kept its business response (and the
+/// backend was called); failed means it did not; failed for good (`PermanentProcessingFailure`)
+/// only under `fail`, after a kill fell between a call and its commit.
+fn check_rr(
+    s: &mut Summary,
+    rr: &RrFacts,
+    p: &Planned,
+    policy: RrPolicy,
+    fate: &Fate,
+    in_inbox: Option<usize>,
+) {
+    s.rr_messages += 1;
+    let hid = p.hid.as_str();
+    let answered = rr.answered(hid);
+    let calls = rr.calls.get(hid).map_or(0, Vec::len);
+    if let Some(n) = in_inbox {
+        s.duplicated += n;
+        s.example(format!(
+            "duplicated: request-response {hid} in B's inbox {n} time(s)"
+        ));
+    }
+    match fate {
+        Fate::Acked => {
+            s.acked += 1;
+            s.rr_acked += 1;
+            if !answered || calls == 0 {
+                s.lost += 1;
+                s.example(format!(
+                    "lost: request-response {hid} acked by A; exchange {:?}, {calls} call(s)",
+                    rr.exchanges.get(hid).map(|e| e.state.as_str())
+                ));
+            }
+        }
+        Fate::Failed(_) | Fate::Faulted(_) | Fate::Refused(_) => {
+            s.failed += 1;
+            let in_doubt =
+                matches!(fate, Fate::Faulted(code) if code == "PermanentProcessingFailure");
+            if in_doubt {
+                let state = rr.exchanges.get(hid).map(|e| e.state.as_str());
+                if policy.fail && calls > 0 && !answered {
+                    s.rr_in_doubt += 1;
+                } else {
+                    s.bad_reason += 1;
+                    s.example(format!(
+                        "bad reason: request-response {hid} {fate:?} (fail: {}, {calls} call(s),                          exchange {state:?})",
+                        policy.fail
+                    ));
+                }
+            } else if !reason_is_lawful(fate) {
+                s.bad_reason += 1;
+                s.example(format!("bad reason: {hid} {fate:?}"));
+            }
+            if answered {
+                s.failed_processed += 1;
+                s.example(format!(
+                    "failed but answered: request-response {hid} {fate:?}, {calls} call(s)"
+                ));
+            }
+        }
+        Fate::Pending(_) | Fate::Unknown => {
+            s.unresolved += 1;
+            s.example(format!("unresolved: request-response {hid} {fate:?}"));
+        }
+    }
+}
+
+/// Once per message, always with the same idempotency headers, to the message's channel; a
+/// second call only under `retry` and only after a kill of a B gateway between the two.
+fn check_rr_calls(s: &mut Summary, rr: &RrFacts, facts: &Facts) {
+    let plans: HashMap<&str, &Planned> = facts
+        .planned
+        .iter()
+        .filter(|p| p.rr.is_some())
+        .map(|p| (p.hid.as_str(), p))
+        .collect();
+    for (hid, calls) in &rr.calls {
+        s.rr_calls += calls.len();
+        let Some(policy) = plans.get(hid).and_then(|p| p.rr) else {
+            s.rr_extra_calls += calls.len();
+            s.example(format!("extra call: {hid} is no request-response message"));
+            continue;
+        };
+        let channel = if policy.fail { "rr-fail" } else { "rr" };
+        let first = calls[0];
+        for (i, c) in calls.iter().enumerate() {
+            if c.channel != channel
+                || c.group_id != first.group_id
+                || c.number != first.number
+                || c.group_id.is_none()
+            {
+                s.rr_extra_calls += 1;
+                s.example(format!(
+                    "extra call: {hid} called on {} with {:?}/{:?}, first on {} with {:?}/{:?}",
+                    c.channel, c.group_id, c.number, first.channel, first.group_id, first.number
+                ));
+                continue;
+            }
+            if i == 0 {
+                continue;
+            }
+            let before = calls[i - 1].at;
+            let killed_between = facts.b_kills.iter().any(|k| *k >= before && *k <= c.at);
+            if !policy.fail && killed_between {
+                s.rr_recalls += 1;
+            } else {
+                s.rr_extra_calls += 1;
+                s.example(format!(
+                    "extra call: {hid} called again at {:?} (before: {before:?}; fail: {}, a B killed between: {killed_between})",
+                    c.at, policy.fail
+                ));
+            }
+        }
+    }
+}
+
+/// Every copy's business response byte for byte the same, the one kept for the message and
+/// made by one of its calls; never a success without one.
+fn check_rr_answers(s: &mut Summary, rr: &RrFacts) {
+    for (hid, answers) in &rr.answers {
+        let business: Vec<&&RrAnswer> = answers
+            .iter()
+            .filter(|a| contains(&a.body, b"ItemResponse"))
+            .collect();
+        for a in answers.iter().filter(|a| (200..300).contains(&a.status)) {
+            if !contains(&a.body, b"ItemResponse") {
+                s.rr_empty += 1;
+                s.example(format!(
+                    "empty: {hid} answered {} without its business response: {}",
+                    a.status,
+                    String::from_utf8_lossy(&a.body)
+                ));
+            }
+        }
+        let Some(first) = business.first() else {
+            continue;
+        };
+        s.rr_answers += business.len();
+        for a in &business[1..] {
+            if (a.status, &a.content_type, &a.body)
+                != (first.status, &first.content_type, &first.body)
+            {
+                s.rr_mismatched += 1;
+                s.example(format!(
+                    "mismatched: {hid} answered {} {:?} and {} {:?}",
+                    first.status,
+                    String::from_utf8_lossy(&first.body),
+                    a.status,
+                    String::from_utf8_lossy(&a.body)
+                ));
+            }
+        }
+        // The answer is this message's, from one of its calls, and kept by B.
+        let text = String::from_utf8_lossy(&first.body);
+        let made_by = rr.calls.get(hid).is_some_and(|calls| {
+            calls.iter().any(|c| {
+                text.contains(&format!(" id=\"{hid}\""))
+                    && text.contains(&format!(" call=\"{}\"", c.serial))
+            })
+        });
+        if !made_by || !rr.answered(hid) {
+            s.rr_mismatched += 1;
+            s.example(format!(
+                "mismatched: {hid} answered with {text} (one of its calls: {made_by}; kept: {})",
+                rr.answered(hid)
+            ));
+        }
+    }
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
+}
+
 /// How many failures of each kind: `expired=… attempts=… group=… refused=… faulted:Code=…`.
 pub fn failure_kinds(facts: &Facts) -> String {
     let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
@@ -333,6 +650,7 @@ mod tests {
                 seq,
                 ordered,
                 copies_allowed: false,
+                rr: None,
             })
             .collect()
     }
@@ -378,7 +696,9 @@ mod tests {
         assert_eq!(
             s.line(),
             "messages=5 acked=5 failed=0 lost=0 duplicated=0 out_of_order=0 kills=3 \
-             unresolved=0 failed_processed=0 bad_reason=0 redelivered=0"
+             unresolved=0 failed_processed=0 bad_reason=0 redelivered=0 rr_messages=0 \
+             rr_acked=0 rr_calls=0 rr_recalls=0 rr_in_doubt=0 rr_answers=0 rr_mismatched=0 \
+             rr_extra_calls=0 rr_empty=0"
         );
     }
 
@@ -478,6 +798,119 @@ mod tests {
             Fate::Failed("expired before it was acknowledged".into()),
         );
         assert_eq!(check(&f).violations(), 0);
+    }
+
+    /// One request-response message per policy, each acked, called once, answered twice
+    /// with the same bytes.
+    fn clean_rr() -> Facts {
+        let mut f = Facts::default();
+        for (i, fail) in [false, true].into_iter().enumerate() {
+            let hid = format!("r{i}-0");
+            f.planned.push(Planned {
+                hid: hid.clone(),
+                group: hid.clone(),
+                seq: 0,
+                ordered: false,
+                copies_allowed: false,
+                rr: Some(RrPolicy { fail }),
+            });
+            f.fates.insert(hid.clone(), Fate::Acked);
+            f.rr_calls.push(Call {
+                channel: if fail { "rr-fail" } else { "rr" }.into(),
+                hid: hid.clone(),
+                group_id: Some(format!("urn:uuid:{i}")),
+                number: None,
+                at: Duration::from_secs(10 * i as u64 + 1),
+                serial: i as u64,
+            });
+            let body = format!("<r:ItemResponse id=\"{hid}\" call=\"{i}\"/>").into_bytes();
+            for _ in 0..2 {
+                f.rr_answers.push(RrAnswer {
+                    hid: hid.clone(),
+                    status: 200,
+                    content_type: "text/xml".into(),
+                    body: body.clone(),
+                });
+            }
+            f.exchanges.push(Exchange {
+                group_id: format!("urn:uuid:{i}"),
+                number: 0,
+                state: "answered".into(),
+                hid: Some(hid),
+            });
+        }
+        f
+    }
+
+    #[test]
+    fn request_response_copies_get_the_same_bytes_from_one_call() {
+        let s = check(&clean_rr());
+        assert_eq!(s.violations(), 0, "{}", report(&s));
+        assert_eq!(
+            (s.rr_messages, s.rr_acked, s.rr_calls, s.rr_answers),
+            (2, 2, 2, 4)
+        );
+        let mut f = clean_rr();
+        f.rr_answers[1].body = b"<r:ItemResponse id=\"r0-0\" call=\"7\"/>".to_vec();
+        assert_eq!(check(&f).rr_mismatched, 1);
+        let mut f = clean_rr();
+        f.rr_answers[0].body = b"<r:ItemResponse id=\"r0-0\" call=\"9\"/>".to_vec();
+        f.rr_answers[1].body = f.rr_answers[0].body.clone();
+        assert_eq!(check(&f).rr_mismatched, 1, "no call of r0-0 made it");
+        let mut f = clean_rr();
+        f.rr_answers[1].body = b"<ack/>".to_vec();
+        assert_eq!(check(&f).rr_empty, 1);
+        let mut f = clean_rr();
+        f.exchanges[0].state = "calling".into();
+        let s = check(&f);
+        assert_eq!(
+            (s.lost, s.rr_mismatched),
+            (1, 1),
+            "acked and answered, yet not kept"
+        );
+    }
+
+    #[test]
+    fn a_second_call_is_lawful_only_under_retry_after_a_kill_with_the_same_headers() {
+        let mut f = clean_rr();
+        let mut again = f.rr_calls[0].clone();
+        again.at = Duration::from_secs(5);
+        again.serial = 5;
+        f.rr_calls.push(again);
+        assert_eq!(check(&f).rr_extra_calls, 1, "no kill in between");
+        f.b_kills.push(Duration::from_secs(3));
+        let s = check(&f);
+        assert_eq!((s.rr_extra_calls, s.rr_recalls), (0, 1));
+        f.rr_calls[2].number = Some("1".into());
+        assert_eq!(check(&f).rr_extra_calls, 1, "other idempotency headers");
+        let mut f = clean_rr();
+        let mut again = f.rr_calls[1].clone();
+        again.at = Duration::from_secs(15);
+        again.serial = 6;
+        f.rr_calls.push(again);
+        f.b_kills.push(Duration::from_secs(12));
+        assert_eq!(check(&f).rr_extra_calls, 1, "never again under fail");
+    }
+
+    #[test]
+    fn failed_for_good_is_lawful_only_under_fail_without_a_kept_answer() {
+        let mut f = clean_rr();
+        f.fates.insert(
+            "r1-0".into(),
+            Fate::Faulted("PermanentProcessingFailure".into()),
+        );
+        assert_eq!(check(&f).failed_processed, 1, "its answer was kept");
+        f.exchanges[1].state = "in_doubt".into();
+        f.rr_answers.retain(|a| a.hid != "r1-0");
+        let s = check(&f);
+        assert_eq!((s.violations(), s.rr_in_doubt), (0, 1), "{}", report(&s));
+        f.fates.insert(
+            "r0-0".into(),
+            Fate::Faulted("PermanentProcessingFailure".into()),
+        );
+        f.exchanges[0].state = "in_doubt".into();
+        f.rr_answers.retain(|a| a.hid != "r0-0");
+        assert_eq!(check(&f).bad_reason, 1, "not under retry");
     }
 
     #[test]

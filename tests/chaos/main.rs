@@ -7,6 +7,7 @@
 //! starts (itself, with those subcommands). `run --postgres` runs two gateways a side on
 //! PostgreSQL, each pair behind a round-robin proxy.
 
+mod backend;
 mod certs;
 mod check;
 mod consumer;
@@ -65,6 +66,12 @@ struct ProxyArgs {
     upstream_client_cert: Option<PathBuf>,
     #[arg(long, requires = "upstream_client_cert")]
     upstream_client_key: Option<PathBuf>,
+    /// Append upstream answers to requests whose body contains `--record-marker` to this
+    /// file, one JSON line each (`proxy::AnswerLog`).
+    #[arg(long, requires = "record_marker")]
+    record_answers: Option<PathBuf>,
+    #[arg(long, requires = "record_answers")]
+    record_marker: Option<String>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -112,7 +119,11 @@ async fn proxy_main(args: ProxyArgs) -> anyhow::Result<()> {
         tls.connect = Some(proxy::ProxyTls::client(ca, client)?);
     }
     let listener = tokio::net::TcpListener::bind(args.listen).await?;
-    let stats = Arc::new(proxy::ProxyStats::default());
+    let mut stats = proxy::ProxyStats::default();
+    if let (Some(path), Some(marker)) = (&args.record_answers, &args.record_marker) {
+        stats.answers = proxy::AnswerLog::to_file(path, marker)?;
+    }
+    let stats = Arc::new(stats);
     let upstreams: Vec<String> = args.upstream.iter().map(|u| u.to_string()).collect();
     println!(
         "proxy listening on {} → {}",

@@ -156,6 +156,69 @@ pub struct ProxyStats {
     /// Connections to an upstream that could not be made and were passed on to the next
     /// upstream (only with several).
     pub next_upstream: AtomicU64,
+    /// Where upstream answers to marked requests are written down (see [`AnswerLog`]).
+    pub answers: AnswerLog,
+}
+
+/// A record of the upstream's answers to the requests whose body holds a marker: one JSON
+/// line per answer (`{"hid", "status", "content_type", "body"}`, the body in hex, byte for
+/// byte), written before the client sees it — whatever the fault then does to the answer.
+/// The chaos run marks its request-response messages so and checks that every copy of one
+/// was answered with the same bytes. The harness id (`hid`) is the request body's first
+/// ` id="…"` attribute. Off by default.
+#[derive(Debug, Default)]
+pub struct AnswerLog {
+    target: std::sync::Mutex<Option<(std::fs::File, String)>>,
+}
+
+impl AnswerLog {
+    /// Appends to `path` the answers to requests whose body contains `marker`.
+    pub fn to_file(path: &std::path::Path, marker: &str) -> io::Result<AnswerLog> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        Ok(AnswerLog {
+            target: std::sync::Mutex::new(Some((file, marker.to_owned()))),
+        })
+    }
+
+    fn record(&self, request: &[u8], status: u16, headers: &Headers, body: &[u8]) {
+        use std::io::Write as _;
+        let Ok(mut target) = self.target.lock() else {
+            return;
+        };
+        let Some((file, marker)) = target.as_mut() else {
+            return;
+        };
+        let request = String::from_utf8_lossy(request);
+        if !request.contains(marker.as_str()) {
+            return;
+        }
+        let hid = request
+            .find(" id=\"")
+            .map(|start| &request[start + 5..])
+            .and_then(|rest| rest.find('"').map(|end| &rest[..end]))
+            .unwrap_or("?");
+        let content_type = headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case("content-type"))
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+            .unwrap_or_default();
+        let hex: String = body.iter().map(|b| format!("{b:02x}")).collect();
+        let mut line = serde_json::json!({
+            "hid": hid,
+            "status": status,
+            "content_type": content_type,
+            "body": hex,
+        })
+        .to_string();
+        line.push('\n');
+        // One write per line: a kill -9 of the proxy leaves whole lines behind.
+        if let Err(error) = file.write_all(line.as_bytes()) {
+            tracing::warn!(%error, "chaos proxy: could not record an answer");
+        }
+    }
 }
 
 impl ProxyStats {
@@ -955,6 +1018,9 @@ async fn forward_once(
     match exchange(upstreams, connector, req, head_request, stats, conn).await {
         Ok(resp) => {
             bump(&stats.forwarded);
+            stats
+                .answers
+                .record(&req.body, resp.status, &resp.headers, &resp.body);
             Some(resp)
         }
         Err(error) => {
@@ -1313,6 +1379,55 @@ mod tests {
 
     fn count(c: &AtomicU64) -> u64 {
         c.load(Ordering::Relaxed)
+    }
+
+    #[tokio::test]
+    async fn the_answer_log_writes_down_every_copys_answer_to_marked_requests() {
+        let (up, _seen) = upstream().await;
+        let dir = std::env::temp_dir().join(format!("chaos-answer-log-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let log = dir.join("answers.jsonl");
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind proxy");
+        let px = listener.local_addr().expect("proxy addr");
+        let stats = ProxyStats {
+            answers: AnswerLog::to_file(&log, "urn:mark").expect("log"),
+            ..ProxyStats::default()
+        };
+        let rates = FaultRates {
+            duplicate: 1.0,
+            ..FaultRates::default()
+        };
+        let stats = Arc::new(stats);
+        tokio::spawn(serve(
+            listener,
+            vec![up],
+            rates,
+            7,
+            stats,
+            ProxyTls::default(),
+        ));
+        let marked = "<m:Item xmlns:m=\"urn:mark\" id=\"h-1\">x</m:Item>";
+        assert_eq!(post_via(px, marked).await.expect("answered").status(), 200);
+        assert_eq!(
+            post_via(px, "<other/>").await.expect("answered").status(),
+            200
+        );
+        let text = std::fs::read_to_string(&log).expect("the log");
+        let lines: Vec<serde_json::Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).expect("json"))
+            .collect();
+        assert_eq!(lines.len(), 2, "both copies, and nothing unmarked: {text}");
+        let hex: String = format!("echo:{marked}")
+            .bytes()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        for line in &lines {
+            assert_eq!(line["hid"], "h-1");
+            assert_eq!(line["status"], 200);
+            assert_eq!(line["body"], hex.as_str());
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[tokio::test]

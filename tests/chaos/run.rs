@@ -26,8 +26,9 @@ use sqlx::{Connection, Row};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 
+use crate::backend::{Backend, RR_NAMESPACE};
 use crate::certs;
-use crate::check::{self, Facts, Fate, Handed, Planned, Processed, Settled};
+use crate::check::{self, Exchange, Facts, Fate, Handed, Planned, Processed, RrAnswer, Settled};
 use crate::consumer::{harness_id, open_app_db};
 use crate::proxy::FaultRates;
 
@@ -134,10 +135,32 @@ enum Kind {
     Singles,
 }
 
+/// Where a group's messages go on B.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Channel {
+    /// The one-way channel: B's inbox, the consumers.
+    Default,
+    /// A request-response channel (D16) answered by the recording backend, under
+    /// `on_unknown = "retry"` (`rr`) or `"fail"` (`rr-fail`).
+    Rr { fail: bool },
+}
+
+impl Channel {
+    /// A's partner for the channel: the same B, at the channel's address.
+    fn partner(self) -> &'static str {
+        match self {
+            Channel::Default => "b",
+            Channel::Rr { fail: false } => "b-rr",
+            Channel::Rr { fail: true } => "b-rr-fail",
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 struct GroupPlan {
     name: String,
     kind: Kind,
+    channel: Channel,
     reply: &'static str,
     soap: &'static str,
     expiry_secs: u64,
@@ -180,12 +203,27 @@ fn make_plan(rng: &mut fastrand::Rng, messages: usize, groups: usize) -> Vec<Gro
                 w
             };
             // Ordered groups need DuplicateElimination; some others go without it.
-            let duplicate_elimination = kind == Kind::Ordered || rng.f64() >= 0.15;
+            let mut duplicate_elimination = kind == Kind::Ordered || rng.f64() >= 0.15;
+            let mut reply = ["Response", "Callback", "Poll"][rng.usize(0..3)];
+            // One group in five is request-response, of every kind: the business response is
+            // the delivery, so each is sent with DuplicateElimination (without it every copy
+            // would be a new call), and under the Response pattern (the ack rides on the
+            // business response).
+            let channel = match i % 10 {
+                3 => Channel::Rr { fail: false },
+                6 => Channel::Rr { fail: true },
+                _ => Channel::Default,
+            };
+            if channel != Channel::Default {
+                duplicate_elimination = true;
+                reply = "Response";
+            }
             GroupPlan {
                 duplicate_elimination,
                 name: format!("g{i:03}"),
                 kind,
-                reply: ["Response", "Callback", "Poll"][rng.usize(0..3)],
+                channel,
+                reply,
                 soap: if rng.bool() { "1.1" } else { "1.2" },
                 expiry_secs,
                 waits_ms,
@@ -209,6 +247,10 @@ fn planned(groups: &[GroupPlan]) -> Vec<Planned> {
                 seq: if g.kind == Kind::Singles { 0 } else { seq },
                 ordered: g.kind == Kind::Ordered,
                 copies_allowed: !g.duplicate_elimination,
+                rr: match g.channel {
+                    Channel::Default => None,
+                    Channel::Rr { fail } => Some(check::RrPolicy { fail }),
+                },
             });
         }
     }
@@ -227,6 +269,8 @@ struct Proc {
     ready: &'static str,
     log: PathBuf,
     child: Option<Child>,
+    /// When it was killed, each time.
+    killed_at: Vec<Instant>,
 }
 
 impl Proc {
@@ -238,6 +282,7 @@ impl Proc {
             ready,
             log: dir.join(format!("{name}.log")),
             child: None,
+            killed_at: Vec::new(),
         }
     }
 
@@ -296,6 +341,7 @@ impl Proc {
 
     async fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
+            self.killed_at.push(Instant::now());
             // SIGKILL on Unix: no shutdown code runs.
             let _ = child.start_kill();
             let _ = child.wait().await;
@@ -579,15 +625,33 @@ pub async fn run(args: RunArgs) -> Result<bool> {
                  # adds Basic credentials, which the proxy passes on unchanged.\n\
                  address = \"{to_b}/wsr/default\"\nca_file = {:?}\n\
                  client_cert_file = {:?}\nclient_key_file = {:?}\n\
-                 our_username = {A_USERNAME:?}\nour_password_file = {:?}\n",
+                 our_username = {A_USERNAME:?}\nour_password_file = {:?}\n\n\
+                 # B's request-response channels: the same B, at other addresses. Their\n\
+                 # messages use the Response pattern, so B never calls back for them.\n{}",
                 tls("a"),
                 path(certs.ca()),
                 path(certs.cert("a-client")),
                 path(certs.key("a-client")),
                 path(password_file.clone()),
+                ["rr", "rr-fail"]
+                    .iter()
+                    .map(|channel| format!(
+                        "[partners.b-{channel}]\naddress = \"{to_b}/wsr/{channel}\"\n\
+                         ca_file = {:?}\nclient_cert_file = {:?}\nclient_key_file = {:?}\n\
+                         our_username = {A_USERNAME:?}\nour_password_file = {:?}\n\n",
+                        path(certs.ca()),
+                        path(certs.cert("a-client")),
+                        path(certs.key("a-client")),
+                        path(password_file.clone()),
+                    ))
+                    .collect::<String>(),
             ),
         )?;
     }
+    // The run's clock: the backend's calls and the kills are both timed on it.
+    let epoch = Instant::now();
+    let rr_backend = Backend::start(epoch, Duration::from_millis(250), settings.seed ^ 3).await?;
+    let backend = rr_backend.url.clone();
     for (name, port) in b_names.iter().zip(&b_ports) {
         std::fs::write(
             dir.join(format!("{name}.toml")),
@@ -596,9 +660,19 @@ pub async fn run(args: RunArgs) -> Result<bool> {
                  callback_retry_initial_ms = 200\ncallback_retry_max_ms = 2000\n\n{}\
                  # Not anonymous: only partner a may post here.\n\
                  [[channels]]\nname = \"default\"\n\n\
+                 # Request-response (D16): the recording SOAP backend answers; a kill between\n\
+                 # its call and the commit is called again (rr) or failed for good (rr-fail).\n\
+                 [[channels]]\nname = \"rr\"\noperation = \"request-response\"\n\
+                 on_unknown = \"retry\"\n\
+                 [channels.backend]\nurl = \"{backend}/rr\"\ntimeout_ms = 10000\n\
+                 max_concurrency = 8\n\n\
+                 [[channels]]\nname = \"rr-fail\"\noperation = \"request-response\"\n\
+                 on_unknown = \"fail\"\n\
+                 [channels.backend]\nurl = \"{backend}/rr-fail\"\ntimeout_ms = 10000\n\
+                 max_concurrency = 8\n\n\
                  [[tokens]]\ntoken = {CONSUMER_TOKEN:?}\nprincipal = \"chaos-consumer\"\n\
                  scopes = [\"consume\"]\n\n\
-                 [partners.a]\nchannels = [\"default\"]\n\
+                 [partners.a]\nchannels = [\"default\", \"rr\", \"rr-fail\"]\n\
                  # A proves itself twice: Basic, and its client certificate (via proxy-to-b).\n\
                  username = {A_USERNAME:?}\npassword_hash = {password_hash:?}\n\
                  cert_names = [\"gateway-a.example\"]\n\
@@ -647,20 +721,23 @@ pub async fn run(args: RunArgs) -> Result<bool> {
             path(certs.key(sender)),
         ]
     };
+    // proxy-to-b writes down B's answers to the request-response messages (every copy's).
+    let answer_log = dir.join("rr-answers.jsonl");
+    let mut to_b_args = proxy_args(
+        "proxy-to-b",
+        to_b_port,
+        &b_ports,
+        "a-client",
+        settings.seed ^ 1,
+    );
+    to_b_args.extend([
+        "--record-answers".to_owned(),
+        path(answer_log.clone()),
+        "--record-marker".to_owned(),
+        RR_NAMESPACE.to_owned(),
+    ]);
     let mut proxies = vec![
-        Proc::new(
-            "proxy-to-b",
-            &me,
-            proxy_args(
-                "proxy-to-b",
-                to_b_port,
-                &b_ports,
-                "a-client",
-                settings.seed ^ 1,
-            ),
-            "listening",
-            &dir,
-        ),
+        Proc::new("proxy-to-b", &me, to_b_args, "listening", &dir),
         Proc::new(
             "proxy-to-a",
             &me,
@@ -875,6 +952,17 @@ pub async fn run(args: RunArgs) -> Result<bool> {
         None => read_inbox(&dir.join("b.db"), &mut facts).await?,
     }
     read_app_db(&app_db, &mut facts).await?;
+    facts.rr_calls = rr_backend.calls();
+    facts.rr_answers = read_answer_log(&answer_log)?;
+    facts.b_kills = b_gateways
+        .iter()
+        .flat_map(|b| &b.killed_at)
+        .map(|at| at.saturating_duration_since(epoch))
+        .collect();
+    facts.exchanges = match &postgres {
+        Some(dbs) => read_exchanges_postgres(&dbs.url(&dbs.b)?).await?,
+        None => read_exchanges(&dir.join("b.db")).await?,
+    };
     let summary = check::check(&facts);
     for p in &proxies {
         println!("chaos: {} {}", p.name, proxy_totals(&p.log));
@@ -954,9 +1042,13 @@ async fn drive(
     for seq in 0..g.count {
         tokio::time::sleep(step.mul_f64(rng.f64() * 2.0)).await;
         let id = hid(g, seq);
+        let namespace = match g.channel {
+            Channel::Default => "urn:chaos",
+            Channel::Rr { .. } => RR_NAMESPACE,
+        };
         let mut request = json!({
             // The partner by name: A sends to its address with its TLS and credentials.
-            "destination": "b",
+            "destination": g.channel.partner(),
             "agreement": {
                 "ack_requested": true,
                 "duplicate_elimination": g.duplicate_elimination,
@@ -966,7 +1058,7 @@ async fn drive(
                 "waits_ms": g.waits_ms,
             },
             "soap_version": g.soap,
-            "body": format!("<c:Item xmlns:c=\"urn:chaos\" id=\"{id}\">{}</c:Item>", "x".repeat(64)),
+            "body": format!("<c:Item xmlns:c=\"{namespace}\" id=\"{id}\">{}</c:Item>", "x".repeat(64)),
         });
         if g.kind != Kind::Singles {
             request["group"] = json!({ "id": group_id, "last": seq + 1 == g.count });
@@ -1131,6 +1223,73 @@ async fn read_inbox_postgres(b_url: &str, facts: &mut Facts) -> Result<()> {
         facts.inbox.push(hid.unwrap_or_else(|| "?".to_owned()));
     }
     Ok(())
+}
+
+/// proxy-to-b's record of B's answers to request-response messages (`proxy::AnswerLog`).
+fn read_answer_log(path: &Path) -> Result<Vec<RrAnswer>> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(e).with_context(|| format!("read {}", path.display())),
+    };
+    let mut answers = Vec::new();
+    for line in text.lines() {
+        let v: Value = serde_json::from_str(line)
+            .with_context(|| format!("a line of {}: {line}", path.display()))?;
+        let hex = v["body"].as_str().unwrap_or_default();
+        let body = (0..hex.len() / 2)
+            .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16))
+            .collect::<Result<Vec<u8>, _>>()
+            .context("an answer's hex body")?;
+        answers.push(RrAnswer {
+            hid: v["hid"].as_str().unwrap_or("?").to_owned(),
+            status: v["status"].as_u64().unwrap_or(0) as u16,
+            content_type: v["content_type"].as_str().unwrap_or_default().to_owned(),
+            body,
+        });
+    }
+    Ok(answers)
+}
+
+fn exchange_row(group_id: String, number: i64, state: String, body: Option<Vec<u8>>) -> Exchange {
+    let hid = body.and_then(|b| {
+        let text = String::from_utf8_lossy(&b).into_owned();
+        let start = text.find("ItemResponse")?;
+        harness_id(&text[start..]).map(str::to_owned)
+    });
+    Exchange {
+        group_id,
+        number,
+        state,
+        hid,
+    }
+}
+
+async fn read_exchanges(b_db: &Path) -> Result<Vec<Exchange>> {
+    let pool = open_read_only(b_db).await?;
+    let rows: Vec<(String, i64, String, Option<Vec<u8>>)> =
+        sqlx::query_as("SELECT group_id, number, state, body FROM exchanges")
+            .fetch_all(&pool)
+            .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(g, n, state, body)| exchange_row(g, n, state, body))
+        .collect())
+}
+
+async fn read_exchanges_postgres(b_url: &str) -> Result<Vec<Exchange>> {
+    let mut conn = sqlx::PgConnection::connect(b_url)
+        .await
+        .context("connect to B's PostgreSQL database")?;
+    let rows: Vec<(String, i64, String, Option<Vec<u8>>)> =
+        sqlx::query_as("SELECT group_id, number, state, body FROM exchanges")
+            .fetch_all(&mut conn)
+            .await?;
+    let _ = conn.close().await;
+    Ok(rows
+        .into_iter()
+        .map(|(g, n, state, body)| exchange_row(g, n, state, body))
+        .collect())
 }
 
 async fn read_app_db(app_db: &Path, facts: &mut Facts) -> Result<()> {

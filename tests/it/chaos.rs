@@ -1,7 +1,9 @@
 //! The short chaos run (README "Chaos run"): two gateways talking as partners over mutual TLS
 //! with credentials, a lossy (TLS-terminating) proxy each way, consumers on a shared
-//! subscription, six kill -9s, 2 000 messages over 100 groups — and the checker finds nothing
-//! lost, doubled or out of order. The seed is new on every run and printed, so
+//! subscription, six kill -9s, 2 000 messages over 100 groups, a fifth of them to B's
+//! request-response channels (a recording SOAP backend) — and the checker finds nothing
+//! lost, doubled or out of order, every copy of a request answered with the same bytes, and
+//! the backend called once per message (again only after a kill, under `retry`). The seed is new on every run and printed, so
 //! a failure can be repeated with `wsr-chaos run --short --seed N`.
 
 use std::process::Command;
@@ -44,9 +46,20 @@ fn short_chaos_run_loses_doubles_and_reorders_nothing() {
         "out_of_order",
         "unresolved",
         "failed_processed",
+        "rr_mismatched",
+        "rr_extra_calls",
+        "rr_empty",
     ] {
         assert_eq!(field(zero), 0, "{summary}");
     }
+    // Request-response traffic (D16): answered, and every copy's answer counted.
+    assert!(field("rr_messages") >= 100, "{summary}");
+    assert!(field("rr_acked") > 0, "{summary}");
+    assert!(field("rr_answers") >= field("rr_acked") / 2, "{summary}");
+    assert!(
+        field("rr_calls") <= field("rr_messages") + field("rr_recalls"),
+        "{summary}"
+    );
     assert_eq!(
         field("acked") + field("failed"),
         field("messages"),
