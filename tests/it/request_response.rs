@@ -722,3 +722,84 @@ async fn a_call_left_by_a_gateway_killed_before_its_commit_is_retried_or_failed(
         }
     }
 }
+
+/// A partner that hangs up while the service answers does not abandon the call: the answer is
+/// still kept and committed, and the partner's resend gets it without a second call. (Found by
+/// the chaos run: dropped with the connection, the call's outcome was unknown.)
+#[tokio::test]
+async fn a_partner_hanging_up_during_the_call_leaves_the_answer_kept_for_its_resend() {
+    let script = Script::default();
+    let release = Arc::new(Notify::new());
+    script.then(Reply::After(release.clone()));
+    let app = gateway(&soap_service(&script).await, |c| {
+        if let Some(RequestResponse {
+            responder: Responder::Backend(b),
+            ..
+        }) = c.operations.get_mut("echo")
+        {
+            b.timeout = StdDuration::from_secs(10);
+        }
+    })
+    .await;
+    let r = request(&app, "mid:rr-hangup", None, ReplyPattern::Response);
+    let impatient = reqwest::Client::builder()
+        .timeout(StdDuration::from_millis(300))
+        .build()
+        .expect("client");
+    let gave_up = impatient
+        .post(app.url("/wsr/echo"))
+        .header("content-type", SoapVersion::Soap11.content_type())
+        .body(envelope(SoapVersion::Soap11, &r))
+        .send()
+        .await;
+    assert!(gave_up.is_err(), "the partner hung up before the answer");
+    release.notify_one();
+    let key = r.key();
+    super::support::eventually("the answer is kept", || async {
+        let kept = app
+            .store
+            .exchange("", &key, app.clock.now_utc())
+            .await
+            .expect("reads");
+        kept.and_then(|e| e.answer).map(|_| ())
+    })
+    .await;
+    let resend = call(&app, SoapVersion::Soap11, &r).await;
+    assert_eq!(resend.status, 200, "{}", resend.body);
+    assert!(resend.body.contains("echoResponse"));
+    assert_eq!(script.calls().len(), 1, "not called again");
+}
+
+/// A request that expires while the service answers it was answered all the same: it is
+/// delivered, not faulted `InvalidExpiryTime`. (Found by the chaos run on PostgreSQL.)
+#[tokio::test]
+async fn a_request_expiring_during_its_call_is_still_delivered_with_its_answer() {
+    let script = Script::default();
+    let release = Arc::new(Notify::new());
+    script.then(Reply::After(release.clone()));
+    let app = Arc::new(
+        gateway(&soap_service(&script).await, |c| {
+            if let Some(RequestResponse {
+                responder: Responder::Backend(b),
+                ..
+            }) = c.operations.get_mut("echo")
+            {
+                b.timeout = StdDuration::from_secs(10);
+            }
+        })
+        .await,
+    );
+    let mut r = request(&app, "mid:rr-late", None, ReplyPattern::Response);
+    r.expiry_time = app.clock.now_utc() + Duration::seconds(30);
+    let (a, r1) = (app.clone(), r.clone());
+    let answer = tokio::spawn(async move { call(&a, SoapVersion::Soap11, &r1).await });
+    super::support::eventually("the call is out", || async {
+        (!script.calls().is_empty()).then_some(())
+    })
+    .await;
+    app.clock.advance(Duration::minutes(1));
+    release.notify_one();
+    let answer = answer.await.expect("the exchange");
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert!(answer.envelope().response.is_some(), "acked: delivered");
+}
