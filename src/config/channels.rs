@@ -4,6 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 
 use anyhow::bail;
 use serde::Deserialize;
@@ -33,11 +34,35 @@ pub struct ChannelConfig {
     pub operation: Option<String>,
     /// A request-response channel's SOAP service; without one, applications answer through
     /// the API.
-    pub backend: Option<super::operations::BackendConfig>,
+    pub backend: Option<BackendConfig>,
     /// `retry` (default) or `fail`: what a request whose call had an unknown outcome gets.
     pub on_unknown: Option<String>,
     /// How long a partner's exchange waits for an application's answer (default 30 s).
     pub respond_within_ms: Option<u64>,
+}
+
+/// `[channels.backend]`: the SOAP service behind a request-response channel.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendConfig {
+    pub url: String,
+    /// The whole call, answer read included (default 30 s).
+    pub timeout_ms: Option<u64>,
+    /// Calls out at once (default 16); a request beyond waits up to the hold.
+    pub max_concurrency: Option<usize>,
+    /// Only this CA bundle's roots verify the service (default: the system roots).
+    pub ca_file: Option<PathBuf>,
+    pub client_cert_file: Option<PathBuf>,
+    pub client_key_file: Option<PathBuf>,
+    /// What we present to the service, as towards a partner: Basic (`our_username` with
+    /// `our_password[_file|_env]`) or Bearer (`our_token[_file|_env]`).
+    pub our_username: Option<String>,
+    pub our_password: Option<String>,
+    pub our_password_file: Option<PathBuf>,
+    pub our_password_env: Option<String>,
+    pub our_token: Option<String>,
+    pub our_token_file: Option<PathBuf>,
+    pub our_token_env: Option<String>,
 }
 
 /// The top-level horizons, for every channel that sets none of its own.

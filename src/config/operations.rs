@@ -7,38 +7,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use serde::Deserialize;
 
-use super::channels::ChannelConfig;
+use super::channels::{BackendConfig, ChannelConfig};
 use crate::endpoint::check_endpoint;
 use crate::outbound::backend::{BackendSpec, RequestResponse, Responder};
 use crate::partners::{OurCredentialKeys, PartnerTls};
 use crate::rmp::exchange::OnUnknown;
 use crate::secrets::relative_to;
-
-/// `[channels.backend]`: the SOAP service behind a request-response channel.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct BackendConfig {
-    pub url: String,
-    /// The whole call, answer read included (default 30 s).
-    pub timeout_ms: Option<u64>,
-    /// Calls out at once (default 16); a request beyond waits up to the hold.
-    pub max_concurrency: Option<usize>,
-    /// Only this CA bundle's roots verify the service (default: the system roots).
-    pub ca_file: Option<PathBuf>,
-    pub client_cert_file: Option<PathBuf>,
-    pub client_key_file: Option<PathBuf>,
-    /// What we present to the service, as towards a partner: Basic (`our_username` with
-    /// `our_password[_file|_env]`) or Bearer (`our_token[_file|_env]`).
-    pub our_username: Option<String>,
-    pub our_password: Option<String>,
-    pub our_password_file: Option<PathBuf>,
-    pub our_password_env: Option<String>,
-    pub our_token: Option<String>,
-    pub our_token_file: Option<PathBuf>,
-    pub our_token_env: Option<String>,
-}
 
 const DEFAULT_TIMEOUT_MS: u64 = 30_000;
 const MAX_TIMEOUT_MS: u64 = 10 * 60_000;

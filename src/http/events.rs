@@ -37,6 +37,27 @@ pub struct StateEvent {
     at: String,
 }
 
+/// A partner's business response kept with an outbound message (`outbound::view`): in the
+/// message's JSON without its bytes; in `response` events and notify webhooks also inline
+/// when at most 64 KiB (`body` when UTF-8 text, else `body_base64`).
+#[derive(ToSchema)]
+#[allow(dead_code)] // a description only: written by outbound::view
+pub struct OutboundResponse {
+    /// Its length in bytes.
+    size: u64,
+    /// Whether its Body is an application SOAP Fault.
+    soap_fault: bool,
+    received_at: String,
+    /// The Content-Type it came with (a multipart/related answer stays one).
+    content_type: String,
+    /// Where to read it as received: `/api/v1/messages/{id}/response`.
+    href: String,
+    /// The response as text (events and notify webhooks, when small and UTF-8).
+    body: Option<String>,
+    /// The response base64-encoded (events and notify webhooks, when small and not UTF-8).
+    body_base64: Option<String>,
+}
+
 /// The data of one `response` event of `GET /api/v1/events` (JSON): a partner's business
 /// response to one of our messages was kept.
 #[derive(Serialize, ToSchema)]
@@ -46,7 +67,7 @@ pub struct ResponseEvent {
     id: String,
     at: String,
     /// The response: inline (`body` or `body_base64`) up to 64 KiB, else by its `href`.
-    #[schema(value_type = crate::http::openapi::OutboundResponse)]
+    #[schema(value_type = OutboundResponse)]
     response: serde_json::Value,
 }
 

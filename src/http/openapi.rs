@@ -237,28 +237,7 @@ pub struct OutboundMessage {
     last_error: Option<String>,
     last_error_at: Option<String>,
     /// The partner's business response, if one was kept (null: none).
-    response: Option<OutboundResponse>,
-}
-
-/// A partner's business response kept with an outbound message (`outbound::view`): in the
-/// message's JSON without its bytes; in `response` events and notify webhooks also inline
-/// when at most 64 KiB (`body` when UTF-8 text, else `body_base64`).
-#[derive(ToSchema)]
-#[allow(dead_code)] // a description only: written by outbound::view
-pub struct OutboundResponse {
-    /// Its length in bytes.
-    size: u64,
-    /// Whether its Body is an application SOAP Fault.
-    soap_fault: bool,
-    received_at: String,
-    /// The Content-Type it came with (a multipart/related answer stays one).
-    content_type: String,
-    /// Where to read it as received: `/api/v1/messages/{id}/response`.
-    href: String,
-    /// The response as text (events and notify webhooks, when small and UTF-8).
-    body: Option<String>,
-    /// The response base64-encoded (events and notify webhooks, when small and not UTF-8).
-    body_base64: Option<String>,
+    response: Option<super::events::OutboundResponse>,
 }
 
 /// A delivered message as applications see it (`consume::view::MessageView`).
