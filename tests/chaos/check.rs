@@ -380,6 +380,11 @@ struct RrFacts<'f> {
     calls: HashMap<&'f str, Vec<&'f Call>>,
     exchanges: HashMap<&'f str, &'f Exchange>,
     answers: HashMap<&'f str, Vec<&'f RrAnswer>>,
+    /// In-doubt exchanges no call names: a B was killed after recording the call out and
+    /// before the request reached the backend (the gateway cannot tell that from a kill
+    /// after it did, so under `fail` it is in doubt all the same). Each accounts for one
+    /// message failed for good without a call.
+    uncalled_in_doubt: std::cell::Cell<usize>,
 }
 
 impl<'f> RrFacts<'f> {
@@ -403,13 +408,20 @@ impl<'f> RrFacts<'f> {
             }
         }
         let mut exchanges = HashMap::new();
+        let mut uncalled_in_doubt = 0;
         for e in &facts.exchanges {
             let hid = e
                 .hid
                 .as_deref()
                 .or_else(|| by_key.get(&(e.group_id.as_str(), e.number)).copied());
-            if let Some(hid) = hid {
-                exchanges.insert(hid, e);
+            match hid {
+                Some(hid) => {
+                    exchanges.insert(hid, e);
+                }
+                None if e.state == "in_doubt" && !facts.b_kills.is_empty() => {
+                    uncalled_in_doubt += 1;
+                }
+                None => {}
             }
         }
         let mut answers: HashMap<&str, Vec<&RrAnswer>> = HashMap::new();
@@ -420,6 +432,7 @@ impl<'f> RrFacts<'f> {
             calls,
             exchanges,
             answers,
+            uncalled_in_doubt: std::cell::Cell::new(uncalled_in_doubt),
         }
     }
 
@@ -469,7 +482,11 @@ fn check_rr(
                 matches!(fate, Fate::Faulted(code) if code == "PermanentProcessingFailure");
             if in_doubt {
                 let state = rr.exchanges.get(hid).map(|e| e.state.as_str());
+                let uncalled = rr.uncalled_in_doubt.get();
                 if policy.fail && calls > 0 && !answered {
+                    s.rr_in_doubt += 1;
+                } else if policy.fail && calls == 0 && uncalled > 0 {
+                    rr.uncalled_in_doubt.set(uncalled - 1);
                     s.rr_in_doubt += 1;
                 } else {
                     s.bad_reason += 1;
@@ -911,6 +928,32 @@ mod tests {
         f.exchanges[0].state = "in_doubt".into();
         f.rr_answers.retain(|a| a.hid != "r0-0");
         assert_eq!(check(&f).bad_reason, 1, "not under retry");
+    }
+
+    /// A B killed after recording its call out, before the request reached the backend:
+    /// under `fail` the message is in doubt with no call made, and its exchange names no
+    /// call. Lawful once per such exchange, and only if a B was killed.
+    #[test]
+    fn failed_for_good_without_a_call_needs_an_in_doubt_exchange_and_a_kill() {
+        let mut f = clean_rr();
+        f.fates.insert(
+            "r1-0".into(),
+            Fate::Faulted("PermanentProcessingFailure".into()),
+        );
+        f.rr_calls.retain(|c| c.hid != "r1-0");
+        f.rr_answers.retain(|a| a.hid != "r1-0");
+        f.exchanges[1].state = "in_doubt".into();
+        f.exchanges[1].hid = None;
+        assert_eq!(check(&f).bad_reason, 1, "no B was killed");
+        f.b_kills.push(Duration::from_secs(5));
+        let s = check(&f);
+        assert_eq!((s.violations(), s.rr_in_doubt), (0, 1), "{}", report(&s));
+        f.exchanges.pop();
+        assert_eq!(
+            check(&f).bad_reason,
+            1,
+            "no in-doubt exchange accounts for it"
+        );
     }
 
     #[test]
