@@ -4,7 +4,9 @@
 //! and the neighbours), while the server's CPU time per message of one build stays within
 //! about ±10 %: the better figure to compare two builds by. The server is the gateway child,
 //! or the broker's own processes (`nats-server`, RabbitMQ's `beam.smp`), found by name; the
-//! ceiling server runs inside this tool, so it has none. A gateway on PostgreSQL does part of
+//! ceiling server runs inside this tool, so it has none. The trivial SOAP backend of the
+//! request-response rows also runs inside this tool, but on threads of its own, known by name
+//! (`/proc/self/task/{tid}/comm`), whose CPU counts. A gateway on PostgreSQL does part of
 //! its work in the PostgreSQL backends serving its database, which count too.
 
 use std::collections::BTreeMap;
@@ -22,6 +24,9 @@ pub struct Server {
     /// The PostgreSQL database whose backends count too. They are looked up at each reading:
     /// the gateways' pools open connections as the load grows.
     postgres_db: Option<String>,
+    /// This process's threads of that name count too (an in-process server on its own
+    /// runtime).
+    own_threads: Option<&'static str>,
 }
 
 impl Server {
@@ -29,6 +34,16 @@ impl Server {
         Server {
             pids: vec![pid],
             postgres_db: None,
+            own_threads: None,
+        }
+    }
+
+    /// This process's threads named `name` (a runtime's `thread_name`, at most 15 bytes).
+    pub fn own_threads(name: &'static str) -> Server {
+        Server {
+            pids: Vec::new(),
+            postgres_db: None,
+            own_threads: Some(name),
         }
     }
 
@@ -36,6 +51,7 @@ impl Server {
     pub fn and(mut self, other: Server) -> Server {
         self.pids.extend(other.pids);
         self.postgres_db = self.postgres_db.or(other.postgres_db);
+        self.own_threads = self.own_threads.or(other.own_threads);
         self
     }
 
@@ -53,13 +69,14 @@ impl Server {
         Server {
             pids,
             postgres_db: None,
+            own_threads: None,
         }
     }
 
     /// User plus system CPU ticks of each process so far; `None` when one of the fixed
     /// processes cannot be read. A backend that ended meanwhile is just left out.
     fn ticks(&self) -> Option<BTreeMap<u32, u64>> {
-        if self.pids.is_empty() {
+        if self.pids.is_empty() && self.own_threads.is_none() {
             return None;
         }
         let mut ticks = BTreeMap::new();
@@ -70,6 +87,14 @@ impl Server {
             for pid in postgres_backends(db) {
                 if let Some(t) = process_ticks(pid) {
                     ticks.insert(pid, t);
+                }
+            }
+        }
+        if let Some(name) = self.own_threads {
+            // Thread ids share the pid space: they do not collide with the processes'.
+            for tid in own_threads_named(name) {
+                if let Some(t) = stat_ticks(&format!("/proc/self/task/{tid}/stat")) {
+                    ticks.insert(tid, t);
                 }
             }
         }
@@ -125,6 +150,19 @@ fn processes_named(name: &str) -> impl Iterator<Item = u32> + '_ {
         })
 }
 
+/// This process's threads whose name (`/proc/self/task/{tid}/comm`) is `name`.
+fn own_threads_named(name: &str) -> impl Iterator<Item = u32> + '_ {
+    std::fs::read_dir("/proc/self/task")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
+        .filter(move |tid| {
+            std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
+                .is_ok_and(|comm| comm.trim_end() == name)
+        })
+}
+
 /// Whether a backend's process title names `database`.
 fn serves(title: &str, database: &str) -> bool {
     let mut words = title.split(|c: char| c.is_whitespace() || c == '\0');
@@ -134,8 +172,12 @@ fn serves(title: &str, database: &str) -> bool {
 /// utime + stime of one process (fields 14 and 15 of `/proc/{pid}/stat`, counted after the
 /// command name, which may itself hold spaces and parentheses).
 fn process_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    parse_ticks(&stat)
+    stat_ticks(&format!("/proc/{pid}/stat"))
+}
+
+/// utime + stime from a `stat` file (a process's or one thread's).
+fn stat_ticks(path: &str) -> Option<u64> {
+    parse_ticks(&std::fs::read_to_string(path).ok()?)
 }
 
 fn parse_ticks(stat: &str) -> Option<u64> {

@@ -5,6 +5,10 @@
 //! the ack marker for the message (`groupId="…"` in a `NonSequenceReply` without `fault=`, or
 //! a `ReplyRange` covering the number), found by a byte search, without a parse.
 //!
+//! The request-response rows send the same Response-pattern envelope to a request-response
+//! channel (the answer must also hold the backend's business body), and a plain SOAP envelope
+//! (no WS-R blocks, the group id in the Body) to the backend itself.
+//!
 //! The gateway's full-codec generator (`wsr-gateway bench`) stays for correctness:
 //! `wsr-compare --client codec`.
 
@@ -119,6 +123,39 @@ pub enum Shape {
     Response,
     /// One sequenced group with MessageOrder per worker, sent in order.
     Ordered,
+    /// Singletons, Response pattern, to a request-response channel: the answer is the
+    /// backend's business response with the ack in its header.
+    Request,
+    /// A plain SOAP envelope without WS-R blocks (the group id rides in the Body), to a SOAP
+    /// service called directly: the answer is its business response.
+    Plain,
+}
+
+/// What a business response holds, for the request-response shapes: the trivial backend's
+/// (`rr.rs`) answer element.
+pub const BUSINESS_MARKER: &[u8] = b"echoResponse";
+
+impl Shape {
+    /// Whether every message is its own group (all but `Ordered`).
+    fn singletons(self) -> bool {
+        self != Shape::Ordered
+    }
+
+    /// Whether `answer` completes the message: `Ok`, or the kind of failure.
+    pub fn check(self, answer: &[u8], group: &str, number: Option<u64>) -> Result<(), String> {
+        if matches!(self, Shape::Request | Shape::Plain) && find(answer, BUSINESS_MARKER).is_none()
+        {
+            return Err(if find(answer, b"Fault").is_some() {
+                "soap-fault".into()
+            } else {
+                "no-business-response".into()
+            });
+        }
+        match self {
+            Shape::Plain => Ok(()),
+            _ => acked(answer, group, number),
+        }
+    }
 }
 
 /// The WS-R envelope as pieces around the spliced values.
@@ -139,6 +176,35 @@ pub struct Template {
 impl Template {
     /// `payload`: the Body's content length to aim at (the `b:Load` element included).
     pub fn new(shape: Shape, payload: usize) -> Template {
+        let mut template = Template::ws_r(shape);
+        // The Load element around the filler is about 60 bytes, the time up to 20.
+        let filler = payload.saturating_sub(80);
+        let mut tail = Vec::with_capacity(filler + 64);
+        tail.extend_from_slice(b"\">");
+        tail.extend((0..filler).map(|i| b'a' + (i % 26) as u8));
+        tail.extend_from_slice(b"</b:Load></soap:Body></soap:Envelope>");
+        template.tail = tail;
+        template
+    }
+
+    /// The pieces up to the send time; the tail is the caller's.
+    fn ws_r(shape: Shape) -> Template {
+        let run = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+            .to_string();
+        if shape == Shape::Plain {
+            return Template {
+                head: format!(
+                    "<soap:Envelope xmlns:soap=\"{SOAP11_NS}\"><soap:Body><b:Load xmlns:b=\"urn:wsr-gateway:bench\" id=\""
+                )
+                .into_bytes(),
+                after_group: b"\" t=\"".to_vec(),
+                after_number: Vec::new(),
+                tail: Vec::new(),
+                run,
+            };
+        }
         let expiry = rfc3339(SystemTime::now() + Duration::from_secs(3600));
         let head = format!(
             "<soap:Envelope xmlns:soap=\"{SOAP11_NS}\" xmlns:wsrm=\"{WSRM_NS}\"><soap:Header><wsrm:Request soap:mustUnderstand=\"1\"><wsrm:MessageId groupId=\""
@@ -151,28 +217,19 @@ impl Template {
                 ""
             }
         );
-        let (after_group, after_number) = match shape {
-            Shape::Response => (format!("\"/>{rest}"), String::new()),
-            Shape::Ordered => (
+        let (after_group, after_number) = if shape.singletons() {
+            (format!("\"/>{rest}"), String::new())
+        } else {
+            (
                 "\"><wsrm:SequenceNum number=\"".to_owned(),
                 format!("\"/></wsrm:MessageId>{rest}"),
-            ),
+            )
         };
-        // The Load element around the filler is about 60 bytes, the time up to 20.
-        let filler = payload.saturating_sub(80);
-        let mut tail = Vec::with_capacity(filler + 64);
-        tail.extend_from_slice(b"\">");
-        tail.extend((0..filler).map(|i| b'a' + (i % 26) as u8));
-        tail.extend_from_slice(b"</b:Load></soap:Body></soap:Envelope>");
-        let run = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos())
-            .to_string();
         Template {
             head: head.into_bytes(),
             after_group: after_group.into_bytes(),
             after_number: after_number.into_bytes(),
-            tail,
+            tail: Vec::new(),
             run,
         }
     }
@@ -285,9 +342,10 @@ pub async fn load(
                 let mut conn: Option<Conn> = None;
                 let mut i = 0u64;
                 while Instant::now() < deadline {
-                    let (group, number) = match shape {
-                        Shape::Response => (template.group(worker, Some(i)), None),
-                        Shape::Ordered => (template.group(worker, None), Some(i)),
+                    let (group, number) = if shape.singletons() {
+                        (template.group(worker, Some(i)), None)
+                    } else {
+                        (template.group(worker, None), Some(i))
                     };
                     let sent_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(0);
                     let body = template.body(&group, number, sent_us);
@@ -308,11 +366,13 @@ pub async fn load(
                             if status != StatusCode::OK {
                                 bail!("http-{}", status.as_u16());
                             }
-                            acked(&answer, &group, number).map_err(anyhow::Error::msg)
+                            shape
+                                .check(&answer, &group, number)
+                                .map_err(anyhow::Error::msg)
                         })
                         .await;
                     // An ordered group must not skip a number: resend the same one.
-                    if done.is_some() || shape == Shape::Response {
+                    if done.is_some() || shape.singletons() {
                         i += 1;
                     }
                 }
@@ -575,6 +635,40 @@ mod tests {
         let text = String::from_utf8(t.body("mid:x", None, 1).to_vec()).expect("utf-8");
         assert!(text.contains("groupId=\"mid:x\"/><wsrm:ExpiryTime>"));
         assert!(!text.contains("MessageOrder"));
+    }
+
+    #[test]
+    fn plain_bodies_have_no_ws_r_blocks() {
+        let t = Template::new(Shape::Plain, 1024);
+        let g = t.group(1, Some(2));
+        let text = String::from_utf8(t.body(&g, None, 9).to_vec()).expect("utf-8");
+        assert!(text.starts_with("<soap:Envelope xmlns:soap=\""));
+        assert!(text.contains(&format!(
+            "<soap:Body><b:Load xmlns:b=\"urn:wsr-gateway:bench\" id=\"{g}\" t=\"9\">"
+        )));
+        assert!(!text.contains("wsrm"));
+        assert!(text.ends_with("</b:Load></soap:Body></soap:Envelope>"));
+        assert!((1000..1250).contains(&text.len()), "{}", text.len());
+    }
+
+    #[test]
+    fn business_responses_count_with_their_ack() {
+        let answer = br#"<S:Envelope><S:Header><wsrm:Response><wsrm:NonSequenceReply groupId="mid:a"/></wsrm:Response></S:Header><S:Body><e:echoResponse/></S:Body></S:Envelope>"#;
+        assert_eq!(Shape::Request.check(answer, "mid:a", None), Ok(()));
+        assert_eq!(
+            Shape::Request.check(answer, "mid:b", None),
+            Err("no-ack".into())
+        );
+        let bare_ack = br#"<wsrm:NonSequenceReply groupId="mid:a"/>"#;
+        assert_eq!(
+            Shape::Request.check(bare_ack, "mid:a", None),
+            Err("no-business-response".into())
+        );
+        assert_eq!(Shape::Response.check(bare_ack, "mid:a", None), Ok(()));
+        assert_eq!(
+            Shape::Plain.check(b"<e:echoResponse/>", "mid:x", None),
+            Ok(())
+        );
     }
 
     #[test]

@@ -10,6 +10,8 @@
 //!   full-codec generator (`wsr-gateway bench`) instead;
 //! - NATS JetStream (file storage, deduplication): publish, and publish + consume;
 //! - RabbitMQ: a quorum queue with publisher confirms, and publish + consume;
+//! - request-response (`rr.rs`): a trivial SOAP service in this process called directly, and
+//!   a durable gateway in front of it on a request-response channel (DESIGN D16);
 //! - with `--postgres`: the durable response load on a gateway on a fresh PostgreSQL database,
 //!   and on two gateways sharing one (`postgres.rs`);
 //! - one large message (`--large-mib`, 100 MiB) to a fresh gateway: its peak RSS.
@@ -26,6 +28,7 @@ mod jetstream;
 mod load;
 mod postgres;
 mod rabbit;
+mod rr;
 mod table;
 
 use std::path::{Path, PathBuf};
@@ -117,6 +120,8 @@ enum Phase {
     Ceiling,
     /// All wsr-gateway rows on SQLite.
     Gateway,
+    /// Request-response: the SOAP backend called directly, and the gateway in front of it.
+    Rr,
     /// Both PostgreSQL rows (without `--postgres`: on its default URL).
     Postgres,
     /// Both JetStream rows.
@@ -276,7 +281,10 @@ async fn run(cli: &Cli, first: bool) -> anyhow::Result<Report> {
         };
         report.set(RowKey::Ceiling, outcome);
     }
-    if cli.wants(Phase::Ceiling) || cli.wants(Phase::Gateway) || cli.wants(Phase::Postgres) {
+    if [Phase::Ceiling, Phase::Gateway, Phase::Rr, Phase::Postgres]
+        .into_iter()
+        .any(|phase| cli.wants(phase))
+    {
         report.notes.push(match cli.client {
             Client::Lean => "HTTP ceiling and wsr-gateway rows are loaded by this tool's lean client (bare hyper, C keep-alive HTTP/1.1 connections, SOAP 1.1 envelopes spliced from a template, the ack checked by status 200 and a byte search for the message's groupId reply without fault=); the broker rows by this tool's own closed loop.".into(),
             Client::Codec => "HTTP ceiling and wsr-gateway rows are loaded by `wsr-gateway bench` (the gateway's full-codec client, C keep-alive HTTP/1.1 connections); the broker rows by this tool's own closed loop.".into(),
@@ -294,6 +302,20 @@ async fn run(cli: &Cli, first: bool) -> anyhow::Result<Report> {
                     RowKey::GatewayOs,
                 ] {
                     report.set(key, Outcome::Unavailable(why.clone()));
+                }
+            }
+        }
+    }
+
+    if cli.wants(Phase::Rr) {
+        match cli.client {
+            Client::Lean => {
+                let bin = bin_ok.clone().map(|()| bin.as_path());
+                rr::phases(bin, &params, &mut report).await;
+            }
+            Client::Codec => {
+                for key in [RowKey::BackendDirect, RowKey::GatewayRr] {
+                    report.set(key, Outcome::Unavailable("needs --client lean".into()));
                 }
             }
         }

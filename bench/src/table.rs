@@ -37,7 +37,9 @@ impl Outcome {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RowKey {
     Ceiling,
+    BackendDirect,
     GatewayFull,
+    GatewayRr,
     GatewayOs,
     GatewayOrdered,
     GatewayE2e,
@@ -50,9 +52,11 @@ pub enum RowKey {
 }
 
 impl RowKey {
-    pub const ALL: [RowKey; 11] = [
+    pub const ALL: [RowKey; 13] = [
         RowKey::Ceiling,
+        RowKey::BackendDirect,
         RowKey::GatewayFull,
+        RowKey::GatewayRr,
         RowKey::GatewayOs,
         RowKey::GatewayOrdered,
         RowKey::GatewayE2e,
@@ -67,7 +71,9 @@ impl RowKey {
     pub fn label(self) -> &'static str {
         match self {
             RowKey::Ceiling => "HTTP ceiling (trivial hyper server)",
+            RowKey::BackendDirect => "SOAP backend called directly",
             RowKey::GatewayFull => "wsr-gateway response (fsync before ack)",
+            RowKey::GatewayRr => "wsr-gateway request-response (SOAP backend)",
             RowKey::GatewayOs => "wsr-gateway response durability=os",
             RowKey::GatewayOrdered => "wsr-gateway ordered",
             RowKey::GatewayE2e => "wsr-gateway e2e (ingest→fetch→accept)",
@@ -89,10 +95,11 @@ impl RowKey {
     /// Whether the acknowledgement waits for the data to reach the disk.
     pub fn fsync(self) -> &'static str {
         match self {
-            RowKey::Ceiling => "n/a (stores nothing)",
-            RowKey::GatewayFull | RowKey::GatewayOrdered | RowKey::GatewayE2e => {
-                "yes (group commit)"
-            }
+            RowKey::Ceiling | RowKey::BackendDirect => "n/a (stores nothing)",
+            RowKey::GatewayFull
+            | RowKey::GatewayRr
+            | RowKey::GatewayOrdered
+            | RowKey::GatewayE2e => "yes (group commit)",
             RowKey::GatewayOs => "no (WAL, OS cache)",
             RowKey::PostgresResponse | RowKey::PostgresPair => "yes (WAL flush on commit)",
             RowKey::JetStreamPublish | RowKey::JetStreamE2e => "no (sync every 2 min)",
@@ -290,6 +297,16 @@ impl Report {
                 "response/HTTP-ceiling",
                 throughput(RowKey::GatewayFull, RowKey::Ceiling),
                 "target >= 0.30",
+            ),
+            (
+                "request-response/response",
+                throughput(RowKey::GatewayRr, RowKey::GatewayFull),
+                "target >= 0.60",
+            ),
+            (
+                "request-response/direct",
+                throughput(RowKey::GatewayRr, RowKey::BackendDirect),
+                "the gateway's overhead; no target",
             ),
             (
                 "os/JetStream-publish",
