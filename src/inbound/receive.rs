@@ -190,21 +190,15 @@ impl Exchange<'_, '_> {
             let fault = (code, reason);
             return by_reply_pattern(ctx, partner, version, &key, pattern, fault, keep_until).await;
         }
-        let mut message = self.stored(request);
-        if let Some(op) = ctx.config.operations.get(self.channel) {
-            // A backend's answer is the delivery, not an inbox entry (D16).
-            message.inbox = matches!(op.responder, Responder::Api { .. });
-            if let Some(routed) = self
-                .request_response(op, request, message.clone(), note)
-                .await
-            {
-                return routed;
-            }
-            // The receiving rules answer it after all (delivered long ago, or expired, perhaps
-            // while it waited for its gap): as of now, not of its arrival, so that a request
-            // that expired meanwhile is faulted, never buffered without an exchange waiting.
-            message.now = ctx.clock.now();
+        if let Some(op) = ctx.config.operations.get(self.channel)
+            && let Some(routed) = self.request_response(op, request, note).await
+        {
+            return routed;
         }
+        // Made after a request-response channel's wait (delivered long ago, or expired while
+        // it waited for its gap): stamped now, so a request that expired meanwhile is faulted,
+        // never buffered without an exchange waiting.
+        let message = self.stored(request);
         // A buffered Response-pattern message may be delivered while we wait (D6): watch
         // before submitting, so the delivery cannot slip by between the two.
         let hold = Hold::watch(ctx, partner, &key, request);
@@ -242,9 +236,9 @@ impl Exchange<'_, '_> {
         &self,
         op: &RequestResponse,
         request: &Request,
-        message: ReceivedMessage,
         note: &mut Note,
     ) -> Option<Routed> {
+        let message = self.stored(request);
         let key = request.key();
         let asked = Asked {
             ctx: self.ctx,
@@ -312,7 +306,14 @@ impl Exchange<'_, '_> {
             // sender told "not held" after the ExpiryTime can rely on it (store
             // `poll_answer`).
             now: self.ctx.clock.now(),
-            inbox: true,
+            // A SOAP backend's answer is the delivery, not an inbox entry (D16).
+            inbox: !matches!(
+                self.ctx.config.operations.get(self.channel),
+                Some(RequestResponse {
+                    responder: Responder::Backend(_),
+                    ..
+                })
+            ),
         }
     }
 }
