@@ -101,7 +101,7 @@ impl Sender {
     /// New groups count against the partner's quota, or the peer address's when anonymous.
     pub fn new(caller: Caller, peer: Option<SocketAddr>) -> Sender {
         let source = match &caller.partner {
-            Some(name) => format!("partner:{name}"),
+            Some(name) => partner_source(name),
             None => source_of(peer),
         };
         Sender { caller, source }
@@ -111,6 +111,11 @@ impl Sender {
     pub fn partner(&self) -> &str {
         self.caller.key()
     }
+}
+
+/// The source a named partner's groups and kept answers count against.
+pub fn partner_source(name: &str) -> String {
+    format!("partner:{name}")
 }
 
 /// The source an anonymous request's new groups count against: the peer's IPv4 address, or

@@ -388,7 +388,7 @@ fn stale_before(
 /// SOAP Body, checked to be well-formed within the message limits; a SOAP Fault (of either
 /// version) is answered with HTTP 500. Kept as the Body only: it is written into an envelope
 /// of each request's own SOAP version when given.
-pub fn application_answer(body: &str, limits: &Limits) -> Result<CachedAnswer, String> {
+fn application_answer(body: &str, limits: &Limits) -> Result<CachedAnswer, String> {
     let envelope = write_envelope(SoapVersion::Soap11, Headers::default(), body);
     let read = read_envelope(envelope.as_bytes(), limits).map_err(|d| d.reason)?;
     let Some(root) = read.body.root else {
@@ -405,6 +405,73 @@ pub fn application_answer(body: &str, limits: &Limits) -> Result<CachedAnswer, S
         content_type: String::new(),
         body: Bytes::copy_from_slice(body.as_bytes()),
     })
+}
+
+/// Why an application's answer was not kept.
+#[derive(Debug)]
+pub enum AnswerRefused {
+    /// No delivered message at that offset.
+    NoSuchMessage,
+    /// Its channel is not answered through the API.
+    NotAnsweredByApi(String),
+    /// The answer is no well-formed SOAP Body content within the limits.
+    Invalid(String),
+    /// The message has an answer already.
+    AnsweredAlready,
+    Store(StoreError),
+}
+
+impl From<StoreError> for AnswerRefused {
+    fn from(e: StoreError) -> AnswerRefused {
+        AnswerRefused::Store(e)
+    }
+}
+
+/// Keeps an application's answer (`response`: the children of the SOAP Body) for the
+/// delivered message at `offset` (the spec's Respond): the partner's exchange, and every copy
+/// of the request, gets it. The caller has checked that it may settle that delivery.
+pub async fn keep_application_answer(
+    ctx: Inbound<'_>,
+    offset: i64,
+    response: &str,
+) -> Result<(), AnswerRefused> {
+    let entry = ctx
+        .store
+        .inbox(offset - 1, 1)
+        .await?
+        .into_iter()
+        .find(|e| e.offset == offset)
+        .ok_or(AnswerRefused::NoSuchMessage)?;
+    match ctx.config.operations.get(&entry.channel) {
+        Some(op) if matches!(op.responder, Responder::Api { .. }) => {}
+        _ => return Err(AnswerRefused::NotAnsweredByApi(entry.channel)),
+    }
+    let answer =
+        application_answer(response, &ctx.config.limits).map_err(AnswerRefused::Invalid)?;
+    let group_id =
+        crate::wsr::GroupId::parse(&entry.group_id).map_err(|_| AnswerRefused::NoSuchMessage)?;
+    let key = MessageKey {
+        group_id,
+        number: entry.number,
+    };
+    // The inbox keeps no peer address: anonymous callers' answers share one source.
+    let source = match entry.partner.as_str() {
+        "" => "(anonymous)".to_owned(),
+        p => super::partner_source(p),
+    };
+    let retention = ctx.store.policy().answer_polls_for;
+    let call = NewCall {
+        partner: &entry.partner,
+        key: &key,
+        channel: &entry.channel,
+        source: &source,
+        now: ctx.clock.now(),
+        keep_until: crate::rmp::exchange::keep_until_from(entry.expiry, retention),
+    };
+    match ctx.store.answer_request(call, &answer).await? {
+        true => Ok(()),
+        false => Err(AnswerRefused::AnsweredAlready),
+    }
 }
 
 fn in_doubt() -> Responded {

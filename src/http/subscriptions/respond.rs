@@ -15,11 +15,8 @@ use super::settle::receipt_for;
 use crate::delivery::lease::Outcome;
 use crate::http::AppState;
 use crate::http::api::{Caller, Problem, ProblemBody, json_body};
-use crate::inbound::respond::application_answer;
-use crate::outbound::backend::Responder;
-use crate::rmp::exchange::keep_until_from;
-use crate::store::NewCall;
-use crate::wsr::{GroupId, MessageKey};
+use crate::http::wsr::inbound_of;
+use crate::inbound::respond::{AnswerRefused, keep_application_answer};
 
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -58,58 +55,33 @@ pub async fn respond(
     State(app): State<AppState>,
     bytes: Bytes,
 ) -> Result<Json<RespondAnswer>, Problem> {
+    let conflict = |why: String| Problem(StatusCode::CONFLICT, "conflict", why);
     let body: RespondBody = json_body(&bytes)?;
     let receipt = receipt_for(&app, &caller, &body.receipt, &mut HashMap::new()).await?;
-    let not_found = || {
-        Problem(
-            StatusCode::NOT_FOUND,
-            "not-found",
-            "no such delivery".into(),
-        )
-    };
-    let entry = app
-        .store
-        .inbox(receipt.offset - 1, 1)
-        .await?
-        .into_iter()
-        .find(|e| e.offset == receipt.offset)
-        .ok_or_else(not_found)?;
-    let conflict = |why: String| Problem(StatusCode::CONFLICT, "conflict", why);
-    match app.config.operations.get(&entry.channel) {
-        Some(op) if matches!(op.responder, Responder::Api { .. }) => {}
-        _ => {
+    match keep_application_answer(inbound_of(&app), receipt.offset, &body.response).await {
+        Ok(()) => {}
+        Err(AnswerRefused::Store(e)) => return Err(e.into()),
+        Err(AnswerRefused::NoSuchMessage) => {
+            return Err(Problem(
+                StatusCode::NOT_FOUND,
+                "not-found",
+                "no such delivery".into(),
+            ));
+        }
+        Err(AnswerRefused::Invalid(why)) => return Err(Problem::field("response", why)),
+        Err(AnswerRefused::NotAnsweredByApi(channel)) => {
             return Err(conflict(format!(
-                "channel {} is not a request-response channel answered through the API",
-                entry.channel
+                "channel {channel} is not a request-response channel answered through the API"
+            )));
+        }
+        Err(AnswerRefused::AnsweredAlready) => {
+            return Err(conflict(format!(
+                "the message at offset {} is answered already",
+                receipt.offset
             )));
         }
     }
-    let answer = application_answer(&body.response, &app.config.limits)
-        .map_err(|why| Problem::field("response", why))?;
-    let group_id = GroupId::parse(&entry.group_id).map_err(|_| not_found())?;
-    let key = MessageKey {
-        group_id,
-        number: entry.number,
-    };
-    let source = match entry.partner.as_str() {
-        "" => "(anonymous)".to_owned(),
-        p => format!("partner:{p}"),
-    };
     let now = app.clock.now();
-    let call = NewCall {
-        partner: &entry.partner,
-        key: &key,
-        channel: &entry.channel,
-        source: &source,
-        now,
-        keep_until: keep_until_from(entry.expiry, app.store.policy().answer_polls_for),
-    };
-    if !app.store.answer_request(call, &answer).await? {
-        return Err(conflict(format!(
-            "the message at offset {} is answered already",
-            entry.offset
-        )));
-    }
     let settled = app
         .store
         .settle_many(&[(receipt.clone(), Some(Outcome::Accepted))], now)
