@@ -22,6 +22,35 @@ const SOAP11_NS: &str = "http://schemas.xmlsoap.org/soap/envelope/";
 const SOAP12_NS: &str = "http://www.w3.org/2003/05/soap-envelope";
 const WSRM_NS: &str = "http://docs.oasis-open.org/wsrm/2004/06/ws-reliability-1.1.xsd";
 
+/// Accepts on `listener` until `stopped`, one task per keep-alive HTTP/1.1 connection, each
+/// request answered by `handler` (the ceiling's and the request-response rows' services).
+pub async fn accept_until<F, Fut>(
+    listener: TcpListener,
+    mut stopped: oneshot::Receiver<()>,
+    handler: F,
+) where
+    F: Fn(Request<Incoming>) -> Fut + Copy + Send + 'static,
+    Fut: std::future::Future<Output = Result<Response<Full<Bytes>>, Infallible>> + Send + 'static,
+{
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            _ = &mut stopped => break,
+            accepted = listener.accept() => accepted,
+        };
+        let Ok((stream, _)) = accepted else {
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        connections.spawn(async move {
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service_fn(handler))
+                .await;
+        });
+    }
+    connections.shutdown().await;
+}
+
 pub struct CeilingServer {
     pub addr: SocketAddr,
     stop: oneshot::Sender<()>,
@@ -37,26 +66,8 @@ impl CeilingServer {
         let addr = listener
             .local_addr()
             .context("the ceiling server's address")?;
-        let (stop, mut stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(async move {
-            let mut connections = tokio::task::JoinSet::new();
-            loop {
-                let accepted = tokio::select! {
-                    _ = &mut stopped => break,
-                    accepted = listener.accept() => accepted,
-                };
-                let Ok((stream, _)) = accepted else {
-                    continue;
-                };
-                let _ = stream.set_nodelay(true);
-                connections.spawn(async move {
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service_fn(serve))
-                        .await;
-                });
-            }
-            connections.shutdown().await;
-        });
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(accept_until(listener, stopped, serve));
         Ok(CeilingServer { addr, stop, task })
     }
 

@@ -17,9 +17,7 @@ use anyhow::Context as _;
 use bytes::Bytes;
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
 use hyper::{Request, Response, StatusCode, header};
-use hyper_util::rt::TokioIo;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 
@@ -100,28 +98,11 @@ impl SoapBackend {
     }
 }
 
-/// Accepts until `stopped`, one task per keep-alive connection (as the ceiling server).
-async fn accept(listener: std::net::TcpListener, mut stopped: oneshot::Receiver<()>) {
-    let Ok(listener) = TcpListener::from_std(listener) else {
-        return;
-    };
-    let mut connections = tokio::task::JoinSet::new();
-    loop {
-        let accepted = tokio::select! {
-            _ = &mut stopped => break,
-            accepted = listener.accept() => accepted,
-        };
-        let Ok((stream, _)) = accepted else {
-            continue;
-        };
-        let _ = stream.set_nodelay(true);
-        connections.spawn(async move {
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service_fn(echo))
-                .await;
-        });
+/// The service on this runtime's listener, until `stopped`.
+async fn accept(listener: std::net::TcpListener, stopped: oneshot::Receiver<()>) {
+    if let Ok(listener) = TcpListener::from_std(listener) {
+        crate::ceiling::accept_until(listener, stopped, echo).await;
     }
-    connections.shutdown().await;
 }
 
 /// Reads the request (as a real service must) and answers the fixed business response.
