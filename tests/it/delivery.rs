@@ -50,7 +50,22 @@ async fn gateway() -> TestApp {
 
 /// A reliable message for channel `default` whose Body root is `root` (topic `default/{root}`).
 fn wsr_message(root: &str, group: &str, number: Option<u64>, ordered: bool) -> String {
-    let request = Request {
+    let request = wsr_request(group, number, ordered);
+    let body = format!("<p:{root} xmlns:p=\"urn:p\">{group}#{number:?}</p:{root}>");
+    write_envelope(
+        SoapVersion::Soap11,
+        Headers {
+            request: Some(&request),
+            ..Headers::default()
+        },
+        &body,
+    )
+}
+
+/// A Response-pattern request of `group` (numbered when `number` is given), acked, with
+/// duplicate elimination, expiring in two days.
+pub(crate) fn wsr_request(group: &str, number: Option<u64>, ordered: bool) -> Request {
+    Request {
         message_id: MessageId {
             group_id: GroupId::parse(group).expect("group"),
             sequence: number.map(|number| SequenceNum {
@@ -64,16 +79,7 @@ fn wsr_message(root: &str, group: &str, number: Option<u64>, ordered: bool) -> S
         ack_requested: true,
         duplicate_elimination: true,
         message_order: ordered,
-    };
-    let body = format!("<p:{root} xmlns:p=\"urn:p\">{group}#{number:?}</p:{root}>");
-    write_envelope(
-        SoapVersion::Soap11,
-        Headers {
-            request: Some(&request),
-            ..Headers::default()
-        },
-        &body,
-    )
+    }
 }
 
 /// Delivers one message over WS-R and checks it was acked.

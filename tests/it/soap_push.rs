@@ -7,14 +7,11 @@
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use chrono::{Duration, Utc};
+use chrono::Duration;
 use serde_json::{Value, json};
 use wsr_gateway::store::Endpoints;
 use wsr_gateway::wsr::model::{SOAP11_NS, SOAP12_NS};
-use wsr_gateway::wsr::{
-    GroupId, Headers, Limits, MessageId, ReplyPattern, Request, SequenceNum, SoapVersion,
-    read_envelope, write_envelope,
-};
+use wsr_gateway::wsr::{Headers, Limits, SoapVersion, read_envelope, write_envelope};
 
 use super::delivery::{Api, OWNER, dead_letters, settled, tokens};
 use super::support::{ClockExt, TestApp, serve_local, spawn_app_with};
@@ -151,21 +148,7 @@ async fn deliver(
     number: Option<u64>,
     ordered: bool,
 ) {
-    let request = Request {
-        message_id: MessageId {
-            group_id: GroupId::parse(group).expect("group"),
-            sequence: number.map(|number| SequenceNum {
-                number,
-                last: false,
-                group_limit: None,
-            }),
-        },
-        expiry_time: Utc::now() + Duration::days(2),
-        reply_pattern: ReplyPattern::Response,
-        ack_requested: true,
-        duplicate_elimination: true,
-        message_order: ordered,
-    };
+    let request = super::delivery::wsr_request(group, number, ordered);
     let xml = write_envelope(
         version,
         Headers {
