@@ -12,6 +12,24 @@ use crate::wsr::MessageKey;
 
 const WHERE_KEY: &str = "partner = $1 AND group_id = $2 AND number = $3";
 
+type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
+
+/// `q` with a row's key bound as $1..$3 (`WHERE_KEY`).
+fn keyed<'q>(q: PgQuery<'q>, partner: &'q str, key: &'q MessageKey) -> PgQuery<'q> {
+    q.bind(partner)
+        .bind(key.group_id.as_str())
+        .bind(slot_of(key))
+}
+
+/// `q` with a new row's columns bound as $1..$7 (key, channel, source, start, keep until).
+fn new_row<'q>(q: PgQuery<'q>, call: &NewCall<'q>) -> PgQuery<'q> {
+    keyed(q, call.partner, call.key)
+        .bind(call.channel)
+        .bind(call.source)
+        .bind(millis(call.now))
+        .bind(millis(call.keep_until))
+}
+
 impl ExchangeStore for PostgresStore {
     crate::store::exchange::exchange_reads!();
 
@@ -21,18 +39,14 @@ impl ExchangeStore for PostgresStore {
         take_over_before: Option<DateTime<Utc>>,
     ) -> StoreFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
-            let inserted = sqlx::query(
-                "INSERT INTO exchanges (partner, group_id, number, channel, source, state, \
+            let inserted = new_row(
+                sqlx::query(
+                    "INSERT INTO exchanges (partner, group_id, number, channel, source, state, \
                  started_at, keep_until) VALUES ($1, $2, $3, $4, $5, 'calling', $6, $7) \
                  ON CONFLICT DO NOTHING",
+                ),
+                &call,
             )
-            .bind(call.partner)
-            .bind(call.key.group_id.as_str())
-            .bind(slot_of(call.key))
-            .bind(call.channel)
-            .bind(call.source)
-            .bind(millis(call.now))
-            .bind(millis(call.keep_until))
             .execute(&self.pool)
             .await?
             .rows_affected();
@@ -46,15 +60,16 @@ impl ExchangeStore for PostgresStore {
                 "UPDATE exchanges SET started_at = $4 WHERE {WHERE_KEY} AND state = 'calling' \
                  AND started_at < $5"
             );
-            let taken = sqlx::query(sqlx::AssertSqlSafe(sql))
-                .bind(call.partner)
-                .bind(call.key.group_id.as_str())
-                .bind(slot_of(call.key))
-                .bind(millis(call.now))
-                .bind(millis(before))
-                .execute(&self.pool)
-                .await?
-                .rows_affected();
+            let taken = keyed(
+                sqlx::query(sqlx::AssertSqlSafe(sql)),
+                call.partner,
+                call.key,
+            )
+            .bind(millis(call.now))
+            .bind(millis(before))
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
             Ok(taken == 1)
         })
     }
@@ -70,10 +85,7 @@ impl ExchangeStore for PostgresStore {
                 "UPDATE exchanges SET state = 'answered', status = $4, content_type = $5, \
                  body = $6, size = $7 WHERE {WHERE_KEY}"
             );
-            sqlx::query(sqlx::AssertSqlSafe(sql))
-                .bind(partner)
-                .bind(key.group_id.as_str())
-                .bind(slot_of(key))
+            keyed(sqlx::query(sqlx::AssertSqlSafe(sql)), partner, key)
                 .bind(i64::from(answer.status))
                 .bind(&answer.content_type)
                 .bind(answer.body.as_ref())
@@ -90,19 +102,15 @@ impl ExchangeStore for PostgresStore {
         answer: &'a CachedAnswer,
     ) -> StoreFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
-            let inserted = sqlx::query(
-                "INSERT INTO exchanges (partner, group_id, number, channel, source, state, \
+            let inserted = new_row(
+                sqlx::query(
+                    "INSERT INTO exchanges (partner, group_id, number, channel, source, state, \
                  started_at, keep_until, status, content_type, body, size) VALUES ($1, $2, $3, \
                  $4, $5, 'answered', $6, $7, $8, $9, $10, $11) ON CONFLICT DO NOTHING",
+                ),
+                &call,
             )
-            .bind(call.partner)
-            .bind(call.key.group_id.as_str())
-            .bind(slot_of(call.key))
-            .bind(call.channel)
-            .bind(call.source)
-            .bind(millis(call.now))
-            .bind(millis(call.keep_until))
-            .bind(i32::from(answer.status))
+            .bind(i64::from(answer.status))
             .bind(&answer.content_type)
             .bind(answer.body.as_ref())
             .bind(answer.body.len() as i64)
@@ -120,10 +128,7 @@ impl ExchangeStore for PostgresStore {
     ) -> StoreFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             let sql = format!("DELETE FROM exchanges WHERE {WHERE_KEY} AND state = 'calling'");
-            sqlx::query(sqlx::AssertSqlSafe(sql))
-                .bind(partner)
-                .bind(key.group_id.as_str())
-                .bind(slot_of(key))
+            keyed(sqlx::query(sqlx::AssertSqlSafe(sql)), partner, key)
                 .execute(&self.pool)
                 .await?;
             Ok(())
@@ -143,10 +148,7 @@ impl ExchangeStore for PostgresStore {
             };
             let sql =
                 format!("UPDATE exchanges SET {change} WHERE {WHERE_KEY} AND state = 'calling'");
-            sqlx::query(sqlx::AssertSqlSafe(sql))
-                .bind(partner)
-                .bind(key.group_id.as_str())
-                .bind(slot_of(key))
+            keyed(sqlx::query(sqlx::AssertSqlSafe(sql)), partner, key)
                 .execute(&self.pool)
                 .await?;
             Ok(())

@@ -10,6 +10,21 @@ use crate::store::future::StoreFuture;
 use crate::store::time::millis;
 use crate::wsr::MessageKey;
 
+/// A new exchange row's columns, owned for the writer's thread.
+type CallRow = (String, String, i64, String, String, i64, i64);
+
+fn call_row(call: &NewCall<'_>) -> CallRow {
+    (
+        call.partner.to_owned(),
+        call.key.group_id.as_str().to_owned(),
+        slot_of(call.key),
+        call.channel.to_owned(),
+        call.source.to_owned(),
+        millis(call.now),
+        millis(call.keep_until),
+    )
+}
+
 impl ExchangeStore for SqliteStore {
     crate::store::exchange::exchange_reads!();
 
@@ -18,15 +33,7 @@ impl ExchangeStore for SqliteStore {
         call: NewCall<'a>,
         take_over_before: Option<DateTime<Utc>>,
     ) -> StoreFuture<'a, Result<bool, StoreError>> {
-        let row = (
-            call.partner.to_owned(),
-            call.key.group_id.as_str().to_owned(),
-            slot_of(call.key),
-            call.channel.to_owned(),
-            call.source.to_owned(),
-            millis(call.now),
-            millis(call.keep_until),
-        );
+        let row = call_row(&call);
         let take_over = take_over_before.map(millis);
         Box::pin(async move {
             self.keep(move |conn| {
@@ -93,15 +100,7 @@ impl ExchangeStore for SqliteStore {
         call: NewCall<'a>,
         answer: &'a CachedAnswer,
     ) -> StoreFuture<'a, Result<bool, StoreError>> {
-        let row = (
-            call.partner.to_owned(),
-            call.key.group_id.as_str().to_owned(),
-            slot_of(call.key),
-            call.channel.to_owned(),
-            call.source.to_owned(),
-            millis(call.now),
-            millis(call.keep_until),
-        );
+        let row = call_row(&call);
         let answer = answer.clone();
         Box::pin(async move {
             self.keep(move |conn| {
