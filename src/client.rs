@@ -56,18 +56,9 @@ impl Api {
 
     /// A GET whose answer is not JSON (a business response as received): its bytes.
     pub async fn get_bytes(&self, segments: &[&str]) -> anyhow::Result<Vec<u8>> {
-        let answer = self
-            .client
-            .get(self.url(segments, &[]))
-            .bearer_auth(&self.token)
-            .send()
-            .await
-            .with_context(|| format!("cannot reach the gateway's API at {}", self.base))?;
-        let status = answer.status();
-        let bytes = answer
-            .bytes()
-            .await
-            .with_context(|| format!("the API's answer ({status}) broke off"))?;
+        let (status, bytes) = self
+            .exchange(self.client.get(self.url(segments, &[])))
+            .await?;
         if !status.is_success() {
             let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
             bail!("{status}: {}", body["reason"].as_str().unwrap_or(""));
@@ -75,7 +66,11 @@ impl Api {
         Ok(bytes.to_vec())
     }
 
-    async fn call(&self, request: reqwest::RequestBuilder) -> anyhow::Result<Value> {
+    /// Sends `request` with our token; its status and whole body.
+    async fn exchange(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> anyhow::Result<(reqwest::StatusCode, bytes::Bytes)> {
         let answer = request
             .bearer_auth(&self.token)
             .send()
@@ -86,6 +81,11 @@ impl Api {
             .bytes()
             .await
             .with_context(|| format!("the API's answer ({status}) broke off"))?;
+        Ok((status, bytes))
+    }
+
+    async fn call(&self, request: reqwest::RequestBuilder) -> anyhow::Result<Value> {
+        let (status, bytes) = self.exchange(request).await?;
         // A removal answers 204 with no body.
         let body: Value = if bytes.is_empty() {
             Value::Null

@@ -25,7 +25,7 @@ struct Exchange {
     response_body: String,
 }
 
-fn header(v: &Value, name: &str) -> Option<String> {
+pub(crate) fn header(v: &Value, name: &str) -> Option<String> {
     v.as_object()?
         .iter()
         .find(|(k, _)| k.eq_ignore_ascii_case(name))

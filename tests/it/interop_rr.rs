@@ -8,6 +8,7 @@
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 
+use super::interop::header;
 use super::request_response::{Script, by_backend, soap_service};
 use super::support::{Answer, TestApp, repo_root, spawn_app_at_with};
 
@@ -17,14 +18,6 @@ struct Sent {
     soap_action: Option<String>,
     body: String,
     time: DateTime<Utc>,
-}
-
-fn header(v: &Value, name: &str) -> Option<String> {
-    v.as_object()?
-        .iter()
-        .find(|(k, _)| k.eq_ignore_ascii_case(name))
-        .and_then(|(_, v)| v.as_str())
-        .map(str::to_owned)
 }
 
 /// The requests the peer sent to the gateway in recording `name`, in order.
