@@ -184,6 +184,7 @@ impl FileConfig {
         let partners = std::mem::take(&mut self.partners);
         let partners = partners::check(partners, base, &channels.names(), &self.agreements)?;
         channels.check_reached(&self.channels, &partners, reach)?;
+        operations::check_anonymous(&operations, &channels.anonymous, reach)?;
         let partners = Partners::new(partners, verifier.clone());
         check_endpoint_urls(&self.callback_endpoints, &self.push_endpoints)?;
         let trusted_proxy = self.trusted_proxy.take().map(TrustedProxy::check);

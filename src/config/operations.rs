@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, bail};
 
-use super::channels::{BackendConfig, ChannelConfig};
+use super::channels::{BackendConfig, ChannelConfig, Reach};
 use crate::endpoint::check_endpoint;
 use crate::outbound::backend::{BackendSpec, RequestResponse, Responder};
 use crate::partners::{OurCredentialKeys, PartnerTls};
@@ -73,6 +73,27 @@ pub(super) fn check(
         }
     }
     Ok(operations)
+}
+
+/// Anonymous callers are told apart by nothing but their group ids: on a request-response
+/// channel one could be given another's cached business response by naming its group. Fine on
+/// a loopback listener (everyone there is on this machine already), refused beyond it.
+pub(super) fn check_anonymous(
+    operations: &BTreeMap<String, RequestResponse>,
+    anonymous: &std::collections::BTreeSet<String>,
+    reach: Reach,
+) -> anyhow::Result<()> {
+    if reach.loopback() {
+        return Ok(());
+    }
+    if let Some(channel) = operations.keys().find(|c| anonymous.contains(*c)) {
+        bail!(
+            "channel {channel}: a request-response channel takes no anonymous callers beyond a \
+             loopback listener (they would share one another's cached answers): give its \
+             partners credentials"
+        );
+    }
+    Ok(())
 }
 
 fn bounded(ms: u64) -> u64 {
@@ -169,5 +190,23 @@ mod tests {
             let err = load(&format!("[[channels]]\nname = \"c\"\n{text}")).expect_err(text);
             assert!(format!("{err:#}").contains(why), "{text}: {err:#}");
         }
+    }
+
+    #[test]
+    fn an_anonymous_request_response_channel_is_refused_beyond_loopback() {
+        let channel = "[[channels]]\nname = \"ask\"\noperation = \"request-response\"\n\
+                       anonymous = true\n";
+        let wide =
+            format!("listen = \"0.0.0.0:8080\"\nallow_anonymous_beyond_loopback = true\n{channel}");
+        let err = load(&wide).expect_err("anonymous request-response beyond loopback");
+        assert!(
+            format!("{err:#}").contains("takes no anonymous callers"),
+            "{err:#}"
+        );
+        // One-way channels stay as the operator allows; on loopback both are fine.
+        let one_way = "listen = \"0.0.0.0:8080\"\nallow_anonymous_beyond_loopback = true\n\
+                       [[channels]]\nname = \"in\"\nanonymous = true\n";
+        load(one_way).expect("anonymous one-way channel");
+        load(&format!("listen = \"127.0.0.1:8080\"\n{channel}")).expect("on loopback");
     }
 }

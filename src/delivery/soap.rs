@@ -11,11 +11,7 @@ use crate::wsr::model::{SOAP11_NS, SOAP12_NS};
 use crate::wsr::{Limits, SoapVersion, read_message, write_plain_envelope};
 
 use super::lease::Outcome;
-
-/// The HTTP header naming the message's WS-R group.
-pub const GROUP_ID_HEADER: &str = "WSR-Group-Id";
-/// The HTTP header carrying the message's sequence number (sequenced groups only).
-pub const SEQUENCE_NUMBER_HEADER: &str = "WSR-Sequence-Number";
+use crate::rmp::exchange::idempotency_headers;
 
 /// One inbox message as a SOAP request.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,10 +40,7 @@ pub fn soap_request(
     if let Some(action) = version.soap_action() {
         headers.push(("SOAPAction", action.to_owned()));
     }
-    headers.push((GROUP_ID_HEADER, header_text(group_id)));
-    if let Some(n) = number {
-        headers.push((SEQUENCE_NUMBER_HEADER, n.to_string()));
-    }
+    headers.extend(idempotency_headers(group_id, number));
     Ok(SoapRequest {
         version,
         envelope,
@@ -91,20 +84,6 @@ fn mentions(payload: &str, prefix: &str) -> bool {
     })
 }
 
-/// A group id as an HTTP header value: bytes outside visible ASCII, and `%` itself,
-/// percent-encoded (group ids are URIs, mostly plain ASCII already).
-pub fn header_text(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if (0x21..=0x7e).contains(&b) && b != b'%' {
-            out.push(char::from(b));
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 /// Whether an endpoint's answer is a SOAP Fault (of either version): its Body's first child.
 pub fn is_fault(content_type: Option<&str>, body: &[u8]) -> bool {
     if body.is_empty() {
@@ -133,6 +112,7 @@ pub fn outcome(fault: bool, status_outcome: Outcome) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rmp::exchange::{GROUP_ID_HEADER, SEQUENCE_NUMBER_HEADER};
     use crate::wsr::read_envelope;
 
     const ORDER: &str =
@@ -213,7 +193,9 @@ mod tests {
     #[test]
     fn damaged_declarations_are_an_error_and_odd_group_ids_are_encoded() {
         assert!(soap_request("<a/>", "not json", "g", None).is_err());
-        assert_eq!(header_text("urn:g 1/é%"), "urn:g%201/%C3%A9%25");
+        let request = soap_request("<a/>", "[]", "urn:g 1/é%", None).expect("request");
+        let group = request.headers.iter().find(|(n, _)| *n == GROUP_ID_HEADER);
+        assert_eq!(group.map(|(_, v)| v.as_str()), Some("urn:g%201/%C3%A9%25"));
     }
 
     #[test]

@@ -31,36 +31,19 @@ pub async fn receive(
         let missing = format!("no channel named {channel:?}\n");
         return (StatusCode::NOT_FOUND, missing).into_response();
     };
-    let request_response = app.config.operations.contains_key(&channel);
     let sender = Sender::new(caller, peer.map(|p| p.0.0));
-    let answer = async move {
-        let read = read_message(content_type(&headers), &body, &app.config.limits);
-        let ctx = inbound_of(&app);
-        let posted = Posted {
-            body: &body,
-            version_hint: version_hint(&headers),
-            soap_action: soap_action(&headers),
-        };
-        let outcome =
-            inbound::receive::receive(ctx, &sender, &channel, &agreement, posted, read).await;
-        if let Some(access) = access {
-            access.0.note(|n| *n = outcome.note);
-        }
-        render(outcome.version, outcome.answer)
+    let read = read_message(content_type(&headers), &body, &app.config.limits);
+    let ctx = inbound_of(&app);
+    let posted = Posted {
+        body: &body,
+        version_hint: version_hint(&headers),
+        soap_action: soap_action(&headers),
     };
-    if !request_response {
-        return answer.await;
+    let outcome = inbound::receive::receive(ctx, &sender, &channel, &agreement, posted, read).await;
+    if let Some(access) = access {
+        access.0.note(|n| *n = outcome.note);
     }
-    // A request-response channel's backend call and the commit of its answer (D16) run to the
-    // end even when the partner hangs up meanwhile: dropped with the connection, the call's
-    // outcome would be unknown without a kill (called again, or failed for good under `fail`).
-    match tokio::spawn(answer).await {
-        Ok(response) => response,
-        Err(e) => {
-            tracing::error!(error = %e, "answering a request-response message failed");
-            StatusCode::INTERNAL_SERVER_ERROR.into_response()
-        }
-    }
+    render(outcome.version, outcome.answer)
 }
 
 /// The receiving services' view of the application.

@@ -16,13 +16,15 @@ use bytes::Bytes;
 use tokio::time::Instant;
 
 use super::Inbound;
-use crate::outbound::backend::{BackendSpec, Call, Called, RequestResponse, Responder};
+use crate::outbound::backend::{BackendSpec, Call, RequestResponse, Responder, Slot};
 use crate::rmp::exchange::{
-    Business, Gate, Judged, OnUnknown, Step, answer_bytes, gate, keep_until,
+    Gate, Judged, OnUnknown, Step, answer_bytes, gate, keep_until, request_idempotency_headers,
 };
 use crate::rmp::receiver::Verdict;
 use crate::rmp::replies::reply_for;
-use crate::store::{CachedAnswer, NewCall, ReceivedMessage, StoreError};
+use crate::store::{
+    Attempt, Began, BeginCall, CachedAnswer, NewCall, ReceivedMessage, Store, StoreError,
+};
 use crate::wsr::splice::without_wsr_blocks;
 use crate::wsr::{
     Envelope, FaultCode, Headers, Limits, MessageKey, ReplyPattern, Request, Response, SoapVersion,
@@ -93,32 +95,26 @@ impl Asked<'_> {
                 Some(ex) => Step::kept(ex.state, ex.started_at < stale_before(backend, now)),
                 None => Step::unkept(self.gate(now).await?),
             };
-            match step {
-                Step::Replay => {
+            let done = match (step, kept) {
+                (Step::Replay, kept) => {
                     let (answer, called) = kept
                         .and_then(|ex| Some((ex.answer?, ex.started_at)))
                         .ok_or_else(|| {
                             StoreError::Corrupt("an answered exchange without its answer".into())
                         })?;
-                    return self.deliver(answer, called).await;
+                    Some(self.deliver(answer, called).await?)
                 }
-                Step::InDoubt => return Ok(in_doubt()),
-                Step::AsOneWay => return Ok(Responded::AsOneWay),
-                Step::Unknown => {
-                    if let Some(done) = self.unknown_outcome(backend).await? {
-                        return Ok(done);
-                    }
+                (Step::InDoubt, _) => Some(in_doubt()),
+                (Step::AsOneWay, _) => Some(Responded::AsOneWay),
+                (Step::Unknown, Some(ex)) => self.unknown_outcome(backend, ex.attempt).await?,
+                (Step::Call, _) => {
+                    let quota = ctx.config.max_answer_bytes_per_source;
+                    self.call_if_begun(BeginCall::Fresh { quota }).await?
                 }
-                Step::Call => {
-                    if let Some(refused) = self.over_quota().await? {
-                        return Ok(refused);
-                    }
-                    if self.begin(None).await? {
-                        return self.call().await;
-                    }
-                    // Another copy began the call just now: wait for it.
-                }
-                Step::Wait => {}
+                (Step::Wait | Step::Unknown, _) => None,
+            };
+            if let Some(done) = done {
+                return Ok(done);
             }
             if Instant::now() + look > until {
                 return Ok(still_out(self.request));
@@ -225,134 +221,131 @@ impl Asked<'_> {
         })
     }
 
-    /// A call started before this was made by a gateway that gave up on it or died: its
-    /// outcome is unknown. `None`: another copy took it over first.
+    /// A call (`attempt`) started before this was made by a gateway that gave up on it or
+    /// died: its outcome is unknown. `None`: another copy took it over first.
     async fn unknown_outcome(
         &self,
         backend: &BackendSpec,
+        attempt: Attempt,
     ) -> Result<Option<Responded>, StoreError> {
         let key = self.key();
         match self.operation.on_unknown {
             OnUnknown::Fail => {
                 self.ctx
                     .store
-                    .call_unknown(self.partner, &key, true)
+                    .call_unknown(self.partner, &key, attempt, true)
                     .await?;
                 Ok(Some(in_doubt()))
             }
             OnUnknown::Retry => {
-                let now = self.ctx.clock.now();
-                match self.begin(Some(stale_before(backend, now))).await? {
-                    true => self.call().await.map(Some),
-                    false => Ok(None),
-                }
+                let started_before = stale_before(backend, self.ctx.clock.now());
+                self.call_if_begun(BeginCall::TakeOver { started_before })
+                    .await
             }
         }
     }
 
-    async fn begin(
-        &self,
-        take_over_before: Option<chrono::DateTime<chrono::Utc>>,
-    ) -> Result<bool, StoreError> {
+    /// Takes one of the channel's call slots, records the call as out (`how`), and calls.
+    /// `None`: another copy has the call (look again).
+    async fn call_if_begun(&self, how: BeginCall) -> Result<Option<Responded>, StoreError> {
+        let ctx = self.ctx;
+        // The slot first: a call recorded as out is under way at once, so that its start
+        // plus its timeout bounds it (`stale_before`), however long the slots stay busy.
+        let Some(slot) = ctx.backends.slot(self.channel, ctx.config.hold).await else {
+            return Ok(Some(Responded::Fault(
+                FaultCode::MessageProcessingFailure,
+                "the service is busy with other requests; resend it later".into(),
+            )));
+        };
         let key = self.key();
-        let policy = self.ctx.store.policy();
         let call = NewCall {
             partner: self.partner,
             key: &key,
             channel: self.channel,
             source: self.source,
-            now: self.ctx.clock.now(),
-            keep_until: keep_until(self.request, policy.answer_polls_for),
+            now: ctx.clock.now(),
+            keep_until: keep_until(self.request, ctx.store.policy().answer_polls_for),
         };
-        self.ctx.store.begin_call(call, take_over_before).await
+        match ctx.store.begin_call(call, how).await? {
+            Began::Call(attempt) => self.call(slot, attempt).await,
+            Began::Exists => Ok(None),
+            Began::OverQuota { held } => {
+                let quota = ctx.config.max_answer_bytes_per_source;
+                Ok(Some(Responded::Fault(
+                    FaultCode::MessageProcessingFailure,
+                    format!(
+                        "this sender's kept answers take {held} bytes, the quota is {quota}: \
+                         resend once earlier requests have expired"
+                    ),
+                )))
+            }
+        }
     }
 
-    /// Cached answers count against the source's byte quota: beyond it, no call.
-    async fn over_quota(&self) -> Result<Option<Responded>, StoreError> {
-        let quota = self.ctx.config.max_answer_bytes_per_source;
-        let now = self.ctx.clock.now();
-        let held = self.ctx.store.answer_bytes_of(self.source, now).await?;
-        Ok((held >= quota).then(|| {
-            Responded::Fault(
-                FaultCode::MessageProcessingFailure,
-                format!(
-                    "this sender's kept answers take {held} bytes, the quota is {quota}: \
-                     resend once earlier requests have expired"
-                ),
-            )
-        }))
-    }
-
-    /// The call: the envelope without its WS-R blocks, the idempotency headers; then the
-    /// judged answer kept, forgotten, or marked unknown.
-    async fn call(&self) -> Result<Responded, StoreError> {
+    /// The call (`attempt`, in `slot`): the envelope without its WS-R blocks, with the
+    /// idempotency headers. It and the recording of its outcome run in a task of their own,
+    /// to the end even when the partner hangs up meanwhile (dropped, the call's outcome would
+    /// be unknown without a kill); the slot bounds how many such tasks there are. `None`: the
+    /// call was taken over meanwhile and its answer not kept (look again).
+    async fn call(&self, slot: Slot, attempt: Attempt) -> Result<Option<Responded>, StoreError> {
         let ctx = self.ctx;
         let key = self.key();
         let envelope = match without_wsr_blocks(self.env.text) {
             Ok(envelope) => envelope,
             Err(why) => {
-                ctx.store.call_failed(self.partner, &key).await?;
-                return Ok(Responded::Fault(FaultCode::MessageProcessingFailure, why));
+                ctx.store.call_failed(self.partner, &key, attempt).await?;
+                return Ok(Some(Responded::Fault(
+                    FaultCode::MessageProcessingFailure,
+                    why,
+                )));
             }
         };
         let call = Call {
-            channel: self.channel,
             envelope,
             version: self.env.version,
-            soap_action: self.soap_action,
-            idempotency: crate::rmp::exchange::idempotency_headers(self.request),
+            soap_action: self.soap_action.map(str::to_owned),
+            idempotency: request_idempotency_headers(self.partner, self.request),
         };
+        let outcome = Outcome {
+            store: ctx.store.clone(),
+            channel: self.channel.to_owned(),
+            partner: self.partner.to_owned(),
+            key,
+            attempt,
+            ack: self.ack(),
+            in_doubt: self.operation.on_unknown == OnUnknown::Fail,
+        };
+        let backends = ctx.backends.clone();
         let cap = ctx.config.limits.max_bytes;
-        match ctx.backends.call(call, ctx.config.hold, cap).await {
-            Called::Busy => {
-                ctx.store.call_failed(self.partner, &key).await?;
-                Ok(Responded::Fault(
+        let task = tokio::spawn(async move {
+            let judged = backends.call(&slot, call, cap).await;
+            let ended = outcome.record(judged).await;
+            drop(slot);
+            ended
+        });
+        let ended = match task.await {
+            Ok(ended) => ended?,
+            Err(e) => {
+                tracing::error!(channel = self.channel, error = %e, "a call to the service failed");
+                return Ok(Some(Responded::Fault(
                     FaultCode::MessageProcessingFailure,
-                    "the service is busy with other requests; resend it later".into(),
-                ))
+                    "the call to the service failed; resend it".into(),
+                )));
             }
-            Called::Judged(Judged::Business(business)) => {
-                let answer = self.answer_of(&business);
-                ctx.store.call_answered(self.partner, &key, &answer).await?;
-                self.deliver(answer, self.message.now).await
-            }
-            Called::Judged(Judged::NotDelivered(why)) => {
-                tracing::info!(channel = self.channel, %key, reason = %why, "the service did not take the request");
-                ctx.store.call_failed(self.partner, &key).await?;
-                Ok(Responded::Fault(
-                    FaultCode::MessageProcessingFailure,
-                    "the service could not be reached; resend it later".into(),
-                ))
-            }
-            Called::Judged(Judged::Unknown(why)) => {
-                tracing::warn!(channel = self.channel, %key, reason = %why, "the outcome of a call to the service is unknown");
-                let fail = self.operation.on_unknown == OnUnknown::Fail;
-                ctx.store.call_unknown(self.partner, &key, fail).await?;
-                Ok(match fail {
-                    true => in_doubt(),
-                    false => Responded::Fault(
-                        FaultCode::MessageProcessingFailure,
-                        "the service's answer did not come; resend it".into(),
-                    ),
-                })
-            }
-        }
-    }
-
-    /// The bytes every copy gets: under Response, with the ack (when asked for) in the header.
-    fn answer_of(&self, business: &Business) -> CachedAnswer {
-        let request = self.request;
-        let ack =
-            (request.reply_pattern == ReplyPattern::Response && request.ack_requested).then(|| {
-                Response {
-                    replies: vec![reply_for(&request.key(), None)],
-                }
-            });
-        CachedAnswer {
-            status: business.status,
-            content_type: business.content_type.clone(),
-            body: answer_bytes(business, ack.as_ref()),
-        }
+        };
+        Ok(match ended {
+            CallEnd::Answered(answer) => Some(self.deliver(answer, self.message.now).await?),
+            CallEnd::NotKept => None,
+            CallEnd::NotDelivered => Some(Responded::Fault(
+                FaultCode::MessageProcessingFailure,
+                "the service could not be reached; resend it later".into(),
+            )),
+            CallEnd::Unknown if self.operation.on_unknown == OnUnknown::Fail => Some(in_doubt()),
+            CallEnd::Unknown => Some(Responded::Fault(
+                FaultCode::MessageProcessingFailure,
+                "the service's answer did not come; resend it".into(),
+            )),
+        })
     }
 
     /// Commits the delivery (D2: a copy's is a duplicate's), then gives the answer: never an
@@ -371,6 +364,60 @@ impl Asked<'_> {
         Ok(match received.verdict {
             Verdict::Fault(code, reason) => Responded::Fault(code, reason),
             Verdict::Ack | Verdict::NoAck => Responded::Answer(answer),
+        })
+    }
+}
+
+/// What became of one call, its outcome recorded.
+enum CallEnd {
+    /// The business response, kept as the request's answer.
+    Answered(CachedAnswer),
+    /// Answered, but the exchange was no longer this call's (taken over, or purged): not kept.
+    NotKept,
+    NotDelivered,
+    Unknown,
+}
+
+/// How one call's outcome is recorded: owned, for the call's task.
+struct Outcome {
+    store: Store,
+    channel: String,
+    partner: String,
+    key: MessageKey,
+    attempt: Attempt,
+    /// The ack the answer carries (under Response).
+    ack: Option<Response>,
+    /// An unknown outcome is in doubt for good (`on_unknown = "fail"`).
+    in_doubt: bool,
+}
+
+impl Outcome {
+    async fn record(&self, judged: Judged) -> Result<CallEnd, StoreError> {
+        let (store, partner, key, attempt) = (&self.store, &self.partner, &self.key, self.attempt);
+        Ok(match judged {
+            Judged::Business(business) => {
+                let answer = CachedAnswer {
+                    status: business.status,
+                    content_type: business.content_type.clone(),
+                    body: answer_bytes(&business, self.ack.as_ref()),
+                };
+                match store.call_answered(partner, key, attempt, &answer).await? {
+                    true => CallEnd::Answered(answer),
+                    false => CallEnd::NotKept,
+                }
+            }
+            Judged::NotDelivered(why) => {
+                tracing::info!(channel = self.channel, %key, reason = %why, "the service did not take the request");
+                store.call_failed(partner, key, attempt).await?;
+                CallEnd::NotDelivered
+            }
+            Judged::Unknown(why) => {
+                tracing::warn!(channel = self.channel, %key, reason = %why, "the outcome of a call to the service is unknown");
+                store
+                    .call_unknown(partner, key, attempt, self.in_doubt)
+                    .await?;
+                CallEnd::Unknown
+            }
         })
     }
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use reqwest::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::http_client::{self, exchange};
 use super::partner_clients::tls_client;
@@ -45,23 +45,21 @@ pub struct BackendSpec {
     pub credentials: Option<OurCredentials>,
 }
 
-/// One call to a backend.
-pub struct Call<'a> {
-    pub channel: &'a str,
+/// One call to a backend, owned: it runs to its end in a task of its own.
+pub struct Call {
     /// The partner's envelope without its WS-R blocks.
     pub envelope: String,
     pub version: SoapVersion,
     /// The partner's own SOAPAction, passed through.
-    pub soap_action: Option<&'a str>,
+    pub soap_action: Option<String>,
     pub idempotency: Vec<(&'static str, String)>,
 }
 
-/// What became of a call.
-#[derive(Debug)]
-pub enum Called {
-    Judged(Judged),
-    /// Every slot of the channel stayed busy for as long as the caller would wait.
-    Busy,
+/// One of a channel's `max_concurrency` calls: taken before the call is recorded as out, held
+/// until its outcome is recorded.
+pub struct Slot {
+    channel: String,
+    _permit: OwnedSemaphorePermit,
 }
 
 /// Every request-response channel's backend, built once at start (`App::build`).
@@ -76,7 +74,7 @@ struct Backend {
     client: reqwest::Client,
     /// Marked sensitive, so that no `Debug` of a request shows it.
     authorization: Option<HeaderValue>,
-    slots: Semaphore,
+    slots: Arc<Semaphore>,
 }
 
 impl Backends {
@@ -114,7 +112,7 @@ impl Backends {
                     url: spec.url.clone(),
                     client,
                     authorization,
-                    slots: Semaphore::new(spec.max_concurrency),
+                    slots: Arc::new(Semaphore::new(spec.max_concurrency)),
                 },
             );
         }
@@ -123,23 +121,36 @@ impl Backends {
         })
     }
 
-    /// Calls the channel's backend, waiting up to `wait` for a free slot; reads at most
-    /// `cap` bytes of its answer.
-    pub async fn call(&self, call: Call<'_>, wait: Duration, cap: usize) -> Called {
-        let Some(backend) = self.by_channel.get(call.channel) else {
-            let why = format!("channel {} has no backend", call.channel);
-            return Called::Judged(Judged::NotDelivered(why));
-        };
-        let Ok(Ok(_slot)) = tokio::time::timeout(wait, backend.slots.acquire()).await else {
-            return Called::Busy;
+    /// One of `channel`'s call slots, waiting up to `wait` for one to be free; `None` when
+    /// every slot stayed busy (or the channel has no backend).
+    pub async fn slot(&self, channel: &str, wait: Duration) -> Option<Slot> {
+        let backend = self.by_channel.get(channel)?;
+        let permit = tokio::time::timeout(wait, backend.slots.clone().acquire_owned())
+            .await
+            .ok()?
+            .ok()?;
+        Some(Slot {
+            channel: channel.to_owned(),
+            _permit: permit,
+        })
+    }
+
+    /// Calls the backend of the slot's channel; reads at most `cap` bytes of its answer.
+    pub async fn call(&self, slot: &Slot, call: Call, cap: usize) -> Judged {
+        let channel = slot.channel.as_str();
+        let Some(backend) = self.by_channel.get(channel) else {
+            return Judged::NotDelivered(format!("channel {channel} has no backend"));
         };
         let mut request = backend
             .client
             .post(&backend.url)
-            .header(CONTENT_TYPE, content_type(call.version, call.soap_action))
+            .header(
+                CONTENT_TYPE,
+                content_type(call.version, call.soap_action.as_deref()),
+            )
             .body(call.envelope);
         if call.version == SoapVersion::Soap11 {
-            let action = call.soap_action.unwrap_or("\"\"");
+            let action = call.soap_action.as_deref().unwrap_or("\"\"");
             request = request.header("SOAPAction", action);
         }
         if let Some(auth) = &backend.authorization {
@@ -153,8 +164,8 @@ impl Backends {
             Ok(heard) => judge(heard.status, heard.content_type.as_deref(), &heard.body),
             Err(failure) => judged_failure(failure),
         };
-        crate::metrics::backend_call(call.channel, outcome_label(&judged), started.elapsed());
-        Called::Judged(judged)
+        crate::metrics::backend_call(channel, outcome_label(&judged), started.elapsed());
+        judged
     }
 }
 

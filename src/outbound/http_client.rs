@@ -87,7 +87,9 @@ pub async fn exchange(
 /// A reqwest error as a failed attempt, with its causes and without the URL (which may carry
 /// credentials).
 pub fn failure_of(e: reqwest::Error) -> AttemptFailure {
-    let (connect, timeout) = (e.is_connect(), e.is_timeout());
+    // A request that could not be built never left: as certain not to have arrived as a
+    // refused connection.
+    let (connect, timeout) = (e.is_connect() || e.is_builder(), e.is_timeout());
     let e = e.without_url();
     let mut why = e.to_string();
     let mut source = std::error::Error::source(&e);

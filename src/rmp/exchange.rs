@@ -81,12 +81,20 @@ pub fn judge(status: u16, content_type: Option<&str>, body: &[u8]) -> Judged {
         Ok(envelope) => envelope,
         Err(why) => return without_envelope(status, why),
     };
-    match splice::shape(envelope) {
+    // Read whole before it is kept and replayed, and without WS-R blocks of the service's
+    // own: the partner's answer carries our ack, not one a service (or a WS-R stack in front
+    // of it) wrote for another exchange.
+    let envelope =
+        match splice::well_formed(envelope).and_then(|()| splice::without_wsr_blocks(envelope)) {
+            Ok(envelope) => envelope,
+            Err(why) => return without_envelope(status, why),
+        };
+    match splice::shape(&envelope) {
         Ok(shape) if (200..300).contains(&status) || (status == 500 && shape.fault) => {
             Judged::Business(Business {
                 status,
                 content_type: shape.version.content_type().to_owned(),
-                envelope: envelope.to_owned(),
+                envelope,
                 shape,
             })
         }
@@ -233,15 +241,49 @@ pub fn keep_until_from(expiry: DateTime<Utc>, retention: chrono::Duration) -> Da
     crate::wsr::datetime::saturating_add(expiry, retention)
 }
 
-/// The idempotency headers a service is sent with every call for one request: the same on
-/// every call, so that a service can tell a repeat.
-pub fn idempotency_headers(request: &Request) -> Vec<(&'static str, String)> {
-    let key = request.key();
-    let mut headers = vec![("WSR-Group-Id", key.group_id.as_str().to_owned())];
-    if let Some(n) = key.number {
-        headers.push(("WSR-Sequence-Number", n.to_string()));
+/// The HTTP header naming the group of the message a SOAP service is sent.
+pub const GROUP_ID_HEADER: &str = "WSR-Group-Id";
+/// The HTTP header carrying the message's sequence number (sequenced groups only).
+pub const SEQUENCE_NUMBER_HEADER: &str = "WSR-Sequence-Number";
+/// The HTTP header naming the partner that sent a request (authenticated partners only):
+/// group ids are the sender's, so a service tells repeats apart by partner and group.
+pub const PARTNER_HEADER: &str = "WSR-Partner";
+
+/// The idempotency headers a SOAP service is sent with every call or push of one message: the
+/// same every time, so that a service can tell a repeat. Values are visible ASCII.
+pub fn idempotency_headers(group_id: &str, number: Option<u64>) -> Vec<(&'static str, String)> {
+    let mut headers = vec![(GROUP_ID_HEADER, header_text(group_id))];
+    if let Some(n) = number {
+        headers.push((SEQUENCE_NUMBER_HEADER, n.to_string()));
     }
     headers
+}
+
+/// The idempotency headers of a request from `partner` ("" for an anonymous caller).
+pub fn request_idempotency_headers(
+    partner: &str,
+    request: &Request,
+) -> Vec<(&'static str, String)> {
+    let key = request.key();
+    let mut headers = idempotency_headers(key.group_id.as_str(), key.number);
+    if !partner.is_empty() {
+        headers.push((PARTNER_HEADER, header_text(partner)));
+    }
+    headers
+}
+
+/// Text as an HTTP header value: bytes outside visible ASCII, and `%` itself,
+/// percent-encoded (group ids are URIs, mostly plain ASCII already).
+pub fn header_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if (0x21..=0x7e).contains(&b) && b != b'%' {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
@@ -260,6 +302,66 @@ mod tests {
             Judged::Business(b) => b,
             other => panic!("not a business response: {other:?}"),
         }
+    }
+
+    #[test]
+    fn idempotency_headers_are_visible_ascii_and_name_the_partner() {
+        let request = Request {
+            message_id: crate::wsr::MessageId {
+                group_id: crate::wsr::GroupId::parse("urn:g/é%41").expect("group id"),
+                sequence: Some(crate::wsr::SequenceNum {
+                    number: 7,
+                    last: false,
+                    group_limit: None,
+                }),
+            },
+            expiry_time: DateTime::<Utc>::MAX_UTC,
+            reply_pattern: crate::wsr::ReplyPattern::Response,
+            ack_requested: true,
+            duplicate_elimination: true,
+            message_order: true,
+        };
+        let headers = request_idempotency_headers("acme ü", &request);
+        assert_eq!(
+            headers,
+            [
+                (GROUP_ID_HEADER, "urn:g/%C3%A9%2541".to_owned()),
+                (SEQUENCE_NUMBER_HEADER, "7".to_owned()),
+                (PARTNER_HEADER, "acme%20%C3%BC".to_owned()),
+            ]
+        );
+        let anonymous = request_idempotency_headers("", &request);
+        assert!(anonymous.iter().all(|(n, _)| *n != PARTNER_HEADER));
+    }
+
+    #[test]
+    fn a_services_own_wsr_blocks_are_not_kept_and_a_broken_answer_is_no_business_response() {
+        let with_ack = "<s:Envelope xmlns:s=\"http://schemas.xmlsoap.org/soap/envelope/\" \
+            xmlns:w=\"http://docs.oasis-open.org/wsrm/2004/06/ws-reliability-1.1.xsd\">\
+            <s:Header><w:Response s:mustUnderstand=\"1\"><w:NonSequenceReply groupId=\"x\"/>\
+            </w:Response><t:T xmlns:t=\"urn:t\">1</t:T></s:Header>\
+            <s:Body><e:echoResponse xmlns:e=\"urn:echo\">hi</e:echoResponse></s:Body>\
+            </s:Envelope>";
+        let b = business(judge(200, Some("text/xml"), with_ack.as_bytes()));
+        assert!(!b.envelope.contains("Response s:"), "{}", b.envelope);
+        assert!(!b.envelope.contains("NonSequenceReply"), "{}", b.envelope);
+        assert!(
+            b.envelope.contains("<t:T xmlns:t=\"urn:t\">1</t:T>"),
+            "{}",
+            b.envelope
+        );
+        assert!(b.envelope.contains("echoResponse"));
+        // Cut short after the Body's first child: not well-formed, not replayed to anyone.
+        let cut = &ECHO11[..ECHO11.len() - "</s:Body></s:Envelope>".len()];
+        assert!(matches!(
+            judge(200, Some("text/xml"), cut.as_bytes()),
+            Judged::Unknown(_)
+        ));
+        let two_roots = format!("{ECHO11}<x/>");
+        assert!(matches!(
+            judge(200, Some("text/xml"), two_roots.as_bytes()),
+            Judged::Unknown(_)
+        ));
     }
 
     #[test]

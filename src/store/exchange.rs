@@ -27,6 +27,8 @@ pub struct Exchange {
     pub channel: String,
     pub state: ExchangeState,
     pub started_at: DateTime<Utc>,
+    /// The call it is (or last was) waiting for.
+    pub attempt: Attempt,
     pub answer: Option<CachedAnswer>,
 }
 
@@ -43,6 +45,39 @@ pub struct NewCall<'a> {
     pub keep_until: DateTime<Utc>,
 }
 
+/// Which call a `calling` exchange belongs to: every call (the first, or one that takes over a
+/// call whose outcome became unknown) gets a new one, and only that call's outcome is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Attempt(pub i64);
+
+impl Attempt {
+    pub fn fresh() -> Attempt {
+        // v7 is time-ordered in its high half; the low half is random.
+        Attempt(uuid::Uuid::now_v7().as_u64_pair().1 as i64)
+    }
+}
+
+/// How a call is begun.
+#[derive(Debug, Clone, Copy)]
+pub enum BeginCall {
+    /// The request's first call, unless its source's kept answers hold `quota` bytes or more.
+    Fresh { quota: u64 },
+    /// A call again, taking over a `calling` exchange started before `started_before` (its
+    /// outcome unknown: the gateway that made it gave up or died).
+    TakeOver { started_before: DateTime<Utc> },
+}
+
+/// What `begin_call` decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Began {
+    /// Call now; write the outcome as this attempt's.
+    Call(Attempt),
+    /// The request has an exchange (or, taking over, its call is no longer unknown).
+    Exists,
+    /// The source's kept answers hold `held` bytes: no call.
+    OverQuota { held: u64 },
+}
+
 pub trait ExchangeStore: Send + Sync {
     /// `partner`'s exchange for request `key`, if one is kept at `now`.
     fn exchange<'a>(
@@ -52,54 +87,55 @@ pub trait ExchangeStore: Send + Sync {
         now: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<Option<Exchange>, StoreError>>;
 
-    /// Records that a call goes out, unless the request has an exchange already; a `calling`
-    /// one started before `take_over_before` (its outcome unknown: the gateway that made it
-    /// gave up or died) is taken over. True when this caller may call now.
+    /// Records that a call goes out, as `how` says.
     fn begin_call<'a>(
         &'a self,
         call: NewCall<'a>,
-        take_over_before: Option<DateTime<Utc>>,
-    ) -> StoreFuture<'a, Result<bool, StoreError>>;
+        how: BeginCall,
+    ) -> StoreFuture<'a, Result<Began, StoreError>>;
 
-    /// The responder answered: the call becomes the request's cached answer.
+    /// The responder answered `attempt`: the call becomes the request's cached answer and its
+    /// bytes count against the source's quota. False when the exchange is no longer that
+    /// attempt's (taken over, or purged): the answer is not kept.
     fn call_answered<'a>(
         &'a self,
         partner: &'a str,
         key: &'a MessageKey,
+        attempt: Attempt,
         answer: &'a CachedAnswer,
-    ) -> StoreFuture<'a, Result<(), StoreError>>;
+    ) -> StoreFuture<'a, Result<bool, StoreError>>;
 
     /// An application answered a delivered request (the spec's Respond): kept as answered,
-    /// unless the request has an exchange already (false then).
+    /// counted against the source's quota, unless the request has an exchange already (false
+    /// then).
     fn answer_request<'a>(
         &'a self,
         call: NewCall<'a>,
         answer: &'a CachedAnswer,
     ) -> StoreFuture<'a, Result<bool, StoreError>>;
 
-    /// The call certainly did not deliver (no connection, a gateway error): forgotten, so
+    /// `attempt` certainly did not deliver (no connection, a gateway error): forgotten, so
     /// the next copy calls afresh.
     fn call_failed<'a>(
         &'a self,
         partner: &'a str,
         key: &'a MessageKey,
+        attempt: Attempt,
     ) -> StoreFuture<'a, Result<(), StoreError>>;
 
-    /// The call's outcome is unknown: kept for the next copy to call again (`in_doubt`
+    /// `attempt`'s outcome is unknown: kept for the next copy to call again (`in_doubt`
     /// false: its start moves back so that it can be taken over at once), or in doubt for good.
     fn call_unknown<'a>(
         &'a self,
         partner: &'a str,
         key: &'a MessageKey,
+        attempt: Attempt,
         in_doubt: bool,
     ) -> StoreFuture<'a, Result<(), StoreError>>;
 
-    /// The bytes of answers `source`'s requests hold at `now` (its quota).
-    fn answer_bytes_of<'a>(
-        &'a self,
-        source: &'a str,
-        now: DateTime<Utc>,
-    ) -> StoreFuture<'a, Result<u64, StoreError>>;
+    /// The bytes of the answers `source`'s requests hold (its quota's running total; answers
+    /// past their keep are counted until the sweeper purges them).
+    fn answer_bytes_of<'a>(&'a self, source: &'a str) -> StoreFuture<'a, Result<u64, StoreError>>;
 
     /// Requests in doubt toward their responder, the oldest first, at most `limit`.
     fn exchanges_in_doubt<'a>(
@@ -107,7 +143,8 @@ pub trait ExchangeStore: Send + Sync {
         limit: i64,
     ) -> StoreFuture<'a, Result<Vec<Exchange>, StoreError>>;
 
-    /// Forgets exchanges kept until before `now`; returns how many.
+    /// Forgets exchanges kept until before `now`, and their bytes from their sources' quotas;
+    /// returns how many.
     fn purge_exchanges<'a>(
         &'a self,
         now: DateTime<Utc>,
@@ -125,12 +162,14 @@ pub(in crate::store) type ExchangeRow = (
     i64,
     String,
     Option<Vec<u8>>,
+    i64,
 );
 
 /// The columns of an `ExchangeRow`, in its order.
 macro_rules! exchange_columns {
     () => {
-        "partner, group_id, number, channel, state, started_at, status, content_type, body"
+        "partner, group_id, number, channel, state, started_at, status, content_type, body, \
+         attempt"
     };
 }
 pub(in crate::store) use exchange_columns;
@@ -167,17 +206,13 @@ macro_rules! exchange_reads {
         fn answer_bytes_of<'a>(
             &'a self,
             source: &'a str,
-            now: chrono::DateTime<chrono::Utc>,
         ) -> $crate::store::StoreFuture<'a, Result<u64, $crate::store::StoreError>> {
             Box::pin(async move {
-                let bytes: Option<i64> = sqlx::query_scalar(
-                    "SELECT CAST(SUM(size) AS BIGINT) FROM exchanges WHERE source = $1 \
-                     AND keep_until >= $2",
-                )
-                .bind(source)
-                .bind($crate::store::time::millis(now))
-                .fetch_one(&self.pool)
-                .await?;
+                let bytes: Option<i64> =
+                    sqlx::query_scalar("SELECT bytes FROM answer_quota WHERE source = $1")
+                        .bind(source)
+                        .fetch_optional(&self.pool)
+                        .await?;
                 Ok(bytes.unwrap_or(0).max(0) as u64)
             })
         }
@@ -209,7 +244,18 @@ pub(in crate::store) use exchange_reads;
 
 /// An `ExchangeRow` read back.
 pub(in crate::store) fn exchange_of(row: ExchangeRow) -> Result<Exchange, StoreError> {
-    let (partner, group_id, number, channel, state, started_at, status, content_type, body) = row;
+    let (
+        partner,
+        group_id,
+        number,
+        channel,
+        state,
+        started_at,
+        status,
+        content_type,
+        body,
+        attempt,
+    ) = row;
     let state = ExchangeState::parse(&state)
         .ok_or_else(|| StoreError::Corrupt(format!("exchange state {state:?}")))?;
     let group_id = crate::wsr::GroupId::parse(&group_id).map_err(StoreError::Corrupt)?;
@@ -222,6 +268,7 @@ pub(in crate::store) fn exchange_of(row: ExchangeRow) -> Result<Exchange, StoreE
         channel,
         state,
         started_at: crate::store::time::from_millis(started_at),
+        attempt: Attempt(attempt),
         answer: match (state, body) {
             (ExchangeState::Answered, Some(body)) => Some(CachedAnswer {
                 status: u16::try_from(status).unwrap_or(500),

@@ -36,6 +36,7 @@ const TABLES: &[&str] = &[
     "out_events",
     "out_responses",
     "exchanges",
+    "answer_quota",
     "subscriptions",
     "grants",
     "sessions",

@@ -35,7 +35,9 @@ pub use backend::Backend;
 pub use config::{Database, Durability, StoreConfig};
 pub use delivery::DeliveryStore;
 pub use error::StoreError;
-pub use exchange::{CachedAnswer, Exchange, ExchangeState, ExchangeStore, NewCall};
+pub use exchange::{
+    Attempt, Began, BeginCall, CachedAnswer, Exchange, ExchangeState, ExchangeStore, NewCall,
+};
 pub use future::StoreFuture;
 pub use migrate::{Migrated, migrate_store};
 pub use outbound::OutboundStore;

@@ -111,6 +111,9 @@ pub fn shape(envelope: &str) -> Result<Shape, String> {
                     _ => return Err(ill("an element other than Header or Body in the Envelope")),
                 }
             }
+            Event::Start(_) | Event::Empty(_) if depth == 1 => {
+                return Err(ill("an element other than Header or Body in the Envelope"));
+            }
             Event::Start(e) | Event::Empty(e) if in_body => {
                 let version = version.ok_or_else(|| ill("no Envelope"))?;
                 let fault =
@@ -137,6 +140,37 @@ pub fn shape(envelope: &str) -> Result<Shape, String> {
             _ => {}
         }
     }
+}
+
+/// Whether `envelope` is well-formed to its end: every element closed, in order, and nothing
+/// after the root but whitespace, comments or processing instructions.
+pub fn well_formed(envelope: &str) -> Result<(), String> {
+    let mut reader = NsReader::from_reader(envelope.as_bytes());
+    let mut depth = 0usize;
+    let mut roots = 0usize;
+    loop {
+        match reader.read_resolved_event().map_err(ill)?.1 {
+            Event::Start(_) => {
+                if depth == 0 {
+                    roots += 1;
+                }
+                depth += 1;
+            }
+            Event::Empty(_) if depth == 0 => roots += 1,
+            Event::End(_) => depth = depth.saturating_sub(1),
+            Event::Text(t) if depth == 0 && !t.as_ref().trim().is_empty() => {
+                return Err(ill("text after the Envelope"));
+            }
+            Event::DocType(_) => return Err(ill("a DOCTYPE")),
+            Event::Eof if depth > 0 => return Err(ill("it ends inside an element")),
+            Event::Eof => break,
+            _ => {}
+        }
+        if roots > 1 {
+            return Err(ill("more than one root element"));
+        }
+    }
+    Ok(())
 }
 
 /// `envelope` with `block` (a header block that declares its own namespaces) as the last
@@ -222,6 +256,16 @@ mod tests {
     const WITH_HEADER: &str = "<S:Envelope xmlns:S=\"http://schemas.xmlsoap.org/soap/envelope/\">\
         <S:Header><x:Trace xmlns:x=\"urn:x\">1</x:Trace></S:Header>\
         <S:Body><e:echoResponse xmlns:e=\"urn:echo\">hi</e:echoResponse></S:Body></S:Envelope>";
+
+    #[test]
+    fn an_element_of_another_namespace_beside_header_and_body_is_refused() {
+        let odd = "<S:Envelope xmlns:S=\"http://schemas.xmlsoap.org/soap/envelope/\">\
+            <x:Header xmlns:x=\"urn:x\"><S:Body><a/></S:Body></x:Header>\
+            <S:Body><e:r xmlns:e=\"urn:e\"/></S:Body></S:Envelope>";
+        assert!(shape(odd).is_err());
+        assert!(well_formed(WITH_HEADER).is_ok());
+        assert!(well_formed(&WITH_HEADER[..WITH_HEADER.len() - 3]).is_err());
+    }
 
     #[test]
     fn a_block_goes_last_into_an_existing_header() {

@@ -689,9 +689,14 @@ async fn the_overview_shows_request_response_channels_and_requests_in_doubt() {
         now,
         keep_until: now + chrono::Duration::hours(1),
     };
-    assert!(app.store.begin_call(call, None).await.expect("call out"));
+    let how = wsr_gateway::store::BeginCall::Fresh { quota: u64::MAX };
+    let wsr_gateway::store::Began::Call(attempt) =
+        app.store.begin_call(call, how).await.expect("call out")
+    else {
+        panic!("the call was not begun");
+    };
     app.store
-        .call_unknown("", &key, true)
+        .call_unknown("", &key, attempt, true)
         .await
         .expect("in doubt");
     let cookie = signed_in(&app).await;

@@ -15,7 +15,7 @@ use wsr_gateway::outbound::backend::{BackendSpec, RequestResponse, Responder};
 use wsr_gateway::rmp::agreement::Agreement;
 use wsr_gateway::rmp::exchange::OnUnknown;
 #[allow(unused_imports)]
-use wsr_gateway::store::{Backend as _, ExchangeStore as _, ReceiverStore as _};
+use wsr_gateway::store::{Backend as _, Began, BeginCall, ExchangeStore as _, ReceiverStore as _};
 use wsr_gateway::wsr::{
     FaultCode, GroupId, Headers, MessageId, PollRequest, RefToMessageIds, ReplyPattern, ReplyTo,
     Request, SequenceNum, SoapVersion, write_envelope,
@@ -478,7 +478,108 @@ async fn answers_count_against_the_sources_quota() {
         "refused before the service was called"
     );
     // The first one's answer is still replayed.
-    assert_eq!(call(&app, SoapVersion::Soap11, &one).await.status, 200);
+    let first = call(&app, SoapVersion::Soap11, &one).await;
+    assert_eq!(first.status, 200);
+    let held = app.store.answer_bytes_of("127.0.0.1").await.expect("reads");
+    assert_eq!(
+        held,
+        first.body.len() as u64,
+        "the running total is the answer"
+    );
+    // Once the first answer is purged with its message, the source's quota is free again.
+    let retention = app.config.policy.answer_polls_for;
+    app.clock
+        .advance(Duration::hours(1) + retention + Duration::seconds(1));
+    let purged = app
+        .store
+        .purge_exchanges(app.clock.now_utc())
+        .await
+        .expect("purge");
+    assert_eq!(purged, 1);
+    let held = app.store.answer_bytes_of("127.0.0.1").await.expect("reads");
+    assert_eq!(held, 0, "freed by the purge");
+    let three = request(&app, "mid:rr-q3", None, ReplyPattern::Response);
+    assert_eq!(call(&app, SoapVersion::Soap11, &three).await.status, 200);
+    assert_eq!(script.calls().len(), 2);
+}
+
+/// A call that outlives its take-over (a gateway that was thought dead, but only slow) cannot
+/// write its answer over the answer of the call that replaced it, nor forget or doubt it:
+/// every outcome is written as one attempt's.
+#[tokio::test]
+async fn a_call_taken_over_cannot_overwrite_the_call_that_replaced_it() {
+    let app = gateway("http://127.0.0.1:9/unused", |_| {}).await;
+    let r = request(&app, "mid:rr-attempts", None, ReplyPattern::Response);
+    let key = r.key();
+    let now = app.clock.now_utc();
+    let new_call = || wsr_gateway::store::NewCall {
+        partner: "",
+        key: &key,
+        channel: "echo",
+        source: "127.0.0.1",
+        now,
+        keep_until: r.expiry_time + Duration::hours(2),
+    };
+    let Began::Call(slow) = app
+        .store
+        .begin_call(new_call(), BeginCall::Fresh { quota: u64::MAX })
+        .await
+        .expect("begins")
+    else {
+        panic!("the first call was not begun");
+    };
+    let again = app
+        .store
+        .begin_call(new_call(), BeginCall::Fresh { quota: u64::MAX })
+        .await
+        .expect("reads");
+    assert_eq!(again, Began::Exists, "one call at a time");
+    let take_over = BeginCall::TakeOver {
+        started_before: now + Duration::seconds(1),
+    };
+    let Began::Call(fresh) = app
+        .store
+        .begin_call(new_call(), take_over)
+        .await
+        .expect("takes over")
+    else {
+        panic!("the stale call was not taken over");
+    };
+    assert_ne!(slow, fresh);
+    let answer = |text: &str| wsr_gateway::store::CachedAnswer {
+        status: 200,
+        content_type: "text/xml".into(),
+        body: Bytes::from(text.to_owned()),
+    };
+    let stale = answer("<slow/>");
+    assert!(
+        !app.store
+            .call_answered("", &key, slow, &stale)
+            .await
+            .expect("writes")
+    );
+    app.store.call_failed("", &key, slow).await.expect("writes");
+    app.store
+        .call_unknown("", &key, slow, true)
+        .await
+        .expect("writes");
+    let kept = app.store.exchange("", &key, now).await.expect("reads");
+    let kept = kept.expect("the exchange is still the fresh call's");
+    assert_eq!(kept.attempt, fresh);
+    assert_eq!(
+        kept.state,
+        wsr_gateway::store::ExchangeState::Calling,
+        "neither forgotten nor in doubt"
+    );
+    let current = answer("<fresh/>");
+    assert!(
+        app.store
+            .call_answered("", &key, fresh, &current)
+            .await
+            .expect("writes")
+    );
+    let kept = app.store.exchange("", &key, now).await.expect("reads");
+    assert_eq!(kept.and_then(|e| e.answer), Some(current));
 }
 
 #[tokio::test]
@@ -693,12 +794,12 @@ async fn a_call_left_by_a_gateway_killed_before_its_commit_is_retried_or_failed(
             now: then,
             keep_until: r.expiry_time + Duration::hours(2),
         };
-        assert!(
-            app.store
-                .begin_call(left, None)
-                .await
-                .expect("the dead gateway's call")
-        );
+        let began = app
+            .store
+            .begin_call(left, BeginCall::Fresh { quota: u64::MAX })
+            .await
+            .expect("the dead gateway's call");
+        assert!(matches!(began, Began::Call(_)), "{began:?}");
         let answer = call(&app, SoapVersion::Soap11, &r).await;
         match on_unknown {
             OnUnknown::Retry => {
@@ -802,4 +903,56 @@ async fn a_request_expiring_during_its_call_is_still_delivered_with_its_answer()
     let answer = answer.await.expect("the exchange");
     assert_eq!(answer.status, 200, "{}", answer.body);
     assert!(answer.envelope().response.is_some(), "acked: delivered");
+}
+
+/// Partners' requests are told apart by partner as well as by group id: two partners that
+/// happen to use the same group id each get their own call and their own answer, and the
+/// service is told who sent each (`WSR-Partner`, beside the group id and number).
+#[tokio::test]
+async fn partners_with_the_same_group_id_get_their_own_calls_and_the_service_is_told_who() {
+    use wsr_gateway::partners::PartnerConfig;
+    use wsr_gateway::secrets::sha256_hex;
+    const TOKENS: [(&str, &str); 2] = [
+        ("acme", "acme-token-0123456789abcdef"),
+        ("globex", "globex-token-0123456789abcdef"),
+    ];
+    let script = Script::default();
+    let app = gateway(&soap_service(&script).await, |c| {
+        c.anonymous_channels.clear();
+        let names: std::collections::BTreeSet<String> = c.channels.keys().cloned().collect();
+        for (name, token) in TOKENS {
+            let partner = PartnerConfig {
+                channels: vec!["echo".into()],
+                token_sha256: Some(sha256_hex(token.as_bytes())),
+                ..PartnerConfig::default()
+            };
+            c.partners
+                .insert(partner.check(name, None, &names).expect("partner"));
+        }
+    })
+    .await;
+    let r = request(&app, "mid:rr-shared-group", Some(0), ReplyPattern::Response);
+    for (_, token) in TOKENS {
+        let answer = app
+            .client
+            .post(app.url("/wsr/echo"))
+            .header("content-type", SoapVersion::Soap11.content_type())
+            .header("authorization", format!("Bearer {token}"))
+            .body(envelope(SoapVersion::Soap11, &r))
+            .send()
+            .await
+            .expect("reaches the gateway");
+        let answer = Answer::read(answer).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    let calls = script.calls();
+    assert_eq!(calls.len(), 2, "one call per partner");
+    let partners: Vec<&str> = calls
+        .iter()
+        .map(|c| c.headers["wsr-partner"].to_str().expect("ascii"))
+        .collect();
+    assert_eq!(partners, ["acme", "globex"]);
+    for c in &calls {
+        assert_eq!(c.headers["wsr-group-id"], "mid:rr-shared-group");
+    }
 }
