@@ -23,7 +23,7 @@ use crate::rmp::exchange::{
 use crate::rmp::receiver::Verdict;
 use crate::rmp::replies::reply_for;
 use crate::store::{
-    Attempt, Began, BeginCall, CachedAnswer, NewCall, ReceivedMessage, Store, StoreError,
+    Attempt, Began, BeginCall, CachedAnswer, Committed, NewCall, ReceivedMessage, Store, StoreError,
 };
 use crate::wsr::splice::without_wsr_blocks;
 use crate::wsr::{
@@ -266,8 +266,19 @@ impl Asked<'_> {
             now: ctx.clock.now(),
             keep_until: keep_until(self.request, ctx.store.policy().answer_polls_for),
         };
-        match ctx.store.begin_call(call, how).await? {
-            Began::Call(attempt) => self.call(slot, attempt).await,
+        let (began, committed) = ctx.store.begin_call(call, how).await?;
+        match began {
+            Began::Call(attempt) => {
+                // Under `fail`, a record of the call lost in a crash would let the next copy
+                // call again: it must be durable before the call goes out. Under `retry`,
+                // losing it is what a kill between the call and its commit does anyway (the
+                // next copy calls again, with the same idempotency headers): not waited for.
+                match self.operation.on_unknown {
+                    OnUnknown::Fail => committed.durable().await?,
+                    OnUnknown::Retry => drop(committed),
+                }
+                self.call(slot, attempt).await
+            }
             Began::Exists => Ok(None),
             Began::OverQuota { held } => {
                 let quota = ctx.config.max_answer_bytes_per_source;
@@ -334,7 +345,13 @@ impl Asked<'_> {
             }
         };
         Ok(match ended {
-            CallEnd::Answered(answer) => Some(self.deliver(answer, self.message.now).await?),
+            CallEnd::Answered(answer, committed) => {
+                // Stored after the answer, the delivery cannot be durable before it; the wait
+                // only tells whether the answer's own commit failed (then nothing is acked).
+                let responded = self.deliver(answer, self.message.now).await?;
+                committed.durable().await?;
+                Some(responded)
+            }
             CallEnd::NotKept => None,
             CallEnd::NotDelivered => Some(Responded::Fault(
                 FaultCode::MessageProcessingFailure,
@@ -370,8 +387,8 @@ impl Asked<'_> {
 
 /// What became of one call, its outcome recorded.
 enum CallEnd {
-    /// The business response, kept as the request's answer.
-    Answered(CachedAnswer),
+    /// The business response, kept as the request's answer (durable once `Committed` is).
+    Answered(CachedAnswer, Committed),
     /// Answered, but the exchange was no longer this call's (taken over, or purged): not kept.
     NotKept,
     NotDelivered,
@@ -402,8 +419,8 @@ impl Outcome {
                     body: answer_bytes(&business, self.ack.as_ref()),
                 };
                 match store.call_answered(partner, key, attempt, &answer).await? {
-                    true => CallEnd::Answered(answer),
-                    false => CallEnd::NotKept,
+                    (true, committed) => CallEnd::Answered(answer, committed),
+                    (false, _) => CallEnd::NotKept,
                 }
             }
             Judged::NotDelivered(why) => {

@@ -70,7 +70,8 @@ pub struct Backends {
 
 /// No `Debug`: it holds our credentials.
 struct Backend {
-    url: String,
+    /// Parsed once: a call clones it instead of parsing (and IDNA-mapping) the text again.
+    url: reqwest::Url,
     client: reqwest::Client,
     /// Marked sensitive, so that no `Debug` of a request shows it.
     authorization: Option<HeaderValue>,
@@ -109,7 +110,8 @@ impl Backends {
             by_channel.insert(
                 channel.clone(),
                 Backend {
-                    url: spec.url.clone(),
+                    url: reqwest::Url::parse(&spec.url)
+                        .with_context(|| format!("{who}: its url"))?,
                     client,
                     authorization,
                     slots: Arc::new(Semaphore::new(spec.max_concurrency)),
@@ -143,7 +145,7 @@ impl Backends {
         };
         let mut request = backend
             .client
-            .post(&backend.url)
+            .post(backend.url.clone())
             .header(
                 CONTENT_TYPE,
                 content_type(call.version, call.soap_action.as_deref()),

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use chrono::{DateTime, Utc};
 
 use super::error::StoreError;
-use super::future::StoreFuture;
+use super::future::{Committed, StoreFuture};
 pub use crate::rmp::exchange::ExchangeState;
 use crate::wsr::MessageKey;
 
@@ -87,23 +87,27 @@ pub trait ExchangeStore: Send + Sync {
         now: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<Option<Exchange>, StoreError>>;
 
-    /// Records that a call goes out, as `how` says.
+    /// Records that a call goes out, as `how` says: decided at once, durable once
+    /// `Committed` resolves (a caller that must not call before the record is durable waits
+    /// for it).
     fn begin_call<'a>(
         &'a self,
         call: NewCall<'a>,
         how: BeginCall,
-    ) -> StoreFuture<'a, Result<Began, StoreError>>;
+    ) -> StoreFuture<'a, Result<(Began, Committed), StoreError>>;
 
     /// The responder answered `attempt`: the call becomes the request's cached answer and its
     /// bytes count against the source's quota. False when the exchange is no longer that
-    /// attempt's (taken over, or purged): the answer is not kept.
+    /// attempt's (taken over, or purged): the answer is not kept. Decided at once, durable once
+    /// `Committed` resolves; the request's delivery, stored after this answers, cannot be
+    /// durable before the answer is.
     fn call_answered<'a>(
         &'a self,
         partner: &'a str,
         key: &'a MessageKey,
         attempt: Attempt,
         answer: &'a CachedAnswer,
-    ) -> StoreFuture<'a, Result<bool, StoreError>>;
+    ) -> StoreFuture<'a, Result<(bool, Committed), StoreError>>;
 
     /// An application answered a delivered request (the spec's Respond): kept as answered,
     /// counted against the source's quota, unless the request has an exchange already (false

@@ -38,7 +38,7 @@ pub use error::StoreError;
 pub use exchange::{
     Attempt, Began, BeginCall, CachedAnswer, Exchange, ExchangeState, ExchangeStore, NewCall,
 };
-pub use future::StoreFuture;
+pub use future::{Committed, StoreFuture};
 pub use migrate::{Migrated, migrate_store};
 pub use outbound::OutboundStore;
 pub use overview::{InboxFilter, InboxPage, Member, Traffic};

@@ -690,7 +690,7 @@ async fn the_overview_shows_request_response_channels_and_requests_in_doubt() {
         keep_until: now + chrono::Duration::hours(1),
     };
     let how = wsr_gateway::store::BeginCall::Fresh { quota: u64::MAX };
-    let wsr_gateway::store::Began::Call(attempt) =
+    let (wsr_gateway::store::Began::Call(attempt), _) =
         app.store.begin_call(call, how).await.expect("call out")
     else {
         panic!("the call was not begun");

@@ -525,6 +525,7 @@ async fn a_call_taken_over_cannot_overwrite_the_call_that_replaced_it() {
         .begin_call(new_call(), BeginCall::Fresh { quota: u64::MAX })
         .await
         .expect("begins")
+        .0
     else {
         panic!("the first call was not begun");
     };
@@ -532,7 +533,8 @@ async fn a_call_taken_over_cannot_overwrite_the_call_that_replaced_it() {
         .store
         .begin_call(new_call(), BeginCall::Fresh { quota: u64::MAX })
         .await
-        .expect("reads");
+        .expect("reads")
+        .0;
     assert_eq!(again, Began::Exists, "one call at a time");
     let take_over = BeginCall::TakeOver {
         started_before: now + Duration::seconds(1),
@@ -542,6 +544,7 @@ async fn a_call_taken_over_cannot_overwrite_the_call_that_replaced_it() {
         .begin_call(new_call(), take_over)
         .await
         .expect("takes over")
+        .0
     else {
         panic!("the stale call was not taken over");
     };
@@ -557,6 +560,7 @@ async fn a_call_taken_over_cannot_overwrite_the_call_that_replaced_it() {
             .call_answered("", &key, slow, &stale)
             .await
             .expect("writes")
+            .0
     );
     app.store.call_failed("", &key, slow).await.expect("writes");
     app.store
@@ -572,12 +576,13 @@ async fn a_call_taken_over_cannot_overwrite_the_call_that_replaced_it() {
         "neither forgotten nor in doubt"
     );
     let current = answer("<fresh/>");
-    assert!(
-        app.store
-            .call_answered("", &key, fresh, &current)
-            .await
-            .expect("writes")
-    );
+    let (kept, committed) = app
+        .store
+        .call_answered("", &key, fresh, &current)
+        .await
+        .expect("writes");
+    assert!(kept);
+    committed.durable().await.expect("committed");
     let kept = app.store.exchange("", &key, now).await.expect("reads");
     assert_eq!(kept.and_then(|e| e.answer), Some(current));
 }
@@ -794,11 +799,12 @@ async fn a_call_left_by_a_gateway_killed_before_its_commit_is_retried_or_failed(
             now: then,
             keep_until: r.expiry_time + Duration::hours(2),
         };
-        let began = app
+        let (began, committed) = app
             .store
             .begin_call(left, BeginCall::Fresh { quota: u64::MAX })
             .await
             .expect("the dead gateway's call");
+        committed.durable().await.expect("committed");
         assert!(matches!(began, Began::Call(_)), "{began:?}");
         let answer = call(&app, SoapVersion::Soap11, &r).await;
         match on_unknown {

@@ -8,7 +8,7 @@ use crate::store::error::StoreError;
 use crate::store::exchange::{
     Attempt, Began, BeginCall, CachedAnswer, ExchangeStore, NewCall, slot_of,
 };
-use crate::store::future::StoreFuture;
+use crate::store::future::{Committed, StoreFuture};
 use crate::store::time::millis;
 use crate::wsr::MessageKey;
 
@@ -45,9 +45,10 @@ impl ExchangeStore for PostgresStore {
         &'a self,
         call: NewCall<'a>,
         how: BeginCall,
-    ) -> StoreFuture<'a, Result<Began, StoreError>> {
+    ) -> StoreFuture<'a, Result<(Began, Committed), StoreError>> {
         let attempt = Attempt::fresh();
-        Box::pin(async move {
+        // Every statement is committed before it answers.
+        let began = async move {
             let quota = match how {
                 BeginCall::Fresh { quota } => quota,
                 BeginCall::TakeOver { started_before } => {
@@ -66,7 +67,7 @@ impl ExchangeStore for PostgresStore {
                     .execute(&self.pool)
                     .await?
                     .rows_affected();
-                    return Ok(match taken {
+                    return Ok::<Began, StoreError>(match taken {
                         1 => Began::Call(attempt),
                         _ => Began::Exists,
                     });
@@ -107,7 +108,8 @@ impl ExchangeStore for PostgresStore {
                     held: held.max(0) as u64,
                 },
             })
-        })
+        };
+        Box::pin(async move { Ok((began.await?, Committed::already())) })
     }
 
     fn call_answered<'a>(
@@ -116,7 +118,7 @@ impl ExchangeStore for PostgresStore {
         key: &'a MessageKey,
         attempt: Attempt,
         answer: &'a CachedAnswer,
-    ) -> StoreFuture<'a, Result<bool, StoreError>> {
+    ) -> StoreFuture<'a, Result<(bool, Committed), StoreError>> {
         Box::pin(async move {
             let sql = format!(
                 "WITH counted AS (UPDATE exchanges SET state = 'answered', status = $5, \
@@ -133,7 +135,7 @@ impl ExchangeStore for PostgresStore {
                 .execute(&self.pool)
                 .await?
                 .rows_affected();
-            Ok(answered == 1)
+            Ok((answered == 1, Committed::already()))
         })
     }
 

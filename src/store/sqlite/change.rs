@@ -13,6 +13,7 @@ use super::SqliteStore;
 use super::job::{Change, ChangeJob, Job, Ran};
 use super::shared::Wakes;
 use crate::store::error::StoreError;
+use crate::store::future::Committed;
 
 struct Task<F, T, R> {
     change: Option<F>,
@@ -90,5 +91,62 @@ impl SqliteStore {
             .await?;
         let Ok(value) = kept;
         Ok(value)
+    }
+
+    /// Runs `change` as `keep` does, but answers as soon as it has run, with what makes it
+    /// durable: every job sent after that answer is committed with it or after it.
+    pub(super) async fn keep_in_order<T, F>(&self, change: F) -> Result<(T, Committed), StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&rusqlite::Connection) -> Result<(T, Wakes), StoreError> + Send + 'static,
+    {
+        let (ran_tx, ran_rx) = oneshot::channel();
+        let (committed_tx, committed_rx) = oneshot::channel();
+        let task = InOrder {
+            change: Some(change),
+            ran: Some(ran_tx),
+            committed: committed_tx,
+        };
+        self.jobs
+            .send(Job::Change(Box::new(task)))
+            .await
+            .map_err(|_| StoreError::Closed)?;
+        let value = ran_rx.await.map_err(|_| {
+            StoreError::Failed("the change did not run; nothing was applied".into())
+        })??;
+        Ok((value, Committed::pending(committed_rx)))
+    }
+}
+
+/// A `keep_in_order` change: answers once when it has run, and once more after the commit.
+struct InOrder<F, T> {
+    change: Option<F>,
+    ran: Option<oneshot::Sender<Result<T, StoreError>>>,
+    committed: oneshot::Sender<Result<(), StoreError>>,
+}
+
+impl<F, T> ChangeJob for InOrder<F, T>
+where
+    T: Send + 'static,
+    F: FnOnce(&rusqlite::Connection) -> Result<(T, Wakes), StoreError> + Send + 'static,
+{
+    fn run(&mut self, conn: &rusqlite::Connection) -> Result<Ran, StoreError> {
+        let change = self
+            .change
+            .take()
+            .ok_or_else(|| StoreError::Failed("a change ran twice".into()))?;
+        let (value, wakes) = change(conn)?;
+        if let Some(ran) = self.ran.take() {
+            let _ = ran.send(Ok(value));
+        }
+        Ok(Ran::Keep(wakes))
+    }
+
+    fn answer(self: Box<Self>, outcome: Result<(), StoreError>) {
+        // Failed before it ran (or alone, as it ran): the caller still waits for the run.
+        if let (Some(ran), Err(e)) = (self.ran, &outcome) {
+            let _ = ran.send(Err(StoreError::Failed(e.to_string())));
+        }
+        let _ = self.committed.send(outcome);
     }
 }

@@ -8,7 +8,7 @@ use crate::store::error::StoreError;
 use crate::store::exchange::{
     Attempt, Began, BeginCall, CachedAnswer, ExchangeStore, NewCall, slot_of,
 };
-use crate::store::future::StoreFuture;
+use crate::store::future::{Committed, StoreFuture};
 use crate::store::time::millis;
 use crate::wsr::MessageKey;
 
@@ -48,11 +48,11 @@ impl ExchangeStore for SqliteStore {
         &'a self,
         call: NewCall<'a>,
         how: BeginCall,
-    ) -> StoreFuture<'a, Result<Began, StoreError>> {
+    ) -> StoreFuture<'a, Result<(Began, Committed), StoreError>> {
         let row = call_row(&call);
         let attempt = Attempt::fresh();
         Box::pin(async move {
-            self.keep(move |conn| {
+            self.keep_in_order(move |conn| {
                 let (partner, group_id, number, channel, source, now, keep_until) = row;
                 let began = match how {
                     BeginCall::Fresh { quota } => {
@@ -122,11 +122,11 @@ impl ExchangeStore for SqliteStore {
         key: &'a MessageKey,
         attempt: Attempt,
         answer: &'a CachedAnswer,
-    ) -> StoreFuture<'a, Result<bool, StoreError>> {
+    ) -> StoreFuture<'a, Result<(bool, Committed), StoreError>> {
         let (partner, group_id, number) = owned_key(partner, key);
         let answer = answer.clone();
         Box::pin(async move {
-            self.keep(move |conn| {
+            self.keep_in_order(move |conn| {
                 let size = answer.body.len() as i64;
                 let source: Option<String> = conn
                     .prepare_cached(
