@@ -314,6 +314,7 @@ impl Exchange<'_, '_> {
                     ..
                 })
             ),
+            answer: None,
         }
     }
 }

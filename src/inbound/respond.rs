@@ -23,7 +23,8 @@ use crate::rmp::exchange::{
 use crate::rmp::receiver::Verdict;
 use crate::rmp::replies::reply_for;
 use crate::store::{
-    Attempt, Began, BeginCall, CachedAnswer, Committed, NewCall, ReceivedMessage, Store, StoreError,
+    Attempt, Began, BeginCall, CachedAnswer, KeptAnswer, NewCall, Received, ReceivedMessage, Store,
+    StoreError,
 };
 use crate::wsr::splice::without_wsr_blocks;
 use crate::wsr::{
@@ -87,6 +88,16 @@ impl Asked<'_> {
         let ctx = self.ctx;
         let key = self.key();
         let until = Instant::now() + ctx.config.hold;
+        // The common case first, without reading the exchange: a request that may be called
+        // (its gate) and that no copy has begun a call for (the record of the call decides
+        // that: it sees every call begun, durable or not). Anything else goes the long way,
+        // from the kept exchange.
+        if self.gate(ctx.clock.now()).await? == Gate::Open {
+            let quota = ctx.config.max_answer_bytes_per_source;
+            if let Some(done) = self.call_if_begun(BeginCall::Fresh { quota }).await? {
+                return Ok(done);
+            }
+        }
         let mut look = LOOK_AGAIN;
         loop {
             let now = ctx.clock.now();
@@ -251,7 +262,8 @@ impl Asked<'_> {
         let ctx = self.ctx;
         // The slot first: a call recorded as out is under way at once, so that its start
         // plus its timeout bounds it (`stale_before`), however long the slots stay busy.
-        let Some(slot) = ctx.backends.slot(self.channel, ctx.config.hold).await else {
+        let slot = ctx.backends.slot(self.channel, ctx.config.hold).await;
+        let Some(slot) = slot else {
             return Ok(Some(Responded::Fault(
                 FaultCode::MessageProcessingFailure,
                 "the service is busy with other requests; resend it later".into(),
@@ -323,6 +335,7 @@ impl Asked<'_> {
             partner: self.partner.to_owned(),
             key,
             attempt,
+            message: self.message.clone(),
             ack: self.ack(),
             in_doubt: self.operation.on_unknown == OnUnknown::Fail,
         };
@@ -345,13 +358,7 @@ impl Asked<'_> {
             }
         };
         Ok(match ended {
-            CallEnd::Answered(answer, committed) => {
-                // Stored after the answer, the delivery cannot be durable before it; the wait
-                // only tells whether the answer's own commit failed (then nothing is acked).
-                let responded = self.deliver(answer, self.message.now).await?;
-                committed.durable().await?;
-                Some(responded)
-            }
+            CallEnd::Delivered(answer, received) => Some(responded(answer, received)),
             CallEnd::NotKept => None,
             CallEnd::NotDelivered => Some(Responded::Fault(
                 FaultCode::MessageProcessingFailure,
@@ -378,17 +385,23 @@ impl Asked<'_> {
         let mut message = self.message.clone();
         message.now = called.min(self.ctx.clock.now());
         let received = self.ctx.store.receive(message).await?;
-        Ok(match received.verdict {
-            Verdict::Fault(code, reason) => Responded::Fault(code, reason),
-            Verdict::Ack | Verdict::NoAck => Responded::Answer(answer),
-        })
+        Ok(responded(answer, received))
+    }
+}
+
+/// A request's answer once its delivery is stored: the answer, or the receiving rules' fault.
+fn responded(answer: CachedAnswer, received: Received) -> Responded {
+    match received.verdict {
+        Verdict::Fault(code, reason) => Responded::Fault(code, reason),
+        Verdict::Ack | Verdict::NoAck => Responded::Answer(answer),
     }
 }
 
 /// What became of one call, its outcome recorded.
 enum CallEnd {
-    /// The business response, kept as the request's answer (durable once `Committed` is).
-    Answered(CachedAnswer, Committed),
+    /// The business response, kept as the request's answer with its delivery in one
+    /// transaction (D16).
+    Delivered(CachedAnswer, Received),
     /// Answered, but the exchange was no longer this call's (taken over, or purged): not kept.
     NotKept,
     NotDelivered,
@@ -402,6 +415,8 @@ struct Outcome {
     partner: String,
     key: MessageKey,
     attempt: Attempt,
+    /// The request as the store takes it: delivered with the answer.
+    message: ReceivedMessage,
     /// The ack the answer carries (under Response).
     ack: Option<Response>,
     /// An unknown outcome is in doubt for good (`on_unknown = "fail"`).
@@ -418,9 +433,15 @@ impl Outcome {
                     content_type: business.content_type.clone(),
                     body: answer_bytes(&business, self.ack.as_ref()),
                 };
-                match store.call_answered(partner, key, attempt, &answer).await? {
-                    (true, committed) => CallEnd::Answered(answer, committed),
-                    (false, _) => CallEnd::NotKept,
+                let mut message = self.message.clone();
+                message.answer = Some(KeptAnswer {
+                    attempt,
+                    answer: answer.clone(),
+                });
+                match store.receive(message).await {
+                    Ok(received) => CallEnd::Delivered(answer, received),
+                    Err(StoreError::Superseded) => CallEnd::NotKept,
+                    Err(e) => return Err(e),
                 }
             }
             Judged::NotDelivered(why) => {

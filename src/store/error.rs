@@ -28,6 +28,10 @@ pub enum StoreError {
     Refused(String),
     #[error("the store is shut down")]
     Closed,
+    /// A call's answer came after its exchange was taken over by another call (or purged):
+    /// neither it nor its request's delivery was stored.
+    #[error("the exchange is no longer this call's: its answer was not kept")]
+    Superseded,
 }
 
 /// The text a panic carried, for the log.

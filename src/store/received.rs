@@ -81,6 +81,17 @@ pub struct ReceivedMessage {
     /// Whether its delivery appends it to the inbox: not where a SOAP backend answers the
     /// channel's requests, whose answer is the delivery (D16).
     pub inbox: bool,
+    /// A SOAP backend's answer to this request (D16), kept with its delivery in one
+    /// transaction: when the request's exchange is no longer that call's, neither is stored
+    /// (`StoreError::Superseded`).
+    pub answer: Option<KeptAnswer>,
+}
+
+/// A call's business response, kept as its request's answer with the delivery.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeptAnswer {
+    pub attempt: crate::store::Attempt,
+    pub answer: crate::store::CachedAnswer,
 }
 
 /// The committed decision for one message.

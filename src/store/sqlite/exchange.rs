@@ -41,6 +41,45 @@ fn count_against_quota(
     Ok(())
 }
 
+/// `attempt`'s answer kept as its request's (`call_answered`), counted against the source's
+/// quota. False when the exchange is no longer that attempt's. Also run by the writer for a
+/// message that carries its answer (`ReceivedMessage::answer`), in the same transaction.
+pub(super) fn keep_answer(
+    conn: &rusqlite::Connection,
+    partner: &str,
+    group_id: &str,
+    number: i64,
+    attempt: Attempt,
+    answer: &CachedAnswer,
+) -> Result<bool, StoreError> {
+    let size = answer.body.len() as i64;
+    let source: Option<String> = conn
+        .prepare_cached(
+            "UPDATE exchanges SET state = 'answered', status = ?5, content_type = ?6, \
+             body = ?7, size = ?8 WHERE partner = ?1 AND group_id = ?2 AND number = ?3 \
+             AND state = 'calling' AND attempt = ?4 RETURNING source",
+        )?
+        .query_row(
+            params![
+                partner,
+                group_id,
+                number,
+                attempt.0,
+                answer.status,
+                answer.content_type,
+                answer.body.as_ref(),
+                size
+            ],
+            |r| r.get(0),
+        )
+        .optional()?;
+    let Some(source) = source else {
+        return Ok(false);
+    };
+    count_against_quota(conn, &source, size)?;
+    Ok(true)
+}
+
 impl ExchangeStore for SqliteStore {
     crate::store::exchange::exchange_reads!();
 
@@ -127,33 +166,8 @@ impl ExchangeStore for SqliteStore {
         let answer = answer.clone();
         Box::pin(async move {
             self.keep_in_order(move |conn| {
-                let size = answer.body.len() as i64;
-                let source: Option<String> = conn
-                    .prepare_cached(
-                        "UPDATE exchanges SET state = 'answered', status = ?5, \
-                         content_type = ?6, body = ?7, size = ?8 WHERE partner = ?1 \
-                         AND group_id = ?2 AND number = ?3 AND state = 'calling' \
-                         AND attempt = ?4 RETURNING source",
-                    )?
-                    .query_row(
-                        params![
-                            partner,
-                            group_id,
-                            number,
-                            attempt.0,
-                            answer.status,
-                            answer.content_type,
-                            answer.body.as_ref(),
-                            size
-                        ],
-                        |r| r.get(0),
-                    )
-                    .optional()?;
-                let Some(source) = source else {
-                    return Ok((false, Wakes::NONE));
-                };
-                count_against_quota(conn, &source, size)?;
-                Ok((true, Wakes::NONE))
+                let kept = keep_answer(conn, &partner, &group_id, number, attempt, &answer)?;
+                Ok((kept, Wakes::NONE))
             })
             .await
         })

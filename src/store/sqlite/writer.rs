@@ -4,6 +4,8 @@
 //! made possible. While it commits (the fsync), requests keep arriving and are prepared on the
 //! runtime's threads, so the next batch is gathered in the channel meanwhile.
 
+use super::exchange::keep_answer;
+use crate::store::exchange::slot_of;
 use std::cell::Cell;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -265,6 +267,21 @@ fn run_job(
 ) -> Result<Done, StoreError> {
     match job {
         Job::Receive(m, _) => {
+            // A backend's answer first (D16): the delivery is stored with it, or not at all.
+            if let Some(kept) = &m.answer {
+                let key = m.request.key();
+                let (group_id, number) = (key.group_id.as_str(), slot_of(&key));
+                if !keep_answer(
+                    conn,
+                    &m.partner,
+                    group_id,
+                    number,
+                    kept.attempt,
+                    &kept.answer,
+                )? {
+                    return Ok(Done::Received(Err(StoreError::Superseded)));
+                }
+            }
             #[cfg(feature = "test-hooks")]
             let doomed = shared.hooks.doomed(m.request.message_id.group_id.as_str());
             #[cfg(feature = "test-hooks")]

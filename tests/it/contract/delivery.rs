@@ -55,6 +55,7 @@ async fn receive(store: &Store, root: &str, group: &str, number: Option<u64>, no
             soap12: false,
             now,
             inbox: true,
+            answer: None,
         })
         .await
         .expect("received");

@@ -43,6 +43,7 @@ pub fn message(
         soap12: false,
         now: now(),
         inbox: true,
+        answer: None,
     }
 }
 
@@ -419,5 +420,96 @@ async fn a_failing_job_fails_alone_in_its_batch() {
             b.name
         );
         b.store.panic_on_group(None);
+    }
+}
+
+/// A backend's answer rides with its request's delivery (D16): both are stored in one
+/// transaction, or neither — an answer from a call whose exchange was taken over meanwhile is
+/// refused, and the request is not delivered by it.
+#[tokio::test]
+async fn a_delivery_carrying_an_answer_is_stored_only_with_it() {
+    use wsr_gateway::store::{
+        Began, BeginCall, CachedAnswer, ExchangeState, KeptAnswer, NewCall, StoreError,
+    };
+    for b in backends().await {
+        let mut ours = message(
+            "mid:answered@contract",
+            None,
+            ReplyPattern::Response,
+            text("<a/>"),
+        );
+        ours.inbox = false;
+        let key = ours.request.key();
+        let new_call = || NewCall {
+            partner: "",
+            key: &key,
+            channel: "default",
+            source: "127.0.0.1",
+            now: now(),
+            keep_until: now() + Duration::hours(2),
+        };
+        let fresh = BeginCall::Fresh { quota: u64::MAX };
+        let (Began::Call(slow), committed) =
+            b.store.begin_call(new_call(), fresh).await.expect("begins")
+        else {
+            panic!("{}: not begun", b.name);
+        };
+        committed.durable().await.expect("durable");
+        let take_over = BeginCall::TakeOver {
+            started_before: now() + Duration::seconds(1),
+        };
+        let (Began::Call(current), committed) = b
+            .store
+            .begin_call(new_call(), take_over)
+            .await
+            .expect("takes over")
+        else {
+            panic!("{}: not taken over", b.name);
+        };
+        committed.durable().await.expect("durable");
+        let answer = |text: &str| CachedAnswer {
+            status: 200,
+            content_type: "text/xml".into(),
+            body: text.as_bytes().to_vec().into(),
+        };
+        let mut late = ours.clone();
+        late.answer = Some(KeptAnswer {
+            attempt: slow,
+            answer: answer("<slow/>"),
+        });
+        match b.store.receive(late).await {
+            Err(StoreError::Superseded) => {}
+            other => panic!("{}: {other:?}", b.name),
+        }
+        let group = b
+            .store
+            .group("", key.group_id.as_str())
+            .await
+            .expect("reads");
+        assert!(
+            group.is_none(),
+            "{}: not delivered by the superseded call",
+            b.name
+        );
+        let mut kept = ours.clone();
+        kept.answer = Some(KeptAnswer {
+            attempt: current,
+            answer: answer("<current/>"),
+        });
+        let received = b.store.receive(kept).await.expect("stored");
+        assert_eq!(received.verdict, Verdict::Ack, "{}", b.name);
+        let exchange = b.store.exchange("", &key, now()).await.expect("reads");
+        let exchange = exchange.expect("kept");
+        assert_eq!(exchange.state, ExchangeState::Answered, "{}", b.name);
+        assert_eq!(
+            exchange.answer.map(|a| a.body),
+            Some(answer("<current/>").body)
+        );
+        let group = b
+            .store
+            .group("", key.group_id.as_str())
+            .await
+            .expect("reads");
+        assert!(group.is_some(), "{}: delivered with the answer", b.name);
     }
 }

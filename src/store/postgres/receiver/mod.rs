@@ -57,6 +57,22 @@ impl ReceiverStore for PostgresStore {
         message: ReceivedMessage,
     ) -> StoreFuture<'a, Result<Received, StoreError>> {
         Box::pin(async move {
+            // A backend's answer first (D16), committed before the delivery is enqueued: the
+            // delivery is never durable without it.
+            if let Some(kept) = &message.answer {
+                let key = message.request.key();
+                let (kept, _durable) = crate::store::ExchangeStore::call_answered(
+                    self,
+                    &message.partner,
+                    &key,
+                    kept.attempt,
+                    &kept.answer,
+                )
+                .await?;
+                if !kept {
+                    return Err(StoreError::Superseded);
+                }
+            }
             let received = self.shared.writer.enqueue(message).await;
             if let Err(e) = &received {
                 // Refusals of this message alone say nothing about the database's health.
