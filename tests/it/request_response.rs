@@ -202,6 +202,14 @@ pub(crate) async fn call(app: &TestApp, version: SoapVersion, r: &Request) -> An
     Answer::read(resp).await
 }
 
+/// Purges the exchanges kept until before the test clock's now; how many.
+async fn purge(app: &TestApp) -> u64 {
+    app.store
+        .purge_exchanges(app.clock.now_utc())
+        .await
+        .expect("purge")
+}
+
 pub(crate) fn fault_of(answer: &Answer) -> Option<FaultCode> {
     answer.envelope().body.fault
 }
@@ -490,12 +498,7 @@ async fn answers_count_against_the_sources_quota() {
     let retention = app.config.policy.answer_polls_for;
     app.clock
         .advance(Duration::hours(1) + retention + Duration::seconds(1));
-    let purged = app
-        .store
-        .purge_exchanges(app.clock.now_utc())
-        .await
-        .expect("purge");
-    assert_eq!(purged, 1);
+    assert_eq!(purge(&app).await, 1);
     let held = app.store.answer_bytes_of("127.0.0.1").await.expect("reads");
     assert_eq!(held, 0, "freed by the purge");
     let three = request(&app, "mid:rr-q3", None, ReplyPattern::Response);
@@ -602,12 +605,7 @@ async fn the_answer_is_kept_until_expiry_plus_the_retention() {
     // business response and without calling the service again.
     assert_ne!(late.body, first.body, "no longer replayed");
     assert!(!late.body.contains("echoResponse"), "{}", late.body);
-    let purged = app
-        .store
-        .purge_exchanges(app.clock.now_utc())
-        .await
-        .expect("purge");
-    assert_eq!(purged, 1);
+    assert_eq!(purge(&app).await, 1);
     assert_eq!(script.calls().len(), 1);
 }
 

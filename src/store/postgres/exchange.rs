@@ -32,6 +32,14 @@ fn new_row<'q>(q: PgQuery<'q>, call: &NewCall<'q>) -> PgQuery<'q> {
         .bind(millis(call.keep_until))
 }
 
+/// `q` with an answer's columns bound next: status, content type, body, size.
+fn with_answer<'q>(q: PgQuery<'q>, answer: &'q CachedAnswer) -> PgQuery<'q> {
+    q.bind(i64::from(answer.status))
+        .bind(&answer.content_type)
+        .bind(answer.body.as_ref())
+        .bind(answer.body.len() as i64)
+}
+
 /// Adds the bytes of the rows `counted` (a CTE returning `source, size`) to their sources'
 /// running totals.
 const COUNT_AGAINST_QUOTA: &str = "INSERT INTO answer_quota (source, bytes) \
@@ -126,12 +134,8 @@ impl ExchangeStore for PostgresStore {
                  AND state = 'calling' AND attempt = $4 RETURNING source, size) \
                  {COUNT_AGAINST_QUOTA}"
             );
-            let answered = keyed(sqlx::query(sqlx::AssertSqlSafe(sql)), partner, key)
-                .bind(attempt.0)
-                .bind(i64::from(answer.status))
-                .bind(&answer.content_type)
-                .bind(answer.body.as_ref())
-                .bind(answer.body.len() as i64)
+            let q = keyed(sqlx::query(sqlx::AssertSqlSafe(sql)), partner, key).bind(attempt.0);
+            let answered = with_answer(q, answer)
                 .execute(&self.pool)
                 .await?
                 .rows_affected();
@@ -151,14 +155,13 @@ impl ExchangeStore for PostgresStore {
                  VALUES ($1, $2, $3, $4, $5, 'answered', $6, $7, $8, $9, $10, $11) \
                  ON CONFLICT DO NOTHING RETURNING source, size) {COUNT_AGAINST_QUOTA}"
             );
-            let inserted = new_row(sqlx::query(sqlx::AssertSqlSafe(sql)), &call)
-                .bind(i64::from(answer.status))
-                .bind(&answer.content_type)
-                .bind(answer.body.as_ref())
-                .bind(answer.body.len() as i64)
-                .execute(&self.pool)
-                .await?
-                .rows_affected();
+            let inserted = with_answer(
+                new_row(sqlx::query(sqlx::AssertSqlSafe(sql)), &call),
+                answer,
+            )
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
             Ok(inserted == 1)
         })
     }
