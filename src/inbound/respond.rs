@@ -262,8 +262,7 @@ impl Asked<'_> {
         let ctx = self.ctx;
         // The slot first: a call recorded as out is under way at once, so that its start
         // plus its timeout bounds it (`stale_before`), however long the slots stay busy.
-        let slot = ctx.backends.slot(self.channel, ctx.config.hold).await;
-        let Some(slot) = slot else {
+        let Some(slot) = ctx.backends.slot(self.channel, ctx.config.hold).await else {
             return Ok(Some(Responded::Fault(
                 FaultCode::MessageProcessingFailure,
                 "the service is busy with other requests; resend it later".into(),

@@ -98,16 +98,15 @@ pub trait ExchangeStore: Send + Sync {
 
     /// The responder answered `attempt`: the call becomes the request's cached answer and its
     /// bytes count against the source's quota. False when the exchange is no longer that
-    /// attempt's (taken over, or purged): the answer is not kept. Decided at once, durable once
-    /// `Committed` resolves; the request's delivery, stored after this answers, cannot be
-    /// durable before the answer is.
+    /// attempt's (taken over, or purged): the answer is not kept. (A backend's answer usually
+    /// travels with its request's delivery instead: `ReceivedMessage::answer`.)
     fn call_answered<'a>(
         &'a self,
         partner: &'a str,
         key: &'a MessageKey,
         attempt: Attempt,
         answer: &'a CachedAnswer,
-    ) -> StoreFuture<'a, Result<(bool, Committed), StoreError>>;
+    ) -> StoreFuture<'a, Result<bool, StoreError>>;
 
     /// An application answered a delivered request (the spec's Respond): kept as answered,
     /// counted against the source's quota, unless the request has an exchange already (false

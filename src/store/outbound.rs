@@ -208,6 +208,28 @@ pub struct KeptResponse {
     pub body: Vec<u8>,
 }
 
+/// A kept business response as both backends read it back (`RESPONSE_ROW_SQL`).
+pub(in crate::store) type ResponseRow = (String, i64, bool, i64, Vec<u8>);
+
+/// The `out_responses` row of message `$1`, in `ResponseRow`'s order.
+pub(in crate::store) const RESPONSE_ROW_SQL: &str = "SELECT content_type, size, soap_fault, \
+     received_at, body FROM out_responses WHERE message_id = $1";
+
+impl KeptResponse {
+    pub(in crate::store) fn from_row(row: ResponseRow) -> KeptResponse {
+        let (content_type, size, soap_fault, received_at, body) = row;
+        KeptResponse {
+            info: ResponseInfo {
+                content_type,
+                size: size.try_into().unwrap_or(0),
+                soap_fault,
+                received_at: crate::store::time::from_millis(received_at),
+            },
+            body,
+        }
+    }
+}
+
 /// The cause of a message's latest failed attempt (`AttemptFailure`, as text) and its time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LastError {

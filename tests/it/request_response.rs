@@ -563,7 +563,6 @@ async fn a_call_taken_over_cannot_overwrite_the_call_that_replaced_it() {
             .call_answered("", &key, slow, &stale)
             .await
             .expect("writes")
-            .0
     );
     app.store.call_failed("", &key, slow).await.expect("writes");
     app.store
@@ -579,13 +578,12 @@ async fn a_call_taken_over_cannot_overwrite_the_call_that_replaced_it() {
         "neither forgotten nor in doubt"
     );
     let current = answer("<fresh/>");
-    let (kept, committed) = app
-        .store
-        .call_answered("", &key, fresh, &current)
-        .await
-        .expect("writes");
-    assert!(kept);
-    committed.durable().await.expect("committed");
+    assert!(
+        app.store
+            .call_answered("", &key, fresh, &current)
+            .await
+            .expect("writes")
+    );
     let kept = app.store.exchange("", &key, now).await.expect("reads");
     assert_eq!(kept.and_then(|e| e.answer), Some(current));
 }

@@ -390,15 +390,7 @@ async fn the_notify_webhook_and_the_event_stream_carry_the_response() {
     let mut large_partner = scripted_partner(vec![with_ack(&large)]).await;
     let app = sender_app(|_| {}).await;
     let mut hook = super::support::mock_partner(vec![200, 200]).await;
-    app.store
-        .add_endpoint(
-            wsr_gateway::store::Endpoints::Push,
-            None,
-            &hook.url,
-            chrono::Utc::now(),
-        )
-        .await
-        .expect("register the webhook");
+    app.register_webhook(&hook.url).await;
     let notify = json!({ "notify_url": hook.url });
     let small = send(&app, &small_partner.url, notify.clone()).await;
     let group = group_of(&small_partner.next_request().await);

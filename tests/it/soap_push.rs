@@ -9,12 +9,11 @@ use std::sync::{Arc, Mutex};
 
 use chrono::Duration;
 use serde_json::{Value, json};
-use wsr_gateway::store::Endpoints;
 use wsr_gateway::wsr::model::{SOAP11_NS, SOAP12_NS};
 use wsr_gateway::wsr::{Headers, Limits, SoapVersion, read_envelope, write_envelope};
 
 use super::delivery::{Api, OWNER, dead_letters, settled, tokens};
-use super::support::{ClockExt, TestApp, serve_local, spawn_app_with};
+use super::support::{TestApp, serve_local, spawn_app_with};
 
 /// What the scripted endpoint answers to one call.
 #[derive(Debug, Clone, Copy)]
@@ -172,10 +171,7 @@ async fn deliver(
 }
 
 async fn soap_subscription(app: &TestApp, url: &str, extra: Value) -> (Api, i64) {
-    app.store
-        .add_endpoint(Endpoints::Push, None, url, app.clock.now_utc())
-        .await
-        .expect("register");
+    app.register_webhook(url).await;
     let api = Api::of(app, OWNER);
     let mut create = json!({
         "name": "soap-hooked", "filter": "default/#", "mode": "push", "push_url": url,
@@ -320,10 +316,7 @@ async fn only_a_push_subscription_has_a_format_and_json_stays_the_default() {
         .await;
     assert_eq!(status, 400, "{answer}");
     let url = "http://127.0.0.1:9/json-hook";
-    app.store
-        .add_endpoint(Endpoints::Push, None, url, app.clock.now_utc())
-        .await
-        .expect("register");
+    app.register_webhook(url).await;
     let (status, answer) = api
         .post(
             "/api/v1/subscriptions",

@@ -316,6 +316,14 @@ impl TestApp {
         .await;
     }
 
+    /// Registers `url` as a push/notify webhook (DESIGN D15: only registered ones are used).
+    pub async fn register_webhook(&self, url: &str) {
+        self.store
+            .add_endpoint(Endpoints::Push, None, url, Utc::now())
+            .await
+            .expect("register the webhook");
+    }
+
     pub async fn register_callback(&self, url: &str) {
         self.store
             .add_endpoint(Endpoints::Callback, None, url, Utc::now())

@@ -126,7 +126,7 @@ impl ExchangeStore for PostgresStore {
         key: &'a MessageKey,
         attempt: Attempt,
         answer: &'a CachedAnswer,
-    ) -> StoreFuture<'a, Result<(bool, Committed), StoreError>> {
+    ) -> StoreFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
             let sql = format!(
                 "WITH counted AS (UPDATE exchanges SET state = 'answered', status = $5, \
@@ -139,7 +139,7 @@ impl ExchangeStore for PostgresStore {
                 .execute(&self.pool)
                 .await?
                 .rows_affected();
-            Ok((answered == 1, Committed::already()))
+            Ok(answered == 1)
         })
     }
 

@@ -161,11 +161,11 @@ impl ExchangeStore for SqliteStore {
         key: &'a MessageKey,
         attempt: Attempt,
         answer: &'a CachedAnswer,
-    ) -> StoreFuture<'a, Result<(bool, Committed), StoreError>> {
+    ) -> StoreFuture<'a, Result<bool, StoreError>> {
         let (partner, group_id, number) = owned_key(partner, key);
         let answer = answer.clone();
         Box::pin(async move {
-            self.keep_in_order(move |conn| {
+            self.keep(move |conn| {
                 let kept = keep_answer(conn, &partner, &group_id, number, attempt, &answer)?;
                 Ok((kept, Wakes::NONE))
             })

@@ -1,15 +1,14 @@
 //! A partner's business response kept with our message (`OutboundStore::keep_response`): one
 //! row of `out_responses` and its `response` event in one transaction; read back on the pool.
 
-use sqlx::Row;
 use sqlx::postgres::PgPool;
 
 use super::write::Events;
 use super::{Doing, Failure};
 use crate::store::StoreError;
-use crate::store::outbound::{KeptResponse, RESPONSE_EVENT, ResponseInfo};
+use crate::store::outbound::{KeptResponse, RESPONSE_EVENT, RESPONSE_ROW_SQL, ResponseRow};
 use crate::store::postgres::{Announcement, PostgresStore};
-use crate::store::time::{from_millis, millis};
+use crate::store::time::millis;
 
 /// Keeps `r` with message `id` unless one is kept already (or there is no such message);
 /// logs its event when it was kept now.
@@ -54,29 +53,10 @@ pub(super) async fn out_response(
     pool: &PgPool,
     id: &str,
 ) -> Result<Option<KeptResponse>, StoreError> {
-    let row = sqlx::query(
-        "SELECT content_type, size, soap_fault, received_at, body FROM out_responses \
-         WHERE message_id = $1",
-    )
-    .bind(id)
-    .fetch_optional(pool)
-    .await
-    .doing("reading a business response")?;
-    let Some(r) = row else {
-        return Ok(None);
-    };
-    let column = |e: sqlx::Error| StoreError::Corrupt(format!("business response row: {e}"));
-    Ok(Some(KeptResponse {
-        info: ResponseInfo {
-            content_type: r.try_get(0).map_err(column)?,
-            size: r
-                .try_get::<i64, _>(1)
-                .map_err(column)?
-                .try_into()
-                .unwrap_or(0),
-            soap_fault: r.try_get(2).map_err(column)?,
-            received_at: from_millis(r.try_get(3).map_err(column)?),
-        },
-        body: r.try_get(4).map_err(column)?,
-    }))
+    let row: Option<ResponseRow> = sqlx::query_as(RESPONSE_ROW_SQL)
+        .bind(id)
+        .fetch_optional(pool)
+        .await
+        .doing("reading a business response")?;
+    Ok(row.map(KeptResponse::from_row))
 }

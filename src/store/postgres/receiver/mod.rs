@@ -61,7 +61,7 @@ impl ReceiverStore for PostgresStore {
             // delivery is never durable without it.
             if let Some(kept) = &message.answer {
                 let key = message.request.key();
-                let (kept, _durable) = crate::store::ExchangeStore::call_answered(
+                let kept = crate::store::ExchangeStore::call_answered(
                     self,
                     &message.partner,
                     &key,

@@ -3,13 +3,12 @@
 //! back on the pool.
 
 use rusqlite::params;
-use sqlx::Row;
 use sqlx::sqlite::SqlitePool;
 
 use super::write::insert_event;
 use crate::store::StoreError;
-use crate::store::outbound::{KeptResponse, RESPONSE_EVENT, ResponseInfo};
-use crate::store::time::{from_millis, millis};
+use crate::store::outbound::{KeptResponse, RESPONSE_EVENT, RESPONSE_ROW_SQL, ResponseRow};
+use crate::store::time::millis;
 
 /// Keeps `r` with message `id` unless one is kept already (or there is no such message);
 /// logs its event when it was kept now.
@@ -47,20 +46,9 @@ pub(super) async fn out_response(
     pool: &SqlitePool,
     id: &str,
 ) -> Result<Option<KeptResponse>, StoreError> {
-    let row = sqlx::query(
-        "SELECT content_type, size, soap_fault, received_at, body FROM out_responses \
-         WHERE message_id = ?",
-    )
-    .bind(id)
-    .fetch_optional(pool)
-    .await?;
-    Ok(row.map(|r| KeptResponse {
-        info: ResponseInfo {
-            content_type: r.get(0),
-            size: r.get::<i64, _>(1).try_into().unwrap_or(0),
-            soap_fault: r.get::<i64, _>(2) != 0,
-            received_at: from_millis(r.get(3)),
-        },
-        body: r.get(4),
-    }))
+    let row: Option<ResponseRow> = sqlx::query_as(RESPONSE_ROW_SQL)
+        .bind(id)
+        .fetch_optional(pool)
+        .await?;
+    Ok(row.map(KeptResponse::from_row))
 }
