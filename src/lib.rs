@@ -150,7 +150,12 @@ impl App {
                 backends,
                 receipts,
                 console_key,
-                event_streams: Arc::default(),
+                event_streams: Arc::new(http::slots::KeyedSlots::new(
+                    http::slots::MAX_EVENT_STREAMS,
+                )),
+                waiting_fetches: Arc::new(http::slots::KeyedSlots::new(
+                    http::slots::MAX_WAITING_FETCHES,
+                )),
             }),
         })
     }
@@ -216,7 +221,10 @@ impl App {
         background.spawn(consume::push::run(
             state.store.clone(),
             state.clock.clone(),
-            state.config.limits.max_bytes,
+            consume::push::PushLimits {
+                answer_cap: state.config.limits.max_bytes,
+                bytes_in_flight: state.config.delivery.max_push_bytes_in_flight,
+            },
         ));
         if let (Some(tls), Some(files)) = (&self.tls, &state.config.tls)
             && files.reload_check_seconds > 0

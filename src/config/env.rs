@@ -97,6 +97,14 @@ impl FileConfig {
             "WSR_IDLE_TIMEOUT_MS" => self.idle_timeout_ms = value.parse()?,
             "WSR_MAX_CONNECTIONS" => self.max_connections = value.parse()?,
             "WSR_MAX_REQUESTS_IN_FLIGHT" => self.max_requests_in_flight = value.parse()?,
+            "WSR_MAX_API_REQUESTS_IN_FLIGHT" => self.max_api_requests_in_flight = value.parse()?,
+            "WSR_MAX_WAITING_REQUESTS" => self.max_waiting_requests = value.parse()?,
+            "WSR_MAX_OPERATOR_REQUESTS_IN_FLIGHT" => {
+                self.max_operator_requests_in_flight = value.parse()?
+            }
+            "WSR_MAX_REQUESTS_IN_FLIGHT_PER_SOURCE" => {
+                self.max_requests_in_flight_per_source = value.parse()?
+            }
             "WSR_MAX_BODY_BYTES_IN_FLIGHT" => self.max_body_bytes_in_flight = Some(value.parse()?),
             "WSR_ADMIN_TOKEN" => {
                 self.tokens
@@ -118,6 +126,8 @@ impl FileConfig {
             "WSR_CALLBACK_ENDPOINTS" => self.callback_endpoints.extend(url_list(value)),
             "WSR_PUSH_ENDPOINTS" => self.push_endpoints.extend(url_list(value)),
             "WSR_INBOX_RETENTION_SECONDS" => self.inbox_retention_seconds = value.parse()?,
+            "WSR_MAX_FETCH_BYTES" => self.max_fetch_bytes = value.parse()?,
+            "WSR_MAX_PUSH_BYTES_IN_FLIGHT" => self.max_push_bytes_in_flight = value.parse()?,
             "WSR_ALLOW_URL_DESTINATIONS" => self.allow_url_destinations = value.parse()?,
             "WSR_ALLOWED_DESTINATION_HOSTS" => {
                 self.allowed_destination_hosts.extend(url_list(value))

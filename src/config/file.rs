@@ -63,13 +63,20 @@ pub struct FileConfig {
     pub body_timeout_ms: u64,
     pub body_min_bytes_per_second: u64,
     pub idle_timeout_ms: u64,
-    /// Open connections (beyond it the gateway stops accepting until one closes), requests
-    /// being handled (beyond it: 503 with Retry-After) and body bytes received but not yet
-    /// handled, across all requests (beyond it: 503 with Retry-After; default: twice
-    /// `max_message_bytes`).
+    /// Open connections (beyond it the gateway stops accepting until one closes), and body
+    /// bytes received but not yet handled, across all requests (beyond it: 503 with
+    /// Retry-After; default: twice `max_message_bytes`).
     pub max_connections: usize,
-    pub max_requests_in_flight: usize,
     pub max_body_bytes_in_flight: Option<usize>,
+    /// Requests being handled, per class (`http::serve::classes`; beyond it: 503 with
+    /// Retry-After): partners' (`/wsr`), applications' (`/api/v1`), waiting ones (fetches and
+    /// event streams), operators' (console, metrics, the admin-only API).
+    pub max_requests_in_flight: usize,
+    pub max_api_requests_in_flight: usize,
+    pub max_waiting_requests: usize,
+    pub max_operator_requests_in_flight: usize,
+    /// Each source address's share of every class (beyond it: 429 with Retry-After).
+    pub max_requests_in_flight_per_source: usize,
     /// First and longest wait between callback attempts (doubling in between) (D10).
     pub callback_retry_initial_ms: u64,
     pub callback_retry_max_ms: u64,
@@ -116,6 +123,12 @@ pub struct FileConfig {
     pub push_endpoints: Vec<String>,
     /// Delivery: a consumer session's TTL when it does not ask for one.
     pub session_ttl_ms: u64,
+    /// Delivery: most payload bytes one fetch answers with (its first message is handed out
+    /// whatever its size), so that an answer's memory does not grow with `max`.
+    pub max_fetch_bytes: usize,
+    /// Delivery: most payload bytes one push subscription has in flight to its webhook (one
+    /// message at a time goes out whatever its size), beside its `push_concurrency`.
+    pub max_push_bytes_in_flight: usize,
     /// Delivery: how long an ephemeral subscription outlives its last member.
     pub ephemeral_grace_ms: u64,
     /// Delivery: how long a message no subscription needs any more stays in the inbox
@@ -152,6 +165,10 @@ impl Default for FileConfig {
             idle_timeout_ms: 60_000,
             max_connections: 1024,
             max_requests_in_flight: 512,
+            max_api_requests_in_flight: 256,
+            max_waiting_requests: 256,
+            max_operator_requests_in_flight: 64,
+            max_requests_in_flight_per_source: 128,
             max_body_bytes_in_flight: None,
             callback_retry_initial_ms: 1000,
             callback_retry_max_ms: 60_000,
@@ -173,6 +190,8 @@ impl Default for FileConfig {
             partner_id_retention_seconds: 0,
             push_endpoints: Vec::new(),
             session_ttl_ms: 30_000,
+            max_fetch_bytes: 8 * 1024 * 1024,
+            max_push_bytes_in_flight: 32 * 1024 * 1024,
             ephemeral_grace_ms: 60_000,
             inbox_retention_seconds: 86_400,
             log_format: "text".into(),

@@ -17,14 +17,34 @@ pub struct Perimeter {
     pub body_min_bytes_per_second: u64,
     pub idle_timeout: Duration,
     pub max_connections: usize,
+    /// Requests in flight per class (`http::serve::classes`), and each source's share.
     pub max_requests_in_flight: usize,
+    pub max_api_requests_in_flight: usize,
+    pub max_waiting_requests: usize,
+    pub max_operator_requests_in_flight: usize,
+    pub max_requests_in_flight_per_source: usize,
     pub max_body_bytes_in_flight: usize,
 }
 
 impl Perimeter {
     pub(super) fn check(f: &FileConfig) -> anyhow::Result<Perimeter> {
-        if f.max_connections == 0 || f.max_requests_in_flight == 0 {
-            bail!("max_connections and max_requests_in_flight must be at least 1");
+        for (name, value) in [
+            ("max_connections", f.max_connections),
+            ("max_requests_in_flight", f.max_requests_in_flight),
+            ("max_api_requests_in_flight", f.max_api_requests_in_flight),
+            ("max_waiting_requests", f.max_waiting_requests),
+            (
+                "max_operator_requests_in_flight",
+                f.max_operator_requests_in_flight,
+            ),
+            (
+                "max_requests_in_flight_per_source",
+                f.max_requests_in_flight_per_source,
+            ),
+        ] {
+            if value == 0 {
+                bail!("{name} must be at least 1");
+            }
         }
         let body_budget = f
             .max_body_bytes_in_flight
@@ -44,6 +64,10 @@ impl Perimeter {
             idle_timeout: timeout(f.idle_timeout_ms),
             max_connections: f.max_connections.min(max_permits),
             max_requests_in_flight: f.max_requests_in_flight.min(max_permits),
+            max_api_requests_in_flight: f.max_api_requests_in_flight.min(max_permits),
+            max_waiting_requests: f.max_waiting_requests.min(max_permits),
+            max_operator_requests_in_flight: f.max_operator_requests_in_flight.min(max_permits),
+            max_requests_in_flight_per_source: f.max_requests_in_flight_per_source,
             max_body_bytes_in_flight: body_budget.min(max_permits),
         })
     }

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 
 use super::wait::Waker;
 use crate::clock::Clock;
+use crate::delivery::fetch::Take;
 use crate::delivery::{session, wake};
 use crate::store::Store;
 use crate::store::delivery::{DeliveryError, Handed, Session};
@@ -18,7 +19,7 @@ pub async fn fetch_waiting(
     store: &Store,
     clock: &Arc<dyn Clock>,
     session: &str,
-    max: usize,
+    take: Take,
     wait: Duration,
 ) -> Result<Vec<Handed>, DeliveryError> {
     let until = Instant::now() + wait;
@@ -28,7 +29,7 @@ pub async fn fetch_waiting(
         // Mark what we have seen before looking, so a change while we look wakes us.
         waker.mark();
         let now = clock.now();
-        let handed = store.fetch(session, max, now).await?;
+        let handed = store.fetch(session, take, now).await?;
         if !handed.is_empty() || Instant::now() >= until {
             return Ok(handed);
         }

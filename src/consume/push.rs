@@ -2,7 +2,7 @@
 //! subscription leases messages like any consumer session and POSTs each to the
 //! subscription's registered webhook, at most `concurrency` at a time — as JSON, or (format
 //! `soap`) as a SOAP envelope with headers naming the message (`delivery::soap`). The answer
-//! settles the lease: 2xx accepted, 4xx (except 408 and 429) or a SOAP Fault rejected, anything
+//! settles the lease (and `max_push_bytes_in_flight` bounds the payload bytes out at once): 2xx accepted, 4xx (except 408 and 429) or a SOAP Fault rejected, anything
 //! else — other statuses, timeouts, refused connections — a failed attempt retried with the
 //! subscription's backoff until max deliveries sends it to the dead letters. A subscription
 //! ordered by group gets the store's group order whatever the format: a group's next message
@@ -19,6 +19,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use super::view::message_json;
 use super::wait::Waker;
 use crate::clock::Clock;
+use crate::delivery::fetch::Take;
 use crate::delivery::lease::Outcome;
 use crate::delivery::soap;
 use crate::delivery::subscription::{Mode, PushFormat};
@@ -52,9 +53,19 @@ pub fn outcome_for(status: Option<StatusCode>) -> Outcome {
     }
 }
 
-/// Keeps one worker running per push subscription. `answer_cap`: the longest webhook answer
-/// read (`max_message_bytes`); a longer one is a failed attempt.
-pub async fn run(store: Store, clock: Arc<dyn Clock>, answer_cap: usize) {
+/// What one push worker may hold.
+#[derive(Debug, Clone, Copy)]
+pub struct PushLimits {
+    /// The longest webhook answer read (`max_message_bytes`); a longer one is a failed attempt.
+    pub answer_cap: usize,
+    /// Most payload bytes in flight to the webhook (`max_push_bytes_in_flight`): with
+    /// `push_concurrency` only, a subscription over large messages would hold that many of
+    /// them in memory at once, each with its request body.
+    pub bytes_in_flight: usize,
+}
+
+/// Keeps one worker running per push subscription.
+pub async fn run(store: Store, clock: Arc<dyn Clock>, limits: PushLimits) {
     let mut workers: HashMap<i64, JoinHandle<()>> = HashMap::new();
     // Subscriptions created or deleted wake us (their commits announce delivery changes).
     let mut waker = Waker::new(&store, &clock);
@@ -71,7 +82,7 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>, answer_cap: usize) {
                 });
                 for sub in subs {
                     workers.entry(sub.id).or_insert_with(|| {
-                        tokio::spawn(worker(store.clone(), clock.clone(), sub, answer_cap))
+                        tokio::spawn(worker(store.clone(), clock.clone(), sub, limits))
                     });
                 }
             }
@@ -85,7 +96,7 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>, answer_cap: usize) {
     }
 }
 
-async fn worker(store: Store, clock: Arc<dyn Clock>, sub: Subscription, answer_cap: usize) {
+async fn worker(store: Store, clock: Arc<dyn Clock>, sub: Subscription, limits: PushLimits) {
     let Mode::Push {
         url,
         concurrency,
@@ -130,25 +141,39 @@ async fn worker(store: Store, clock: Arc<dyn Clock>, sub: Subscription, answer_c
     }
     let mut waker = Waker::for_fetching(&store, &clock);
     let mut inflight: JoinSet<(Handed, Outcome)> = JoinSet::new();
+    // The payload bytes of each post in flight, by its task.
+    let mut sizes: HashMap<tokio::task::Id, usize> = HashMap::new();
     loop {
         waker.mark();
-        let free = (concurrency as usize).saturating_sub(inflight.len());
+        let bytes_out: usize = sizes.values().sum();
+        let free_bytes = limits.bytes_in_flight.saturating_sub(bytes_out);
+        let free = match free_bytes {
+            0 => 0,
+            _ => (concurrency as usize).saturating_sub(inflight.len()),
+        };
         let now = clock.now();
         let mut next = None;
         if free > 0 {
-            match store.fetch(&session, free, now).await {
+            let take = Take {
+                max: free,
+                max_bytes: free_bytes,
+                first_may_exceed: inflight.is_empty(),
+            };
+            match store.fetch(&session, take, now).await {
                 Ok(handed) => {
                     renewed_at = now;
                     let fetched = handed.len();
                     for h in handed {
-                        inflight.spawn(post(
+                        let size = h.message.payload.len();
+                        let task = inflight.spawn(post(
                             client.clone(),
                             store.clone(),
                             url.clone(),
                             format,
                             h,
-                            answer_cap,
+                            limits.answer_cap,
                         ));
+                        sizes.insert(task.id(), size);
                     }
                     if fetched == free {
                         continue;
@@ -188,9 +213,15 @@ async fn worker(store: Store, clock: Arc<dyn Clock>, sub: Subscription, answer_c
         let renew = session::renew_by(renewed_at, ttl);
         let next = next.map_or(renew, |n| n.min(renew));
         tokio::select! {
-            Some(done) = inflight.join_next(), if !inflight.is_empty() => {
-                if let Ok((handed, outcome)) = done {
-                    settle(&store, &clock, &handed, outcome).await;
+            Some(done) = inflight.join_next_with_id(), if !inflight.is_empty() => {
+                match done {
+                    Ok((task, (handed, outcome))) => {
+                        sizes.remove(&task);
+                        settle(&store, &clock, &handed, outcome).await;
+                    }
+                    Err(e) => {
+                        sizes.remove(&e.id());
+                    }
                 }
             }
             _ = waker.wait(Some(next)) => {}

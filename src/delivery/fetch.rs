@@ -18,6 +18,68 @@ use super::subscription::Rules;
 /// a fetch must not read a whole backlog of them either.
 pub const CANDIDATE_PAGES: usize = 8;
 
+/// How much one fetch may hand out: at most `max` messages and `max_bytes` bytes of payload.
+/// A fetch that has handed out nothing yet takes its first message whatever its size when
+/// `first_may_exceed` (a consumer must be able to take any message the gateway accepted);
+/// a push worker with messages still in flight does not.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Take {
+    pub max: usize,
+    pub max_bytes: usize,
+    pub first_may_exceed: bool,
+}
+
+impl Take {
+    /// A consumer's fetch: at least one message, then up to the bounds.
+    pub fn pull(max: usize, max_bytes: usize) -> Take {
+        Take {
+            max,
+            max_bytes,
+            first_may_exceed: true,
+        }
+    }
+}
+
+/// What a fetch has handed out so far, against its `Take`: the store asks it before it
+/// writes each hand-out (it knows a message's size only once it has read it).
+#[derive(Debug, Clone)]
+pub struct Budget {
+    take: Take,
+    count: usize,
+    bytes: usize,
+}
+
+impl Budget {
+    pub fn new(take: Take) -> Budget {
+        Budget {
+            take,
+            count: 0,
+            bytes: 0,
+        }
+    }
+
+    /// Whether a message of `size` bytes may be handed out next; if so, it is counted.
+    pub fn admit(&mut self, size: usize) -> bool {
+        let first = self.count == 0 && self.take.first_may_exceed;
+        let fits = self.count < self.take.max
+            && (first || self.bytes.saturating_add(size) <= self.take.max_bytes);
+        if fits {
+            self.count += 1;
+            self.bytes = self.bytes.saturating_add(size);
+        }
+        fits
+    }
+
+    /// How many more messages a page may plan for.
+    pub fn wanted(&self) -> usize {
+        self.take.max.saturating_sub(self.count)
+    }
+
+    pub fn count(&self) -> usize {
+        self.count
+    }
+}
+
 /// How many candidates a page reads for a fetch of at most `max`: room for some held back.
 pub fn page_size(max: usize) -> i64 {
     (max as i64).saturating_mul(4).saturating_add(32)
@@ -197,6 +259,31 @@ mod tests {
         assert_eq!(plan[0].deadline, None);
         assert!(plan[0].released);
         assert!(matches!(plan[0].lease.state, State::Available { .. }));
+    }
+
+    #[test]
+    fn a_budget_takes_the_first_message_whatever_its_size_then_only_what_fits() {
+        let mut pull = Budget::new(Take::pull(3, 100));
+        assert!(pull.admit(500), "a consumer can always take one message");
+        assert!(!pull.admit(1), "then nothing beyond the bytes");
+        assert_eq!((pull.count(), pull.wanted()), (1, 2));
+
+        let mut small = Budget::new(Take::pull(3, 100));
+        assert!(small.admit(40) && small.admit(60));
+        assert!(!small.admit(1), "100 bytes handed out");
+        let mut counted = Budget::new(Take::pull(2, 1000));
+        assert!(counted.admit(1) && counted.admit(1));
+        assert!(!counted.admit(1), "max reached");
+
+        // A push worker with posts in flight takes nothing that would exceed its bytes.
+        let mut push = Budget::new(Take {
+            max: 5,
+            max_bytes: 10,
+            first_may_exceed: false,
+        });
+        assert!(!push.admit(11));
+        assert!(push.admit(10));
+        assert_eq!(push.count(), 1);
     }
 
     #[test]

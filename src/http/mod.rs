@@ -15,8 +15,8 @@ mod operator;
 mod request_id;
 mod scrape;
 pub mod serve;
+pub mod slots;
 pub mod soap;
-pub mod streams;
 mod subscriptions;
 pub mod tls;
 mod wsr;
@@ -72,7 +72,9 @@ pub struct AppContext {
     /// Signs and checks the console's sign-in cookies (derived from the receipts' secret).
     pub console_key: Arc<ConsoleKey>,
     /// Open `/api/v1/events` streams per principal.
-    pub event_streams: Arc<streams::StreamSlots>,
+    pub event_streams: Arc<slots::KeyedSlots>,
+    /// Long-polling fetches waiting per principal.
+    pub waiting_fetches: Arc<slots::KeyedSlots>,
 }
 
 /// Who may call an `/api/v1` route.

@@ -209,12 +209,12 @@ pub trait DeliveryStore: Send + Sync {
         now: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<bool, DeliveryError>>;
 
-    /// Hands up to `max` messages to the session's member: renews the session, lapses what is
-    /// overdue, matches new inbox messages, picks and leases.
+    /// Hands messages to the session's member, as many as `take` allows: renews the session,
+    /// lapses what is overdue, matches new inbox messages, picks and leases.
     fn fetch<'a>(
         &'a self,
         session_id: &'a str,
-        max: usize,
+        take: crate::delivery::fetch::Take,
         now: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<Vec<Handed>, DeliveryError>>;
 

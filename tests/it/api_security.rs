@@ -563,7 +563,7 @@ async fn event_streams_are_capped_per_principal() {
             .bearer_auth(token)
             .send()
     };
-    let max = wsr_gateway::http::streams::MAX_EVENT_STREAMS;
+    let max = wsr_gateway::http::slots::MAX_EVENT_STREAMS;
     let mut streams = Vec::new();
     for _ in 0..max {
         let stream = open(PRODUCE_BOB).await.expect("stream opens");

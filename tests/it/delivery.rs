@@ -18,7 +18,7 @@ use wsr_gateway::wsr::{
 use super::support::{ClockExt, TestApp, serve_local, spawn_app_with, start, start_gateway};
 
 pub(crate) const OWNER: &str = "billing-token-0000000001";
-const OTHER: &str = "shipping-token-000000002";
+pub(crate) const OTHER: &str = "shipping-token-000000002";
 pub(crate) const ADMIN: &str = "operator-token-000000003";
 
 pub(crate) fn tokens() -> Vec<ApiToken> {
@@ -1083,6 +1083,86 @@ async fn push_concurrency_is_bounded() {
     }
     let max = hook.max_concurrent.load(Ordering::SeqCst);
     assert!((1..=2).contains(&max), "at most 2 in flight, saw {max}");
+}
+
+/// Security review (second round), items 2 and 3: what one fetch answers, and what one push
+/// subscription has in flight, is bounded in payload bytes, not only in count.
+#[tokio::test]
+async fn a_fetch_answers_at_most_max_fetch_bytes_but_always_one_message() {
+    let app = spawn_app_with(|c| {
+        c.tokens = tokens();
+        c.delivery.max_fetch_bytes = 150;
+    })
+    .await;
+    let api = Api::of(&app, OWNER);
+    let sub = api
+        .create(json!({ "name": "bytes", "filter": "default/#" }))
+        .await;
+    deliver_singletons(&app, "Order", 6).await;
+    let session = api.join(sub, 30_000).await;
+    let payload = |m: &Value| m["payload"].as_str().expect("payload").len();
+    let first = api.fetch(&session, 100).await;
+    let sizes: Vec<usize> = first.iter().map(payload).collect();
+    assert!(sizes.iter().all(|s| (50..=100).contains(s)), "{sizes:?}");
+    assert_eq!(first.len(), 2, "150 bytes hold two of these: {sizes:?}");
+    // The rest comes with the next fetches, nothing skipped.
+    let mut seen: BTreeSet<i64> = first.iter().filter_map(|m| m["offset"].as_i64()).collect();
+    for _ in 0..5 {
+        seen.extend(
+            api.fetch(&session, 100)
+                .await
+                .iter()
+                .filter_map(|m| m["offset"].as_i64()),
+        );
+    }
+    assert_eq!(seen.len(), 6);
+    app.stop().await;
+
+    // A message larger than the whole budget is still handed out, alone.
+    let app = spawn_app_with(|c| {
+        c.tokens = tokens();
+        c.delivery.max_fetch_bytes = 1;
+    })
+    .await;
+    let api = Api::of(&app, OWNER);
+    let sub = api
+        .create(json!({ "name": "tiny", "filter": "default/#" }))
+        .await;
+    deliver_singletons(&app, "Order", 3).await;
+    let session = api.join(sub, 30_000).await;
+    assert_eq!(api.fetch(&session, 100).await.len(), 1);
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn push_in_flight_is_bounded_in_bytes_as_well_as_in_count() {
+    let app = spawn_app_with(|c| {
+        c.tokens = tokens();
+        // Each message's payload is 60-odd bytes: one at a time fits, two do not.
+        c.delivery.max_push_bytes_in_flight = 100;
+    })
+    .await;
+    let api = Api::of(&app, OWNER);
+    let mut hook = webhook(vec![], 100).await;
+    app.store
+        .add_endpoint(Endpoints::Push, None, &hook.url, app.clock.now_utc())
+        .await
+        .expect("register");
+    api.create(json!({
+        "name": "hooked", "filter": "default/#", "mode": "push", "push_url": hook.url,
+        "push_concurrency": 8,
+    }))
+    .await;
+    deliver_singletons(&app, "Order", 5).await;
+    let mut seen = BTreeSet::new();
+    while seen.len() < 5 {
+        seen.insert(hook.next().await["offset"].as_i64().expect("offset"));
+    }
+    let max = hook.max_concurrent.load(Ordering::SeqCst);
+    assert_eq!(
+        max, 1,
+        "the byte bound lets one through at a time, saw {max}"
+    );
 }
 
 /// Runs housekeeping at the app's clock until `done` (at most 50 passes).

@@ -16,6 +16,7 @@ mod contract;
 mod crash;
 mod delivery;
 mod example_pair;
+mod fair_shares;
 mod health;
 mod hostile;
 mod interop;

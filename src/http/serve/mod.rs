@@ -1,6 +1,6 @@
 //! The listener and its connections (D13): accepting under a connection cap, the header, body
-//! and idle timeouts, the caps on requests in flight and on body bytes being received, and the
-//! graceful drain. It hands whole requests to the router and never looks inside them.
+//! and idle timeouts, the caps on requests in flight (per class and per source,
+//! `classes.rs`) and on body bytes being received, and the graceful drain. It hands whole requests to the router and never looks inside them.
 //!
 //! Over `max_connections` the loop holds back accepting (the mini-redis way): excess clients
 //! wait in the kernel's listen backlog and are served as soon as a connection closes, which the
@@ -20,6 +20,7 @@
 //! The request and response bodies under those limits are in `body.rs`.
 
 mod body;
+mod classes;
 mod watchdog;
 
 use std::convert::Infallible;
@@ -44,6 +45,7 @@ use crate::http::tls::Tls;
 use crate::partners::ClientCertificate;
 pub use body::BodyRefused;
 use body::{TimedBody, Tracked};
+use classes::{Class, Classes, Refused};
 use watchdog::{OpenRequest, Watch, Watched};
 
 /// The most a connection's read buffer may grow to (hyper's default is about 400 KiB): it is
@@ -97,6 +99,26 @@ pub fn busy(why: &str) -> axum::response::Response {
         format!("{why}; try again later\n"),
     )
         .into_response()
+}
+
+/// The answer to a request its class did not admit: 503 when the class is full (the gateway
+/// is busy), 429 when the client holds its whole share of it; both say when to try again.
+fn refusal(refused: Refused) -> axum::response::Response {
+    match refused {
+        Refused::ClassFull(class) => busy(&format!("too many {} requests in flight", class.name())),
+        Refused::ShareUsed(class) => (
+            StatusCode::TOO_MANY_REQUESTS,
+            [(
+                header::RETRY_AFTER,
+                HeaderValue::from_static(RETRY_AFTER_SECONDS),
+            )],
+            format!(
+                "this client has its whole share of {} requests in flight; try again later\n",
+                class.name()
+            ),
+        )
+            .into_response(),
+    }
 }
 
 /// Serves `router` on `listener` until `shutdown` completes, then stops accepting, lets every
@@ -167,7 +189,7 @@ async fn drain(mut connections: JoinSet<()>, grace: Duration) {
 /// timeouts, TLS and the trusted proxy.
 struct Limits {
     connections: Arc<Semaphore>,
-    in_flight: Arc<Semaphore>,
+    classes: Classes,
     body_bytes: Arc<Semaphore>,
     perimeter: Perimeter,
     tls: Option<Tls>,
@@ -183,7 +205,7 @@ impl Limits {
         } = edge;
         Limits {
             connections: Arc::new(Semaphore::new(perimeter.max_connections)),
-            in_flight: Arc::new(Semaphore::new(perimeter.max_requests_in_flight)),
+            classes: Classes::new(&perimeter),
             body_bytes: Arc::new(Semaphore::new(perimeter.max_body_bytes_in_flight)),
             perimeter,
             tls,
@@ -315,16 +337,18 @@ async fn handle(
 ) -> Result<Response<Body>, Infallible> {
     let open = OpenRequest::new(watch);
     // Health checks are answered even when the gateway is saturated: they say so themselves.
-    let exempt = matches!(request.uri().path(), "/healthz" | "/readyz");
-    let permit = if exempt {
-        None
-    } else {
-        match limits.in_flight.clone().try_acquire_owned() {
-            Ok(p) => Some(p),
-            Err(_) => {
-                return Ok(
-                    busy("too many requests in flight").map(|b| Body::new(Tracked::new(b, open)))
-                );
+    let permit = match Class::of(request.uri().path()) {
+        None => None,
+        Some(class) => {
+            let source = request
+                .extensions()
+                .get::<PeerAddr>()
+                .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |p| p.0.ip());
+            match limits.classes.admit(class, source) {
+                Ok(admitted) => Some(admitted),
+                Err(refused) => {
+                    return Ok(refusal(refused).map(|b| Body::new(Tracked::new(b, open))));
+                }
             }
         }
     };

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::State;
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
@@ -14,6 +15,7 @@ use super::SESSION;
 use super::sessions::own_session;
 use crate::consume::pull::fetch_waiting;
 use crate::consume::view::MessageView;
+use crate::delivery::fetch::Take;
 use crate::http::AppState;
 use crate::http::api::{ApiPath, Caller, Problem, ProblemBody, json_body as body};
 use crate::http::openapi::InboxMessage;
@@ -25,7 +27,8 @@ const MAX_WAIT: Duration = Duration::from_secs(60);
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct FetchBody {
-    /// At most this many messages: 1 to 1000 (default 10).
+    /// At most this many messages: 1 to 1000 (default 10), and at most the gateway's
+    /// `max_fetch_bytes` of payload (the first message whatever its size).
     max: Option<usize>,
     /// Wait up to this long for a first message (at most 60000; default 0).
     wait_ms: Option<u64>,
@@ -43,6 +46,7 @@ struct FetchBody {
         (status = 400, description = "A field that is not valid", body = ProblemBody),
         (status = 404, description = "No live session of that id", body = ProblemBody),
         (status = 409, description = "The session is a push worker's", body = ProblemBody),
+        (status = 429, description = "The principal has too many fetches waiting", body = ProblemBody),
     )
 )]
 pub async fn fetch(
@@ -58,7 +62,25 @@ pub async fn fetch(
     }
     let wait = Duration::from_millis(request.wait_ms.unwrap_or(0)).min(MAX_WAIT);
     own_session(&app, &caller, &session).await?;
-    let handed = fetch_waiting(&app.store, &app.clock, &session, max, wait).await?;
+    // A long poll holds one of the principal's waiting slots while it waits (dropped with
+    // the answer); a fetch that does not wait needs none.
+    let _waiting = match wait.is_zero() {
+        true => None,
+        false => Some(app.waiting_fetches.take(&caller.principal).ok_or_else(|| {
+            Problem(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too-many-waiting-fetches",
+                format!(
+                    "{} has {} fetches waiting already; fetch without wait_ms or wait for one \
+                     to answer",
+                    caller.principal,
+                    app.waiting_fetches.max()
+                ),
+            )
+        })?),
+    };
+    let take = Take::pull(max, app.config.delivery.max_fetch_bytes);
+    let handed = fetch_waiting(&app.store, &app.clock, &session, take, wait).await?;
     crate::metrics::delivered("pull", handed.len());
     let messages = handed
         .iter()

@@ -5,6 +5,7 @@
 //! come in through the receiver side (`receive`), as on the wire.
 
 use chrono::{DateTime, Duration, TimeZone, Utc};
+use wsr_gateway::delivery::fetch::Take;
 use wsr_gateway::delivery::lease::{Outcome, Stale};
 use wsr_gateway::delivery::subscription::{CreateRequest, Mode, Ordering, SettleMode, Spec, Start};
 use wsr_gateway::store::delivery::{DeadLetterChange, DeliveryError, Handed, Subscription};
@@ -14,6 +15,11 @@ use wsr_gateway::wsr::{GroupId, MessageId, ReplyPattern, Request, SequenceNum};
 use super::backends;
 
 const OWNER: &str = "app";
+
+/// A fetch of at most `max` messages, with no byte bound.
+fn take(max: usize) -> Take {
+    Take::pull(max, usize::MAX)
+}
 
 fn t0() -> DateTime<Utc> {
     Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0)
@@ -222,10 +228,14 @@ async fn grants_admit_and_a_revoke_ends_the_grantees_sessions_releasing_what_the
             .await
             .expect("join");
         join(store, sub.id, "o", secs(600)).await;
-        let held = store.fetch("f", 10, t0()).await.expect("fetch");
+        let held = store.fetch("f", take(10), t0()).await.expect("fetch");
         assert_eq!(held.len(), 1, "{}", b.name);
         assert!(
-            store.fetch("o", 10, t0()).await.expect("fetch").is_empty(),
+            store
+                .fetch("o", take(10), t0())
+                .await
+                .expect("fetch")
+                .is_empty(),
             "{}",
             b.name
         );
@@ -245,7 +255,7 @@ async fn grants_admit_and_a_revoke_ends_the_grantees_sessions_releasing_what_the
             "{}",
             b.name
         );
-        let back = store.fetch("o", 10, t0()).await.expect("fetch");
+        let back = store.fetch("o", take(10), t0()).await.expect("fetch");
         assert_eq!(
             offsets(&back),
             offsets(&held),
@@ -267,7 +277,11 @@ async fn a_stale_receipt_is_refused_naming_the_current_attempt_and_extend_confir
         singletons(store, 1, t0()).await;
         join(store, sub.id, "a", secs(3600)).await;
         join(store, sub.id, "b", secs(3600)).await;
-        let a = store.fetch("a", 10, t0()).await.expect("fetch").remove(0);
+        let a = store
+            .fetch("a", take(10), t0())
+            .await
+            .expect("fetch")
+            .remove(0);
         assert_eq!(a.receipt.attempt, 1, "{}", b.name);
         assert_eq!(a.deadline, Some(t0() + secs(10)), "{}", b.name);
         let extended = store
@@ -282,7 +296,7 @@ async fn a_stale_receipt_is_refused_naming_the_current_attempt_and_extend_confir
         );
         assert!(
             store
-                .fetch("b", 10, t0() + secs(12))
+                .fetch("b", take(10), t0() + secs(12))
                 .await
                 .expect("fetch")
                 .is_empty(),
@@ -291,7 +305,11 @@ async fn a_stale_receipt_is_refused_naming_the_current_attempt_and_extend_confir
         );
 
         let late = t0() + secs(16);
-        let b_got = store.fetch("b", 10, late).await.expect("fetch").remove(0);
+        let b_got = store
+            .fetch("b", take(10), late)
+            .await
+            .expect("fetch")
+            .remove(0);
         assert_eq!(b_got.receipt.attempt, 2, "{}", b.name);
         let refused = stale(
             store
@@ -331,7 +349,7 @@ async fn a_batch_of_settlements_answers_each_alone() {
         let sub = create(store, &pull("batch")).await;
         singletons(store, 2, t0()).await;
         join(store, sub.id, "a", secs(3600)).await;
-        let got = store.fetch("a", 10, t0()).await.expect("fetch");
+        let got = store.fetch("a", take(10), t0()).await.expect("fetch");
         let mut stale_one = got[1].receipt.clone();
         stale_one.attempt = 7;
         let answers = store
@@ -382,7 +400,7 @@ async fn ordering_group_hands_out_one_message_of_a_group_at_a_time_in_order_and_
         receive(store, "Order", "mid:h@contract", Some(1), t0()).await;
         join(store, sub.id, "a", secs(3600)).await;
         join(store, sub.id, "b", secs(3600)).await;
-        let first = store.fetch("a", 10, t0()).await.expect("fetch");
+        let first = store.fetch("a", take(10), t0()).await.expect("fetch");
         let groups: Vec<(&str, Option<u64>)> = first
             .iter()
             .map(|h| (h.message.group_id.as_str(), h.message.number))
@@ -394,12 +412,20 @@ async fn ordering_group_hands_out_one_message_of_a_group_at_a_time_in_order_and_
             b.name
         );
         assert!(
-            store.fetch("a", 10, t0()).await.expect("fetch").is_empty(),
+            store
+                .fetch("a", take(10), t0())
+                .await
+                .expect("fetch")
+                .is_empty(),
             "{}",
             b.name
         );
         assert!(
-            store.fetch("b", 10, t0()).await.expect("fetch").is_empty(),
+            store
+                .fetch("b", take(10), t0())
+                .await
+                .expect("fetch")
+                .is_empty(),
             "{}",
             b.name
         );
@@ -408,11 +434,15 @@ async fn ordering_group_hands_out_one_message_of_a_group_at_a_time_in_order_and_
             .await
             .expect("settle");
         assert!(
-            store.fetch("b", 10, t0()).await.expect("fetch").is_empty(),
+            store
+                .fetch("b", take(10), t0())
+                .await
+                .expect("fetch")
+                .is_empty(),
             "{}: the group stays with its member",
             b.name
         );
-        let second = store.fetch("a", 10, t0()).await.expect("fetch");
+        let second = store.fetch("a", take(10), t0()).await.expect("fetch");
         assert_eq!(second.len(), 1, "{}", b.name);
         assert_eq!(
             second[0].message.number,
@@ -422,7 +452,7 @@ async fn ordering_group_hands_out_one_message_of_a_group_at_a_time_in_order_and_
         );
         // The member leaves: its groups go on with another member, in order.
         assert!(store.leave("a", t0()).await.expect("leave"), "{}", b.name);
-        let moved = store.fetch("b", 10, t0()).await.expect("fetch");
+        let moved = store.fetch("b", take(10), t0()).await.expect("fetch");
         let numbers: Vec<(String, Option<u64>, u32)> = moved
             .iter()
             .map(|h| {
@@ -445,7 +475,7 @@ async fn ordering_group_hands_out_one_message_of_a_group_at_a_time_in_order_and_
         for h in &moved {
             store.settle(&h.receipt, None, t0()).await.expect("settle");
         }
-        let last = store.fetch("b", 10, t0()).await.expect("fetch");
+        let last = store.fetch("b", take(10), t0()).await.expect("fetch");
         assert_eq!(last.len(), 1, "{}", b.name);
         assert_eq!(last[0].message.number, Some(3), "{}", b.name);
     }
@@ -466,8 +496,8 @@ async fn shared_members_each_get_their_own_and_a_lapsed_member_gives_back_at_onc
             .expect("join");
         assert_eq!(a.expires_at, t0() + secs(3600), "{}", b.name);
         join(store, sub.id, "gone", secs(2)).await;
-        let held = store.fetch("gone", 2, t0()).await.expect("fetch");
-        let mine = store.fetch("a", 10, t0()).await.expect("fetch");
+        let held = store.fetch("gone", take(2), t0()).await.expect("fetch");
+        let mine = store.fetch("a", take(10), t0()).await.expect("fetch");
         assert_eq!(
             (held.len(), mine.len()),
             (2, 2),
@@ -482,7 +512,7 @@ async fn shared_members_each_get_their_own_and_a_lapsed_member_gives_back_at_onc
         assert_eq!(renewed, t0() + secs(3601), "{}", b.name);
         assert!(
             store
-                .fetch("a", 10, t0() + secs(2))
+                .fetch("a", take(10), t0() + secs(2))
                 .await
                 .expect("fetch")
                 .is_empty(),
@@ -508,7 +538,7 @@ async fn shared_members_each_get_their_own_and_a_lapsed_member_gives_back_at_onc
             "{}",
             b.name
         );
-        let taken = store.fetch("a", 10, after).await.expect("fetch");
+        let taken = store.fetch("a", take(10), after).await.expect("fetch");
         assert_eq!(offsets(&taken), offsets(&held), "{}", b.name);
         assert!(taken.iter().all(|h| h.receipt.attempt == 2), "{}", b.name);
     }
@@ -526,13 +556,21 @@ async fn outcomes_release_back_off_avoid_and_dead_letter_with_the_reason() {
         singletons(store, 2, t0()).await;
         join(store, sub.id, "a", secs(3600)).await;
         join(store, sub.id, "b", secs(3600)).await;
-        let first = store.fetch("a", 1, t0()).await.expect("fetch").remove(0);
+        let first = store
+            .fetch("a", take(1), t0())
+            .await
+            .expect("fetch")
+            .remove(0);
         // Released: back now, uncounted, for anyone.
         store
             .settle(&first.receipt, Some(Outcome::Released), t0())
             .await
             .expect("release");
-        let again = store.fetch("a", 1, t0()).await.expect("fetch").remove(0);
+        let again = store
+            .fetch("a", take(1), t0())
+            .await
+            .expect("fetch")
+            .remove(0);
         assert_eq!(again.message.offset, first.message.offset, "{}", b.name);
         // A failed delivery: backoff, then preferably another member.
         let nack = Outcome::Modified {
@@ -549,7 +587,7 @@ async fn outcomes_release_back_off_avoid_and_dead_letter_with_the_reason() {
             .await
             .expect("deadlines");
         assert_eq!(deadlines.backoff_ends, Some(t0() + secs(5)), "{}", b.name);
-        let other = store.fetch("b", 1, t0()).await.expect("fetch");
+        let other = store.fetch("b", take(1), t0()).await.expect("fetch");
         assert_ne!(
             offsets(&other),
             vec![first.message.offset],
@@ -558,12 +596,12 @@ async fn outcomes_release_back_off_avoid_and_dead_letter_with_the_reason() {
         );
         let later = t0() + secs(5);
         assert!(
-            !offsets(&store.fetch("a", 10, later).await.expect("fetch"))
+            !offsets(&store.fetch("a", take(10), later).await.expect("fetch"))
                 .contains(&first.message.offset),
             "{}: not back to the nacker",
             b.name
         );
-        let by_b = store.fetch("b", 10, later).await.expect("fetch");
+        let by_b = store.fetch("b", take(10), later).await.expect("fetch");
         assert_eq!(offsets(&by_b), vec![first.message.offset], "{}", b.name);
         store
             .settle(&by_b[0].receipt, Some(nack), later)
@@ -582,7 +620,7 @@ async fn outcomes_release_back_off_avoid_and_dead_letter_with_the_reason() {
         );
         assert!(dead[0].message.is_some(), "{}", b.name);
         // Rejected: a dead letter at once, naming who rejected it.
-        let second = store.fetch("a", 10, later).await.expect("fetch");
+        let second = store.fetch("a", take(10), later).await.expect("fetch");
         let second = second
             .into_iter()
             .find(|h| h.message.offset != first.message.offset)
@@ -626,7 +664,7 @@ async fn outcomes_release_back_off_avoid_and_dead_letter_with_the_reason() {
             "{}",
             b.name
         );
-        let back = store.fetch("a", 10, later).await.expect("fetch");
+        let back = store.fetch("a", take(10), later).await.expect("fetch");
         assert_eq!(offsets(&back), vec![dead[0].offset], "{}", b.name);
         assert_eq!(
             back[0].receipt.attempt, 4,
@@ -647,14 +685,14 @@ async fn settled_mode_is_never_left_acquired() {
         assert_eq!(sub.rules.settle_mode, SettleMode::Settled, "{}", b.name);
         singletons(store, 1, t0()).await;
         join(store, sub.id, "a", secs(3600)).await;
-        let got = store.fetch("a", 10, t0()).await.expect("fetch");
+        let got = store.fetch("a", take(10), t0()).await.expect("fetch");
         assert_eq!(got.len(), 1, "{}", b.name);
         assert_eq!(got[0].deadline, None, "{}: nothing to settle", b.name);
         let backlog = store.backlog(sub.id).await.expect("backlog");
         assert_eq!((backlog.waiting, backlog.in_flight), (0, 0), "{}", b.name);
         assert!(
             store
-                .fetch("a", 10, t0() + secs(100))
+                .fetch("a", take(10), t0() + secs(100))
                 .await
                 .expect("fetch")
                 .is_empty(),
@@ -668,7 +706,7 @@ async fn settled_mode_is_never_left_acquired() {
         }));
         let sub = create(store, &released).await;
         join(store, sub.id, "x", secs(3600)).await;
-        let first = store.fetch("x", 10, t0()).await.expect("fetch");
+        let first = store.fetch("x", take(10), t0()).await.expect("fetch");
         assert_eq!(first.len(), 1, "{}", b.name);
         assert_eq!(
             store.backlog(sub.id).await.expect("backlog").in_flight,
@@ -677,12 +715,16 @@ async fn settled_mode_is_never_left_acquired() {
             b.name
         );
         assert!(
-            store.fetch("x", 10, t0()).await.expect("fetch").is_empty(),
+            store
+                .fetch("x", take(10), t0())
+                .await
+                .expect("fetch")
+                .is_empty(),
             "{}: never back to the same member, even alone",
             b.name
         );
         join(store, sub.id, "y", secs(3600)).await;
-        let second = store.fetch("y", 10, t0()).await.expect("fetch");
+        let second = store.fetch("y", take(10), t0()).await.expect("fetch");
         assert_eq!(
             offsets(&second),
             offsets(&first),
@@ -712,7 +754,7 @@ async fn backlog_counts_unmatched_waiting_in_flight_and_start_new_skips_the_past
             b.name
         );
         join(store, old.id, "a", secs(3600)).await;
-        store.fetch("a", 1, t0()).await.expect("fetch");
+        store.fetch("a", take(1), t0()).await.expect("fetch");
         let backlog = store.backlog(old.id).await.expect("backlog");
         assert_eq!(
             (
@@ -727,7 +769,7 @@ async fn backlog_counts_unmatched_waiting_in_flight_and_start_new_skips_the_past
         );
         join(store, new.id, "n", secs(3600)).await;
         assert_eq!(
-            store.fetch("n", 10, t0()).await.expect("fetch").len(),
+            store.fetch("n", take(10), t0()).await.expect("fetch").len(),
             1,
             "{}",
             b.name
@@ -773,7 +815,7 @@ async fn deadlines_and_changes_tell_the_waiting_workers_when_to_look_again() {
         join(store, sub.id, "a", secs(60)).await;
         let mut changes = store.delivery_changes();
         changes.borrow_and_update();
-        let got = store.fetch("a", 10, t0()).await.expect("fetch");
+        let got = store.fetch("a", take(10), t0()).await.expect("fetch");
         let deadlines = store
             .delivery_deadlines(Some(sub.id), t0())
             .await
@@ -866,7 +908,7 @@ async fn the_inbox_keeps_what_a_subscription_still_needs_and_purges_the_rest_aft
         let sub = create(store, &s).await;
         singletons(store, 2, t0()).await;
         join(store, sub.id, "a", secs(7200)).await;
-        let got = store.fetch("a", 10, t0()).await.expect("fetch");
+        let got = store.fetch("a", take(10), t0()).await.expect("fetch");
         let settled_at = t0() + secs(600);
         store
             .settle(&got[0].receipt, None, settled_at)
@@ -933,7 +975,7 @@ async fn stats_count_what_the_store_holds() {
         singletons(store, 3, t0()).await;
         let sub = create(store, &pull("stats")).await;
         join(store, sub.id, "m", secs(600)).await;
-        let held = store.fetch("m", 1, t0()).await.expect("fetch");
+        let held = store.fetch("m", take(1), t0()).await.expect("fetch");
         assert_eq!(held.len(), 1, "{}", b.name);
 
         let stats = store.stats().await.expect("stats");
@@ -1112,7 +1154,7 @@ async fn the_operators_reads_count_traffic_list_members_and_search_the_inbox() {
         let sub = create(store, &pull("members")).await;
         join(store, sub.id, "m1", secs(600)).await;
         join(store, sub.id, "m2", secs(60)).await;
-        let held = store.fetch("m1", 1, t0()).await.expect("fetch");
+        let held = store.fetch("m1", take(1), t0()).await.expect("fetch");
         assert_eq!(held.len(), 1, "{}", b.name);
         let members = store.members(sub.id, t0(), 10).await.expect("members");
         let seen: Vec<(&str, &str, u64)> = members

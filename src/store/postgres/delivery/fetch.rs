@@ -11,7 +11,7 @@ use sqlx::PgConnection;
 use super::Fail;
 use super::rows::{self, LeaseRow};
 use super::sessions;
-use crate::delivery::fetch::{self, HandOut};
+use crate::delivery::fetch::{self, Budget, HandOut, Take};
 use crate::delivery::filter::Filter;
 use crate::delivery::group;
 use crate::delivery::lease::Lease;
@@ -28,7 +28,7 @@ const MATCH_BATCH: i64 = 2_000;
 pub(super) async fn fetch(
     conn: &mut PgConnection,
     session_id: &str,
-    max: usize,
+    take: Take,
     now: DateTime<Utc>,
 ) -> Result<(Vec<Handed>, bool), Fail> {
     // First, as it takes the subscription's lock that everything below decides under.
@@ -47,13 +47,14 @@ pub(super) async fn fetch(
             .await?;
     let live: BTreeSet<String> = live.into_iter().collect();
     let members = Members::under(&sub.rules, session_id, &live);
-    let page = fetch::page_size(max);
+    let page = fetch::page_size(take.max);
+    let mut budget = Budget::new(take);
     let mut after = 0i64;
     let mut handed = Vec::new();
     let mut released = false;
-    for _ in 0..fetch::CANDIDATE_PAGES {
+    'pages: for _ in 0..fetch::CANDIDATE_PAGES {
         let (candidates, groups) = candidates(conn, &sub, now, after, page).await?;
-        let want = max - handed.len();
+        let want = budget.wanted();
         let plan = fetch::plan_page(
             sub.id,
             &sub.rules,
@@ -64,12 +65,16 @@ pub(super) async fn fetch(
             now,
         );
         for out in plan {
-            if let Some(h) = hand_out(conn, sub.id, out, now).await? {
-                released |= h.1;
-                handed.push(h.0);
+            match hand_out(conn, sub.id, out, &mut budget, now).await? {
+                HandedOut::Message(h, was_released) => {
+                    released |= was_released;
+                    handed.push(h);
+                }
+                HandedOut::Missing => {}
+                HandedOut::OverBudget => break 'pages,
             }
         }
-        match fetch::next_page(&candidates, page, handed.len(), max) {
+        match fetch::next_page(&candidates, page, budget.count(), take.max) {
             Some(last) => after = last,
             None => break,
         }
@@ -134,15 +139,25 @@ async fn candidates(
     Ok((candidates, groups))
 }
 
-/// Writes one hand-out of the plan (its lease, and the group it binds to the member) and
-/// answers it with its message; with whether it was released at once. `None`: the message is
-/// gone from the inbox, so nothing is written.
+/// What became of one hand-out of the plan.
+enum HandedOut {
+    /// Leased (or released at once: true) and answered with its message.
+    Message(Handed, bool),
+    /// Gone from the inbox: nothing written.
+    Missing,
+    /// Beyond the fetch's byte budget: nothing written, and the fetch ends.
+    OverBudget,
+}
+
+/// Writes one hand-out of the plan (its lease, and the group it binds to the member) if the
+/// fetch's `budget` admits its message.
 async fn hand_out(
     conn: &mut PgConnection,
     subscription: i64,
     out: HandOut,
+    budget: &mut Budget,
     now: DateTime<Utc>,
-) -> Result<Option<(Handed, bool)>, Fail> {
+) -> Result<HandedOut, Fail> {
     let offset = out.offset;
     let Some(message) = rows::inbox_entry(&mut *conn, offset).await? else {
         tracing::error!(
@@ -150,8 +165,11 @@ async fn hand_out(
             subscription,
             "a leased message is missing from the inbox"
         );
-        return Ok(None);
+        return Ok(HandedOut::Missing);
     };
+    if !budget.admit(message.payload.len()) {
+        return Ok(HandedOut::OverBudget);
+    }
     rows::save_leases(conn, subscription, &[(offset, &out.lease)], now).await?;
     if let Some(group) = &out.binds_group {
         sqlx::query(
@@ -170,7 +188,7 @@ async fn hand_out(
         deadline: out.deadline,
         message,
     };
-    Ok(Some((handed, out.released)))
+    Ok(HandedOut::Message(handed, out.released))
 }
 
 /// Matches inbox messages beyond the subscription's cursor against its filter and gives each

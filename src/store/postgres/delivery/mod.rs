@@ -377,12 +377,12 @@ impl DeliveryStore for PostgresStore {
     fn fetch<'a>(
         &'a self,
         session_id: &'a str,
-        max: usize,
+        take: crate::delivery::fetch::Take,
         now: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<Vec<Handed>, DeliveryError>> {
         Box::pin(async move {
             transaction!(self, "fetch", |conn| fetch::fetch(
-                conn, session_id, max, now
+                conn, session_id, take, now
             ))
         })
     }

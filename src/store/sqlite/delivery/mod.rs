@@ -236,11 +236,11 @@ impl DeliveryStore for SqliteStore {
     fn fetch<'a>(
         &'a self,
         session_id: &'a str,
-        max: usize,
+        take: crate::delivery::fetch::Take,
         now: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<Vec<Handed>, DeliveryError>> {
         let session_id = session_id.to_owned();
-        Box::pin(self.delivery_change(move |conn| fetch::fetch(conn, &session_id, max, now)))
+        Box::pin(self.delivery_change(move |conn| fetch::fetch(conn, &session_id, take, now)))
     }
 
     fn settle_many<'a>(

@@ -1,0 +1,97 @@
+//! Fair shares: how many of something each key (a key, a source address) holds at
+//! once — event streams and waiting fetches per key, requests in flight per source
+//! within each class of the listener. A slot per holding, given back when it is dropped.
+//! Counting only; it never reads requests.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+/// Open `/api/v1/events` streams allowed per key; one more is refused with 429.
+pub const MAX_EVENT_STREAMS: usize = 8;
+
+/// Long-polling fetches (`wait_ms` > 0) one key may have waiting at once; one more is
+/// refused with 429, so one token cannot hold the waiting requests' whole budget.
+pub const MAX_WAITING_FETCHES: usize = 32;
+
+/// What each key holds now.
+#[derive(Debug)]
+pub struct KeyedSlots {
+    max: usize,
+    open: Mutex<HashMap<String, usize>>,
+}
+
+/// One holding of a key; dropping it frees the slot.
+#[derive(Debug)]
+pub struct KeyedSlot {
+    slots: Arc<KeyedSlots>,
+    key: String,
+}
+
+impl KeyedSlots {
+    pub fn new(max: usize) -> KeyedSlots {
+        KeyedSlots {
+            max,
+            open: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// A slot for `key`, unless it holds `max` already.
+    pub fn take(self: &Arc<Self>, key: &str) -> Option<KeyedSlot> {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = open.entry(key.to_owned()).or_insert(0);
+        if *count >= self.max {
+            return None;
+        }
+        *count += 1;
+        Some(KeyedSlot {
+            slots: Arc::clone(self),
+            key: key.to_owned(),
+        })
+    }
+
+    /// How many `key` holds now.
+    pub fn open(&self, key: &str) -> usize {
+        let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        open.get(key).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for KeyedSlot {
+    fn drop(&mut self) {
+        let mut open = self
+            .slots
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some(count) = open.get_mut(&self.key) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                open.remove(&self.key);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_per_key_are_bounded_and_given_back() {
+        let slots = Arc::new(KeyedSlots::new(2));
+        let a1 = slots.take("alice").expect("first");
+        let _a2 = slots.take("alice").expect("second");
+        assert!(slots.take("alice").is_none(), "a third is refused");
+        let _b = slots.take("bob").expect("bob has his own");
+        drop(a1);
+        assert_eq!(slots.open("alice"), 1);
+        assert!(
+            slots.take("alice").is_some(),
+            "a freed slot can be taken again"
+        );
+    }
+}

@@ -1,0 +1,209 @@
+//! Fair shares (security review, second round, item 1): long polls, and any one client, hold
+//! at most their class's budget and their share of it — partners, applications and operators
+//! are served while they do.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::task::JoinSet;
+use wsr_gateway::wsr::{Headers, SoapVersion, write_envelope};
+
+use super::delivery::{ADMIN, Api, OTHER, OWNER, tokens, wsr_request};
+use super::support::{TestApp, spawn_app_with};
+
+const BOUND: Duration = Duration::from_secs(10);
+
+/// A session on a subscription nothing matches: its long polls wait their whole wait.
+async fn idle_session(api: &Api, name: &str) -> String {
+    let sub = api
+        .create(json!({ "name": name, "filter": "nothing/#" }))
+        .await;
+    api.join(sub, 60_000).await
+}
+
+/// Long polls of `session`, each waiting up to 20 s.
+struct LongPolls {
+    app_url: String,
+    client: reqwest::Client,
+    token: &'static str,
+    session: String,
+    count: usize,
+    polls: JoinSet<u16>,
+}
+
+fn long_polls(app: &TestApp, token: &'static str, session: &str, count: usize) -> LongPolls {
+    LongPolls {
+        app_url: app.url(""),
+        client: app.client.clone(),
+        token,
+        session: session.to_owned(),
+        count,
+        polls: JoinSet::new(),
+    }
+}
+
+impl LongPolls {
+    /// Starts polls until `count` are out (a poll may be refused itself while a probe holds
+    /// a slot: it is started again).
+    fn top_up(&mut self) {
+        while self.polls.try_join_next().is_some() {}
+        while self.polls.len() < self.count {
+            let request = self
+                .client
+                .post(format!(
+                    "{}/api/v1/sessions/{}/fetch",
+                    self.app_url, self.session
+                ))
+                .bearer_auth(self.token)
+                .json(&json!({ "max": 1, "wait_ms": 20_000 }));
+            self.polls
+                .spawn(async move { request.send().await.map_or(0, |r| r.status().as_u16()) });
+        }
+    }
+
+    /// Fetches of the session waiting `wait_ms`, with the polls out, until one is answered
+    /// `status` (bounded): its Retry-After, and its body.
+    async fn until_refused(
+        &mut self,
+        token: &str,
+        wait_ms: u64,
+        status: u16,
+    ) -> (Option<String>, String) {
+        let url = format!("{}/api/v1/sessions/{}/fetch", self.app_url, self.session);
+        tokio::time::timeout(BOUND, async {
+            loop {
+                self.top_up();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                let r = self
+                    .client
+                    .post(&url)
+                    .bearer_auth(token)
+                    .json(&json!({ "max": 1, "wait_ms": wait_ms }))
+                    .send()
+                    .await
+                    .expect("answer");
+                if r.status().as_u16() == status {
+                    let retry_after = r
+                        .headers()
+                        .get("retry-after")
+                        .and_then(|v| v.to_str().ok())
+                        .map(str::to_owned);
+                    return (retry_after, r.text().await.unwrap_or_default());
+                }
+            }
+        })
+        .await
+        .expect("refused once the others are waiting")
+    }
+
+    /// Whether every poll still waits.
+    fn all_waiting(&mut self) -> bool {
+        self.polls.try_join_next().is_none() && self.polls.len() == self.count
+    }
+}
+
+/// A partner's reliable message to `/wsr/default` is acked.
+async fn partner_is_acked(app: &TestApp, group: &str) {
+    let request = wsr_request(group, None, false);
+    let xml = write_envelope(
+        SoapVersion::Soap11,
+        Headers {
+            request: Some(&request),
+            ..Headers::default()
+        },
+        "<p:Order xmlns:p=\"urn:p\">1</p:Order>",
+    );
+    let r = tokio::time::timeout(
+        BOUND,
+        app.client
+            .post(app.url("/wsr/default"))
+            .header("content-type", "text/xml; charset=utf-8")
+            .body(xml)
+            .send(),
+    )
+    .await
+    .expect("answered at once")
+    .expect("answer");
+    let status = r.status().as_u16();
+    let body = r.text().await.unwrap_or_default();
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("AckRequested") || body.contains("Response"),
+        "{body}"
+    );
+    assert!(!body.contains("Fault"), "{body}");
+}
+
+#[tokio::test]
+async fn long_polls_fill_only_their_class_partners_and_operators_are_still_served() {
+    let app = spawn_app_with(|c| {
+        c.tokens = tokens();
+        c.perimeter.max_waiting_requests = 4;
+    })
+    .await;
+    let api = Api::of(&app, OWNER);
+    let session = idle_session(&api, "never").await;
+    let mut polls = long_polls(&app, OWNER, &session, 4);
+    let (retry_after, refused) = polls.until_refused(OWNER, 0, 503).await;
+    assert_eq!(retry_after.as_deref(), Some("1"));
+    assert!(refused.contains("waiting"), "{refused}");
+
+    partner_is_acked(&app, "mid:fair-1@test").await;
+    let (status, _) = Api::of(&app, ADMIN).get("/api/v1/inbox").await;
+    assert_eq!(status, 200, "operators are served");
+    let (status, _) = api.get("/api/v1/subscriptions").await;
+    assert_eq!(status, 200, "the application API is served");
+    assert!(polls.all_waiting(), "the long polls still wait");
+    polls.polls.abort_all();
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn one_source_holds_only_its_share_of_a_class() {
+    let app = spawn_app_with(|c| {
+        c.tokens = tokens();
+        c.perimeter.max_requests_in_flight_per_source = 2;
+    })
+    .await;
+    let api = Api::of(&app, OWNER);
+    let session = idle_session(&api, "never").await;
+    let mut polls = long_polls(&app, OWNER, &session, 2);
+    let (retry_after, refused) = polls.until_refused(OWNER, 0, 429).await;
+    assert_eq!(retry_after.as_deref(), Some("1"));
+    assert!(refused.contains("share"), "{refused}");
+    // The same address still has its share of the partners' class.
+    partner_is_acked(&app, "mid:fair-2@test").await;
+    polls.polls.abort_all();
+    app.stop().await;
+}
+
+#[tokio::test]
+async fn one_principal_has_at_most_its_waiting_fetches() {
+    let app = spawn_app_with(|c| c.tokens = tokens()).await;
+    let api = Api::of(&app, OWNER);
+    let session = idle_session(&api, "never").await;
+    let max = wsr_gateway::http::slots::MAX_WAITING_FETCHES;
+    let mut polls = long_polls(&app, OWNER, &session, max);
+    let (_, refused) = polls.until_refused(OWNER, 1, 429).await;
+    let problem: Value = serde_json::from_str(&refused).expect("a problem");
+    assert_eq!(problem["error"], "too-many-waiting-fetches", "{problem}");
+    // Fetching without waiting, and another principal's long poll, are still served.
+    let (status, _) = api
+        .post(
+            &format!("/api/v1/sessions/{session}/fetch"),
+            json!({ "max": 1 }),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let other = Api::of(&app, OTHER);
+    let theirs = idle_session(&other, "never-either").await;
+    let (status, _) = other
+        .post(
+            &format!("/api/v1/sessions/{theirs}/fetch"),
+            json!({ "max": 1, "wait_ms": 1 }),
+        )
+        .await;
+    assert_eq!(status, 200);
+    polls.polls.abort_all();
+    app.stop().await;
+}
