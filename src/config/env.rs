@@ -106,6 +106,9 @@ impl FileConfig {
                 self.max_requests_in_flight_per_source = value.parse()?
             }
             "WSR_MAX_BODY_BYTES_IN_FLIGHT" => self.max_body_bytes_in_flight = Some(value.parse()?),
+            "WSR_MAX_BODY_BYTES_IN_FLIGHT_PER_SOURCE" => {
+                self.max_body_bytes_in_flight_per_source = Some(value.parse()?)
+            }
             "WSR_ADMIN_TOKEN" => {
                 self.tokens
                     .push(TokenConfig::plain(value, "admin", vec![Scope::Admin]))

@@ -65,9 +65,11 @@ pub struct FileConfig {
     pub idle_timeout_ms: u64,
     /// Open connections (beyond it the gateway stops accepting until one closes), and body
     /// bytes received but not yet handled, across all requests (beyond it: 503 with
-    /// Retry-After; default: twice `max_message_bytes`).
+    /// Retry-After; default: four times `max_message_bytes`) and from each source address
+    /// (default: one whole message and 64 KiB).
     pub max_connections: usize,
     pub max_body_bytes_in_flight: Option<usize>,
+    pub max_body_bytes_in_flight_per_source: Option<usize>,
     /// Requests being handled, per class (`http::serve::classes`; beyond it: 503 with
     /// Retry-After): partners' (`/wsr`), applications' (`/api/v1`), waiting ones (fetches and
     /// event streams), operators' (console, metrics, the admin-only API).
@@ -170,6 +172,7 @@ impl Default for FileConfig {
             max_operator_requests_in_flight: 64,
             max_requests_in_flight_per_source: 128,
             max_body_bytes_in_flight: None,
+            max_body_bytes_in_flight_per_source: None,
             callback_retry_initial_ms: 1000,
             callback_retry_max_ms: 60_000,
             channels: Vec::new(),

@@ -9,6 +9,10 @@ use super::bounds::MAX_SECONDS;
 use super::file::FileConfig;
 use crate::wsr::Limits;
 
+/// What a source's share of the body budget holds beyond one whole message by default: the
+/// reads past a message's end that tell it is too long.
+const BODY_SLACK: usize = 64 * 1024;
+
 /// Timeouts and caps of the HTTP listener (D13); see `FileConfig` for their meaning.
 #[derive(Debug, Clone)]
 pub struct Perimeter {
@@ -24,6 +28,8 @@ pub struct Perimeter {
     pub max_operator_requests_in_flight: usize,
     pub max_requests_in_flight_per_source: usize,
     pub max_body_bytes_in_flight: usize,
+    /// Each source address's share of `max_body_bytes_in_flight`.
+    pub max_body_bytes_in_flight_per_source: usize,
 }
 
 impl Perimeter {
@@ -48,10 +54,20 @@ impl Perimeter {
         }
         let body_budget = f
             .max_body_bytes_in_flight
-            .unwrap_or(f.max_message_bytes.saturating_mul(2));
-        // One whole message must fit, or the largest allowed message could never be received.
-        if body_budget <= f.max_message_bytes {
-            bail!("max_body_bytes_in_flight must be larger than max_message_bytes");
+            .unwrap_or(f.max_message_bytes.saturating_mul(4));
+        // One whole message (and the read ahead past its end, that tells it is too long) must
+        // fit in the budget and in each source's share, or the largest allowed message could
+        // never be received.
+        let one_message = f.max_message_bytes.saturating_add(BODY_SLACK);
+        let share = f
+            .max_body_bytes_in_flight_per_source
+            .unwrap_or(one_message)
+            .min(body_budget);
+        if body_budget <= f.max_message_bytes || share <= f.max_message_bytes {
+            bail!(
+                "max_body_bytes_in_flight and max_body_bytes_in_flight_per_source must be larger \
+                 than max_message_bytes"
+            );
         }
         // A semaphore holds at most usize::MAX >> 3 permits; timeouts are clamped to 30 days
         // so that no deadline can overflow.
@@ -69,6 +85,7 @@ impl Perimeter {
             max_operator_requests_in_flight: f.max_operator_requests_in_flight.min(max_permits),
             max_requests_in_flight_per_source: f.max_requests_in_flight_per_source,
             max_body_bytes_in_flight: body_budget.min(max_permits),
+            max_body_bytes_in_flight_per_source: share,
         })
     }
 }
@@ -99,8 +116,22 @@ mod tests {
         assert_eq!(c.perimeter.max_requests_in_flight, 512);
         assert_eq!(
             c.perimeter.max_body_bytes_in_flight,
-            2 * c.limits.max_bytes,
-            "twice the largest message by default"
+            4 * c.limits.max_bytes,
+            "four times the largest message by default"
+        );
+        assert_eq!(
+            c.perimeter.max_body_bytes_in_flight_per_source,
+            c.limits.max_bytes + 64 * 1024,
+            "one whole message per source by default"
+        );
+        assert_eq!(
+            (
+                c.perimeter.max_api_requests_in_flight,
+                c.perimeter.max_waiting_requests,
+                c.perimeter.max_operator_requests_in_flight,
+                c.perimeter.max_requests_in_flight_per_source
+            ),
+            (256, 256, 64, 128)
         );
         let env = |k: &str, v: &str| [(k.to_owned(), v.to_owned())];
         let c = Config::load(None, env("WSR_HEADER_TIMEOUT_MS", "300")).expect("valid");
@@ -110,5 +141,11 @@ mod tests {
         assert_eq!(c.perimeter.idle_timeout, Duration::from_secs(MAX_SECONDS));
         assert!(Config::load(None, env("WSR_MAX_CONNECTIONS", "0")).is_err());
         assert!(Config::load(None, env("WSR_MAX_BODY_BYTES_IN_FLIGHT", "1000")).is_err());
+        let share = env("WSR_MAX_BODY_BYTES_IN_FLIGHT_PER_SOURCE", "1000");
+        assert!(
+            Config::load(None, share).is_err(),
+            "a share must hold a message"
+        );
+        assert!(Config::load(None, env("WSR_MAX_WAITING_REQUESTS", "0")).is_err());
     }
 }

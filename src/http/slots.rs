@@ -25,6 +25,25 @@ pub struct KeyedSlots {
 pub struct KeyedSlot {
     slots: Arc<KeyedSlots>,
     key: String,
+    count: usize,
+}
+
+impl KeyedSlot {
+    /// Holds `more` besides, unless the key would then hold more than `max`.
+    pub fn grow(&mut self, more: usize) -> bool {
+        let mut open = self
+            .slots
+            .open
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let held = open.entry(self.key.clone()).or_insert(0);
+        if held.saturating_add(more) > self.slots.max {
+            return false;
+        }
+        *held += more;
+        self.count += more;
+        true
+    }
 }
 
 impl KeyedSlots {
@@ -41,15 +60,24 @@ impl KeyedSlots {
 
     /// A slot for `key`, unless it holds `max` already.
     pub fn take(self: &Arc<Self>, key: &str) -> Option<KeyedSlot> {
+        self.take_many(key, 1)
+    }
+
+    /// A holding of `count` for `key` (bytes, say), unless it would hold more than `max`.
+    pub fn take_many(self: &Arc<Self>, key: &str, count: usize) -> Option<KeyedSlot> {
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-        let count = open.entry(key.to_owned()).or_insert(0);
-        if *count >= self.max {
+        let held = open.entry(key.to_owned()).or_insert(0);
+        if held.saturating_add(count) > self.max {
+            if *held == 0 {
+                open.remove(key);
+            }
             return None;
         }
-        *count += 1;
+        *held += count;
         Some(KeyedSlot {
             slots: Arc::clone(self),
             key: key.to_owned(),
+            count,
         })
     }
 
@@ -67,9 +95,9 @@ impl Drop for KeyedSlot {
             .open
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some(count) = open.get_mut(&self.key) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
+        if let Some(held) = open.get_mut(&self.key) {
+            *held = held.saturating_sub(self.count);
+            if *held == 0 {
                 open.remove(&self.key);
             }
         }
@@ -79,6 +107,21 @@ impl Drop for KeyedSlot {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn holdings_of_many_count_whole_and_grow_within_the_max() {
+        let bytes = Arc::new(KeyedSlots::new(100));
+        let mut a = bytes.take_many("10.0.0.1", 60).expect("fits");
+        assert!(
+            bytes.take_many("10.0.0.1", 41).is_none(),
+            "101 would not fit"
+        );
+        assert!(a.grow(40));
+        assert!(!a.grow(1), "the key holds its max");
+        let _b = bytes.take_many("10.0.0.2", 100).expect("another key");
+        drop(a);
+        assert_eq!(bytes.open("10.0.0.1"), 0, "all 100 given back");
+    }
 
     #[test]
     fn slots_per_key_are_bounded_and_given_back() {

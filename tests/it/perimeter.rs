@@ -259,6 +259,72 @@ async fn beyond_max_connections_accepting_waits_for_a_free_slot() {
     app.stop().await;
 }
 
+/// Security review (second round), item 4: nearly complete bodies stalled by one address
+/// hold only that address's share of the body budget; another address is served meanwhile.
+#[tokio::test]
+async fn one_sources_stalled_bodies_hold_only_its_share_of_the_body_budget() {
+    let app = spawn_app_with(|c| {
+        c.limits.max_bytes = 10_000;
+        c.perimeter.max_body_bytes_in_flight = 40_000;
+        c.perimeter.max_body_bytes_in_flight_per_source = 15_000;
+    })
+    .await;
+    let mut stalled = Vec::new();
+    for _ in 0..2 {
+        let mut c = TcpStream::connect(app.addr).await.expect("connect");
+        c.write_all(post_head(10_000).as_bytes())
+            .await
+            .expect("head");
+        c.write_all(&[b' '; 9_000]).await.expect("most of the body");
+        stalled.push(c);
+    }
+    // 18 000 bytes would exceed the address's 15 000: one of the two is refused at once (the
+    // other waits for the rest of its body).
+    let (mut a, mut b) = (stalled.remove(0), stalled.remove(0));
+    let (mut head_a, mut head_b) = ([0u8; 12], [0u8; 12]);
+    let refused = tokio::time::timeout(BOUND, async {
+        tokio::select! {
+            r = a.read_exact(&mut head_a) => r.map(|_| head_a),
+            r = b.read_exact(&mut head_b) => r.map(|_| head_b),
+        }
+    })
+    .await
+    .expect("one body is refused")
+    .expect("an answer");
+    assert_eq!(&refused, b"HTTP/1.1 503");
+
+    // Another address (127.0.0.2 is loopback too) gets its message acked meanwhile.
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket
+        .bind("127.0.0.2:0".parse().expect("address"))
+        .expect("bind 127.0.0.2");
+    let mut other = socket.connect(app.addr).await.expect("connect");
+    let request = Request {
+        message_id: MessageId {
+            group_id: GroupId::parse("mid:share-other@test").expect("group"),
+            sequence: None,
+        },
+        expiry_time: Utc::now() + chrono::Duration::hours(1),
+        reply_pattern: ReplyPattern::Response,
+        ack_requested: true,
+        duplicate_elimination: true,
+        message_order: false,
+    };
+    let body = super::support::request_envelope(&request, "<p:Item xmlns:p=\"urn:p\">1</p:Item>");
+    other
+        .write_all(format!("{}{body}", post_head(body.len())).as_bytes())
+        .await
+        .expect("write");
+    let mut head = [0u8; 12];
+    tokio::time::timeout(BOUND, other.read_exact(&mut head))
+        .await
+        .expect("answered while the other address's bodies stall")
+        .expect("read");
+    assert_eq!(&head, b"HTTP/1.1 200");
+    drop((a, b));
+    app.stop().await;
+}
+
 /// An ordered Response-pattern message whose predecessor never came: the gateway holds the
 /// answer for `hold_ms`.
 fn held_message(group: &str) -> String {

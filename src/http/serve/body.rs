@@ -14,13 +14,15 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
 use super::watchdog::OpenRequest;
+use crate::http::slots::{KeyedSlot, KeyedSlots};
 
 /// Why the perimeter refused a request body; `read_body` turns it into its status.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BodyRefused {
     /// It paused longer than `body_timeout` or fell below `body_min_bytes_per_second`.
     TooSlow,
-    /// Bodies being received already hold `max_body_bytes_in_flight`.
+    /// Bodies being received already hold `max_body_bytes_in_flight`, or this client's
+    /// share of it.
     OverBudget,
 }
 
@@ -34,6 +36,12 @@ impl std::fmt::Display for BodyRefused {
 }
 
 impl std::error::Error for BodyRefused {}
+
+/// Each source address's share of the body budget, and whose this body is.
+pub(super) struct SourceShares {
+    pub slots: Arc<KeyedSlots>,
+    pub source: String,
+}
 
 /// A response body that keeps its request open on the connection until it has been sent.
 pub(super) struct Tracked {
@@ -74,13 +82,17 @@ impl HttpBody for Tracked {
 /// window, not as an average since the start, which a fast start would bank for hours of
 /// trickling while holding its share of the budget. Every byte received takes its share of
 /// `budget` until the body is dropped, so bodies that stall hold at most the budget between
-/// them, whatever they announced.
+/// them, whatever they announced — and each source address at most its share of it
+/// (`max_body_bytes_in_flight_per_source`), so that one client's stalled bodies cannot hold
+/// the whole budget.
 pub(super) struct TimedBody {
     inner: Incoming,
     pause: Duration,
     min_rate: u64,
     budget: Arc<Semaphore>,
     held: Option<OwnedSemaphorePermit>,
+    shares: SourceShares,
+    share: Option<KeyedSlot>,
     /// When the current window began (the first read, or when the last one met its quota).
     window_start: Option<Instant>,
     /// Bytes received in the current window.
@@ -96,6 +108,7 @@ impl TimedBody {
         pause: Duration,
         min_rate: u64,
         budget: Arc<Semaphore>,
+        shares: SourceShares,
     ) -> TimedBody {
         TimedBody {
             inner,
@@ -103,6 +116,8 @@ impl TimedBody {
             min_rate,
             budget,
             held: None,
+            shares,
+            share: None,
             window_start: None,
             window_bytes: 0,
             waiting: false,
@@ -122,6 +137,29 @@ impl TimedBody {
         }
         // The window's end comes no later than `now + pause`: it also bounds the gap.
         window_start + self.pause
+    }
+
+    /// Takes `bytes` more of the budget and of the source's share; false when either is spent.
+    fn hold(&mut self, bytes: usize) -> bool {
+        let grown = match &mut self.share {
+            Some(share) => share.grow(bytes),
+            None => {
+                self.share = self.shares.slots.take_many(&self.shares.source, bytes);
+                self.share.is_some()
+            }
+        };
+        if !grown {
+            return false;
+        }
+        let count = u32::try_from(bytes).unwrap_or(u32::MAX);
+        match self.budget.clone().try_acquire_many_owned(count) {
+            Ok(permit) => match &mut self.held {
+                Some(held) => held.merge(permit),
+                None => self.held = Some(permit),
+            },
+            Err(_) => return false,
+        }
+        true
     }
 
     /// Counts a piece into the window; a window whose quota is met starts the next one.
@@ -154,14 +192,10 @@ impl HttpBody for TimedBody {
             Poll::Ready(Some(Ok(frame))) => {
                 this.waiting = false;
                 if let Some(data) = frame.data_ref() {
-                    this.count(data.len(), Instant::now());
-                    let share = u32::try_from(data.len()).unwrap_or(u32::MAX);
-                    match this.budget.clone().try_acquire_many_owned(share) {
-                        Ok(permit) => match &mut this.held {
-                            Some(held) => held.merge(permit),
-                            None => this.held = Some(permit),
-                        },
-                        Err(_) => return Poll::Ready(Some(Err(BodyRefused::OverBudget.into()))),
+                    let bytes = data.len();
+                    this.count(bytes, Instant::now());
+                    if !this.hold(bytes) {
+                        return Poll::Ready(Some(Err(BodyRefused::OverBudget.into())));
                     }
                 }
                 Poll::Ready(Some(Ok(frame)))

@@ -190,6 +190,7 @@ mod tests {
             max_operator_requests_in_flight: per_class,
             max_requests_in_flight_per_source: per_source,
             max_body_bytes_in_flight: 100,
+            max_body_bytes_in_flight_per_source: 100,
         }
     }
 

@@ -41,10 +41,11 @@ use tokio::task::JoinSet;
 use tower::ServiceExt as _;
 
 use crate::config::{Perimeter, TrustedProxy};
+use crate::http::slots::KeyedSlots;
 use crate::http::tls::Tls;
 use crate::partners::ClientCertificate;
 pub use body::BodyRefused;
-use body::{TimedBody, Tracked};
+use body::{SourceShares, TimedBody, Tracked};
 use classes::{Class, Classes, Refused};
 use watchdog::{OpenRequest, Watch, Watched};
 
@@ -191,6 +192,8 @@ struct Limits {
     connections: Arc<Semaphore>,
     classes: Classes,
     body_bytes: Arc<Semaphore>,
+    /// Each source's share of `body_bytes`.
+    body_shares: Arc<KeyedSlots>,
     perimeter: Perimeter,
     tls: Option<Tls>,
     trusted_proxy: Option<TrustedProxy>,
@@ -207,6 +210,9 @@ impl Limits {
             connections: Arc::new(Semaphore::new(perimeter.max_connections)),
             classes: Classes::new(&perimeter),
             body_bytes: Arc::new(Semaphore::new(perimeter.max_body_bytes_in_flight)),
+            body_shares: Arc::new(KeyedSlots::new(
+                perimeter.max_body_bytes_in_flight_per_source,
+            )),
             perimeter,
             tls,
             trusted_proxy,
@@ -337,20 +343,18 @@ async fn handle(
 ) -> Result<Response<Body>, Infallible> {
     let open = OpenRequest::new(watch);
     // Health checks are answered even when the gateway is saturated: they say so themselves.
+    let source = request
+        .extensions()
+        .get::<PeerAddr>()
+        .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |p| p.0.ip());
     let permit = match Class::of(request.uri().path()) {
         None => None,
-        Some(class) => {
-            let source = request
-                .extensions()
-                .get::<PeerAddr>()
-                .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |p| p.0.ip());
-            match limits.classes.admit(class, source) {
-                Ok(admitted) => Some(admitted),
-                Err(refused) => {
-                    return Ok(refusal(refused).map(|b| Body::new(Tracked::new(b, open))));
-                }
+        Some(class) => match limits.classes.admit(class, source) {
+            Ok(admitted) => Some(admitted),
+            Err(refused) => {
+                return Ok(refusal(refused).map(|b| Body::new(Tracked::new(b, open))));
             }
-        }
+        },
     };
     let perimeter = &limits.perimeter;
     let request = request.map(|incoming| {
@@ -359,6 +363,10 @@ async fn handle(
             perimeter.body_timeout,
             perimeter.body_min_bytes_per_second,
             limits.body_bytes.clone(),
+            SourceShares {
+                slots: limits.body_shares.clone(),
+                source: source.to_string(),
+            },
         ))
     });
     let response = match router.oneshot(request).await {

@@ -68,7 +68,7 @@ pub(super) async fn fetch(
             match hand_out(conn, sub.id, out, &mut budget, now).await? {
                 HandedOut::Message(h, was_released) => {
                     released |= was_released;
-                    handed.push(h);
+                    handed.push(*h);
                 }
                 HandedOut::Missing => {}
                 HandedOut::OverBudget => break 'pages,
@@ -142,7 +142,7 @@ async fn candidates(
 /// What became of one hand-out of the plan.
 enum HandedOut {
     /// Leased (or released at once: true) and answered with its message.
-    Message(Handed, bool),
+    Message(Box<Handed>, bool),
     /// Gone from the inbox: nothing written.
     Missing,
     /// Beyond the fetch's byte budget: nothing written, and the fetch ends.
@@ -188,7 +188,7 @@ async fn hand_out(
         deadline: out.deadline,
         message,
     };
-    Ok(HandedOut::Message(handed, out.released))
+    Ok(HandedOut::Message(Box::new(handed), out.released))
 }
 
 /// Matches inbox messages beyond the subscription's cursor against its filter and gives each
