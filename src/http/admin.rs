@@ -12,6 +12,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
 use super::api::{ApiPath, ApiQuery, Problem, ProblemBody, json_body};
+use super::input;
 use super::openapi::InboxMessage;
 use crate::consume::view::message_json;
 use crate::endpoint::check_endpoint;
@@ -206,6 +207,10 @@ pub async fn remove_endpoint(
     uri: Uri,
     body: Bytes,
 ) -> Result<StatusCode, Problem> {
+    // Read here rather than by `ApiQuery` and `json_body` (either may hold the URL): checked
+    // as they check.
+    input::query(&uri)?;
+    input::json_bytes(&body)?;
     let from_query = match uri.query() {
         None | Some("") => None,
         Some(_) => {

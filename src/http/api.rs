@@ -1,11 +1,12 @@
 //! The JSON API's vocabulary, shared by every `/api/v1` handler and the console: the problem
 //! answer (`Problem`, described as `ProblemBody`), extractors whose refusals are problems
-//! (`ApiPath`, `ApiQuery`, `json_body`), and who called (`Caller`, checked from the bearer
-//! token by `authorize`). A leaf of `http/`: it imports no handler file.
+//! (`ApiPath`, `ApiQuery`, `json_body`; each also refuses text the store cannot hold, as
+//! `input` checks it), and who called (`Caller`, checked from the bearer token by
+//! `authorize`). A leaf of `http/`: it imports no handler file.
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{FromRequestParts, Path, Query};
+use axum::extract::{FromRequestParts, Path, Query, RawPathParams};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -14,6 +15,7 @@ use serde::de::DeserializeOwned;
 use utoipa::ToSchema;
 
 use super::AppState;
+use super::input::{self, Unstorable};
 use crate::config::{ApiToken, Scope};
 use crate::delivery::filter::Filter;
 use crate::store::StoreError;
@@ -38,6 +40,12 @@ impl Problem {
             "invalid-field",
             format!("{field}: {reason}"),
         )
+    }
+}
+
+impl From<Unstorable> for Problem {
+    fn from(e: Unstorable) -> Problem {
+        Problem::field(&e.field, Unstorable::REASON.into())
     }
 }
 
@@ -71,6 +79,12 @@ where
     type Rejection = Problem;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Problem> {
+        // Each segment by its name, before it becomes a typed value; one that does not
+        // decode is left to `Path`'s refusal.
+        if let Ok(raw) = RawPathParams::from_request_parts(parts, state).await {
+            raw.iter()
+                .try_for_each(|(name, value)| input::text(name, value))?;
+        }
         match Path::<T>::from_request_parts(parts, state).await {
             Ok(Path(value)) => Ok(ApiPath(value)),
             Err(e) => Err(Problem::field("path", e.body_text())),
@@ -89,6 +103,7 @@ where
     type Rejection = Problem;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Problem> {
+        input::query(&parts.uri)?;
         match Query::<T>::from_request_parts(parts, state).await {
             Ok(Query(value)) => Ok(ApiQuery(value)),
             Err(e) => Err(Problem::field("query", e.body_text())),
@@ -97,9 +112,11 @@ where
 }
 
 /// Reads a JSON request body (an empty body as `{}`): a body that does not parse is a 400
-/// naming `body`, whatever its media type (axum's `Json` answers 415/422 in text/plain).
+/// naming `body`, whatever its media type (axum's `Json` answers 415/422 in text/plain); a
+/// string the store cannot hold is a 400 naming its field.
 pub fn json_body<T: DeserializeOwned>(bytes: &Bytes) -> Result<T, Problem> {
     let bytes: &[u8] = if bytes.is_empty() { b"{}" } else { bytes };
+    input::json_bytes(bytes)?;
     serde_json::from_slice(bytes).map_err(|e| Problem::field("body", e.to_string()))
 }
 

@@ -14,6 +14,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
 use super::api::{ApiPath, ApiQuery, Caller, Problem, ProblemBody};
+use super::input;
 use super::openapi::OutboundMessage;
 use crate::outbound::submit::{self, Refusal, Sending, Submitter};
 use crate::outbound::view::message_json;
@@ -95,6 +96,8 @@ pub async fn submit(
 ) -> Result<Response, Problem> {
     let key = idempotency_key(&headers)?;
     let raw: Value = serde_json::from_slice(&body).map_err(|e| invalid("body", e.to_string()))?;
+    // Read as a `Value` (for its fingerprint), so not through `json_body`: checked here.
+    input::json(&raw)?;
     // Scoped by principal: applications cannot collide on (or probe) each other's keys.
     let idempotency = key.map(|key| IdempotencyKey {
         principal: caller.principal.clone(),

@@ -9,6 +9,7 @@ pub mod auth;
 mod console;
 mod events;
 mod forwarded;
+mod input;
 pub mod messages;
 pub mod openapi;
 mod operator;

@@ -715,3 +715,152 @@ async fn the_overview_shows_request_response_channels_and_requests_in_doubt() {
     assert_eq!(doubt[1], "mid:doubt@console");
     assert_eq!(doubt[2], "3");
 }
+
+/// The `href` of the link whose text is `text` (unescaped as a browser reads it).
+fn href_of(page: &str, text: &str) -> String {
+    let before = page
+        .split(&format!("\">{text}</a>"))
+        .next()
+        .filter(|b| b.len() < page.len())
+        .unwrap_or_else(|| panic!("no link {text:?}: {page}"));
+    let href = before.rsplit("<a href=\"").next().expect("a link");
+    href.replace("&amp;", "&")
+}
+
+/// "Showing the first N of M bytes": (N, M).
+fn shown_of(page: &str) -> (usize, usize) {
+    let rest = page
+        .split("Showing the first ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no excerpt note: {page}"));
+    let mut numbers = rest.split(' ');
+    let shown = numbers.next().and_then(|n| n.parse().ok()).expect("N");
+    let total = numbers.nth(1).and_then(|n| n.parse().ok()).expect("M");
+    (shown, total)
+}
+
+/// GETs a download link: it must be an attachment, never sniffed as a page; its bytes and
+/// Content-Type.
+async fn download(app: &TestApp, cookie: &str, href: &str) -> (Vec<u8>, String) {
+    let r = client()
+        .get(app.url(href))
+        .header(COOKIE, cookie)
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(r.status(), StatusCode::OK, "{href}");
+    let headers = r.headers().clone();
+    let disposition = headers["content-disposition"].to_str().expect("text");
+    assert!(disposition.starts_with("attachment"), "{disposition}");
+    assert_eq!(headers["x-content-type-options"], "nosniff");
+    let content_type = headers[CONTENT_TYPE].to_str().expect("text").to_owned();
+    (r.bytes().await.expect("body").to_vec(), content_type)
+}
+
+/// A page holding a large payload, envelope or business response shows its first 64 KiB
+/// (cut on a character, escaped), says so, and links to all of it, downloaded byte for byte
+/// as stored; without a sign-in the download is the login page.
+#[tokio::test]
+async fn a_large_payload_is_shown_in_part_and_downloaded_whole() {
+    use super::support::ClockExt as _;
+    use wsr_gateway::store::outbound::{KeptResponse, ResponseInfo};
+    const SHOWN: usize = 64 * 1024;
+    let app = console_app().await;
+    // Two-byte characters and markup, about 4 MiB: a cut may fall inside a character.
+    let text = "Ünïcödé &lt;b&gt; ".repeat(200_000);
+    let in_an_hour = super::support::xs(app.clock.now_utc() + chrono::Duration::hours(1));
+    let xml =
+        std::fs::read_to_string(super::support::repo_root().join("examples/purchase-order.xml"))
+            .expect("example envelope")
+            .replace("2099-12-31T23:59:59Z", &in_an_hour)
+            .replacen("<po:Line", &format!("<po:Note>{text}</po:Note><po:Line"), 1);
+    let answer = app
+        .post("/wsr/default", "text/xml; charset=utf-8", xml)
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let stored = app.inbox().await.remove(0).payload;
+    assert!(stored.len() > 4_000_000);
+
+    let cookie = signed_in(&app).await;
+    let (status, page) = get(&app, &cookie, "/console/inbox/message?offset=1").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.len() < 8 * SHOWN, "bounded: {} bytes", page.len());
+    let (shown, total) = shown_of(&page);
+    assert!((SHOWN - 3..=SHOWN).contains(&shown), "{shown}");
+    assert!(stored.is_char_boundary(shown), "cut on a character");
+    assert_eq!(total, stored.len());
+    assert!(page.contains("&amp;lt;b&amp;gt;"), "escaped");
+    let href = href_of(&page, "Download the whole payload");
+    assert_eq!(href, "/console/inbox/message/payload?offset=1");
+    let (bytes, content_type) = download(&app, &cookie, &href).await;
+    assert!(bytes == stored.as_bytes(), "the payload, byte for byte");
+    assert_eq!(content_type, "application/xml; charset=utf-8");
+    let (status, page) = get(&app, "", &href).await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert!(page.contains("<label for=\"token\">"), "the login page");
+
+    // Our message: a large envelope, and a large business response kept with it (bytes that
+    // are not all UTF-8, with the Content-Type they came with).
+    let (status, submitted) = super::support::submit_as(
+        &app,
+        PRODUCER,
+        json!({
+            "destination": "http://127.0.0.1:9/nobody",
+            "body": format!("<t:Order xmlns:t=\"urn:t\">{text}</t:Order>"),
+        }),
+    )
+    .await;
+    assert_eq!(status, 202, "{submitted}");
+    let id = submitted["id"].as_str().expect("id").to_owned();
+    let mut response = b"<r>".to_vec();
+    response.extend(std::iter::repeat_n(0xFFu8, 100_000));
+    response.extend(text.as_bytes());
+    let kept = KeptResponse {
+        info: ResponseInfo {
+            content_type: "application/x-partner; v=1".into(),
+            size: response.len() as u64,
+            soap_fault: false,
+            received_at: chrono::Utc::now(),
+        },
+        body: response.clone(),
+    };
+    assert!(app.store.keep_response(&id, &kept).await.expect("kept"));
+    let envelope = app
+        .store
+        .out_message(&id)
+        .await
+        .expect("read")
+        .expect("there")
+        .envelope;
+
+    let (status, page) = get(&app, &cookie, &format!("/console/message?id={id}")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(page.len() < 16 * SHOWN, "bounded: {} bytes", page.len());
+    let envelope_part = page
+        .split("<h2>Business response</h2>")
+        .next()
+        .expect("part");
+    assert_eq!(shown_of(envelope_part).1, envelope.len());
+    let (bytes, content_type) = download(
+        &app,
+        &cookie,
+        &href_of(&page, "Download the whole envelope"),
+    )
+    .await;
+    assert!(bytes == envelope.as_bytes(), "the envelope, byte for byte");
+    assert_eq!(content_type, "text/xml; charset=utf-8");
+    let response_part = page
+        .split("<h2>Business response</h2>")
+        .nth(1)
+        .expect("part");
+    assert_eq!(shown_of(response_part), (SHOWN, response.len()));
+    let (bytes, content_type) = download(
+        &app,
+        &cookie,
+        &href_of(&page, "Download the whole response"),
+    )
+    .await;
+    assert!(bytes == response, "the response, byte for byte");
+    assert_eq!(content_type, "application/x-partner; v=1");
+    app.stop().await;
+}

@@ -42,4 +42,5 @@ mod sqlite_file;
 mod support;
 mod test_database;
 mod tls;
+mod unstorable_input;
 mod valid;

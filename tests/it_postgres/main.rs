@@ -52,3 +52,5 @@ mod soap_push;
 mod support;
 #[path = "../it/test_database.rs"]
 mod test_database;
+#[path = "../it/unstorable_input.rs"]
+mod unstorable_input;

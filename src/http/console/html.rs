@@ -4,6 +4,7 @@
 
 use std::fmt::Write as _;
 
+use axum::body::Body;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
@@ -163,6 +164,38 @@ pub fn page(status: StatusCode, title: &str, body: &str, signed_in: bool) -> Res
     headers.insert(
         header::CONTENT_TYPE,
         HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    secure_headers(headers);
+    response
+}
+
+/// A download: stored bytes as they are, `content_type` as stored (one that is no valid header
+/// value is sent as opaque bytes). Never a page: `Content-Disposition: attachment` has the
+/// browser save it, and the console's headers (`nosniff` above all, the policy that runs no
+/// script) keep it from being taken for HTML even if opened. `filename` is reduced to
+/// characters safe in the header.
+pub fn attachment(content_type: &str, filename: &str, body: Body) -> Response {
+    let mut response = (StatusCode::OK, body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_str(content_type)
+            .unwrap_or(HeaderValue::from_static("application/octet-stream")),
+    );
+    let safe: String = filename
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    headers.insert(
+        header::CONTENT_DISPOSITION,
+        HeaderValue::from_str(&format!("attachment; filename=\"{safe}\""))
+            .unwrap_or(HeaderValue::from_static("attachment")),
     );
     secure_headers(headers);
     response

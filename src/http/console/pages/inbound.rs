@@ -12,8 +12,8 @@ use serde::Deserialize;
 use super::super::Operator;
 use super::super::html::{self, Stop, esc, facts, link, query_value, table};
 use super::{
-    MAX_ITEMS, NO_PARTNER, PAGE, Page, bad_request, not_found, number, partner_filter, query,
-    required, sender_shown, shown, store, text, when,
+    MAX_ITEMS, NO_PARTNER, PAGE, Page, bad_request, excerpt, not_found, number, partner_filter,
+    query, required, sender_shown, shown, store, text, when,
 };
 use crate::http::AppState;
 use crate::rmp::group::GroupState;
@@ -316,21 +316,39 @@ fn inbox_table(entries: &[InboxEntry]) -> String {
     )
 }
 
+/// The delivered message at the query's `offset`. Read whole: the store has no read of part
+/// of a payload.
+async fn delivered(app: &AppState, q: &InboxQuery) -> Result<InboxEntry, Stop> {
+    let offset = number("offset", &q.offset)?
+        .filter(|o| *o >= 1)
+        .ok_or_else(|| bad_request("offset: a number from 1"))?;
+    let found = store(app.store.inbox(offset - 1, 1).await)?;
+    found
+        .into_iter()
+        .find(|e| e.offset == offset)
+        .ok_or_else(|| {
+            not_found(&format!(
+                "no message at offset {offset} (never delivered, or purged)"
+            ))
+        })
+}
+
+/// Where the whole payload of the message at `offset` is downloaded.
+fn payload_href(offset: i64) -> String {
+    format!("/console/inbox/message/payload?offset={offset}")
+}
+
+/// The media type of a payload download: a payload is the XML the SOAP Body held, as text
+/// (the store keeps no Content-Type of its own for it).
+const PAYLOAD_TYPE: &str = "application/xml; charset=utf-8";
+
 pub async fn inbox_message(
     Operator(_): Operator,
     State(app): State<AppState>,
     q: Result<Query<InboxQuery>, QueryRejection>,
 ) -> Page {
-    let q = query(q)?;
-    let offset = number("offset", &q.offset)?
-        .filter(|o| *o >= 1)
-        .ok_or_else(|| bad_request("offset: a number from 1"))?;
-    let found = store(app.store.inbox(offset - 1, 1).await)?;
-    let Some(e) = found.into_iter().find(|e| e.offset == offset) else {
-        return Err(not_found(&format!(
-            "no message at offset {offset} (never delivered, or purged)"
-        )));
-    };
+    let e = delivered(&app, &query(q)?).await?;
+    let offset = e.offset;
     let mut body = facts(
         "Delivered message",
         &[
@@ -347,6 +365,23 @@ pub async fn inbox_message(
             ("Expiry", when(&e.expiry)),
         ],
     );
-    let _ = write!(body, "<h2>Payload</h2><pre>{}</pre>", esc(&e.payload));
+    body.push_str("<h2>Payload</h2>");
+    body.push_str(&excerpt(
+        "payload",
+        e.payload.as_bytes(),
+        &payload_href(offset),
+    ));
     shown(&format!("Inbox message {offset}"), &body)
+}
+
+/// `/console/inbox/message/payload?offset=…`: the whole payload as stored, a download (the
+/// message page shows only its beginning).
+pub async fn inbox_payload(
+    Operator(_): Operator,
+    State(app): State<AppState>,
+    q: Result<Query<InboxQuery>, QueryRejection>,
+) -> Page {
+    let e = delivered(&app, &query(q)?).await?;
+    let name = format!("inbox-{}.xml", e.offset);
+    Ok(html::attachment(PAYLOAD_TYPE, &name, e.payload.into()))
 }

@@ -3,7 +3,8 @@
 //! limits. Each page reads its query or form, calls what the API's handlers call (the store's
 //! reads, `outbound::operator::act`, `change_dead_letters`) and renders the answer through
 //! `html`: every dynamic value is escaped there. Lists are pages of at most `PAGE` rows,
-//! continued with `after`.
+//! continued with `after`; a stored payload, envelope or response is shown as an `excerpt`
+//! of at most `MAX_SHOWN` bytes, with a link to its download (`html::attachment`).
 
 mod endpoints;
 mod inbound;
@@ -12,8 +13,8 @@ mod overview;
 mod subscriptions;
 
 pub use endpoints::endpoints;
-pub use inbound::{group, groups, inbox, inbox_message};
-pub use outbound::{fail, message, messages, resend};
+pub use inbound::{group, groups, inbox, inbox_message, inbox_payload};
+pub use outbound::{envelope, fail, message, messages, resend, response};
 pub use overview::overview;
 pub use subscriptions::{change_dead_letters, subscription, subscriptions};
 
@@ -26,6 +27,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::Value;
 
 use super::html::{self, Stop, esc, link};
+use crate::http::input;
 use crate::store::StoreError;
 use crate::wsr::datetime::date_time_string;
 
@@ -40,6 +42,10 @@ const MAX_EVENTS: i64 = 200;
 const MAX_SUBSCRIPTIONS: usize = 200;
 /// Ranges, numbers or faults of a group shown at most.
 const MAX_ITEMS: usize = 100;
+/// The most of a payload, envelope or business response a page shows. A whole one may be as
+/// large as the largest message taken (`max_message_bytes`, megabytes): rendered whole it
+/// made pages of tens of megabytes. The rest is downloaded, as stored.
+const MAX_SHOWN: usize = 64 * 1024;
 /// The outbound states, as `out_messages` filters them.
 const STATES: &[&str] = &["queued", "sent", "acked", "faulted", "failed"];
 
@@ -125,14 +131,18 @@ fn form<T>(f: Result<Form<T>, FormRejection>) -> Result<T, Stop> {
         .map_err(|e| bad_request(&format!("the form does not parse: {}", e.body_text())))
 }
 
-/// An optional text parameter: empty is absent; longer than `MAX_TEXT` is refused.
+/// An optional text parameter: empty is absent; longer than `MAX_TEXT`, or holding what the
+/// store cannot (`input`), is refused. Every text a page or action takes comes through here.
 fn text<'a>(name: &str, value: &'a Option<String>) -> Result<Option<&'a str>, Stop> {
     match value.as_deref().map(str::trim) {
         None | Some("") => Ok(None),
         Some(v) if v.len() > MAX_TEXT => {
             Err(bad_request(&format!("{name}: at most {MAX_TEXT} bytes")))
         }
-        Some(v) => Ok(Some(v)),
+        Some(v) => {
+            input::text(name, v).map_err(|e| bad_request(&e.to_string()))?;
+            Ok(Some(v))
+        }
     }
 }
 
@@ -153,6 +163,46 @@ fn number(name: &str, value: &Option<String>) -> Result<Option<i64>, Stop> {
     }
 }
 
+/// Stored bytes as a page shows them: escaped text of at most `MAX_SHOWN` bytes, cut on a
+/// character boundary, saying how much that is of the whole, and a link to `href`, where the
+/// whole `what` is downloaded as stored. Bytes that are not UTF-8 show as replacement
+/// characters (the download has them as they are).
+fn excerpt(what: &str, bytes: &[u8], href: &str) -> String {
+    let end = shown_len(bytes, MAX_SHOWN);
+    let total = bytes.len();
+    let mut out = String::new();
+    if end < total {
+        let _ = write!(
+            out,
+            "<p class=\"notice\" role=\"status\">Showing the first {end} of {total} bytes. {}</p>",
+            link(href, &format!("Download the whole {what}"))
+        );
+    } else {
+        let _ = write!(
+            out,
+            "<p>{} ({total} bytes)</p>",
+            link(href, &format!("Download the {what}"))
+        );
+    }
+    let more = if end < total { "\n…" } else { "" };
+    let text = String::from_utf8_lossy(&bytes[..end]);
+    let _ = write!(out, "<pre>{}{more}</pre>", esc(&text));
+    out
+}
+
+/// How many of `bytes` to show, at most `max`: never ending inside a UTF-8 character (one is
+/// at most 4 bytes, so at most 3 continuation bytes are stepped back over).
+fn shown_len(bytes: &[u8], max: usize) -> usize {
+    if bytes.len() <= max {
+        return bytes.len();
+    }
+    let mut end = max;
+    while end > max.saturating_sub(3) && bytes.get(end).is_some_and(|b| b & 0xC0 == 0x80) {
+        end -= 1;
+    }
+    end
+}
+
 fn when(t: &chrono::DateTime<chrono::Utc>) -> String {
     esc(&date_time_string(t))
 }
@@ -163,5 +213,45 @@ fn cell(v: &Value) -> String {
         Value::Null => "—".into(),
         Value::String(s) => esc(s),
         other => esc(&other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_excerpt_ends_on_a_character_boundary() {
+        // "é" is two bytes: a cut after 3 would split the second one.
+        let text = "aéé";
+        assert_eq!(shown_len(text.as_bytes(), 3), 3, "a + é");
+        assert_eq!(shown_len(text.as_bytes(), 4), 3, "not inside the second é");
+        assert_eq!(shown_len(text.as_bytes(), 5), 5, "all of it");
+        let four = "a😀b"; // a 4-byte character
+        for max in 2..=4 {
+            assert_eq!(shown_len(four.as_bytes(), max), 1, "{max}");
+        }
+        assert_eq!(shown_len(four.as_bytes(), 5), 5);
+        // Not UTF-8 at all: at most 3 bytes stepped back over, whatever they are.
+        assert_eq!(shown_len(&[0x80; 10], 5), 2);
+    }
+
+    #[test]
+    fn an_excerpt_says_how_much_it_shows_and_links_to_the_whole() {
+        let big = "<&>".repeat(MAX_SHOWN); // 3 × MAX_SHOWN bytes
+        let shown = excerpt("payload", big.as_bytes(), "/console/x?offset=1");
+        assert!(shown.contains(&format!(
+            "Showing the first {MAX_SHOWN} of {} bytes.",
+            big.len()
+        )));
+        assert!(shown.contains("<a href=\"/console/x?offset=1\">Download the whole payload</a>"));
+        assert!(!shown.contains("<&>"), "escaped");
+        assert!(shown.len() < 6 * MAX_SHOWN, "bounded: {}", shown.len());
+        let small = excerpt("envelope", b"<e/>", "/console/y");
+        assert!(
+            small.contains("Download the envelope</a> (4 bytes)"),
+            "{small}"
+        );
+        assert!(small.contains("<pre>&lt;e/&gt;</pre>"), "{small}");
     }
 }

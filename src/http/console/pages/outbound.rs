@@ -11,17 +11,18 @@ use serde::Deserialize;
 use super::super::html::{self, esc, facts, link, query_value, table};
 use super::super::{Acting, Operator};
 use super::{
-    MAX_EVENTS, MAX_TEXT, NO_PARTNER, PAGE, Page, STATES, bad_request, cell, form, not_found,
-    partner_filter, query, refused, required, see_other, shown, store, text, unavailable, when,
+    MAX_EVENTS, MAX_TEXT, NO_PARTNER, PAGE, Page, STATES, bad_request, cell, excerpt, form,
+    not_found, partner_filter, query, refused, required, see_other, shown, store, text,
+    unavailable, when,
 };
 use crate::http::AppState;
 use crate::outbound::operator::{ActionError, OperatorAction, act, check_reason};
 use crate::outbound::view::message_json;
 use crate::store::outbound::{OutFilter, OutMessage};
 
-/// The partner's business response kept with the message (D16): what it is, and its text up
-/// to `MAX_RESPONSE_SHOWN` bytes.
-fn business_response(kept: &crate::store::outbound::KeptResponse) -> String {
+/// The partner's business response kept with the message (D16): what it is, and its
+/// beginning (`excerpt`) with the link to all of it.
+fn business_response(id: &str, kept: &crate::store::outbound::KeptResponse) -> String {
     let info = &kept.info;
     let mut out = String::from("<h2>Business response</h2>");
     out.push_str(&facts(
@@ -36,19 +37,18 @@ fn business_response(kept: &crate::store::outbound::KeptResponse) -> String {
             ("Received", when(&info.received_at)),
         ],
     ));
-    let shown = &kept.body[..kept.body.len().min(MAX_RESPONSE_SHOWN)];
-    let text = String::from_utf8_lossy(shown);
-    let more = if kept.body.len() > MAX_RESPONSE_SHOWN {
-        "\n…"
-    } else {
-        ""
-    };
-    let _ = write!(out, "<pre>{}{more}</pre>", esc(&text));
+    out.push_str(&excerpt(
+        "response",
+        &kept.body,
+        &download_href("response", id),
+    ));
     out
 }
 
-/// The longest part of a business response the page shows (the API gives all of it).
-const MAX_RESPONSE_SHOWN: usize = 64 * 1024;
+/// Where a message's `envelope` or business `response` is downloaded whole.
+fn download_href(what: &str, id: &str) -> String {
+    format!("/console/message/{what}?id={}", query_value(id))
+}
 
 #[derive(Deserialize)]
 pub struct MessagesQuery {
@@ -224,11 +224,54 @@ pub async fn message(
         &["Event", "State", "Detail", "At"],
         &events,
     ));
-    let _ = write!(body, "<h2>Envelope</h2><pre>{}</pre>", esc(&m.envelope));
+    body.push_str("<h2>Envelope</h2>");
+    body.push_str(&excerpt(
+        "envelope",
+        m.envelope.as_bytes(),
+        &download_href("envelope", id),
+    ));
     if let Some(kept) = store(app.store.out_response(id).await)? {
-        body.push_str(&business_response(&kept));
+        body.push_str(&business_response(id, &kept));
     }
     shown(&format!("Outbound message {id}"), &body)
+}
+
+/// `/console/message/envelope?id=…`: the message's whole envelope as stored, a download (the
+/// message page shows only its beginning).
+pub async fn envelope(
+    Operator(_): Operator,
+    State(app): State<AppState>,
+    q: Result<Query<MessageQuery>, QueryRejection>,
+) -> Page {
+    let q = query(q)?;
+    let id = required("id", &q.id)?;
+    let Some(m) = store(app.store.out_message(id).await)? else {
+        return Err(not_found(&format!("no outbound message {id}")));
+    };
+    let content_type = m.version.content_type();
+    Ok(html::attachment(
+        content_type,
+        "envelope.xml",
+        m.envelope.into(),
+    ))
+}
+
+/// `/console/message/response?id=…`: the partner's business response as received, with the
+/// Content-Type it came with, a download (as `GET /api/v1/messages/{id}/response` gives it).
+pub async fn response(
+    Operator(_): Operator,
+    State(app): State<AppState>,
+    q: Result<Query<MessageQuery>, QueryRejection>,
+) -> Page {
+    let q = query(q)?;
+    let id = required("id", &q.id)?;
+    let Some(kept) = store(app.store.out_response(id).await)? else {
+        return Err(not_found(&format!(
+            "no business response kept for outbound message {id}"
+        )));
+    };
+    let content_type = &kept.info.content_type;
+    Ok(html::attachment(content_type, "response", kept.body.into()))
 }
 
 #[derive(Deserialize)]
