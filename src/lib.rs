@@ -156,6 +156,7 @@ impl App {
                 waiting_fetches: Arc::new(http::slots::KeyedSlots::new(
                     http::slots::MAX_WAITING_FETCHES,
                 )),
+                admissions: tokio::sync::Mutex::new(()),
             }),
         })
     }

@@ -16,6 +16,8 @@ pub struct DeliverySettings {
     pub max_fetch_bytes: usize,
     /// Most payload bytes one push subscription has in flight (at least one message).
     pub max_push_bytes_in_flight: usize,
+    pub max_subscriptions_per_principal: usize,
+    pub max_sessions_per_subscription: usize,
 }
 
 impl DeliverySettings {
@@ -29,6 +31,8 @@ impl DeliverySettings {
             inbox_retention: millis(f.inbox_retention_seconds.saturating_mul(1000)),
             max_fetch_bytes: f.max_fetch_bytes.max(1),
             max_push_bytes_in_flight: f.max_push_bytes_in_flight.max(1),
+            max_subscriptions_per_principal: f.max_subscriptions_per_principal,
+            max_sessions_per_subscription: f.max_sessions_per_subscription,
         }
     }
 }

@@ -131,6 +131,12 @@ impl FileConfig {
             "WSR_INBOX_RETENTION_SECONDS" => self.inbox_retention_seconds = value.parse()?,
             "WSR_MAX_FETCH_BYTES" => self.max_fetch_bytes = value.parse()?,
             "WSR_MAX_PUSH_BYTES_IN_FLIGHT" => self.max_push_bytes_in_flight = value.parse()?,
+            "WSR_MAX_SUBSCRIPTIONS_PER_PRINCIPAL" => {
+                self.max_subscriptions_per_principal = value.parse()?
+            }
+            "WSR_MAX_SESSIONS_PER_SUBSCRIPTION" => {
+                self.max_sessions_per_subscription = value.parse()?
+            }
             "WSR_ALLOW_URL_DESTINATIONS" => self.allow_url_destinations = value.parse()?,
             "WSR_ALLOWED_DESTINATION_HOSTS" => {
                 self.allowed_destination_hosts.extend(url_list(value))

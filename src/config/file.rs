@@ -131,6 +131,10 @@ pub struct FileConfig {
     /// Delivery: most payload bytes one push subscription has in flight to its webhook (one
     /// message at a time goes out whatever its size), beside its `push_concurrency`.
     pub max_push_bytes_in_flight: usize,
+    /// Delivery: most subscriptions one principal may own (each keeps every matching message),
+    /// and most sessions one subscription may have at once; beyond them: 429.
+    pub max_subscriptions_per_principal: usize,
+    pub max_sessions_per_subscription: usize,
     /// Delivery: how long an ephemeral subscription outlives its last member.
     pub ephemeral_grace_ms: u64,
     /// Delivery: how long a message no subscription needs any more stays in the inbox
@@ -195,6 +199,8 @@ impl Default for FileConfig {
             session_ttl_ms: 30_000,
             max_fetch_bytes: 8 * 1024 * 1024,
             max_push_bytes_in_flight: 32 * 1024 * 1024,
+            max_subscriptions_per_principal: 100,
+            max_sessions_per_subscription: 100,
             ephemeral_grace_ms: 60_000,
             inbox_retention_seconds: 86_400,
             log_format: "text".into(),

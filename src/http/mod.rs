@@ -76,6 +76,9 @@ pub struct AppContext {
     pub event_streams: Arc<slots::KeyedSlots>,
     /// Long-polling fetches waiting per principal.
     pub waiting_fetches: Arc<slots::KeyedSlots>,
+    /// Held while a subscription or a session is counted against its cap and created, so that
+    /// two at once cannot both take the last place.
+    pub admissions: tokio::sync::Mutex<()>,
 }
 
 /// Who may call an `/api/v1` route.

@@ -329,4 +329,6 @@ pub struct Backlog {
     in_flight: u64,
     dead_letters: u64,
     unmatched: u64,
+    /// Its members' sessions.
+    members: u64,
 }

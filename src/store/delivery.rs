@@ -86,6 +86,8 @@ pub struct Backlog {
     pub dead_letters: u64,
     /// Inbox messages not yet matched against the filter (the next fetch does).
     pub unmatched: u64,
+    /// Sessions of its members (lapsed ones until housekeeping removes them).
+    pub members: u64,
 }
 
 /// What a maintenance pass did.

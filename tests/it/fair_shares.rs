@@ -207,3 +207,57 @@ async fn one_principal_has_at_most_its_waiting_fetches() {
     polls.polls.abort_all();
     app.stop().await;
 }
+
+/// Security review (second round), item 6: subscriptions per principal and sessions per
+/// subscription are capped.
+#[tokio::test]
+async fn subscriptions_per_principal_and_sessions_per_subscription_are_capped() {
+    let app = spawn_app_with(|c| {
+        c.tokens = tokens();
+        c.delivery.max_subscriptions_per_principal = 3;
+        c.delivery.max_sessions_per_subscription = 2;
+    })
+    .await;
+    let api = Api::of(&app, OWNER);
+    let create = |n: usize| json!({ "name": format!("s{n}"), "filter": "default/#" });
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        ids.push(api.create(create(n)).await);
+    }
+    let (status, problem) = api.post("/api/v1/subscriptions", create(3)).await;
+    assert_eq!(status, 429, "{problem}");
+    assert_eq!(problem["error"], "too-many-subscriptions", "{problem}");
+    let (status, _) = api.post("/api/v1/subscriptions", create(0)).await;
+    assert_eq!(status, 200, "asking again for one it owns is no new one");
+    let (status, _) = Api::of(&app, OTHER)
+        .post("/api/v1/subscriptions", create(9))
+        .await;
+    assert_eq!(status, 201, "another principal has its own cap");
+
+    let first = api.join(ids[0], 30_000).await;
+    api.join(ids[0], 30_000).await;
+    let path = format!("/api/v1/subscriptions/{}/sessions", ids[0]);
+    let (status, problem) = api.post(&path, json!({})).await;
+    assert_eq!(status, 429, "{problem}");
+    assert_eq!(problem["error"], "too-many-sessions", "{problem}");
+    let left = app
+        .client
+        .delete(app.url(&format!("/api/v1/sessions/{first}")))
+        .bearer_auth(OWNER)
+        .send()
+        .await
+        .expect("leave");
+    assert!(left.status().is_success(), "{}", left.status());
+    api.join(ids[0], 30_000).await;
+
+    let deleted = app
+        .client
+        .delete(app.url(&format!("/api/v1/subscriptions/{}", ids[1])))
+        .bearer_auth(OWNER)
+        .send()
+        .await
+        .expect("delete");
+    assert!(deleted.status().is_success(), "{}", deleted.status());
+    api.create(create(3)).await;
+    app.stop().await;
+}

@@ -46,6 +46,7 @@ fn subscription_json(sub: &Subscription) -> Value {
         (status = 200, description = "The same subscription existed already", body = SubscriptionSchema),
         (status = 400, description = "A field that is not valid", body = ProblemBody),
         (status = 409, description = "A subscription of that name exists with other rules", body = ProblemBody),
+        (status = 429, description = "The principal owns max_subscriptions_per_principal subscriptions", body = ProblemBody),
         (status = 501, description = "A value this gateway does not implement", body = ProblemBody),
     )
 )]
@@ -72,6 +73,30 @@ pub async fn create(
         return Err(Problem::field(
             "push_url",
             format!("{url} is not a registered push endpoint"),
+        ));
+    }
+    // Counted and created under the admissions lock: two creates at once cannot both take
+    // the last place (on this gateway; a cluster may overshoot by one per other gateway).
+    let _admitting = app.admissions.lock().await;
+    let cap = app.config.delivery.max_subscriptions_per_principal;
+    // Asking again for one it has is not one more.
+    let name = spec.id.to_string();
+    let held = app
+        .store
+        .subscriptions()
+        .await?
+        .iter()
+        .filter(|s| s.owner == caller.principal && s.name != name)
+        .count();
+    if held >= cap {
+        return Err(Problem(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too-many-subscriptions",
+            format!(
+                "{} owns {held} subscriptions, the most one principal may own \
+                 (max_subscriptions_per_principal = {cap}); delete one first",
+                caller.principal
+            ),
         ));
     }
     let (sub, created) = app
@@ -141,6 +166,7 @@ pub async fn get(
         "in_flight": backlog.in_flight,
         "dead_letters": backlog.dead_letters,
         "unmatched": backlog.unmatched,
+        "members": backlog.members,
     });
     Ok(Json(answer))
 }

@@ -46,6 +46,7 @@ pub struct SessionAnswer {
         (status = 400, description = "A field that is not valid", body = ProblemBody),
         (status = 404, description = "No such subscription", body = ProblemBody),
         (status = 409, description = "A push subscription has no pull members", body = ProblemBody),
+        (status = 429, description = "The subscription has max_sessions_per_subscription sessions", body = ProblemBody),
     )
 )]
 pub async fn join(
@@ -67,6 +68,19 @@ pub async fn join(
             ));
         }
     };
+    let _admitting = app.admissions.lock().await;
+    let cap = app.config.delivery.max_sessions_per_subscription;
+    let members = app.store.backlog(id).await?.members;
+    if members >= cap as u64 {
+        return Err(Problem(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too-many-sessions",
+            format!(
+                "subscription {id} has {members} sessions, the most one may have \
+                 (max_sessions_per_subscription = {cap}); leave one first"
+            ),
+        ));
+    }
     let session = app
         .store
         .join(

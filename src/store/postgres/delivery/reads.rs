@@ -100,23 +100,26 @@ pub(super) async fn dead_letters(
 }
 
 pub(super) async fn backlog(pool: &PgPool, subscription_id: i64) -> Result<Backlog, StoreError> {
-    let (waiting, in_flight, dead_letters, unmatched): (i64, i64, i64, i64) = sqlx::query_as(
-        "SELECT \
+    let (waiting, in_flight, dead_letters, unmatched, members): (i64, i64, i64, i64, i64) =
+        sqlx::query_as(
+            "SELECT \
          (SELECT COUNT(*) FROM deliveries WHERE subscription_id = $1 AND state = 'available'), \
          (SELECT COUNT(*) FROM deliveries WHERE subscription_id = $1 AND state = 'acquired'), \
          (SELECT COUNT(*) FROM deliveries WHERE subscription_id = $1 AND state = 'dead'), \
          (SELECT COUNT(*) FROM inbox WHERE \"offset\" > \
-            (SELECT cursor FROM subscriptions WHERE id = $1))",
-    )
-    .bind(subscription_id)
-    .fetch_one(pool)
-    .await?;
+            (SELECT cursor FROM subscriptions WHERE id = $1)), \
+         (SELECT COUNT(*) FROM sessions WHERE subscription_id = $1)",
+        )
+        .bind(subscription_id)
+        .fetch_one(pool)
+        .await?;
     let count = |n: i64| u64::try_from(n).unwrap_or(0);
     Ok(Backlog {
         waiting: count(waiting),
         in_flight: count(in_flight),
         dead_letters: count(dead_letters),
         unmatched: count(unmatched),
+        members: count(members),
     })
 }
 

@@ -138,7 +138,8 @@ pub(super) async fn backlog(
          (SELECT COUNT(*) FROM deliveries WHERE subscription_id = ?1 AND state = 'acquired'), \
          (SELECT COUNT(*) FROM deliveries WHERE subscription_id = ?1 AND state = 'dead'), \
          (SELECT COUNT(*) FROM inbox WHERE offset > \
-            (SELECT cursor FROM subscriptions WHERE id = ?1))",
+            (SELECT cursor FROM subscriptions WHERE id = ?1)), \
+         (SELECT COUNT(*) FROM sessions WHERE subscription_id = ?1)",
     )
     .bind(subscription_id)
     .fetch_one(pool)
@@ -148,6 +149,7 @@ pub(super) async fn backlog(
         in_flight: row.get::<i64, _>(1) as u64,
         dead_letters: row.get::<i64, _>(2) as u64,
         unmatched: row.get::<i64, _>(3) as u64,
+        members: row.get::<i64, _>(4) as u64,
     })
 }
 
