@@ -25,6 +25,10 @@ pub struct EndpointBody {
     url: String,
     /// Callback endpoints only: the partner that may name it (absent: anonymous callers).
     partner: Option<String>,
+    /// Push endpoints only, and required when registering: the principal whose push
+    /// subscriptions may POST to it, or `*` for every principal. When unregistering: that
+    /// principal's grant (absent: the webhook with all its grants).
+    principal: Option<String>,
 }
 
 #[derive(Deserialize, IntoParams)]
@@ -34,21 +38,26 @@ pub struct EndpointQuery {
     url: String,
     /// Callback endpoints only: whose registration (absent: anonymous callers').
     partner: Option<String>,
+    /// Push endpoints only: whose grant (absent: the webhook with all its grants).
+    principal: Option<String>,
 }
 
-/// A registered endpoint; `partner` for callback endpoints only ("": anonymous callers).
+/// A registered endpoint; `partner` for callback endpoints only ("": anonymous callers),
+/// `principal` for push endpoints only (`*`: every principal).
 #[derive(Serialize, ToSchema)]
 pub struct Registration {
     url: String,
     #[serde(skip_serializing_if = "Option::is_none")]
     partner: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    principal: Option<String>,
 }
 
 /// The registered endpoints: each URL once, and (callback endpoints) who may name each.
 #[derive(Serialize, ToSchema)]
 pub struct EndpointList {
     endpoints: Vec<String>,
-    /// Callback endpoints only.
+    /// Who may use each: callback endpoints' partners, push endpoints' principals.
     #[serde(skip_serializing_if = "Option::is_none")]
     registrations: Option<Vec<Registration>>,
 }
@@ -126,19 +135,64 @@ endpoint_routes!(
     remove_push_endpoint
 );
 
-/// A partner given with an endpoint: only callback endpoints belong to partners, and only to
-/// configured ones (a typo would register an endpoint nobody can use).
-fn endpoint_partner(app: &AppState, kind: Endpoints, partner: Option<&str>) -> Result<(), Problem> {
-    match (kind, partner) {
-        (_, None) => Ok(()),
-        (Endpoints::Push, Some(_)) => Err(Problem::field(
-            "partner",
-            "push endpoints belong to no partner".into(),
-        )),
-        (Endpoints::Callback, Some(name)) if app.config.partners.get(name).is_none() => Err(
-            Problem::field("partner", format!("{name:?} is not a configured partner")),
-        ),
-        (Endpoints::Callback, Some(_)) => Ok(()),
+/// Whose registration of an endpoint a request names: a callback endpoint's partner (only a
+/// configured one: a typo would register an endpoint nobody can use), or a push webhook's
+/// principal (one a token of this configuration has, or `*`). `registering`: a push webhook
+/// must name its principal — which applications may aim push subscriptions at a webhook is
+/// the operator's decision, never a default.
+fn registrant(
+    app: &AppState,
+    kind: Endpoints,
+    partner: Option<String>,
+    principal: Option<String>,
+    registering: bool,
+) -> Result<Option<String>, Problem> {
+    match kind {
+        Endpoints::Callback => {
+            if principal.is_some() {
+                return Err(Problem::field(
+                    "principal",
+                    "callback endpoints belong to partners, not principals".into(),
+                ));
+            }
+            if let Some(name) = &partner
+                && registering
+                && app.config.partners.get(name).is_none()
+            {
+                return Err(Problem::field(
+                    "partner",
+                    format!("{name:?} is not a configured partner"),
+                ));
+            }
+            Ok(partner)
+        }
+        Endpoints::Push => {
+            if partner.is_some() {
+                return Err(Problem::field(
+                    "partner",
+                    "push endpoints belong to no partner; name a principal".into(),
+                ));
+            }
+            match principal {
+                None if registering => Err(Problem::field(
+                    "principal",
+                    "name the principal whose push subscriptions may use it (\"*\": every \
+                     principal)"
+                        .into(),
+                )),
+                Some(name)
+                    if registering
+                        && name != "*"
+                        && !app.config.tokens.iter().any(|t| t.principal == name) =>
+                {
+                    Err(Problem::field(
+                        "principal",
+                        format!("{name:?} is no principal of a configured token"),
+                    ))
+                }
+                principal => Ok(principal),
+            }
+        }
     }
 }
 
@@ -149,24 +203,27 @@ pub async fn add_endpoint(
 ) -> Result<Response, Problem> {
     let body: EndpointBody = json_body(&bytes)?;
     check_endpoint(&body.url).map_err(|e| Problem::field("url", e.to_string()))?;
-    let partner = body.partner.as_deref();
-    endpoint_partner(&app, kind, partner)?;
+    let whose = registrant(&app, kind, body.partner, body.principal, true)?;
     let created = app
         .store
-        .add_endpoint(kind, partner, &body.url, app.clock.now())
+        .add_endpoint(kind, whose.as_deref(), &body.url, app.clock.now())
         .await?;
     let status = if created {
         StatusCode::CREATED
     } else {
         StatusCode::OK
     };
-    let partner = match kind {
-        Endpoints::Callback => Some(partner.unwrap_or("").to_owned()),
-        Endpoints::Push => None,
-    };
-    let answer = Registration {
-        url: body.url,
-        partner,
+    let answer = match kind {
+        Endpoints::Callback => Registration {
+            url: body.url,
+            partner: Some(whose.unwrap_or_default()),
+            principal: None,
+        },
+        Endpoints::Push => Registration {
+            url: body.url,
+            partner: None,
+            principal: whose,
+        },
     };
     Ok((status, Json(answer)).into_response())
 }
@@ -177,9 +234,21 @@ pub async fn list_endpoints(
 ) -> Result<Json<EndpointList>, Problem> {
     let endpoints = app.store.endpoints(kind).await?;
     if kind == Endpoints::Push {
+        // Each URL once in `endpoints`; whose push subscriptions may use it in `registrations`.
+        let registrations = app
+            .store
+            .push_grants()
+            .await?
+            .into_iter()
+            .map(|(principal, url)| Registration {
+                url,
+                partner: None,
+                principal: Some(principal),
+            })
+            .collect();
         return Ok(Json(EndpointList {
             endpoints,
-            registrations: None,
+            registrations: Some(registrations),
         }));
     }
     // Each URL once in `endpoints`; who may name it in `registrations` ("" : anonymous).
@@ -191,6 +260,7 @@ pub async fn list_endpoints(
         .map(|(partner, url)| Registration {
             url,
             partner: Some(partner),
+            principal: None,
         })
         .collect();
     Ok(Json(EndpointList {
@@ -217,7 +287,7 @@ pub async fn remove_endpoint(
             let q = Query::<EndpointQuery>::try_from_uri(&uri)
                 .map_err(|e| Problem::field("url", e.body_text()))?
                 .0;
-            Some((q.url, q.partner))
+            Some((q.url, q.partner, q.principal))
         }
     };
     let from_body = if body.is_empty() {
@@ -225,9 +295,9 @@ pub async fn remove_endpoint(
     } else {
         let body: EndpointBody =
             serde_json::from_slice(&body).map_err(|e| Problem::field("body", e.to_string()))?;
-        Some((body.url, body.partner))
+        Some((body.url, body.partner, body.principal))
     };
-    let (url, partner) = match (from_query, from_body) {
+    let (url, partner, principal) = match (from_query, from_body) {
         (Some(q), Some(b)) if q != b => {
             return Err(Problem::field(
                 "url",
@@ -242,16 +312,12 @@ pub async fn remove_endpoint(
             ));
         }
     };
-    // Any partner name: a partner removed from the configuration may leave registrations.
-    if kind == Endpoints::Push && partner.is_some() {
-        return Err(Problem::field(
-            "partner",
-            "push endpoints belong to no partner".into(),
-        ));
-    }
+    // Any partner or principal name: one removed from the configuration may leave
+    // registrations.
+    let whose = registrant(&app, kind, partner, principal, false)?;
     if app
         .store
-        .remove_endpoint(kind, partner.as_deref(), &url)
+        .remove_endpoint(kind, whose.as_deref(), &url)
         .await?
     {
         Ok(StatusCode::NO_CONTENT)

@@ -30,6 +30,7 @@ const TABLES: &[&str] = &[
     "pending_callbacks",
     "callback_endpoints",
     "push_endpoints",
+    "push_endpoint_grants",
     "message_faults",
     "out_groups",
     "out_messages",

@@ -74,6 +74,17 @@ pub trait ReceiverStore: Send + Sync {
     /// to); callback endpoints are asked per partner with `is_callback_endpoint`.
     fn is_push_endpoint<'a>(&'a self, url: &'a str) -> StoreFuture<'a, Result<bool, StoreError>>;
 
+    /// Whether `principal` may aim a push subscription at `url`: it is registered for that
+    /// principal, or for every principal (`*`).
+    fn may_push_to<'a>(
+        &'a self,
+        principal: &'a str,
+        url: &'a str,
+    ) -> StoreFuture<'a, Result<bool, StoreError>>;
+
+    /// The push webhooks' grants as (principal, url), `*` for every principal.
+    fn push_grants<'a>(&'a self) -> StoreFuture<'a, Result<Vec<(String, String)>, StoreError>>;
+
     /// Whether `partner` ("" for an anonymous caller) may name `url` as a callback ReplyTo:
     /// a partner may name only the endpoints registered for it (D10, D14).
     fn is_callback_endpoint<'a>(
@@ -82,8 +93,9 @@ pub trait ReceiverStore: Send + Sync {
         url: &'a str,
     ) -> StoreFuture<'a, Result<bool, StoreError>>;
 
-    /// Registers an endpoint (a callback one for `partner`, `None`: for anonymous callers;
-    /// push endpoints have no partner); returns false if it was already registered.
+    /// Registers an endpoint: a callback one for `partner` (`None`: for anonymous callers), or
+    /// a push webhook for the principal `partner` names (`None`: for every principal, `*`);
+    /// returns false if it was already registered so.
     fn add_endpoint<'a>(
         &'a self,
         kind: Endpoints,
@@ -92,7 +104,9 @@ pub trait ReceiverStore: Send + Sync {
         now: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<bool, StoreError>>;
 
-    /// Unregisters an endpoint (a callback one of `partner`, `None`: of anonymous callers).
+    /// Unregisters an endpoint: a callback one of `partner` (`None`: of anonymous callers); a
+    /// push webhook's grant to the principal `partner` names (the webhook goes with its last
+    /// grant), or (`None`) the webhook with all its grants.
     fn remove_endpoint<'a>(
         &'a self,
         kind: Endpoints,

@@ -198,14 +198,10 @@ async fn an_endpoint_url_beyond_the_cap_is_refused_and_one_at_the_cap_registers_
         let prefix = "http://127.0.0.1:9/";
         let at_cap = format!("{prefix}{}", "b".repeat(MAX_URL_BYTES - prefix.len()));
         assert_eq!(at_cap.len(), MAX_URL_BYTES);
-        let register = || {
-            call(
-                &app,
-                Method::POST,
-                &path,
-                Some(ADMIN),
-                Some(json!({ "url": at_cap })),
-            )
+        // A push endpoint names whose subscriptions may use it.
+        let registration = match kind {
+            "push-endpoints" => json!({ "url": at_cap, "principal": "*" }),
+            _ => json!({ "url": at_cap }),
         };
         assert_eq!(register().await.0, 201);
         // Removed by a JSON body …

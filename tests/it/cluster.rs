@@ -490,7 +490,7 @@ async fn a_push_held_by_a_gateway_killed_mid_post_is_pushed_by_the_other() {
     let (status, _) = Api::of(&g1, ADMIN)
         .post(
             "/api/v1/push-endpoints",
-            serde_json::json!({ "url": hook.url }),
+            serde_json::json!({ "url": hook.url, "principal": "*" }),
         )
         .await;
     assert_eq!(status, 201);

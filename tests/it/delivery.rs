@@ -1011,9 +1011,12 @@ async fn push_accepts_on_2xx_rejects_on_4xx_retries_5xx_and_timeouts_with_backof
     let (status, answer) = api.post("/api/v1/subscriptions", create.clone()).await;
     assert_eq!(status, 400, "only registered webhooks: {answer}");
     let (status, _) = Api::of(&app, ADMIN)
-        .post("/api/v1/push-endpoints", json!({ "url": hook.url }))
+        .post(
+            "/api/v1/push-endpoints",
+            json!({ "url": hook.url, "principal": "billing" }),
+        )
         .await;
-    assert_eq!(status, 201, "registered over the admin API");
+    assert_eq!(status, 201, "registered over the admin API, for billing");
     let sub = api.create(create).await;
 
     deliver_singletons(&app, "Order", 1).await;

@@ -261,3 +261,88 @@ async fn subscriptions_per_principal_and_sessions_per_subscription_are_capped() 
     api.create(create(3)).await;
     app.stop().await;
 }
+
+/// Security review (second round), item 7: a push webhook is registered for the principals
+/// that may aim push subscriptions at it; no other token can.
+#[tokio::test]
+async fn a_push_webhook_serves_only_the_principals_it_is_registered_for() {
+    let app = spawn_app_with(|c| c.tokens = tokens()).await;
+    let admin = Api::of(&app, ADMIN);
+    let url = "http://127.0.0.1:9/billing-hook";
+    let (status, problem) = admin
+        .post("/api/v1/push-endpoints", json!({ "url": url }))
+        .await;
+    assert_eq!(
+        status, 400,
+        "the principal is the operator's decision: {problem}"
+    );
+    assert!(
+        problem["reason"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("principal:"),
+        "{problem}"
+    );
+    let (status, _) = admin
+        .post(
+            "/api/v1/push-endpoints",
+            json!({ "url": url, "principal": "nobody-has-it" }),
+        )
+        .await;
+    assert_eq!(status, 400, "a typo would grant nobody");
+    let (status, registered) = admin
+        .post(
+            "/api/v1/push-endpoints",
+            json!({ "url": url, "principal": "billing" }),
+        )
+        .await;
+    assert_eq!(status, 201, "{registered}");
+    assert_eq!(registered["principal"], "billing");
+
+    let push_to = |name: &str| json!({ "name": name, "filter": "default/#", "mode": "push", "push_url": url });
+    let (status, refused) = Api::of(&app, OTHER)
+        .post("/api/v1/subscriptions", push_to("theirs"))
+        .await;
+    assert_eq!(
+        status, 400,
+        "shipping may not aim at billing's webhook: {refused}"
+    );
+    Api::of(&app, OWNER).create(push_to("mine")).await;
+
+    let (status, listed) = admin.get("/api/v1/push-endpoints").await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        listed["registrations"],
+        json!([{ "url": url, "principal": "billing" }])
+    );
+
+    // Granted to every principal, shipping may; withdrawn, it may no longer.
+    let (status, _) = admin
+        .post(
+            "/api/v1/push-endpoints",
+            json!({ "url": url, "principal": "*" }),
+        )
+        .await;
+    assert_eq!(status, 201);
+    Api::of(&app, OTHER).create(push_to("theirs")).await;
+    let withdrawn = app
+        .client
+        .delete(app.url("/api/v1/push-endpoints"))
+        .bearer_auth(ADMIN)
+        .json(&json!({ "url": url, "principal": "*" }))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(withdrawn.status(), 204);
+    let (status, _) = Api::of(&app, OTHER)
+        .post("/api/v1/subscriptions", push_to("theirs-again"))
+        .await;
+    assert_eq!(status, 400);
+    let (_, listed) = admin.get("/api/v1/push-endpoints").await;
+    assert_eq!(
+        listed["endpoints"],
+        json!([url]),
+        "billing's grant keeps it"
+    );
+    app.stop().await;
+}

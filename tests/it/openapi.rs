@@ -499,7 +499,7 @@ async fn real_answers_fit_their_documented_schemas() {
         .client
         .post(app.url("/api/v1/push-endpoints"))
         .bearer_auth(ADMIN)
-        .body(r#"{"url": "http://127.0.0.1:9/hook"}"#)
+        .body(r#"{"url": "http://127.0.0.1:9/hook", "principal": "*"}"#)
         .send()
         .await
         .expect("API answers");

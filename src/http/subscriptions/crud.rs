@@ -67,12 +67,17 @@ pub async fn create(
     let filter = spec.id.filter().as_str();
     access::within_topics(&consumer(&caller), filter)
         .map_err(|_| beyond_topics(&caller, filter))?;
+    // Only a webhook registered for the caller (or for every principal): a token must not
+    // aim messages at another application's endpoint.
     if let Mode::Push { url, .. } = &spec.rules.mode
-        && !app.store.is_push_endpoint(url).await?
+        && !app.store.may_push_to(&caller.principal, url).await?
     {
         return Err(Problem::field(
             "push_url",
-            format!("{url} is not a registered push endpoint"),
+            format!(
+                "{url} is not a push endpoint registered for {}",
+                caller.principal
+            ),
         ));
     }
     // Counted and created under the admissions lock: two creates at once cannot both take

@@ -195,6 +195,34 @@ impl ReceiverStore for SqliteStore {
         })
     }
 
+    fn may_push_to<'a>(
+        &'a self,
+        principal: &'a str,
+        url: &'a str,
+    ) -> StoreFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let found: Option<i64> = sqlx::query_scalar(
+                "SELECT 1 FROM push_endpoint_grants WHERE url = ? AND principal IN (?, '*')",
+            )
+            .bind(url)
+            .bind(principal)
+            .fetch_optional(&self.pool)
+            .await?;
+            Ok(found.is_some())
+        })
+    }
+
+    fn push_grants<'a>(&'a self) -> StoreFuture<'a, Result<Vec<(String, String)>, StoreError>> {
+        Box::pin(async move {
+            let rows = sqlx::query(
+                "SELECT principal, url FROM push_endpoint_grants ORDER BY url, principal",
+            )
+            .fetch_all(&self.pool)
+            .await?;
+            Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
+        })
+    }
+
     fn is_callback_endpoint<'a>(
         &'a self,
         partner: &'a str,
@@ -220,7 +248,7 @@ impl ReceiverStore for SqliteStore {
         now: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
-            let (partner, url) = (partner.unwrap_or("").to_owned(), url.to_owned());
+            let (partner, url) = (partner.map(str::to_owned), url.to_owned());
             self.keep(move |conn| {
                 let added = match kind {
                     Endpoints::Callback => conn
@@ -228,13 +256,23 @@ impl ReceiverStore for SqliteStore {
                             "INSERT INTO callback_endpoints (partner, url, created_at) \
                          VALUES (?1, ?2, ?3) ON CONFLICT DO NOTHING",
                         )?
-                        .execute(rusqlite::params![partner, url, millis(now)])?,
-                    Endpoints::Push => conn
-                        .prepare_cached(
+                        .execute(rusqlite::params![
+                            partner.as_deref().unwrap_or(""),
+                            url,
+                            millis(now)
+                        ])?,
+                    Endpoints::Push => {
+                        conn.prepare_cached(
                             "INSERT INTO push_endpoints (url, created_at) VALUES (?1, ?2) \
-                         ON CONFLICT DO NOTHING",
+                             ON CONFLICT DO NOTHING",
                         )?
-                        .execute(rusqlite::params![url, millis(now)])?,
+                        .execute(rusqlite::params![url, millis(now)])?;
+                        conn.prepare_cached(
+                            "INSERT INTO push_endpoint_grants (url, principal) VALUES (?1, ?2) \
+                             ON CONFLICT DO NOTHING",
+                        )?
+                        .execute(rusqlite::params![url, partner.as_deref().unwrap_or("*")])?
+                    }
                 };
                 Ok((added == 1, Wakes::NONE))
             })
@@ -249,17 +287,34 @@ impl ReceiverStore for SqliteStore {
         url: &'a str,
     ) -> StoreFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
-            let (partner, url) = (partner.unwrap_or("").to_owned(), url.to_owned());
+            let (partner, url) = (partner.map(str::to_owned), url.to_owned());
             self.keep(move |conn| {
-                let removed = match kind {
-                    Endpoints::Callback => conn
+                let removed = match (kind, partner) {
+                    (Endpoints::Callback, partner) => conn
                         .prepare_cached(
                             "DELETE FROM callback_endpoints WHERE partner = ?1 AND url = ?2",
                         )?
-                        .execute(rusqlite::params![partner, url])?,
-                    Endpoints::Push => conn
-                        .prepare_cached("DELETE FROM push_endpoints WHERE url = ?1")?
-                        .execute([url])?,
+                        .execute(rusqlite::params![partner.unwrap_or_default(), url])?,
+                    (Endpoints::Push, Some(principal)) => {
+                        let removed = conn
+                            .prepare_cached(
+                                "DELETE FROM push_endpoint_grants \
+                                 WHERE url = ?1 AND principal = ?2",
+                            )?
+                            .execute(rusqlite::params![url, principal])?;
+                        conn.prepare_cached(
+                            "DELETE FROM push_endpoints WHERE url = ?1 AND NOT EXISTS \
+                             (SELECT 1 FROM push_endpoint_grants WHERE url = ?1)",
+                        )?
+                        .execute([&url])?;
+                        removed
+                    }
+                    (Endpoints::Push, None) => {
+                        conn.prepare_cached("DELETE FROM push_endpoint_grants WHERE url = ?1")?
+                            .execute([&url])?;
+                        conn.prepare_cached("DELETE FROM push_endpoints WHERE url = ?1")?
+                            .execute([&url])?
+                    }
                 };
                 Ok((removed == 1, Wakes::NONE))
             })

@@ -213,6 +213,34 @@ impl ReceiverStore for PostgresStore {
         })
     }
 
+    fn may_push_to<'a>(
+        &'a self,
+        principal: &'a str,
+        url: &'a str,
+    ) -> StoreFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move {
+            Ok(sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM push_endpoint_grants \
+                 WHERE url = $1 AND principal IN ($2, '*'))",
+            )
+            .bind(url)
+            .bind(principal)
+            .fetch_one(&self.pool)
+            .await?)
+        })
+    }
+
+    fn push_grants<'a>(&'a self) -> StoreFuture<'a, Result<Vec<(String, String)>, StoreError>> {
+        Box::pin(async move {
+            Ok(sqlx::query_as(
+                "SELECT principal, url FROM push_endpoint_grants \
+                 ORDER BY url COLLATE \"C\", principal COLLATE \"C\"",
+            )
+            .fetch_all(&self.pool)
+            .await?)
+        })
+    }
+
     fn is_callback_endpoint<'a>(
         &'a self,
         partner: &'a str,
@@ -238,22 +266,32 @@ impl ReceiverStore for PostgresStore {
     ) -> StoreFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
             let added = match kind {
-                Endpoints::Callback => sqlx::query(
-                    "INSERT INTO callback_endpoints (partner, url, created_at) \
-                     VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
-                )
-                .bind(partner.unwrap_or(""))
-                .bind(url)
-                .bind(millis(now)),
-                Endpoints::Push => sqlx::query(
-                    "INSERT INTO push_endpoints (url, created_at) VALUES ($1, $2) \
-                     ON CONFLICT DO NOTHING",
-                )
-                .bind(url)
-                .bind(millis(now)),
+                Endpoints::Callback => {
+                    sqlx::query(
+                        "INSERT INTO callback_endpoints (partner, url, created_at) \
+                         VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
+                    )
+                    .bind(partner.unwrap_or(""))
+                    .bind(url)
+                    .bind(millis(now))
+                    .execute(&self.pool)
+                    .await?
+                }
+                Endpoints::Push => {
+                    // One statement: the webhook and its grant together.
+                    sqlx::query(
+                        "WITH hook AS (INSERT INTO push_endpoints (url, created_at) \
+                         VALUES ($1, $2) ON CONFLICT DO NOTHING) \
+                         INSERT INTO push_endpoint_grants (url, principal) VALUES ($1, $3) \
+                         ON CONFLICT DO NOTHING",
+                    )
+                    .bind(url)
+                    .bind(millis(now))
+                    .bind(partner.unwrap_or("*"))
+                    .execute(&self.pool)
+                    .await?
+                }
             }
-            .execute(&self.pool)
-            .await?
             .rows_affected();
             Ok(added == 1)
         })
@@ -266,19 +304,47 @@ impl ReceiverStore for PostgresStore {
         url: &'a str,
     ) -> StoreFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
-            let removed = match kind {
-                Endpoints::Callback => {
+            let removed = match (kind, partner) {
+                (Endpoints::Callback, partner) => {
                     sqlx::query("DELETE FROM callback_endpoints WHERE partner = $1 AND url = $2")
                         .bind(partner.unwrap_or(""))
                         .bind(url)
+                        .execute(&self.pool)
+                        .await?
+                        .rows_affected()
                 }
-                Endpoints::Push => {
-                    sqlx::query("DELETE FROM push_endpoints WHERE url = $1").bind(url)
+                (Endpoints::Push, Some(principal)) => {
+                    let mut tx = self.pool.begin().await?;
+                    let removed = sqlx::query(
+                        "DELETE FROM push_endpoint_grants WHERE url = $1 AND principal = $2",
+                    )
+                    .bind(url)
+                    .bind(principal)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                    sqlx::query(
+                        "DELETE FROM push_endpoints WHERE url = $1 AND NOT EXISTS \
+                         (SELECT 1 FROM push_endpoint_grants WHERE url = $1)",
+                    )
+                    .bind(url)
+                    .execute(&mut *tx)
+                    .await?;
+                    tx.commit().await?;
+                    removed
                 }
-            }
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
+                (Endpoints::Push, None) => {
+                    // One statement: the webhook with all its grants.
+                    sqlx::query(
+                        "WITH grants AS (DELETE FROM push_endpoint_grants WHERE url = $1) \
+                         DELETE FROM push_endpoints WHERE url = $1",
+                    )
+                    .bind(url)
+                    .execute(&self.pool)
+                    .await?
+                    .rows_affected()
+                }
+            };
             Ok(removed == 1)
         })
     }
