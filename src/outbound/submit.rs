@@ -147,13 +147,20 @@ pub async fn prepare(
         .map_err(|(field, why)| refuse(&format!("agreement.{field}"), why))?;
     let version = soap_version(request.soap_version.as_deref())?;
     check_body(version, &request.body)?;
-    // Notify URLs are application webhooks: registered like push endpoints, in that registry.
+    // Notify URLs are application webhooks: registered like push endpoints, in that registry,
+    // and only for the principals they are registered for.
     if let Some(url) = &request.notify_url
-        && !sending.store.is_push_endpoint(url).await?
+        && !sending
+            .store
+            .may_push_to(&submitter.principal, url)
+            .await?
     {
         return Err(refuse(
             "notify_url",
-            format!("{url:?} is not a registered webhook (see /api/v1/push-endpoints)"),
+            format!(
+                "{url:?} is not a webhook registered for {} (see /api/v1/push-endpoints)",
+                submitter.principal
+            ),
         ));
     }
     let group = Grouping::of(request.group.as_ref(), checked.message_order)?;
