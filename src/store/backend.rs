@@ -4,6 +4,7 @@
 
 use chrono::{DateTime, Utc};
 
+use super::console::ConsoleStore;
 use super::delivery::DeliveryStore;
 use super::error::StoreError;
 use super::exchange::ExchangeStore;
@@ -16,7 +17,9 @@ use crate::rmp::group::Policy;
 
 /// A storage backend: the three storage traits and the lifecycle operations. `Store` holds
 /// one as `Arc<dyn Backend>`.
-pub trait Backend: ReceiverStore + DeliveryStore + OutboundStore + ExchangeStore {
+pub trait Backend:
+    ReceiverStore + DeliveryStore + OutboundStore + ExchangeStore + ConsoleStore
+{
     fn policy(&self) -> &Policy;
 
     /// This gateway among those sharing the database ("" when it is the only one, as on a

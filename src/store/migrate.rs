@@ -44,6 +44,9 @@ const TABLES: &[&str] = &[
     "deliveries",
     "group_affinity",
     "group_heads",
+    // Console sign-outs: the receipt key (`settings`) is copied, so the console's cookies keep
+    // verifying after the move; a cookie signed out before it must stay refused after it.
+    "console_signouts",
 ];
 
 /// Tables that must be empty in the target: a database already in use is not written to.

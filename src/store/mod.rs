@@ -1,5 +1,6 @@
 //! Durable state, as the rest of the gateway sees it (DESIGN §7): the three storage traits
-//! (`ReceiverStore`, `DeliveryStore`, `OutboundStore`), `Backend` (the three plus lifecycle),
+//! (`ReceiverStore`, `DeliveryStore`, `OutboundStore`; with request-response exchanges and the
+//! console's sign-outs, `ExchangeStore` and `ConsoleStore`), `Backend` (them plus lifecycle),
 //! the rows they speak in and `StoreError`, and `Store`, the facade over one backend. No SQL
 //! and no rules live here: the backends implement the traits (`sqlite/`, the embedded
 //! default; see `sqlite/mod.rs` for its one writer and group commit), and the decisions are
@@ -7,6 +8,7 @@
 
 mod backend;
 mod config;
+pub mod console;
 pub mod delivery;
 mod error;
 pub mod exchange;
@@ -33,6 +35,7 @@ pub use sqlite::group_json;
 
 pub use backend::Backend;
 pub use config::{Database, Durability, StoreConfig};
+pub use console::ConsoleStore;
 pub use delivery::DeliveryStore;
 pub use error::StoreError;
 pub use exchange::{

@@ -1,6 +1,8 @@
 //! The background sweeper: sleeps until the earliest group deadline (expiry, idle, a buffered
 //! message expiring, purge) or until a commit announces an earlier one, then lets the store
-//! apply what is due. No polling loop.
+//! apply what is due. No polling loop. On its way round (at least once a minute) it also
+//! purges what has no deadline of its own: kept request-response answers and console
+//! sign-outs past their keeping.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,8 +16,9 @@ const IDLE_RECHECK: Duration = Duration::from_secs(60);
 /// Pause after a failed pass, so a persistent failure cannot spin the sweeper.
 const AFTER_ERROR: Duration = Duration::from_secs(1);
 
-/// How often request-response answers past their keeping are purged (D16): they carry no
-/// deadline of their own, and a late purge only keeps bytes a little longer.
+/// How often request-response answers past their keeping (D16) and console sign-outs of
+/// sign-ins that ended anyway are purged: they carry no deadline of their own, and a late
+/// purge only keeps bytes a little longer.
 const PURGE_ANSWERS_EVERY: Duration = Duration::from_secs(60);
 
 pub async fn run(store: Store, clock: Arc<dyn Clock>) {
@@ -26,6 +29,10 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>) {
             match store.purge_exchanges(clock.now()).await {
                 Ok(n) => tracing::debug!(purged = n, "purged request-response answers"),
                 Err(e) => tracing::error!(error = %e, "cannot purge request-response answers"),
+            }
+            match store.purge_console_sign_outs(clock.now()).await {
+                Ok(n) => tracing::debug!(purged = n, "purged console sign-outs"),
+                Err(e) => tracing::error!(error = %e, "cannot purge console sign-outs"),
             }
         }
         // Until the wake-up time is set below, any new deadline counts as earlier: a commit

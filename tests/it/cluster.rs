@@ -561,6 +561,57 @@ async fn a_console_sign_in_at_one_gateway_holds_at_the_other() {
     g2.stop().await;
 }
 
+/// Log out at one gateway ends the sign-in at every gateway of the cluster: a copy of the
+/// cookie, good at both before, is refused at the other one on a page and on an action.
+#[tokio::test]
+async fn a_console_sign_out_at_one_gateway_holds_at_the_other() {
+    use crate::console_sign_out::{ADMIN, assert_signed_out, sign_in};
+    use wsr_gateway::config::{ApiToken, Scope};
+    let db = TestDatabase::create().await;
+    let (mut config, clock) = gateway_config(&db);
+    config.tokens = vec![ApiToken::plain(ADMIN, "ops", vec![Scope::Admin])];
+    let g1 = crate::support::start(config.clone(), clock.clone()).await;
+    let g2 = crate::support::start(config, clock).await;
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    let cookie = sign_in(&g1).await;
+    let copy = cookie.clone();
+    for gateway in [&g1, &g2] {
+        let page = client
+            .get(gateway.url("/console"))
+            .header(reqwest::header::COOKIE, &copy)
+            .send()
+            .await
+            .expect("answers");
+        assert_eq!(page.status(), 200, "{}", gateway.addr);
+    }
+    let out = client
+        .post(g1.url("/console/logout"))
+        .header(reqwest::header::COOKIE, &cookie)
+        .header(reqwest::header::ORIGIN, format!("http://{}", g1.addr))
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(out.status(), 200);
+    assert_signed_out(&g2, &copy).await;
+    assert_signed_out(&g1, &copy).await;
+    // A sign-in made at the other gateway is a new one, and holds at both.
+    let fresh = sign_in(&g2).await;
+    for gateway in [&g1, &g2] {
+        let page = client
+            .get(gateway.url("/console"))
+            .header(reqwest::header::COOKIE, &fresh)
+            .send()
+            .await
+            .expect("answers");
+        assert_eq!(page.status(), 200, "{}", gateway.addr);
+    }
+    g1.stop().await;
+    g2.stop().await;
+}
+
 /// A request-response request (D16) sent to one gateway while its copy arrives at the other:
 /// the copy waits for the call the first gateway made, then gets the same bytes; the service
 /// is called once.

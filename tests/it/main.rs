@@ -12,6 +12,7 @@ mod chaos;
 mod cli;
 mod cluster;
 mod console;
+mod console_sign_out;
 mod contract;
 mod crash;
 mod delivery;

@@ -194,3 +194,35 @@ async fn a_sqlite_store_moves_into_postgres_and_carries_on() {
         .expect_err("refused");
     assert!(again.to_string().contains("already holds"), "{again}");
 }
+
+/// `migrate-store` copies the console's sign-outs: the cookies keep verifying after the move
+/// (the store's key goes with `settings`), so one signed out before it stays refused after it.
+#[tokio::test]
+async fn a_console_sign_out_moves_into_postgres_with_the_store() {
+    use wsr_gateway::store::Store;
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let sqlite = StoreConfig {
+        database: Database::Sqlite(dir.path().join("old.db")),
+        durability: Durability::Full,
+        policy: Default::default(),
+    };
+    let until = chrono::Utc::now() + chrono::Duration::hours(1);
+    let nonce = "00112233445566778899aabbccddeeff";
+    {
+        let old = Store::open(&sqlite).await.expect("sqlite");
+        old.sign_out_console(nonce, until).await.expect("recorded");
+        assert!(old.console_signed_out(nonce).await.expect("read"));
+    }
+    let db = TestDatabase::create().await;
+    let migrated = wsr_gateway::store::migrate_store(&sqlite, &db.config())
+        .await
+        .expect("migrated");
+    assert!(
+        migrated.tables.contains(&("console_signouts", 1)),
+        "{migrated}"
+    );
+    let new = Store::open(&db.config()).await.expect("postgres");
+    assert!(new.console_signed_out(nonce).await.expect("read"));
+    assert!(!new.console_signed_out("another").await.expect("read"));
+}

@@ -14,6 +14,8 @@ pub const BACKEND: test_database::TestBackend = test_database::TestBackend::Post
 mod api_security;
 #[path = "../it/bounded.rs"]
 mod bounded;
+#[path = "../it/console_sign_out.rs"]
+mod console_sign_out;
 #[path = "../it/crash.rs"]
 mod crash;
 #[path = "../it/delivery.rs"]

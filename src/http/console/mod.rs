@@ -2,9 +2,10 @@
 //! stylesheet), behind an admin token. This file holds the routes and the door: the login
 //! that checks an admin token as the API does and answers a signed sign-in cookie
 //! (`session.rs`: never the token itself; every gateway of a cluster accepts it, no session
-//! table), the check of that cookie on every request, and the same-origin check on every
-//! POST. The pages are `pages/`; they only call the store and `outbound::operator`, as the
-//! API's handlers do.
+//! table), the log-out that records the sign-in as signed out in the store (so a copy of the
+//! cookie is refused by every gateway), the check of that cookie on every request, and the
+//! same-origin check on every POST. The pages are `pages/`; they only call the store and
+//! `outbound::operator`, as the API's handlers do.
 
 mod html;
 mod pages;
@@ -74,8 +75,9 @@ async fn stylesheet() -> Response {
     response
 }
 
-/// A signed-in operator: a sign-in cookie whose admin token is still configured, now.
-/// Without it the answer is the login page (401).
+/// A signed-in operator: a sign-in cookie whose admin token is still configured, now, and
+/// whose sign-in was not signed out (the store says, for every gateway of a cluster).
+/// Without it the answer is the login page (401); 503 when the store cannot say.
 pub struct Operator(pub Caller);
 
 impl FromRequestParts<AppState> for Operator {
@@ -85,11 +87,35 @@ impl FromRequestParts<AppState> for Operator {
         let Some(value) = cookie_value(&parts.headers) else {
             return Err(login_page(StatusCode::UNAUTHORIZED, None));
         };
-        match session::verify(&app.console_key, value, &app.config.tokens, app.clock.now()) {
-            Ok(token) => Ok(Operator(caller_of(token))),
-            Err(why) => Err(login_page(StatusCode::UNAUTHORIZED, Some(why.to_string()))),
+        let signed_in =
+            session::verify(&app.console_key, value, &app.config.tokens, app.clock.now())
+                .map_err(|why| login_page(StatusCode::UNAUTHORIZED, Some(why.to_string())))?;
+        // Only a cookie we signed costs a read.
+        match app.store.console_signed_out(signed_in.nonce.as_str()).await {
+            Ok(false) => Ok(Operator(caller_of(signed_in.token))),
+            Ok(true) => Err(login_page(
+                StatusCode::UNAUTHORIZED,
+                Some(session::SignInError::SignedOut.to_string()),
+            )),
+            Err(e) => Err(store_unavailable(
+                &e,
+                "the store could not check the sign-in; try again",
+                false,
+            )),
         }
     }
+}
+
+/// The 503 page when the store fails the door (`signed_in`: with the navigation and the
+/// log-out button, to try again).
+fn store_unavailable(e: &dyn std::fmt::Display, why: &str, signed_in: bool) -> Response {
+    crate::store::health::log_store_failure("console answered 503", e);
+    html::page(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Store unavailable",
+        &html::error(why),
+        signed_in,
+    )
 }
 
 /// A POST that may change something: the operator, and a request that comes from the
@@ -193,8 +219,8 @@ fn login_page(status: StatusCode, problem: Option<String>) -> Response {
     }
     body.push_str(
         "<p>Sign in with an API token that has the <code>admin</code> scope. The console \
-         keeps a signed sign-in for this site (not the token) for 12 hours, checked against \
-         the configured tokens on every page.</p>\
+         keeps a signed sign-in for this site (not the token) for 12 hours or until you log \
+         out, checked against the configured tokens on every page.</p>\
          <form method=\"post\" action=\"/console/login\">\
          <label for=\"token\">Admin token</label>\
          <input id=\"token\" name=\"token\" type=\"password\" autocomplete=\"current-password\" required>\
@@ -232,8 +258,14 @@ async fn login(
             return login_page(StatusCode::UNAUTHORIZED, Some(why));
         }
     };
+    let Some(nonce) = session::Nonce::fresh() else {
+        return login_page(
+            StatusCode::SERVICE_UNAVAILABLE,
+            Some("no randomness for a sign-in; try again".into()),
+        );
+    };
     tracing::info!(principal = %configured.principal, "console sign-in");
-    let signed = session::sign(&app.console_key, configured, app.clock.now());
+    let signed = session::sign(&app.console_key, configured, &nonce, app.clock.now());
     let mut response = pages::see_other("/console");
     response.headers_mut().insert(
         header::SET_COOKIE,
@@ -242,8 +274,12 @@ async fn login(
     response
 }
 
-/// `POST /console/logout`: the cookie is cleared (same-origin only, so another site cannot
-/// sign an operator out either).
+/// `POST /console/logout` (same-origin only, so another site cannot sign an operator out
+/// either): the sign-in the cookie holds is recorded as signed out in the store, so that no
+/// gateway takes the cookie again, a copy of it included; then the cookie is cleared. A
+/// cookie we did not sign, or one already ended, records nothing (nobody can fill the table
+/// with made-up sign-ins). When the store cannot record it, the answer is 503 and the cookie
+/// stays, so the operator can log out again.
 async fn logout(
     State(app): State<AppState>,
     host: Option<axum::Extension<super::serve::ForwardedHost>>,
@@ -251,6 +287,24 @@ async fn logout(
 ) -> Response {
     if let Err(refused) = same_origin(&headers, host.as_ref().map(|h| h.0.0.as_str())) {
         return refused.into_response();
+    }
+    let signed_in = cookie_value(&headers).and_then(|value| {
+        session::genuine(&app.console_key, value, &app.config.tokens, app.clock.now()).ok()
+    });
+    if let Some(signed_in) = signed_in {
+        let recorded = app
+            .store
+            .sign_out_console(signed_in.nonce.as_str(), signed_in.expires)
+            .await;
+        if let Err(e) = recorded {
+            return store_unavailable(
+                &e,
+                "Not signed out: the store could not record it, so the sign-in still holds. \
+                 Log out again.",
+                true,
+            );
+        }
+        tracing::info!(principal = %signed_in.token.principal, "console sign-out");
     }
     let mut response = login_page(StatusCode::OK, None);
     response

@@ -1,9 +1,12 @@
-//! The console's sign-in cookie. It never holds the token: it names the principal and when it
-//! ends, signed (HMAC-SHA256) together with what the configuration holds for the token it was
-//! signed in with. The key is derived from the store's secret (the one receipts are signed
-//! with), so every gateway of a cluster accepts the cookie without a session table. A cookie
-//! is therefore worth nothing as an API token, ends after `LIFETIME_HOURS`, and stops working
-//! at once when its token leaves the configuration, changes, or loses the admin scope.
+//! The console's sign-in cookie. It never holds the token: it names the principal, the
+//! sign-in (a random nonce of its own) and when it ends, signed (HMAC-SHA256) together with
+//! what the configuration holds for the token it was signed in with. The key is derived from
+//! the store's secret (the one receipts are signed with), so every gateway of a cluster
+//! accepts the cookie without a session table. A cookie is therefore worth nothing as an API
+//! token, ends after `LIFETIME_HOURS`, and stops working at once when its token leaves the
+//! configuration, changes, or loses the admin scope. Log out ends it too: its nonce is
+//! recorded as signed out in the store (`ConsoleStore`), which every gateway reads before it
+//! takes a cookie that verifies here.
 
 use aws_lc_rs::hmac;
 use chrono::{DateTime, Duration, Utc};
@@ -17,6 +20,9 @@ pub const LIFETIME_HOURS: i64 = 12;
 
 /// The longest principal a cookie names (configured principals are far shorter).
 const MAX_PRINCIPAL_BYTES: usize = 256;
+
+/// The random bytes naming one sign-in.
+const NONCE_BYTES: usize = 16;
 
 /// The console's signing key.
 pub struct ConsoleKey(hmac::Key);
@@ -42,6 +48,35 @@ pub enum SignInError {
     TokenGone,
     #[error("the token it was made with no longer has the admin scope")]
     NotAdmin,
+    /// Decided by the caller, from the store: the sign-in's nonce was signed out.
+    #[error("the sign-in ended with Log out; sign in again")]
+    SignedOut,
+}
+
+/// One sign-in's nonce: random, in lowercase hex. It names the sign-in in the store when it
+/// is signed out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Nonce(String);
+
+impl Nonce {
+    /// A new sign-in's nonce; `None` when the system has no randomness to give.
+    pub fn fresh() -> Option<Nonce> {
+        let mut bytes = [0u8; NONCE_BYTES];
+        aws_lc_rs::rand::fill(&mut bytes).ok()?;
+        Some(Nonce(lower_hex(&bytes)))
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A cookie that verified: the configured token it was signed for, its sign-in and when
+/// that ends.
+pub struct SignIn<'a> {
+    pub token: &'a ApiToken,
+    pub nonce: Nonce,
+    pub expires: DateTime<Utc>,
 }
 
 /// What is signed: the cookie's own text, then the configured form of its token.
@@ -65,31 +100,47 @@ fn signed_bytes(body: &str, token: &Stored) -> Vec<u8> {
     bytes
 }
 
-/// The cookie value for `token` (the configured token just used to sign in), valid until
-/// `now + LIFETIME_HOURS`: `v1.{expiry ms}.{hex principal}.{hex mac}`.
-pub fn sign(key: &ConsoleKey, token: &ApiToken, now: DateTime<Utc>) -> String {
+/// The cookie value for `token` (the configured token just used to sign in) and the new
+/// sign-in `nonce`, valid until `now + LIFETIME_HOURS`:
+/// `v2.{expiry ms}.{nonce}.{hex principal}.{hex mac}`.
+pub fn sign(key: &ConsoleKey, token: &ApiToken, nonce: &Nonce, now: DateTime<Utc>) -> String {
     let expires = (now + Duration::hours(LIFETIME_HOURS)).timestamp_millis();
-    let body = format!("v1.{expires}.{}", lower_hex(token.principal.as_bytes()));
+    let body = format!(
+        "v2.{expires}.{}.{}",
+        nonce.as_str(),
+        lower_hex(token.principal.as_bytes())
+    );
     let mac = hmac::sign(&key.0, &signed_bytes(&body, &token.secret));
     format!("{body}.{}", lower_hex(mac.as_ref()))
 }
 
-/// The configured admin token a cookie value was signed for, if it still signs in at `now`.
-pub fn verify<'a>(
+/// The sign-in a cookie value holds, if we signed it for a configured token and it has not
+/// ended by `now` (whatever that token's scopes are now). Log out revokes what this returns.
+/// (A cookie of the first format, without a nonce, is `Malformed`: it could not be signed
+/// out, so it is not taken either.)
+pub fn genuine<'a>(
     key: &ConsoleKey,
     value: &str,
     tokens: &'a [ApiToken],
     now: DateTime<Utc>,
-) -> Result<&'a ApiToken, SignInError> {
+) -> Result<SignIn<'a>, SignInError> {
     let (body, mac) = value.rsplit_once('.').ok_or(SignInError::Malformed)?;
     let mac = from_hex(mac, 32).ok_or(SignInError::Malformed)?;
     let mut parts = body.split('.');
-    let (Some("v1"), Some(expires), Some(principal), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
+    let (Some("v2"), Some(expires), Some(nonce), Some(principal), None) = (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) else {
         return Err(SignInError::Malformed);
     };
     let expires: i64 = expires.parse().map_err(|_| SignInError::Malformed)?;
+    let nonce = from_hex(nonce, NONCE_BYTES)
+        .filter(|b| b.len() == NONCE_BYTES)
+        .map(|b| Nonce(lower_hex(&b)))
+        .ok_or(SignInError::Malformed)?;
     let principal = from_hex(principal, MAX_PRINCIPAL_BYTES)
         .and_then(|b| String::from_utf8(b).ok())
         .ok_or(SignInError::Malformed)?;
@@ -101,10 +152,27 @@ pub fn verify<'a>(
     if now.timestamp_millis() >= expires {
         return Err(SignInError::Expired);
     }
-    if !signed_for.scopes.contains(&Scope::Admin) {
+    let expires = DateTime::from_timestamp_millis(expires).ok_or(SignInError::Malformed)?;
+    Ok(SignIn {
+        token: signed_for,
+        nonce,
+        expires,
+    })
+}
+
+/// The sign-in a cookie value holds, if it still signs an admin in at `now`, as far as the
+/// cookie and the configuration tell: whether it was signed out is the store's to say.
+pub fn verify<'a>(
+    key: &ConsoleKey,
+    value: &str,
+    tokens: &'a [ApiToken],
+    now: DateTime<Utc>,
+) -> Result<SignIn<'a>, SignInError> {
+    let signed_in = genuine(key, value, tokens, now)?;
+    if !signed_in.token.scopes.contains(&Scope::Admin) {
         return Err(SignInError::NotAdmin);
     }
-    Ok(signed_for)
+    Ok(signed_in)
 }
 
 #[cfg(test)]
@@ -126,20 +194,27 @@ mod tests {
         DateTime::from_timestamp(1_900_000_000, 0).unwrap_or_default()
     }
 
+    fn nonce() -> Nonce {
+        Nonce::fresh().expect("randomness")
+    }
+
     #[test]
     fn a_cookie_names_its_token_without_holding_it_and_ends_with_its_lifetime() {
         let key = ConsoleKey::derive(b"the store's secret");
         let ops = token("ops-token-0123456789", "ops", vec![Scope::Admin]);
         let tokens = vec![token("app-token", "app", vec![Scope::Produce]), ops.clone()];
-        let cookie = sign(&key, &ops, t0());
+        let signed_in = nonce();
+        let cookie = sign(&key, &ops, &signed_in, t0());
         assert!(!cookie.contains("ops-token"), "{cookie}");
         assert!(
             !cookie.contains(&lower_hex(b"ops-token-0123456789")),
             "{cookie}"
         );
-        let found = verify(&key, &cookie, &tokens, t0()).map(|t| t.principal.as_str());
-        assert_eq!(found, Ok("ops"));
+        let found = verify(&key, &cookie, &tokens, t0()).expect("signs in");
+        assert_eq!(found.token.principal, "ops");
+        assert_eq!(found.nonce, signed_in, "the sign-in it names");
         let later = t0() + Duration::hours(LIFETIME_HOURS);
+        assert_eq!(found.expires, later);
         assert_eq!(
             verify(&key, &cookie, &tokens, later).err(),
             Some(SignInError::Expired)
@@ -147,10 +222,20 @@ mod tests {
     }
 
     #[test]
+    fn every_sign_in_has_a_nonce_of_its_own() {
+        let key = ConsoleKey::derive(b"the store's secret");
+        let ops = token("ops-token-0123456789", "ops", vec![Scope::Admin]);
+        let (a, b) = (nonce(), nonce());
+        assert_ne!(a, b);
+        assert_eq!(a.as_str().len(), 2 * NONCE_BYTES);
+        assert_ne!(sign(&key, &ops, &a, t0()), sign(&key, &ops, &b, t0()));
+    }
+
+    #[test]
     fn a_cookie_fails_once_its_token_changes_or_loses_admin_and_cannot_be_forged() {
         let key = ConsoleKey::derive(b"the store's secret");
         let ops = token("ops-token-0123456789", "ops", vec![Scope::Admin]);
-        let cookie = sign(&key, &ops, t0());
+        let cookie = sign(&key, &ops, &nonce(), t0());
         let rotated = vec![token("ops-token-rotated", "ops", vec![Scope::Admin])];
         assert_eq!(
             verify(&key, &cookie, &rotated, t0()).err(),
@@ -161,27 +246,43 @@ mod tests {
             verify(&key, &cookie, &demoted, t0()).err(),
             Some(SignInError::NotAdmin)
         );
+        // Still a genuine sign-in, which Log out can end (or the scope would bring it back).
+        assert!(genuine(&key, &cookie, &demoted, t0()).is_ok());
         let tokens = vec![ops.clone()];
         let other_store = ConsoleKey::derive(b"another store");
         assert_eq!(
             verify(&other_store, &cookie, &tokens, t0()).err(),
             Some(SignInError::TokenGone)
         );
-        // A later expiry, or another principal, under the old MAC.
+        // A later expiry, another sign-in, or another principal, under the old MAC.
         let (body, mac) = cookie.rsplit_once('.').unwrap_or_default();
-        let mut parts: Vec<&str> = body.split('.').collect();
         let later = (t0() + Duration::days(365)).timestamp_millis().to_string();
-        parts[1] = &later;
-        let stretched = format!("{}.{mac}", parts.join("."));
+        let other = nonce();
+        for (at, value) in [(1, later.as_str()), (2, other.as_str())] {
+            let mut parts: Vec<&str> = body.split('.').collect();
+            parts[at] = value;
+            let changed = format!("{}.{mac}", parts.join("."));
+            assert_eq!(
+                verify(&key, &changed, &tokens, t0()).err(),
+                Some(SignInError::TokenGone),
+                "{changed}"
+            );
+        }
+        // The first format (no nonce, so no sign-out) is not taken.
+        let parts: Vec<&str> = body.split('.').collect();
+        let v1 = format!("v1.{}.{}.{mac}", parts[1], parts[3]);
         assert_eq!(
-            verify(&key, &stretched, &tokens, t0()).err(),
-            Some(SignInError::TokenGone)
+            verify(&key, &v1, &tokens, t0()).err(),
+            Some(SignInError::Malformed)
         );
+        let short_nonce = format!("v2.{}.00.{}.{mac}", parts[1], parts[3]);
         for junk in [
             "",
             "v1",
             "v1.1.2.3",
+            "v2.1.2.3.4",
             "v2.1.6f7073.00",
+            &short_nonce,
             &format!("{cookie}.00"),
         ] {
             assert!(verify(&key, junk, &tokens, t0()).is_err(), "{junk}");

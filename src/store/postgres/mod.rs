@@ -17,6 +17,7 @@
 //! from this file, and nothing they import imports them back.
 
 mod backend;
+mod console;
 mod delivery;
 mod exchange;
 mod failure;

@@ -18,6 +18,7 @@ mod backend;
 mod batch;
 mod change;
 mod checkpointer;
+mod console;
 mod delivery;
 mod exchange;
 mod group_index;

@@ -1,0 +1,51 @@
+//! `ConsoleStore` for SQLite: sign-outs written through the writer (`keep`, answered after
+//! the commit), read from the pool.
+
+use chrono::{DateTime, Utc};
+use rusqlite::params;
+
+use super::{SqliteStore, Wakes};
+use crate::store::console::ConsoleStore;
+use crate::store::error::StoreError;
+use crate::store::future::StoreFuture;
+use crate::store::time::millis;
+
+impl ConsoleStore for SqliteStore {
+    crate::store::console::console_reads!();
+
+    fn sign_out_console<'a>(
+        &'a self,
+        nonce: &'a str,
+        until: DateTime<Utc>,
+    ) -> StoreFuture<'a, Result<(), StoreError>> {
+        let nonce = nonce.to_owned();
+        let until = millis(until);
+        Box::pin(async move {
+            self.keep(move |conn| {
+                conn.prepare_cached(
+                    "INSERT INTO console_signouts (nonce, until) VALUES (?1, ?2) \
+                     ON CONFLICT (nonce) DO NOTHING",
+                )?
+                .execute(params![nonce, until])?;
+                Ok(((), Wakes::NONE))
+            })
+            .await
+        })
+    }
+
+    fn purge_console_sign_outs<'a>(
+        &'a self,
+        now: DateTime<Utc>,
+    ) -> StoreFuture<'a, Result<u64, StoreError>> {
+        let now = millis(now);
+        Box::pin(async move {
+            self.keep(move |conn| {
+                let purged = conn
+                    .prepare_cached("DELETE FROM console_signouts WHERE until < ?1")?
+                    .execute(params![now])?;
+                Ok((purged as u64, Wakes::NONE))
+            })
+            .await
+        })
+    }
+}
