@@ -1065,10 +1065,10 @@ async fn push_accepts_on_2xx_rejects_on_4xx_retries_5xx_and_timeouts_with_backof
     assert!(hook.quiet(300).await, "nothing accepted comes again");
 }
 
-#[tokio::test]
-async fn push_concurrency_is_bounded() {
-    let app = gateway().await;
-    let api = Api::of(&app, OWNER);
+/// Pushes `count` singletons through a push subscription of `push_concurrency` to a webhook
+/// that holds each POST 100 ms: the most POSTs it saw in flight at once.
+async fn most_pushes_at_once(app: &TestApp, push_concurrency: u32, count: usize) -> usize {
+    let api = Api::of(app, OWNER);
     let mut hook = webhook(vec![], 100).await;
     app.store
         .add_endpoint(Endpoints::Push, None, &hook.url, app.clock.now_utc())
@@ -1076,15 +1076,21 @@ async fn push_concurrency_is_bounded() {
         .expect("register");
     api.create(json!({
         "name": "hooked", "filter": "default/#", "mode": "push", "push_url": hook.url,
-        "push_concurrency": 2,
+        "push_concurrency": push_concurrency,
     }))
     .await;
-    deliver_singletons(&app, "Order", 8).await;
+    deliver_singletons(app, "Order", count).await;
     let mut seen = BTreeSet::new();
-    while seen.len() < 8 {
+    while seen.len() < count {
         seen.insert(hook.next().await["offset"].as_i64().expect("offset"));
     }
-    let max = hook.max_concurrent.load(Ordering::SeqCst);
+    hook.max_concurrent.load(Ordering::SeqCst)
+}
+
+#[tokio::test]
+async fn push_concurrency_is_bounded() {
+    let app = gateway().await;
+    let max = most_pushes_at_once(&app, 2, 8).await;
     assert!((1..=2).contains(&max), "at most 2 in flight, saw {max}");
 }
 
@@ -1145,23 +1151,7 @@ async fn push_in_flight_is_bounded_in_bytes_as_well_as_in_count() {
         c.delivery.max_push_bytes_in_flight = 100;
     })
     .await;
-    let api = Api::of(&app, OWNER);
-    let mut hook = webhook(vec![], 100).await;
-    app.store
-        .add_endpoint(Endpoints::Push, None, &hook.url, app.clock.now_utc())
-        .await
-        .expect("register");
-    api.create(json!({
-        "name": "hooked", "filter": "default/#", "mode": "push", "push_url": hook.url,
-        "push_concurrency": 8,
-    }))
-    .await;
-    deliver_singletons(&app, "Order", 5).await;
-    let mut seen = BTreeSet::new();
-    while seen.len() < 5 {
-        seen.insert(hook.next().await["offset"].as_i64().expect("offset"));
-    }
-    let max = hook.max_concurrent.load(Ordering::SeqCst);
+    let max = most_pushes_at_once(&app, 8, 5).await;
     assert_eq!(
         max, 1,
         "the byte bound lets one through at a time, saw {max}"
