@@ -527,10 +527,17 @@ impl Partners {
             let (user, password) = decoded
                 .split_once(':')
                 .ok_or(Unidentified::Wrong("unreadable Basic credentials"))?;
-            let partner = self
+            let Some(partner) = self
                 .iter()
                 .find(|p| p.inbound.username == user && p.inbound.password.is_some())
-                .ok_or(wrong)?;
+            else {
+                // A user nobody is costs what a wrong password costs: the time taken does not
+                // tell which users exist.
+                if let Some(like) = self.iter().find_map(|p| p.inbound.password.as_ref()) {
+                    self.verifier.refuse_like(like, password).await;
+                }
+                return Err(wrong);
+            };
             match &partner.inbound.password {
                 Some(stored) if self.verifier.matches(stored, password).await => Ok(partner),
                 _ => Err(wrong),
@@ -660,6 +667,67 @@ mod tests {
                 .is_err(),
             "two different partners"
         );
+    }
+
+    /// Basic credentials naming a user nobody is cost one argon2 check, as a wrong password
+    /// does (review item 9): the time taken does not tell which users exist.
+    #[tokio::test]
+    async fn an_unknown_user_costs_what_a_wrong_password_costs() {
+        let acme = partner(
+            "acme",
+            PartnerConfig {
+                channels: vec!["orders".into()],
+                password_hash: Some(crate::secrets::hash_secret("pw-of-acme").expect("hash")),
+                ..PartnerConfig::default()
+            },
+        );
+        let verifier = Verifier::default();
+        let partners = Partners::new([acme], verifier.clone());
+        let basic = |user: &str, pw: &str| {
+            let value = format!("Basic {}", base64_encode(format!("{user}:{pw}").as_bytes()));
+            let partners = &partners;
+            async move {
+                partners
+                    .identify(Presented {
+                        authorization: Some(value.as_bytes()),
+                        certificate: None,
+                    })
+                    .await
+                    .map(|p| p.map(|p| p.name.clone()))
+            }
+        };
+        for (user, password) in [
+            ("acme", "wrong"),
+            ("nobody", "wrong"),
+            ("nobody", "pw-of-acme"),
+            ("", ""),
+        ] {
+            let before = verifier.hashes_computed();
+            let refused = basic(user, password).await;
+            assert_eq!(
+                refused,
+                Err(Unidentified::Wrong("wrong credentials")),
+                "{user}:{password}"
+            );
+            assert_eq!(
+                verifier.hashes_computed(),
+                before + 1,
+                "{user}:{password} cost one check"
+            );
+        }
+        assert_eq!(basic("acme", "pw-of-acme").await, Ok(Some("acme".into())));
+        // With no partner that has a password there is no user to tell apart: no check.
+        let nobody = Partners::new([], verifier.clone());
+        let before = verifier.hashes_computed();
+        let value = format!("Basic {}", base64_encode(b"acme:pw-of-acme"));
+        let refused = nobody
+            .identify(Presented {
+                authorization: Some(value.as_bytes()),
+                certificate: None,
+            })
+            .await;
+        assert!(refused.is_err());
+        assert_eq!(verifier.hashes_computed(), before);
     }
 
     #[test]

@@ -1,17 +1,20 @@
 //! Secrets the gateway checks (partners' passwords and bearer tokens, API tokens) and secrets it
 //! presents (our credentials towards partners): where they come from (the config, a file, an
 //! environment variable), how a presented one is matched (constant time; argon2 PHC hashes,
-//! with a bounded cache so that a partner's every request does not cost a hash), and the
-//! `hash-secret` helper. No secret ever reaches a log: `Secret`'s `Debug` prints nothing of it.
+//! with a bounded cache so that a partner's every request does not cost a hash, computed on
+//! two threads of their own that keep their memory), and the `hash-secret` helper. No secret
+//! ever reaches a log: `Secret`'s `Debug` prints nothing of it.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, mpsc};
 
 use anyhow::{Context as _, bail};
-use argon2::password_hash::{PasswordHash, PasswordHasher as _, PasswordVerifier as _, SaltString};
+use argon2::password_hash::{self, PasswordHash, PasswordHasher as _, SaltString};
+use argon2::{Algorithm, Argon2, Block, Params, Version};
 use aws_lc_rs::digest;
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
 /// A secret value: compared and sent, never printed.
 #[derive(Clone, PartialEq, Eq)]
@@ -98,6 +101,14 @@ impl Stored {
                 parsed.algorithm
             );
         }
+        let argon = ArgonHash::parse(phc).map_err(|e| anyhow::anyhow!("{key}: {e}"))?;
+        if argon.context.params().block_count() > MAX_HASH_BLOCKS {
+            bail!(
+                "{key}: the hash asks for more than {} MiB of memory per check (m={})",
+                MAX_HASH_BLOCKS / 1024,
+                argon.context.params().m_cost()
+            );
+        }
         Ok(Stored::Hash(phc.to_owned()))
     }
 
@@ -118,24 +129,22 @@ impl Stored {
 const VERIFIED_CACHE_ENTRIES: usize = 4096;
 
 /// Argon2 verifications at once: each costs ~20 MiB and tens of milliseconds of a core, so
-/// a flood of wrong passwords may slow logins down but not exhaust memory or every core.
+/// a flood of wrong passwords may slow logins down but not exhaust memory or every core. It is
+/// also the number of threads that compute them, each keeping its memory for the next.
 const HASHING_AT_ONCE: usize = 2;
 
+/// The most memory one configured hash may ask for, in argon2 blocks of 1 KiB (1 GiB; the
+/// default parameters of `hash-secret` ask for 19 MiB). Each hashing thread keeps as much as
+/// the largest configured hash asks for.
+const MAX_HASH_BLOCKS: usize = 1024 * 1024;
+
 /// Matches presented secrets against stored ones. One per gateway, cheap to clone.
-#[derive(Clone)]
+#[derive(Clone, Default)]
 pub struct Verifier {
     /// SHA-256 of (stored hash, presented secret) pairs that verified.
     verified: Arc<Mutex<HashMap<[u8; 32], ()>>>,
-    hashing: Arc<Semaphore>,
-}
-
-impl Default for Verifier {
-    fn default() -> Self {
-        Verifier {
-            verified: Arc::default(),
-            hashing: Arc::new(Semaphore::new(HASHING_AT_ONCE)),
-        }
-    }
+    /// Argon2 hashes this verifier had computed (its tests' witness).
+    hashed: Arc<AtomicU64>,
 }
 
 impl Verifier {
@@ -152,7 +161,7 @@ impl Verifier {
                 if self.remembered(&key) {
                     return true;
                 }
-                let Ok(_permit) = self.hashing.acquire().await else {
+                let Some(permit) = Hashers::get().permit().await else {
                     return false;
                 };
                 // Many connections of one partner arrive at once with the same secret: those
@@ -160,16 +169,57 @@ impl Verifier {
                 if self.remembered(&key) {
                     return true;
                 }
-                let (phc, presented) = (phc.clone(), presented.to_owned());
-                let ok = tokio::task::spawn_blocking(move || verify_phc(&phc, &presented))
-                    .await
-                    .unwrap_or(false);
+                let ok = self.hash_check(permit, phc.clone(), presented).await;
                 if ok {
                     self.remember(key);
                 }
                 ok
             }
         }
+    }
+
+    /// Spends on `presented` what a wrong secret for `like` (a configured one) costs, and
+    /// refuses it: for a user name that matches nobody, so that its refusal takes as long as
+    /// a wrong password's and the time taken does not tell which users exist. For a hash, the
+    /// check runs against a fixed hash with the same parameters that nothing matches.
+    pub async fn refuse_like(&self, like: &Stored, presented: &str) {
+        match like {
+            Stored::Hash(phc) => {
+                let Some(dummy) = hash_like(phc) else {
+                    return;
+                };
+                if let Some(permit) = Hashers::get().permit().await {
+                    self.hash_check(permit, dummy, presented).await;
+                }
+            }
+            // A comparison (after a SHA-256), whatever its outcome.
+            Stored::Plain(_) | Stored::Sha256(_) => {
+                std::hint::black_box(self.matches(like, presented).await);
+            }
+        }
+    }
+
+    /// The argon2 hashes this verifier (and its clones) had computed.
+    pub fn hashes_computed(&self) -> u64 {
+        self.hashed.load(Ordering::Relaxed)
+    }
+
+    /// Verifies on one of the hashing threads, holding `permit` until it is done (also when
+    /// the caller stops waiting, so no more than `HASHING_AT_ONCE` are ever queued or run).
+    async fn hash_check(&self, permit: OwnedSemaphorePermit, phc: String, presented: &str) -> bool {
+        let (answer, answered) = oneshot::channel();
+        let job = HashJob {
+            phc,
+            presented: Secret::new(presented),
+            answer,
+            _permit: permit,
+        };
+        if !Hashers::get().run(job) {
+            return false;
+        }
+        let ok = answered.await;
+        self.hashed.fetch_add(1, Ordering::Relaxed);
+        ok.unwrap_or(false)
     }
 
     fn remembered(&self, key: &[u8; 32]) -> bool {
@@ -200,13 +250,149 @@ fn cache_key(phc: &str, presented: &str) -> [u8; 32] {
     key
 }
 
-fn verify_phc(phc: &str, presented: &str) -> bool {
-    match PasswordHash::new(phc) {
-        Ok(hash) => argon2::Argon2::default()
-            .verify_password(presented.as_bytes(), &hash)
-            .is_ok(),
-        Err(_) => false,
+/// One argon2 check for a hashing thread.
+struct HashJob {
+    phc: String,
+    presented: Secret,
+    answer: oneshot::Sender<bool>,
+    _permit: OwnedSemaphorePermit,
+}
+
+/// The process's argon2 checks: `HASHING_AT_ONCE` threads of their own, each with memory
+/// blocks that it reuses from one check to the next. (`Argon2::verify_password` allocates its
+/// ~19 MiB afresh per check; run on tokio's blocking threads, each thread's allocator arena
+/// kept them, and a flood of wrong passwords grew the gateway by hundreds of MiB for good.)
+/// One set for the whole process, whatever the number of gateways in it.
+struct Hashers {
+    permits: Arc<Semaphore>,
+    jobs: mpsc::Sender<HashJob>,
+}
+
+impl Hashers {
+    fn get() -> &'static Hashers {
+        static HASHERS: OnceLock<Hashers> = OnceLock::new();
+        HASHERS.get_or_init(|| {
+            let (jobs, queue) = mpsc::channel::<HashJob>();
+            let queue = Arc::new(Mutex::new(queue));
+            for i in 0..HASHING_AT_ONCE {
+                let queue = Arc::clone(&queue);
+                let started = std::thread::Builder::new()
+                    .name(format!("wsr-argon2-{i}"))
+                    .spawn(move || hashing_thread(&queue));
+                if let Err(e) = started {
+                    tracing::error!("cannot start a password-hashing thread: {e}");
+                }
+            }
+            Hashers {
+                permits: Arc::new(Semaphore::new(HASHING_AT_ONCE)),
+                jobs,
+            }
+        })
     }
+
+    async fn permit(&self) -> Option<OwnedSemaphorePermit> {
+        Arc::clone(&self.permits).acquire_owned().await.ok()
+    }
+
+    /// Hands `job` to a hashing thread; false if none is left to take it.
+    fn run(&self, job: HashJob) -> bool {
+        self.jobs.send(job).is_ok()
+    }
+}
+
+fn hashing_thread(queue: &Mutex<mpsc::Receiver<HashJob>>) {
+    let mut memory: Vec<Block> = Vec::new();
+    loop {
+        let next = match queue.lock() {
+            Ok(queue) => queue.recv(),
+            Err(_) => return,
+        };
+        let Ok(job) = next else {
+            return;
+        };
+        if job.answer.is_closed() {
+            continue; // Nobody waits for it (the request went away).
+        }
+        let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            verify_phc(&mut memory, &job.phc, job.presented.expose().as_bytes())
+        }))
+        .unwrap_or(false);
+        let _ = job.answer.send(ok);
+    }
+}
+
+/// A PHC string taken apart for argon2.
+struct ArgonHash {
+    context: Argon2<'static>,
+    salt: Vec<u8>,
+    expected: Vec<u8>,
+}
+
+impl ArgonHash {
+    /// As `PasswordVerifier::verify_password` reads it: the algorithm, version (default
+    /// 0x13), parameters, salt and hash of the string.
+    fn parse(phc: &str) -> Result<ArgonHash, String> {
+        let hash = PasswordHash::new(phc).map_err(|e| format!("not a PHC-format hash ({e})"))?;
+        let unusable = |e: &dyn std::fmt::Display| format!("not a usable argon2 hash ({e})");
+        let algorithm = Algorithm::try_from(hash.algorithm).map_err(|e| unusable(&e))?;
+        let version = match hash.version {
+            Some(v) => Version::try_from(v).map_err(|e| unusable(&e))?,
+            None => Version::default(),
+        };
+        let params = Params::try_from(&hash).map_err(|e| unusable(&e))?;
+        let (Some(salt), Some(expected)) = (hash.salt, hash.hash) else {
+            return Err("not a usable argon2 hash (no salt or no hash)".into());
+        };
+        let mut salt_bytes = [0u8; 64];
+        let salt = salt.decode_b64(&mut salt_bytes).map_err(|e| unusable(&e))?;
+        Ok(ArgonHash {
+            context: Argon2::new(algorithm, version, params),
+            salt: salt.to_vec(),
+            expected: expected.as_bytes().to_vec(),
+        })
+    }
+}
+
+/// Whether `presented` hashes to `phc`, computed in `memory` (grown to what the hash asks
+/// for, and kept), compared in constant time.
+fn verify_phc(memory: &mut Vec<Block>, phc: &str, presented: &[u8]) -> bool {
+    let Ok(hash) = ArgonHash::parse(phc) else {
+        return false;
+    };
+    let blocks = hash.context.params().block_count();
+    if blocks > MAX_HASH_BLOCKS {
+        return false;
+    }
+    if memory.len() < blocks {
+        memory.resize(blocks, Block::default());
+    }
+    let mut computed = vec![0u8; hash.expected.len()];
+    hash.context
+        .hash_password_into_with_memory(presented, &hash.salt, &mut computed, &mut memory[..blocks])
+        .is_ok()
+        && constant_time_eq(&computed, &hash.expected)
+    // (The blocks are not cleared: the first pass of the next check overwrites every one.)
+}
+
+/// A PHC string with the algorithm, version, parameters, salt length and hash length of
+/// `phc`, but a fixed salt and a hash of zeros: what a user name nobody has is checked
+/// against. Nothing is known to hash to it, and a match would be refused anyway.
+fn hash_like(phc: &str) -> Option<String> {
+    const SALT: &[u8; 64] = b"wsr-gateway: the hash a user name that matches nobody is checked";
+    let hash = PasswordHash::new(phc).ok()?;
+    let mut salt_bytes = [0u8; 64];
+    let salt_len = hash.salt?.decode_b64(&mut salt_bytes).ok()?.len();
+    let salt = SaltString::encode_b64(&SALT[..salt_len]).ok()?;
+    let zeros = [0u8; password_hash::Output::MAX_LENGTH];
+    let output = password_hash::Output::new(&zeros[..hash.hash?.len()]).ok()?;
+    let dummy = PasswordHash {
+        algorithm: hash.algorithm,
+        version: hash.version,
+        params: hash.params.clone(),
+        salt: Some(salt.as_salt()),
+        hash: Some(output),
+    };
+    Some(dummy.to_string())
 }
 
 /// Compares without an early exit, so the time taken does not tell how much matched.
@@ -280,10 +466,139 @@ mod tests {
         assert!(!verifier.matches(&plain, "ab").await);
     }
 
+    /// A PHC string for `secret` with other parameters than `hash-secret`'s.
+    fn hash_with(secret: &str, algorithm: Algorithm, version: Version, params: Params) -> String {
+        let salt = SaltString::encode_b64(b"some salt, 20 bytes").expect("salt");
+        Argon2::new(algorithm, version, params)
+            .hash_password(secret.as_bytes(), &salt)
+            .expect("hash")
+            .to_string()
+    }
+
+    /// The hashing threads' check gives argon2's own verdict (`verify_password`) for the
+    /// parameters of `hash-secret` and others, in one memory reused throughout (small, big,
+    /// small and big again: what a check leaves in it never changes the next one's verdict).
+    #[tokio::test]
+    async fn pooled_checks_agree_with_argon2_in_reused_memory() {
+        use argon2::PasswordVerifier as _;
+        let default = hash_secret("correct horse").expect("hash");
+        let small = hash_with(
+            "correct horse",
+            Algorithm::Argon2i,
+            Version::V0x10,
+            Params::new(64, 3, 2, Some(16)).expect("params"),
+        );
+        let argon2d = hash_with(
+            "correct horse",
+            Algorithm::Argon2d,
+            Version::V0x13,
+            Params::new(256, 1, 4, Some(64)).expect("params"),
+        );
+        let mut memory = Vec::new();
+        for phc in [&small, &default, &argon2d, &small, &default] {
+            // (argon2's own check of the default hash is left out: it is slow without
+            // optimisation, and its verdict is known.)
+            let presenteds: &[&str] = if phc == &default {
+                &["correct horse", "wrong horse"]
+            } else {
+                &["correct horse", "wrong horse", "", "correct horse "]
+            };
+            for presented in presenteds {
+                let expected = *presented == "correct horse";
+                if phc != &default {
+                    let theirs = Argon2::default().verify_password(
+                        presented.as_bytes(),
+                        &PasswordHash::new(phc).expect("phc"),
+                    );
+                    assert_eq!(theirs.is_ok(), expected, "{phc} {presented:?}");
+                }
+                assert_eq!(
+                    verify_phc(&mut memory, phc, presented.as_bytes()),
+                    expected,
+                    "{phc} {presented:?}"
+                );
+            }
+        }
+        assert_eq!(
+            memory.len(),
+            Params::DEFAULT.block_count(),
+            "the memory grew once, to the largest hash"
+        );
+
+        // On the threads, 8 at once, each verdict is right; a verdict found is remembered.
+        let verifier = Verifier::default();
+        let stored = Stored::hash("token_hash", &default).expect("valid PHC");
+        let checks = (0..8).map(|i| {
+            let (verifier, stored) = (verifier.clone(), stored.clone());
+            let presented = if i % 4 == 0 {
+                "correct horse"
+            } else {
+                "wrong horse"
+            };
+            async move { (verifier.matches(&stored, presented).await, presented) }
+        });
+        for (verdict, presented) in futures_util::future::join_all(checks).await {
+            assert_eq!(verdict, presented == "correct horse", "{presented}");
+        }
+        let hashed = verifier.hashes_computed();
+        assert!((7..=8).contains(&hashed), "{hashed}");
+        assert!(verifier.matches(&stored, "correct horse").await);
+        assert!(!verifier.matches(&stored, "wrong horse").await);
+        assert_eq!(
+            verifier.hashes_computed(),
+            hashed + 1,
+            "the right one remembered"
+        );
+    }
+
+    /// A user name nobody has is checked against a fixed hash with the parameters of a
+    /// configured one: one argon2 check, as a wrong password costs, and always refused.
+    #[tokio::test]
+    async fn an_unknown_user_costs_one_check_with_the_same_parameters() {
+        let phc = hash_secret("correct horse").expect("hash");
+        let dummy = hash_like(&phc).expect("a dummy hash");
+        assert_ne!(dummy, phc);
+        let (real, fake) = (
+            PasswordHash::new(&phc).expect("phc"),
+            PasswordHash::new(&dummy).expect("dummy phc"),
+        );
+        assert_eq!(real.algorithm, fake.algorithm);
+        assert_eq!(real.version, fake.version);
+        assert_eq!(real.params, fake.params);
+        assert_eq!(real.salt.map(|s| s.len()), fake.salt.map(|s| s.len()));
+        assert_eq!(real.hash.map(|h| h.len()), fake.hash.map(|h| h.len()));
+        assert_eq!(hash_like(&phc), Some(dummy.clone()), "fixed");
+        let like = Stored::hash("password_hash", &phc).expect("valid PHC");
+        let verifier = Verifier::default();
+        verifier.refuse_like(&like, "correct horse").await;
+        assert_eq!(verifier.hashes_computed(), 1);
+        assert!(!verifier.matches(&like, "wrong horse").await);
+        assert_eq!(verifier.hashes_computed(), 2, "as a wrong password");
+        let mut memory = Vec::new();
+        assert!(!verify_phc(&mut memory, &dummy, b"correct horse"));
+        assert_eq!(
+            memory.len(),
+            Params::DEFAULT.block_count(),
+            "the same memory"
+        );
+    }
+
     #[test]
     fn bad_hashes_fail_at_load() {
         assert!(Stored::hash("k", "not a hash").is_err());
         assert!(Stored::hash("k", "$5$rounds=1000$salt$hash").is_err());
+        let phc = hash_secret("x").expect("hash");
+        let m = format!(",t={},", Params::DEFAULT_T_COST);
+        let greedy = phc.replacen(
+            &format!("m={}{m}", Params::DEFAULT_M_COST),
+            &format!("m={}{m}", 2 * 1024 * 1024),
+            1,
+        );
+        assert_ne!(greedy, phc);
+        let refused = Stored::hash("k", &greedy).expect_err("2 GiB per check");
+        assert!(refused.to_string().contains("1024 MiB"), "{refused}");
+        let odd = phc.replacen("$v=19$", "$v=7$", 1);
+        assert!(Stored::hash("k", &odd).is_err(), "no argon2 version 7");
     }
 
     #[test]

@@ -203,6 +203,15 @@ async fn an_endpoint_url_beyond_the_cap_is_refused_and_one_at_the_cap_registers_
             "push-endpoints" => json!({ "url": at_cap, "principal": "*" }),
             _ => json!({ "url": at_cap }),
         };
+        let register = || {
+            call(
+                &app,
+                Method::POST,
+                &path,
+                Some(ADMIN),
+                Some(registration.clone()),
+            )
+        };
         assert_eq!(register().await.0, 201);
         // Removed by a JSON body …
         let (status, answer) = call(
@@ -583,4 +592,91 @@ async fn event_streams_are_capped_per_principal() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     assert!(reopened.is_some(), "the slot came back within 5 s");
+}
+
+/// Review item 9: a flood of wrong argon2-hashed tokens keeps the gateway's memory flat.
+/// Before the fix every check allocated argon2's 19 MiB afresh on whichever blocking thread
+/// ran it and the allocator kept it: 41 wrong tokens one at a time took a fresh gateway from
+/// 27 to 261 MiB. Now at most two hashes run at once, on two threads that reuse their memory,
+/// so after a warm-up attempt 40 sequential and 40 more (8 at a time) wrong tokens grow the
+/// child gateway's RSS and peak RSS by less than 80 MiB; the right token still signs in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_hashed_tokens_are_checked_in_bounded_memory() {
+    use super::support::{free_port, proc_status_kib, start_gateway};
+    const RIGHT: &str = "ops-token-hashed-0123456789";
+    let dir = tempfile::tempdir().expect("temp dir");
+    let port = free_port();
+    let database = super::support::fresh_database(dir.path(), "gw.db").await;
+    let hash = wsr_gateway::secrets::hash_secret(RIGHT).expect("hash");
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:{port}\"\ndatabase = {:?}\n\n[[tokens]]\ntoken_hash = {hash:?}\n\
+             principal = \"ops\"\nscopes = [\"admin\"]\n",
+            database.setting()
+        ),
+    )
+    .expect("config");
+    let mut child = start_gateway(&config);
+    let pid = child.id();
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(120))
+        .build()
+        .expect("client");
+    let url = format!("http://127.0.0.1:{port}/api/v1/groups");
+    let status_of = |token: String| {
+        let request = client.get(&url).bearer_auth(token);
+        async move {
+            request
+                .send()
+                .await
+                .expect("the gateway answers")
+                .status()
+                .as_u16()
+        }
+    };
+    assert_eq!(status_of("warm-up-wrong-token".into()).await, 401);
+    assert_eq!(status_of(RIGHT.into()).await, 200);
+    let rss_before = proc_status_kib(pid, "VmRSS");
+    let peak_before = proc_status_kib(pid, "VmHWM");
+    for i in 0..40 {
+        assert_eq!(status_of(format!("wrong-token-{i}")).await, 401);
+    }
+    let rss_sequential = proc_status_kib(pid, "VmRSS");
+    let mut refused = 0;
+    for round in 0..5 {
+        let tries = (0..8).map(|i| status_of(format!("wrong-token-{round}-{i}")));
+        for status in futures_util::future::join_all(tries).await {
+            assert!(matches!(status, 401 | 429 | 503), "{status}");
+            refused += usize::from(status == 401);
+        }
+    }
+    assert_eq!(
+        status_of(RIGHT.into()).await,
+        200,
+        "the right token still works"
+    );
+    let rss_after = proc_status_kib(pid, "VmRSS");
+    let peak_after = proc_status_kib(pid, "VmHWM");
+    child.kill().expect("stop the gateway");
+    child.wait().expect("reaped");
+    let mib = |kib: u64| kib as f64 / 1024.0;
+    println!(
+        "wrong hashed tokens: 40 sequential, then {refused} of 40 concurrent checked; VmRSS \
+         {:.1} -> {:.1} -> {:.1} MiB, VmHWM {:.1} -> {:.1} MiB",
+        mib(rss_before),
+        mib(rss_sequential),
+        mib(rss_after),
+        mib(peak_before),
+        mib(peak_after)
+    );
+    assert!(refused > 0, "some concurrent attempts were checked");
+    for (what, before, after) in [
+        ("RSS", rss_before, rss_sequential.max(rss_after)),
+        ("peak RSS", peak_before, peak_after),
+    ] {
+        let grown = mib(after.saturating_sub(before));
+        assert!(grown < 80.0, "{what} grew by {grown:.1} MiB");
+    }
 }
