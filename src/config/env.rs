@@ -105,6 +105,9 @@ impl FileConfig {
             "WSR_MAX_REQUESTS_IN_FLIGHT_PER_SOURCE" => {
                 self.max_requests_in_flight_per_source = value.parse()?
             }
+            "WSR_MAX_TLS_HANDSHAKES_PER_SOURCE" => {
+                self.max_tls_handshakes_per_source = value.parse()?
+            }
             "WSR_MAX_BODY_BYTES_IN_FLIGHT" => self.max_body_bytes_in_flight = Some(value.parse()?),
             "WSR_MAX_BODY_BYTES_IN_FLIGHT_PER_SOURCE" => {
                 self.max_body_bytes_in_flight_per_source = Some(value.parse()?)

@@ -79,6 +79,10 @@ pub struct FileConfig {
     pub max_operator_requests_in_flight: usize,
     /// Each source address's share of every class (beyond it: 429 with Retry-After).
     pub max_requests_in_flight_per_source: usize,
+    /// TLS handshakes one source address (its /64 for IPv6) may have in progress at once;
+    /// beyond it a new connection is closed before its handshake starts. Trusted proxies
+    /// are not counted.
+    pub max_tls_handshakes_per_source: usize,
     /// First and longest wait between callback attempts (doubling in between) (D10).
     pub callback_retry_initial_ms: u64,
     pub callback_retry_max_ms: u64,
@@ -175,6 +179,7 @@ impl Default for FileConfig {
             max_waiting_requests: 256,
             max_operator_requests_in_flight: 64,
             max_requests_in_flight_per_source: 128,
+            max_tls_handshakes_per_source: 32,
             max_body_bytes_in_flight: None,
             max_body_bytes_in_flight_per_source: None,
             callback_retry_initial_ms: 1000,

@@ -30,6 +30,8 @@ pub struct Perimeter {
     pub max_body_bytes_in_flight: usize,
     /// Each source address's share of `max_body_bytes_in_flight`.
     pub max_body_bytes_in_flight_per_source: usize,
+    /// TLS handshakes in progress per source address (`http::serve`).
+    pub max_tls_handshakes_per_source: usize,
 }
 
 impl Perimeter {
@@ -46,6 +48,10 @@ impl Perimeter {
             (
                 "max_requests_in_flight_per_source",
                 f.max_requests_in_flight_per_source,
+            ),
+            (
+                "max_tls_handshakes_per_source",
+                f.max_tls_handshakes_per_source,
             ),
         ] {
             if value == 0 {
@@ -86,6 +92,7 @@ impl Perimeter {
             max_requests_in_flight_per_source: f.max_requests_in_flight_per_source,
             max_body_bytes_in_flight: body_budget.min(max_permits),
             max_body_bytes_in_flight_per_source: share,
+            max_tls_handshakes_per_source: f.max_tls_handshakes_per_source,
         })
     }
 }
@@ -133,6 +140,7 @@ mod tests {
             ),
             (256, 256, 64, 128)
         );
+        assert_eq!(c.perimeter.max_tls_handshakes_per_source, 32);
         let env = |k: &str, v: &str| [(k.to_owned(), v.to_owned())];
         let c = Config::load(None, env("WSR_HEADER_TIMEOUT_MS", "300")).expect("valid");
         assert_eq!(c.perimeter.header_timeout, Duration::from_millis(300));
@@ -147,5 +155,8 @@ mod tests {
             "a share must hold a message"
         );
         assert!(Config::load(None, env("WSR_MAX_WAITING_REQUESTS", "0")).is_err());
+        let c = Config::load(None, env("WSR_MAX_TLS_HANDSHAKES_PER_SOURCE", "2")).expect("valid");
+        assert_eq!(c.perimeter.max_tls_handshakes_per_source, 2);
+        assert!(Config::load(None, env("WSR_MAX_TLS_HANDSHAKES_PER_SOURCE", "0")).is_err());
     }
 }

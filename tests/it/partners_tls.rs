@@ -1,6 +1,7 @@
 //! Partners over real TLS (D14): a client certificate identifies its partner, who may post
 //! to its channel and not to another; a wrong certificate, none, a wrong Basic password and a
-//! missing bearer token are all refused before the body is read.
+//! missing bearer token are all refused before the body is read. A client certificate chain
+//! over the bounds fails the handshake.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -196,5 +197,50 @@ async fn refusals_over_tls_come_before_the_body() {
         assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
         assert!(answer.contains("www-authenticate"), "{answer}");
     }
+    app.stop().await;
+}
+
+/// `n` look-alike issuers: CA certificates named like the test CA, each made with its own
+/// serial number (one key will do), as PEM.
+fn look_alike_issuers(n: u64) -> String {
+    let key = rcgen::KeyPair::generate().expect("key");
+    (0..n)
+        .map(|serial| {
+            let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+            params
+                .distinguished_name
+                .push(rcgen::DnType::CommonName, "wsr-gateway test CA");
+            params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            params.serial_number = Some(rcgen::SerialNumber::from(serial + 1));
+            params.self_signed(&key).expect("self-sign").pem()
+        })
+        .collect()
+}
+
+/// A client certificate with 50 look-alike issuers behind it is refused at the handshake
+/// (before any of them is looked at: the leaf itself would chain), and the partner's own
+/// certificate sent alone is still served and acked.
+#[tokio::test]
+async fn a_long_look_alike_chain_fails_the_handshake_and_a_partner_s_certificate_still_acks() {
+    let pki = TestPki::new();
+    let app = gateway(&pki).await;
+    let acme = pki.client_cert("acme");
+    let long_chain = TestCert {
+        cert_pem: format!("{}{}", acme.cert_pem, look_alike_issuers(50)),
+        ..acme.clone()
+    };
+    let flooding = client(&pki, Some(&long_chain));
+    let refused = post(&app, &flooding, "orders", None, 1).await;
+    assert!(refused.is_err(), "{refused:?}");
+
+    let acme = client(&pki, Some(&acme));
+    assert_eq!(post(&app, &acme, "orders", None, 2).await, Ok(200));
+    let delivered: Vec<String> = app
+        .inbox()
+        .await
+        .iter()
+        .map(|e| format!("{}:{}", e.partner, e.group_id))
+        .collect();
+    assert_eq!(delivered, ["acme:mid:tls-2@test"]);
     app.stop().await;
 }

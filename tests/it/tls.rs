@@ -1,6 +1,7 @@
 //! TLS on the listener: HTTPS only on a TLS port, TLS 1.2 and 1.3, client certificates (CA
 //! chained, pinned, refused) reaching requests, certificate reload without dropping open
-//! connections, the handshake under the header timeout, and a trusted proxy's headers.
+//! connections, the handshake under the header timeout and capped per source, and a trusted
+//! proxy's headers.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
@@ -563,4 +564,89 @@ async fn an_idle_tls_connection_is_closed_like_a_plain_one() {
         .expect("closed within the bound");
     // EOF, or a reset: either way no more bytes.
     assert!(matches!(closed, Ok(0) | Err(_)), "{closed:?}");
+}
+
+/// A connection from `local` (a loopback address of its own) to `addr`.
+async fn connect_from(local: &str, addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = tokio::net::TcpSocket::new_v4()?;
+    socket.bind(format!("{local}:0").parse().expect("address"))?;
+    socket.connect(addr).await
+}
+
+/// One source may hold at most `max_tls_handshakes_per_source` (4 here) connections in their
+/// handshake: beyond them its connections are closed at once, untouched by TLS, and the other
+/// connection slots stay free for others: a client from 127.0.0.2 is served at once. The
+/// slots of handshakes that end are given back.
+#[tokio::test]
+async fn a_source_s_unfinished_handshakes_are_capped_and_another_source_is_served() {
+    let pki = TestPki::new();
+    pki.write_server(&pki.server_cert());
+    let app = TlsApp::start(&pki, |c| {
+        c.perimeter.max_connections = 6;
+        c.perimeter.max_tls_handshakes_per_source = 4;
+    })
+    .await;
+    let mut silent = Vec::new();
+    for _ in 0..4 {
+        silent.push(connect_from("127.0.0.1", app.addr).await.expect("connect"));
+    }
+    // Let the listener take the four in.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for _ in 0..4 {
+        let mut extra = connect_from("127.0.0.1", app.addr).await.expect("connect");
+        let started = std::time::Instant::now();
+        let seen = read_until_closed(&mut extra).await;
+        assert!(seen.is_empty(), "{seen:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "closed at once, not at the header timeout: {:?}",
+            started.elapsed()
+        );
+    }
+    // A client hello from the same source is not answered either.
+    let tcp = connect_from("127.0.0.1", app.addr).await.expect("connect");
+    let name = ServerName::try_from("localhost").expect("name");
+    let config = client_config(&pki, both_versions(), None);
+    let refused = tokio::time::timeout(
+        BOUND,
+        tokio_rustls::TlsConnector::from(config.clone()).connect(name.clone(), tcp),
+    )
+    .await
+    .expect("refused in time");
+    assert!(refused.is_err(), "no handshake beyond the cap");
+
+    let started = std::time::Instant::now();
+    let tcp = connect_from("127.0.0.2", app.addr).await.expect("connect");
+    let mut other = tokio::time::timeout(
+        BOUND,
+        tokio_rustls::TlsConnector::from(config.clone()).connect(name.clone(), tcp),
+    )
+    .await
+    .expect("in time")
+    .expect("another source completes its handshake");
+    assert_eq!(health(&mut other).await.expect("answer"), "ok\n");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "served at once: {:?}",
+        started.elapsed()
+    );
+
+    // Handshakes that end give their slots back.
+    drop(silent);
+    let started = std::time::Instant::now();
+    loop {
+        let tcp = connect_from("127.0.0.1", app.addr).await.expect("connect");
+        let connector = tokio_rustls::TlsConnector::from(config.clone());
+        if let Ok(Ok(mut stream)) =
+            tokio::time::timeout(BOUND, connector.connect(name.clone(), tcp)).await
+        {
+            assert_eq!(health(&mut stream).await.expect("answer"), "ok\n");
+            break;
+        }
+        assert!(
+            started.elapsed() < BOUND,
+            "the source's slots were not given back"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -191,6 +191,7 @@ mod tests {
             max_requests_in_flight_per_source: per_source,
             max_body_bytes_in_flight: 100,
             max_body_bytes_in_flight_per_source: 100,
+            max_tls_handshakes_per_source: 1,
         }
     }
 

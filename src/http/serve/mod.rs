@@ -14,7 +14,11 @@
 //!
 //! With TLS the handshake runs inside the connection's task, under the same watch: it counts
 //! against the first request's header timeout, so a client that never finishes it is cut
-//! like one that never finishes its head, and holds its connection slot no longer.
+//! like one that never finishes its head, and holds its connection slot no longer. Each
+//! source address (its /64 for IPv6; a trusted proxy is not counted) may have at most
+//! `max_tls_handshakes_per_source` handshakes in progress: a connection beyond them is closed
+//! before a byte of TLS is read, so one client re-opening slow or costly handshakes holds a
+//! few connection slots and a few handshakes' CPU, never all of them.
 
 //!
 //! The request and response bodies under those limits are in `body.rs`.
@@ -41,7 +45,7 @@ use tokio::task::JoinSet;
 use tower::ServiceExt as _;
 
 use crate::config::{Perimeter, TrustedProxy};
-use crate::http::slots::KeyedSlots;
+use crate::http::slots::{KeyedSlot, KeyedSlots};
 use crate::http::tls::Tls;
 use crate::partners::ClientCertificate;
 pub use body::BodyRefused;
@@ -194,6 +198,8 @@ struct Limits {
     body_bytes: Arc<Semaphore>,
     /// Each source's share of `body_bytes`.
     body_shares: Arc<KeyedSlots>,
+    /// TLS handshakes in progress per source (`inbound::source_of`).
+    handshakes: Arc<KeyedSlots>,
     perimeter: Perimeter,
     tls: Option<Tls>,
     trusted_proxy: Option<TrustedProxy>,
@@ -213,10 +219,26 @@ impl Limits {
             body_shares: Arc::new(KeyedSlots::new(
                 perimeter.max_body_bytes_in_flight_per_source,
             )),
+            handshakes: Arc::new(KeyedSlots::new(perimeter.max_tls_handshakes_per_source)),
             perimeter,
             tls,
             trusted_proxy,
         }
+    }
+
+    /// A handshake slot for a connection from `peer`: `Ok(None)` for a trusted proxy, which
+    /// speaks for many clients and is not counted; `Err(())` when the source has its whole
+    /// share of handshakes in progress.
+    fn handshake_slot(&self, peer: PeerAddr) -> Result<Option<KeyedSlot>, ()> {
+        if self
+            .trusted_proxy
+            .as_ref()
+            .is_some_and(|p| p.trusts(peer.0.ip()))
+        {
+            return Ok(None);
+        }
+        let source = crate::inbound::source_of(Some(peer.0));
+        self.handshakes.take(&source).map(Some).ok_or(())
     }
 }
 
@@ -239,6 +261,14 @@ async fn connection(
     let Some(tls) = limits.tls.clone() else {
         return http(io, peer, None, router, limits, watch, stop).await;
     };
+    let Ok(handshake) = limits.handshake_slot(peer) else {
+        tracing::debug!(
+            peer = %peer.0,
+            "closing a connection before its TLS handshake: this source has {} in progress",
+            limits.perimeter.max_tls_handshakes_per_source
+        );
+        return;
+    };
     let perimeter = &limits.perimeter;
     let (io, certificate) = tokio::select! {
         accepted = tls.accept(io) => match accepted {
@@ -255,6 +285,7 @@ async fn connection(
         // No request is open yet: nothing to finish.
         _ = stop.wait_for(|s| *s) => return,
     };
+    drop(handshake);
     http(io, peer, certificate, router, limits, watch, stop).await
 }
 
