@@ -70,6 +70,7 @@ pub const WRITER_COMMIT_SECONDS: &str = "wsr_writer_commit_seconds";
 pub const HTTP_SECONDS: &str = "wsr_http_request_duration_seconds";
 pub const BACKEND_CALLS: &str = "wsr_backend_calls_total";
 pub const BACKEND_SECONDS: &str = "wsr_backend_call_duration_seconds";
+pub const REFUSED: &str = "wsr_requests_refused_total";
 
 fn describe() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
@@ -102,6 +103,11 @@ fn describe() {
     );
     describe_counter!(SETTLES, "Deliveries settled, by outcome");
     describe_counter!(PUSH_FAILURES, "Push webhook POSTs without an answer");
+    describe_counter!(
+        REFUSED,
+        "Requests and connections the listener refused for load, by class (partners, api, \
+         waiting, operators, tls) and reason (class_full, share_used, handshakes_per_source)"
+    );
     describe_histogram!(
         WRITER_BATCH_SIZE,
         Unit::Count,
@@ -233,6 +239,12 @@ pub fn delivered(mode: &'static str, n: usize) {
 /// A delivery settled (`outcome`: accepted, rejected, released, modified, or `default`).
 pub fn settled(mode: &'static str, outcome: &'static str) {
     metrics::counter!(SETTLES, "mode" => mode, "outcome" => outcome).increment(1);
+}
+
+/// A request (or a TLS connection) the listener refused: its class full, or its source's share
+/// of it used.
+pub fn refused(class: &'static str, reason: &'static str) {
+    metrics::counter!(REFUSED, "class" => class, "reason" => reason).increment(1);
 }
 
 pub fn push_failed() {

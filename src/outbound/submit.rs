@@ -150,10 +150,7 @@ pub async fn prepare(
     // Notify URLs are application webhooks: registered like push endpoints, in that registry,
     // and only for the principals they are registered for.
     if let Some(url) = &request.notify_url
-        && !sending
-            .store
-            .may_push_to(&submitter.principal, url)
-            .await?
+        && !sending.store.may_push_to(&submitter.principal, url).await?
     {
         return Err(refuse(
             "notify_url",

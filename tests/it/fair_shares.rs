@@ -153,6 +153,24 @@ async fn long_polls_fill_only_their_class_partners_and_operators_are_still_serve
     assert_eq!(status, 200, "operators are served");
     let (status, _) = api.get("/api/v1/subscriptions").await;
     assert_eq!(status, 200, "the application API is served");
+    // Operators see the refusals.
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .unwrap_or_default();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("wsr_requests_refused_total")
+                && l.contains("class=\"waiting\"")
+                && l.contains("reason=\"class_full\"")),
+        "{metrics}"
+    );
     assert!(polls.all_waiting(), "the long polls still wait");
     polls.polls.abort_all();
     app.stop().await;

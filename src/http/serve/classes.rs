@@ -9,7 +9,6 @@
 //! further into a request. Health checks belong to no class: they answer even when every class
 //! is full.
 
-use std::net::IpAddr;
 use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -55,7 +54,7 @@ impl Class {
     pub fn name(self) -> &'static str {
         match self {
             Class::Partners => "partners",
-            Class::Api => "API",
+            Class::Api => "api",
             Class::Waiting => "waiting",
             Class::Operators => "operators",
         }
@@ -108,6 +107,22 @@ pub enum Refused {
     ShareUsed(Class),
 }
 
+impl Refused {
+    pub fn class(self) -> Class {
+        match self {
+            Refused::ClassFull(class) | Refused::ShareUsed(class) => class,
+        }
+    }
+
+    /// Why, as a metric's label.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Refused::ClassFull(_) => "class_full",
+            Refused::ShareUsed(_) => "share_used",
+        }
+    }
+}
+
 impl Classes {
     pub fn new(perimeter: &Perimeter) -> Classes {
         let budget = |cap: usize| Budget {
@@ -125,12 +140,13 @@ impl Classes {
         }
     }
 
-    /// A slot of `class` for a request from `source`, if its share and the class allow.
-    pub fn admit(&self, class: Class, source: IpAddr) -> Result<Admitted, Refused> {
+    /// A slot of `class` for a request from `source` (`inbound::source_of`), if its share
+    /// and the class allow.
+    pub fn admit(&self, class: Class, source: &str) -> Result<Admitted, Refused> {
         let budget = &self.budgets[class.index()];
         let share = budget
             .per_source
-            .take(&source.to_string())
+            .take(source)
             .ok_or(Refused::ShareUsed(class))?;
         let permit = budget
             .in_flight
@@ -198,9 +214,7 @@ mod tests {
     #[test]
     fn a_source_holds_its_share_of_one_class_and_nothing_of_the_others() {
         let classes = Classes::new(&perimeter(3, 2));
-        let a: IpAddr = [10, 0, 0, 1].into();
-        let b: IpAddr = [10, 0, 0, 2].into();
-        let c: IpAddr = [10, 0, 0, 3].into();
+        let (a, b, c) = ("10.0.0.1", "10.0.0.2", "10.0.0.3");
         let held: Vec<_> = (0..2)
             .map(|_| classes.admit(Class::Waiting, a).expect("within its share"))
             .collect();

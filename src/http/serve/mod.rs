@@ -109,6 +109,7 @@ pub fn busy(why: &str) -> axum::response::Response {
 /// The answer to a request its class did not admit: 503 when the class is full (the gateway
 /// is busy), 429 when the client holds its whole share of it; both say when to try again.
 fn refusal(refused: Refused) -> axum::response::Response {
+    crate::metrics::refused(refused.class().name(), refused.reason());
     match refused {
         Refused::ClassFull(class) => busy(&format!("too many {} requests in flight", class.name())),
         Refused::ShareUsed(class) => (
@@ -262,6 +263,7 @@ async fn connection(
         return http(io, peer, None, router, limits, watch, stop).await;
     };
     let Ok(handshake) = limits.handshake_slot(peer) else {
+        crate::metrics::refused("tls", "handshakes_per_source");
         tracing::debug!(
             peer = %peer.0,
             "closing a connection before its TLS handshake: this source has {} in progress",
@@ -373,14 +375,13 @@ async fn handle(
     watch: Arc<Watch>,
 ) -> Result<Response<Body>, Infallible> {
     let open = OpenRequest::new(watch);
+    // Who the shares are counted for: the client's address (an IPv6 client's /64, which one
+    // host can fill with addresses), as the per-source quotas count it.
+    let source = crate::inbound::source_of(request.extensions().get::<PeerAddr>().map(|p| p.0));
     // Health checks are answered even when the gateway is saturated: they say so themselves.
-    let source = request
-        .extensions()
-        .get::<PeerAddr>()
-        .map_or(std::net::Ipv4Addr::UNSPECIFIED.into(), |p| p.0.ip());
     let permit = match Class::of(request.uri().path()) {
         None => None,
-        Some(class) => match limits.classes.admit(class, source) {
+        Some(class) => match limits.classes.admit(class, &source) {
             Ok(admitted) => Some(admitted),
             Err(refused) => {
                 return Ok(refusal(refused).map(|b| Body::new(Tracked::new(b, open))));
@@ -396,7 +397,7 @@ async fn handle(
             limits.body_bytes.clone(),
             SourceShares {
                 slots: limits.body_shares.clone(),
-                source: source.to_string(),
+                source,
             },
         ))
     });
