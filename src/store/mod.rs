@@ -48,8 +48,8 @@ pub use overview::{InboxFilter, InboxPage, Member, Traffic};
 pub use postgres::PostgresStore;
 pub use prefill::Prefill;
 pub use received::{
-    Endpoints, InboxEntry, KeptAnswer, Payload, PendingCallback, Received, ReceivedMessage,
-    SweepReport,
+    Endpoints, InboxEntry, InboxExcerpt, KeptAnswer, Payload, PendingCallback, Received,
+    ReceivedMessage, SweepReport,
 };
 pub use receiver::ReceiverStore;
 pub use sqlite::SqliteStore;

@@ -103,6 +103,19 @@ pub struct Received {
     pub action: Action,
 }
 
+/// A delivered message with only the head of its payload: for showing a large message
+/// without reading it whole.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InboxExcerpt {
+    /// The message; its `payload` is empty (the head is below).
+    pub entry: InboxEntry,
+    /// The payload's first bytes, as many as were asked for (a UTF-8 character may be cut at
+    /// the end).
+    pub head: Vec<u8>,
+    /// The whole payload's size in bytes.
+    pub size: u64,
+}
+
 /// One delivered message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InboxEntry {

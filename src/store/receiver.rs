@@ -8,7 +8,7 @@ use tokio::sync::{Notify, oneshot};
 use super::error::StoreError;
 use super::future::StoreFuture;
 use super::received::{
-    Endpoints, InboxEntry, PendingCallback, Received, ReceivedMessage, SweepReport,
+    Endpoints, InboxEntry, InboxExcerpt, PendingCallback, Received, ReceivedMessage, SweepReport,
 };
 use crate::rmp::group::GroupState;
 use crate::rmp::replies::ReplyItem;
@@ -62,6 +62,14 @@ pub trait ReceiverStore: Send + Sync {
         after: i64,
         limit: i64,
     ) -> StoreFuture<'a, Result<Vec<InboxEntry>, StoreError>>;
+
+    /// The delivered message at `offset` with the first `head` bytes of its payload and the
+    /// payload's size, if it is in the inbox.
+    fn inbox_excerpt<'a>(
+        &'a self,
+        offset: i64,
+        head: usize,
+    ) -> StoreFuture<'a, Result<Option<InboxExcerpt>, StoreError>>;
 
     /// The earliest group deadline, for the sweeper.
     fn next_deadline<'a>(&'a self) -> StoreFuture<'a, Result<Option<DateTime<Utc>>, StoreError>>;

@@ -137,13 +137,21 @@ pub(in crate::store) fn payload_text(bytes: &[u8]) -> String {
 /// An inbox row read with `select_inbox!`.
 pub(in crate::store) fn inbox_from_row(r: &sqlx::sqlite::SqliteRow) -> InboxEntry {
     InboxEntry {
+        payload: payload_text(r.get::<&[u8], _>(5)),
+        ..inbox_from_row_without_payload(r)
+    }
+}
+
+/// A `select_inbox!` row (or one with another column 5) without its payload.
+pub(in crate::store) fn inbox_from_row_without_payload(r: &sqlx::sqlite::SqliteRow) -> InboxEntry {
+    InboxEntry {
         offset: r.get(0),
         partner: r.get(9),
         channel: r.get(1),
         topic: r.get(2),
         group_id: r.get(3),
         number: r.get::<Option<i64>, _>(4).map(|n| n as u64),
-        payload: payload_text(r.get::<&[u8], _>(5)),
+        payload: String::new(),
         namespaces: r.get(6),
         received_at: from_millis(r.get(7)),
         expiry: from_millis(r.get(8)),

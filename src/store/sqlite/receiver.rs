@@ -17,7 +17,7 @@ use crate::store::backend::Backend;
 use crate::store::error::StoreError;
 use crate::store::future::StoreFuture;
 use crate::store::received::{
-    Endpoints, InboxEntry, PendingCallback, Received, ReceivedMessage, SweepReport,
+    Endpoints, InboxEntry, InboxExcerpt, PendingCallback, Received, ReceivedMessage, SweepReport,
 };
 use crate::store::receiver::ReceiverStore;
 use crate::store::time::{from_millis, millis};
@@ -155,6 +155,39 @@ impl ReceiverStore for SqliteStore {
             .fetch_all(&self.pool)
             .await?;
             Ok(rows.iter().map(inbox_from_row).collect())
+        })
+    }
+
+    fn inbox_excerpt<'a>(
+        &'a self,
+        offset: i64,
+        head: usize,
+    ) -> StoreFuture<'a, Result<Option<InboxExcerpt>, StoreError>> {
+        Box::pin(async move {
+            // A big payload is a BLOB: its length comes from the record's header and its head
+            // from the first pages, so the whole value is never handed to us. A small one is
+            // TEXT, counted and cut by characters (it is small).
+            let row = sqlx::query(
+                "SELECT offset, channel, topic, group_id, number, \
+                 substr(payload, 1, ?2), namespaces, received_at, expiry, partner, \
+                 CASE typeof(payload) WHEN 'blob' THEN length(payload) \
+                 ELSE length(CAST(payload AS BLOB)) END \
+                 FROM inbox WHERE offset = ?1",
+            )
+            .bind(offset)
+            .bind(i64::try_from(head).unwrap_or(i64::MAX))
+            .fetch_optional(&self.pool)
+            .await?;
+            Ok(row.map(|r| {
+                let mut head_bytes = r.get::<&[u8], _>(5).to_vec();
+                head_bytes.truncate(head);
+                let entry = super::inbox_from_row_without_payload(&r);
+                InboxExcerpt {
+                    entry,
+                    head: head_bytes,
+                    size: r.get::<i64, _>(10).max(0) as u64,
+                }
+            }))
         })
     }
 

@@ -340,6 +340,45 @@ async fn a_large_payload_round_trips_byte_for_byte() {
     }
 }
 
+/// The console's view of a message: its payload's head and size, without the whole payload —
+/// for a large one (a BLOB on SQLite) and a small one (TEXT there), multi-byte characters
+/// counted in bytes.
+#[tokio::test]
+async fn an_inbox_excerpt_is_the_payloads_head_and_size() {
+    for b in backends().await {
+        let big: String = "é".repeat(300_000);
+        let cases = [
+            ("mid:head-big@contract", big),
+            ("mid:head-small@contract", "<n>ü</n>".to_owned()),
+        ];
+        for (group, body) in &cases {
+            let m = message(
+                group,
+                None,
+                ReplyPattern::Response,
+                Payload::from(body.clone()),
+            );
+            b.store.receive(m).await.expect("stored");
+        }
+        let inbox = inbox(&b.store).await;
+        for ((_, body), stored) in cases.iter().zip(&inbox) {
+            let excerpt = b
+                .store
+                .inbox_excerpt(stored.offset, 5)
+                .await
+                .expect("read")
+                .expect("there");
+            assert_eq!(excerpt.size, body.len() as u64, "{}", b.name);
+            assert_eq!(excerpt.head, body.as_bytes()[..5], "{}", b.name);
+            assert_eq!(excerpt.entry.offset, stored.offset);
+            assert_eq!(excerpt.entry.group_id, stored.group_id);
+            assert!(excerpt.entry.payload.is_empty(), "not read whole");
+        }
+        let missing = b.store.inbox_excerpt(9_999, 5).await.expect("read");
+        assert!(missing.is_none(), "{}", b.name);
+    }
+}
+
 #[tokio::test]
 async fn a_poll_is_answered_from_what_was_committed_and_unknown_groups_get_nothing() {
     use wsr_gateway::wsr::{RefToMessageIds, Reply};

@@ -12,12 +12,12 @@ use serde::Deserialize;
 use super::super::Operator;
 use super::super::html::{self, Stop, esc, facts, link, query_value, table};
 use super::{
-    MAX_ITEMS, NO_PARTNER, PAGE, Page, bad_request, excerpt, not_found, number, partner_filter,
-    query, required, sender_shown, shown, store, text, when,
+    HEAD_READ, MAX_ITEMS, NO_PARTNER, PAGE, Page, bad_request, excerpt_of_head, not_found, number,
+    partner_filter, query, required, sender_shown, shown, store, text, when,
 };
 use crate::http::AppState;
 use crate::rmp::group::GroupState;
-use crate::store::{InboxEntry, InboxFilter};
+use crate::store::{InboxEntry, InboxExcerpt, InboxFilter};
 use crate::wsr::datetime::parse_date_time;
 
 #[derive(Deserialize)]
@@ -316,21 +316,27 @@ fn inbox_table(entries: &[InboxEntry]) -> String {
     )
 }
 
-/// The delivered message at the query's `offset`. Read whole: the store has no read of part
-/// of a payload.
-async fn delivered(app: &AppState, q: &InboxQuery) -> Result<InboxEntry, Stop> {
-    let offset = number("offset", &q.offset)?
+/// The query's `offset`.
+fn offset_of(q: &InboxQuery) -> Result<i64, Stop> {
+    number("offset", &q.offset)?
         .filter(|o| *o >= 1)
-        .ok_or_else(|| bad_request("offset: a number from 1"))?;
+        .ok_or_else(|| bad_request("offset: a number from 1"))
+}
+
+fn no_message(offset: i64) -> Stop {
+    not_found(&format!(
+        "no message at offset {offset} (never delivered, or purged)"
+    ))
+}
+
+/// The delivered message at the query's `offset`, read whole (for its download).
+async fn delivered(app: &AppState, q: &InboxQuery) -> Result<InboxEntry, Stop> {
+    let offset = offset_of(q)?;
     let found = store(app.store.inbox(offset - 1, 1).await)?;
     found
         .into_iter()
         .find(|e| e.offset == offset)
-        .ok_or_else(|| {
-            not_found(&format!(
-                "no message at offset {offset} (never delivered, or purged)"
-            ))
-        })
+        .ok_or_else(|| no_message(offset))
 }
 
 /// Where the whole payload of the message at `offset` is downloaded.
@@ -347,8 +353,15 @@ pub async fn inbox_message(
     State(app): State<AppState>,
     q: Result<Query<InboxQuery>, QueryRejection>,
 ) -> Page {
-    let e = delivered(&app, &query(q)?).await?;
-    let offset = e.offset;
+    let offset = offset_of(&query(q)?)?;
+    // Only the head of the payload: a page shows no more, and a large message read whole
+    // for every view would cost its size (and more) each time.
+    let InboxExcerpt {
+        entry: e,
+        head,
+        size,
+    } = store(app.store.inbox_excerpt(offset, HEAD_READ).await)?
+        .ok_or_else(|| no_message(offset))?;
     let mut body = facts(
         "Delivered message",
         &[
@@ -366,9 +379,10 @@ pub async fn inbox_message(
         ],
     );
     body.push_str("<h2>Payload</h2>");
-    body.push_str(&excerpt(
+    body.push_str(&excerpt_of_head(
         "payload",
-        e.payload.as_bytes(),
+        &head,
+        usize::try_from(size).unwrap_or(usize::MAX),
         &payload_href(offset),
     ));
     shown(&format!("Inbox message {offset}"), &body)

@@ -46,6 +46,10 @@ const MAX_ITEMS: usize = 100;
 /// large as the largest message taken (`max_message_bytes`, megabytes): rendered whole it
 /// made pages of tens of megabytes. The rest is downloaded, as stored.
 const MAX_SHOWN: usize = 64 * 1024;
+
+/// How much of a stored value to read for its excerpt: what is shown, and the few bytes past
+/// it that tell where the last character shown ends.
+const HEAD_READ: usize = MAX_SHOWN + 4;
 /// The outbound states, as `out_messages` filters them.
 const STATES: &[&str] = &["queued", "sent", "acked", "faulted", "failed"];
 
@@ -168,8 +172,13 @@ fn number(name: &str, value: &Option<String>) -> Result<Option<i64>, Stop> {
 /// whole `what` is downloaded as stored. Bytes that are not UTF-8 show as replacement
 /// characters (the download has them as they are).
 fn excerpt(what: &str, bytes: &[u8], href: &str) -> String {
-    let end = shown_len(bytes, MAX_SHOWN);
-    let total = bytes.len();
+    excerpt_of_head(what, bytes, bytes.len(), href)
+}
+
+/// `excerpt` of something of `total` bytes of which only the head was read: `head` holds at
+/// least `HEAD_READ` bytes when `total` is more.
+fn excerpt_of_head(what: &str, head: &[u8], total: usize, href: &str) -> String {
+    let end = shown_len(head, MAX_SHOWN);
     let mut out = String::new();
     if end < total {
         let _ = write!(
@@ -185,7 +194,7 @@ fn excerpt(what: &str, bytes: &[u8], href: &str) -> String {
         );
     }
     let more = if end < total { "\n…" } else { "" };
-    let text = String::from_utf8_lossy(&bytes[..end]);
+    let text = String::from_utf8_lossy(&head[..end]);
     let _ = write!(out, "<pre>{}{more}</pre>", esc(&text));
     out
 }

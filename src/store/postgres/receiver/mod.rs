@@ -24,7 +24,7 @@ use super::group_state::decode;
 use crate::rmp::group::GroupState;
 use crate::rmp::replies::ReplyItem;
 use crate::store::received::{
-    Endpoints, InboxEntry, PendingCallback, Received, ReceivedMessage, SweepReport,
+    Endpoints, InboxEntry, InboxExcerpt, PendingCallback, Received, ReceivedMessage, SweepReport,
 };
 use crate::store::receiver::ReceiverStore;
 use crate::store::time::{from_millis, millis};
@@ -38,13 +38,21 @@ pub(in crate::store) const SELECT_INBOX: &str = "SELECT \"offset\", channel, top
 /// An inbox row read with `SELECT_INBOX`.
 pub(in crate::store) fn inbox_entry(r: &PgRow) -> Result<InboxEntry, sqlx::Error> {
     Ok(InboxEntry {
+        payload: String::from_utf8_lossy(r.try_get::<&[u8], _>(5)?).into_owned(),
+        ..inbox_entry_without_payload(r)?
+    })
+}
+
+/// A `SELECT_INBOX` row (or one with another column 5) without its payload.
+fn inbox_entry_without_payload(r: &PgRow) -> Result<InboxEntry, sqlx::Error> {
+    Ok(InboxEntry {
         offset: r.try_get(0)?,
         partner: r.try_get(9)?,
         channel: r.try_get(1)?,
         topic: r.try_get(2)?,
         group_id: r.try_get(3)?,
         number: r.try_get::<Option<i64>, _>(4)?.map(|n| n as u64),
-        payload: String::from_utf8_lossy(r.try_get::<&[u8], _>(5)?).into_owned(),
+        payload: String::new(),
         namespaces: r.try_get(6)?,
         received_at: from_millis(r.try_get(7)?),
         expiry: from_millis(r.try_get(8)?),
@@ -172,6 +180,35 @@ impl ReceiverStore for PostgresStore {
                 .fetch_all(&self.pool)
                 .await?;
             Ok(rows.iter().map(inbox_entry).collect::<Result<_, _>>()?)
+        })
+    }
+
+    fn inbox_excerpt<'a>(
+        &'a self,
+        offset: i64,
+        head: usize,
+    ) -> StoreFuture<'a, Result<Option<InboxExcerpt>, StoreError>> {
+        Box::pin(async move {
+            let row = sqlx::query(
+                "SELECT \"offset\", channel, topic, group_id, number, \
+                 substring(payload FROM 1 FOR $2), namespaces, received_at, expiry, partner, \
+                 octet_length(payload) FROM inbox WHERE \"offset\" = $1",
+            )
+            .bind(offset)
+            .bind(i32::try_from(head).unwrap_or(i32::MAX))
+            .fetch_optional(&self.pool)
+            .await?;
+            let Some(r) = row else {
+                return Ok(None);
+            };
+            let head_bytes = r.try_get::<Vec<u8>, _>(5)?;
+            let size = r.try_get::<i32, _>(10)?.max(0) as u64;
+            let entry = inbox_entry_without_payload(&r)?;
+            Ok(Some(InboxExcerpt {
+                entry,
+                head: head_bytes,
+                size,
+            }))
         })
     }
 
