@@ -72,10 +72,18 @@ pub struct InboxFilter {
     pub since: Option<DateTime<Utc>>,
 }
 
+/// One message of an inbox search: the message without its payload (`payload` is empty, so
+/// that a page of large messages is not read whole), and the payload's size in bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listed {
+    pub entry: InboxEntry,
+    pub size: u64,
+}
+
 /// One page of an inbox search.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct InboxPage {
-    pub entries: Vec<InboxEntry>,
+    pub entries: Vec<Listed>,
     /// Where the next page starts (`after`), while any of the inbox is left to look through.
     /// A page may be short, even empty, and still have a next one: it looked through
     /// `SEARCH_SPAN` offsets.
@@ -224,7 +232,8 @@ macro_rules! read_members {
 pub(in crate::store) use read_members;
 
 /// `Backend::search_inbox` on either backend's sqlx pool. `$select` is the backend's inbox
-/// column list and `$entry` maps one of its rows (`Result<InboxEntry, sqlx::Error>`). A time
+/// column list for a listing (an empty payload in column 5, the payload's size as BIGINT in
+/// column 10) and `$entry` maps one of its rows (`Result<InboxEntry, sqlx::Error>`). A time
 /// bound starts the page where the messages received since then begin (the `received_at`
 /// index, at most `SEARCH_SPAN` rows of it); each page looks through at most `SEARCH_SPAN`
 /// offsets.
@@ -275,10 +284,16 @@ macro_rules! search_inbox {
             .await?;
         let entries = rows
             .iter()
-            .map($entry)
-            .collect::<Result<Vec<$crate::store::InboxEntry>, sqlx::Error>>()?;
+            .map(|r| {
+                use sqlx::Row as _;
+                Ok($crate::store::overview::Listed {
+                    entry: $entry(r)?,
+                    size: u64::try_from(r.try_get::<i64, _>(10)?).unwrap_or(0),
+                })
+            })
+            .collect::<Result<Vec<$crate::store::overview::Listed>, sqlx::Error>>()?;
         let next_after = match entries.last() {
-            Some(last) if entries.len() as i64 >= $limit => Some(last.offset),
+            Some(last) if entries.len() as i64 >= $limit => Some(last.entry.offset),
             _ if high.is_some_and(|high| high > end) => Some(end),
             _ => None,
         };

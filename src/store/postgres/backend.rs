@@ -103,6 +103,7 @@ async fn stats(pool: &sqlx::PgPool) -> Result<StoreStats, StoreError> {
 
 crate::store::overview::operator_reads!(
     sqlx::PgPool,
-    super::receiver::SELECT_INBOX,
-    super::receiver::inbox_entry
+    "SELECT \"offset\", channel, topic, group_id, number, ''::bytea, namespaces, received_at, \
+     expiry, partner, octet_length(payload)::bigint ",
+    super::receiver::inbox_entry_without_payload
 );

@@ -1053,9 +1053,15 @@ async fn the_operators_reads_count_traffic_list_members_and_search_the_inbox() {
                 .search_inbox(&filter, after, 10)
                 .await
                 .expect("search");
+            // Listed by size, not read whole.
+            assert!(
+                page.entries
+                    .iter()
+                    .all(|e| e.entry.payload.is_empty() && e.size > 0)
+            );
             page.entries
                 .iter()
-                .map(|e| e.group_id.clone())
+                .map(|e| e.entry.group_id.clone())
                 .collect::<Vec<_>>()
         };
         let acme_groups = search(

@@ -17,6 +17,7 @@ use super::{
 };
 use crate::http::AppState;
 use crate::rmp::group::GroupState;
+use crate::store::overview::Listed;
 use crate::store::{InboxEntry, InboxExcerpt, InboxFilter};
 use crate::wsr::datetime::parse_date_time;
 
@@ -288,10 +289,10 @@ fn inbox_forms(
 }
 
 /// One page of delivered messages, a row each.
-fn inbox_table(entries: &[InboxEntry]) -> String {
+fn inbox_table(entries: &[Listed]) -> String {
     let rows: Vec<Vec<String>> = entries
         .iter()
-        .map(|e| {
+        .map(|Listed { entry: e, size }| {
             vec![
                 link(
                     &format!("/console/inbox/message?offset={}", e.offset),
@@ -303,7 +304,7 @@ fn inbox_table(entries: &[InboxEntry]) -> String {
                 link(&group_href(&e.partner, &e.group_id), &e.group_id),
                 e.number.map_or("—".into(), |n| n.to_string()),
                 when(&e.received_at),
-                e.payload.len().to_string(),
+                size.to_string(),
             ]
         })
         .collect();

@@ -44,7 +44,7 @@ pub(in crate::store) fn inbox_entry(r: &PgRow) -> Result<InboxEntry, sqlx::Error
 }
 
 /// A `SELECT_INBOX` row (or one with another column 5) without its payload.
-fn inbox_entry_without_payload(r: &PgRow) -> Result<InboxEntry, sqlx::Error> {
+pub(in crate::store) fn inbox_entry_without_payload(r: &PgRow) -> Result<InboxEntry, sqlx::Error> {
     Ok(InboxEntry {
         offset: r.try_get(0)?,
         partner: r.try_get(9)?,
