@@ -533,7 +533,13 @@ impl Partners {
             else {
                 // A user nobody is costs what a wrong password costs: the time taken does not
                 // tell which users exist.
-                if let Some(like) = self.iter().find_map(|p| p.inbound.password.as_ref()) {
+                // The costliest kind configured is imitated: a hashed password if any partner
+                // has one (the others cost microseconds and would set it apart).
+                let passwords = || self.iter().filter_map(|p| p.inbound.password.as_ref());
+                let like = passwords()
+                    .find(|stored| matches!(stored, Stored::Hash(_)))
+                    .or_else(|| passwords().next());
+                if let Some(like) = like {
                     self.verifier.refuse_like(like, password).await;
                 }
                 return Err(wrong);

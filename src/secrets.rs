@@ -102,6 +102,13 @@ impl Stored {
             );
         }
         let argon = ArgonHash::parse(phc).map_err(|e| anyhow::anyhow!("{key}: {e}"))?;
+        if argon.context.params().t_cost() > MAX_HASH_PASSES {
+            bail!(
+                "{key}: the hash asks for more than {MAX_HASH_PASSES} passes per check (t={}); \
+                 one such check would hold a hashing thread for every login",
+                argon.context.params().t_cost()
+            );
+        }
         if argon.context.params().block_count() > MAX_HASH_BLOCKS {
             bail!(
                 "{key}: the hash asks for more than {} MiB of memory per check (m={})",
@@ -137,6 +144,10 @@ const HASHING_AT_ONCE: usize = 2;
 /// default parameters of `hash-secret` ask for 19 MiB). Each hashing thread keeps as much as
 /// the largest configured hash asks for.
 const MAX_HASH_BLOCKS: usize = 1024 * 1024;
+
+/// The most passes one configured hash may ask for (`hash-secret` uses 2; OWASP's
+/// recommendations stay below 10).
+const MAX_HASH_PASSES: u32 = 64;
 
 /// Matches presented secrets against stored ones. One per gateway, cheap to clone.
 #[derive(Clone, Default)]

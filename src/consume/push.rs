@@ -168,7 +168,10 @@ async fn worker(store: Store, clock: Arc<dyn Clock>, sub: Subscription, limits: 
                         let task = inflight.spawn(post(
                             client.clone(),
                             store.clone(),
-                            url.clone(),
+                            Webhook {
+                                url: url.clone(),
+                                owner: sub.owner.clone(),
+                            },
                             format,
                             h,
                             limits.answer_cap,
@@ -229,21 +232,30 @@ async fn worker(store: Store, clock: Arc<dyn Clock>, sub: Subscription, limits: 
     }
 }
 
+/// Where a push subscription POSTs, and whose subscription it is.
+struct Webhook {
+    url: String,
+    owner: String,
+}
+
 async fn post(
     client: reqwest::Client,
     store: Store,
-    url: String,
+    webhook: Webhook,
     format: PushFormat,
     handed: Handed,
     answer_cap: usize,
 ) -> (Handed, Outcome) {
     let failed = outcome_for(None);
-    // Only registered webhooks: a registration withdrawn since the subscription was created
-    // stops the pushing (the attempt fails and, in the end, dead-letters).
-    match store.is_push_endpoint(&url).await {
+    let Webhook { url, owner } = webhook;
+    // Only webhooks registered for the subscription's owner: a registration or grant
+    // withdrawn since the subscription was created stops the pushing (the attempt fails and,
+    // in the end, dead-letters).
+    match store.may_push_to(&owner, &url).await {
         Ok(true) => {}
         Ok(false) => {
-            tracing::warn!(%url, "push endpoint is no longer registered; not sent");
+            let url = redacted(&url);
+            tracing::warn!(%url, %owner, "push endpoint is no longer registered for the subscription's owner; not sent");
             return (handed, failed);
         }
         Err(e) => {

@@ -543,12 +543,15 @@ pub async fn notify(store: &Store, client: &Clients, finished: &[String]) {
         let Some(url) = &m.notify_url else {
             continue;
         };
-        // Only registered webhooks (the push endpoints), also if withdrawn since the submit.
-        match store.is_push_endpoint(url).await {
+        // Only webhooks registered for the submitter (the push endpoints), also if withdrawn
+        // since the submit. A message stored before principals were has none: only a webhook
+        // registered for every principal serves it.
+        let principal = m.principal.as_deref().unwrap_or("*");
+        match store.may_push_to(principal, url).await {
             Ok(true) => {}
             Ok(false) => {
                 let url = redacted(url);
-                tracing::warn!(%id, %url, "notify URL is no longer registered; not notified");
+                tracing::warn!(%id, %url, "notify URL is no longer registered for the submitter; not notified");
                 continue;
             }
             Err(e) => {

@@ -280,6 +280,10 @@ pub trait DeliveryStore: Send + Sync {
 
     fn backlog(&self, subscription_id: i64) -> StoreFuture<'_, Result<Backlog, StoreError>>;
 
+    /// The sessions a subscription has (lapsed ones until housekeeping removes them): what
+    /// its cap counts, without the backlog's counts of messages.
+    fn session_count(&self, subscription_id: i64) -> StoreFuture<'_, Result<u64, StoreError>>;
+
     /// The earliest time-driven changes after `now`, in one subscription (`Some`: backoffs,
     /// leases and sessions of it) or in all (`None`: leases, sessions, idle ephemeral
     /// subscriptions and the oldest inbox message).

@@ -970,7 +970,7 @@ impl Webhook {
     }
 
     /// Nothing arrives within a bounded look (a backoff still running).
-    async fn quiet(&mut self, ms: u64) -> bool {
+    pub(crate) async fn quiet(&mut self, ms: u64) -> bool {
         tokio::time::timeout(std::time::Duration::from_millis(ms), self.received.recv())
             .await
             .is_err()

@@ -21,20 +21,45 @@ async fn idle_session(api: &Api, name: &str) -> String {
     api.join(sub, 60_000).await
 }
 
-/// Long polls of `session`, each waiting up to 20 s.
+/// Long polls of `session`, each waiting up to 20 s, spread over one client per source
+/// address; the probes of `until_refused` go from 127.0.0.1.
 struct LongPolls {
     app_url: String,
-    client: reqwest::Client,
+    clients: Vec<reqwest::Client>,
+    probe: reqwest::Client,
     token: &'static str,
     session: String,
     count: usize,
     polls: JoinSet<u16>,
 }
 
+/// `count` long polls from 127.0.0.1.
 fn long_polls(app: &TestApp, token: &'static str, session: &str, count: usize) -> LongPolls {
+    long_polls_from(app, token, session, count, &["127.0.0.1"])
+}
+
+/// `count` long polls spread over `sources` (all loopback addresses: 127.0.0.0/8 is).
+fn long_polls_from(
+    app: &TestApp,
+    token: &'static str,
+    session: &str,
+    count: usize,
+    sources: &[&str],
+) -> LongPolls {
+    let clients = sources
+        .iter()
+        .map(|source| {
+            let address: std::net::IpAddr = source.parse().expect("an address");
+            reqwest::Client::builder()
+                .local_address(address)
+                .build()
+                .expect("a client")
+        })
+        .collect();
     LongPolls {
         app_url: app.url(""),
-        client: app.client.clone(),
+        clients,
+        probe: app.client.clone(),
         token,
         session: session.to_owned(),
         count,
@@ -48,8 +73,8 @@ impl LongPolls {
     fn top_up(&mut self) {
         while self.polls.try_join_next().is_some() {}
         while self.polls.len() < self.count {
-            let request = self
-                .client
+            let client = &self.clients[self.polls.len() % self.clients.len()];
+            let request = client
                 .post(format!(
                     "{}/api/v1/sessions/{}/fetch",
                     self.app_url, self.session
@@ -75,7 +100,7 @@ impl LongPolls {
                 self.top_up();
                 tokio::time::sleep(Duration::from_millis(20)).await;
                 let r = self
-                    .client
+                    .probe
                     .post(&url)
                     .bearer_auth(token)
                     .json(&json!({ "max": 1, "wait_ms": wait_ms }))
@@ -143,7 +168,9 @@ async fn long_polls_fill_only_their_class_partners_and_operators_are_still_serve
     .await;
     let api = Api::of(&app, OWNER);
     let session = idle_session(&api, "never").await;
-    let mut polls = long_polls(&app, OWNER, &session, 4);
+    // Four sources (a source holds at most a quarter of a class): the class is full.
+    let sources = ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"];
+    let mut polls = long_polls_from(&app, OWNER, &session, 4, &sources);
     let (retry_after, refused) = polls.until_refused(OWNER, 0, 503).await;
     assert_eq!(retry_after.as_deref(), Some("1"));
     assert!(refused.contains("waiting"), "{refused}");
@@ -362,5 +389,42 @@ async fn a_push_webhook_serves_only_the_principals_it_is_registered_for() {
         json!([url]),
         "billing's grant keeps it"
     );
+    app.stop().await;
+}
+
+/// A grant withdrawn stops that principal's pushes at once, while the webhook stays
+/// registered for another.
+#[tokio::test]
+async fn a_withdrawn_grant_stops_the_principals_pushes() {
+    let app = spawn_app_with(|c| c.tokens = tokens()).await;
+    let admin = Api::of(&app, ADMIN);
+    let mut hook = super::delivery::webhook(vec![], 0).await;
+    for principal in ["shipping", "billing"] {
+        let (status, _) = admin
+            .post(
+                "/api/v1/push-endpoints",
+                json!({ "url": hook.url, "principal": principal }),
+            )
+            .await;
+        assert_eq!(status, 201);
+    }
+    Api::of(&app, OTHER)
+        .create(json!({
+            "name": "shipped", "filter": "default/#", "mode": "push", "push_url": hook.url,
+        }))
+        .await;
+    super::delivery::deliver_singletons(&app, "Order", 1).await;
+    hook.next().await;
+    let withdrawn = app
+        .client
+        .delete(app.url("/api/v1/push-endpoints"))
+        .bearer_auth(ADMIN)
+        .json(&json!({ "url": hook.url, "principal": "shipping" }))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(withdrawn.status(), 204);
+    super::delivery::deliver_singletons(&app, "Order", 1).await;
+    assert!(hook.quiet(500).await, "shipping's pushes stopped");
     app.stop().await;
 }

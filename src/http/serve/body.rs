@@ -13,6 +13,7 @@ use hyper::body::{Body as HttpBody, Frame, Incoming, SizeHint};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::{Instant, Sleep};
 
+use super::classes::Admitted;
 use super::watchdog::OpenRequest;
 use crate::http::slots::{KeyedSlot, KeyedSlots};
 
@@ -43,15 +44,23 @@ pub(super) struct SourceShares {
     pub source: String,
 }
 
-/// A response body that keeps its request open on the connection until it has been sent.
+/// A response body that keeps its request open on the connection, and its class slot taken,
+/// until it has been sent.
 pub(super) struct Tracked {
     body: Body,
     _open: OpenRequest,
+    /// The request's slot of its class (`classes.rs`): an answer that streams (an event
+    /// stream) holds it until its last byte.
+    _admitted: Option<Admitted>,
 }
 
 impl Tracked {
-    pub(super) fn new(body: Body, open: OpenRequest) -> Tracked {
-        Tracked { body, _open: open }
+    pub(super) fn new(body: Body, open: OpenRequest, admitted: Option<Admitted>) -> Tracked {
+        Tracked {
+            body,
+            _open: open,
+            _admitted: admitted,
+        }
     }
 }
 

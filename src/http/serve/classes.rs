@@ -80,6 +80,13 @@ fn under(path: &str, prefix: &str) -> bool {
         .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
+/// A source's share of a class of `cap`: the configured share, but never more than a quarter
+/// of the class (at least one request), so that no one client — signed in or not — can hold a
+/// whole class, however small it is configured.
+fn share_of(cap: usize, configured: usize) -> usize {
+    configured.min(cap / 4).max(1)
+}
+
 /// One class's budget: its requests in flight, and each source's share of them.
 struct Budget {
     in_flight: Arc<Semaphore>,
@@ -127,7 +134,10 @@ impl Classes {
     pub fn new(perimeter: &Perimeter) -> Classes {
         let budget = |cap: usize| Budget {
             in_flight: Arc::new(Semaphore::new(cap)),
-            per_source: Arc::new(KeyedSlots::new(perimeter.max_requests_in_flight_per_source)),
+            per_source: Arc::new(KeyedSlots::new(share_of(
+                cap,
+                perimeter.max_requests_in_flight_per_source,
+            ))),
         };
         Classes {
             // In `Class` order.
@@ -144,15 +154,16 @@ impl Classes {
     /// and the class allow.
     pub fn admit(&self, class: Class, source: &str) -> Result<Admitted, Refused> {
         let budget = &self.budgets[class.index()];
-        let share = budget
-            .per_source
-            .take(source)
-            .ok_or(Refused::ShareUsed(class))?;
+        // A full class is the gateway's state (503) whoever asks; a share, the client's (429).
         let permit = budget
             .in_flight
             .clone()
             .try_acquire_owned()
             .map_err(|_| Refused::ClassFull(class))?;
+        let share = budget
+            .per_source
+            .take(source)
+            .ok_or(Refused::ShareUsed(class))?;
         Ok(Admitted {
             _class: permit,
             _share: share,
@@ -213,28 +224,45 @@ mod tests {
 
     #[test]
     fn a_source_holds_its_share_of_one_class_and_nothing_of_the_others() {
-        let classes = Classes::new(&perimeter(3, 2));
-        let (a, b, c) = ("10.0.0.1", "10.0.0.2", "10.0.0.3");
-        let held: Vec<_> = (0..2)
-            .map(|_| classes.admit(Class::Waiting, a).expect("within its share"))
+        // Configured share 100, class of 8: no source holds more than a quarter of it.
+        let classes = Classes::new(&perimeter(8, 100));
+        let sources = ["10.0.0.1", "10.0.0.2", "10.0.0.3", "10.0.0.4"];
+        let mut held: Vec<_> = (0..2)
+            .map(|_| {
+                classes
+                    .admit(Class::Waiting, sources[0])
+                    .expect("within its share")
+            })
             .collect();
         assert_eq!(
-            classes.admit(Class::Waiting, a).unwrap_err(),
-            Refused::ShareUsed(Class::Waiting)
+            classes.admit(Class::Waiting, sources[0]).unwrap_err(),
+            Refused::ShareUsed(Class::Waiting),
+            "a quarter of the class"
         );
         // Another class is untouched, for the same source too.
         classes
-            .admit(Class::Partners, a)
+            .admit(Class::Partners, sources[0])
             .expect("partners have their own budget");
-        let third = classes.admit(Class::Waiting, b).expect("b has its share");
+        for source in &sources[1..] {
+            for _ in 0..2 {
+                held.push(classes.admit(Class::Waiting, source).expect("its share"));
+            }
+        }
         assert_eq!(
-            classes.admit(Class::Waiting, c).unwrap_err(),
+            classes.admit(Class::Waiting, "10.0.0.5").unwrap_err(),
             Refused::ClassFull(Class::Waiting)
         );
-        drop(third);
+        held.pop();
         classes
-            .admit(Class::Waiting, c)
+            .admit(Class::Waiting, "10.0.0.5")
             .expect("a freed slot is taken again");
-        drop(held);
+    }
+
+    #[test]
+    fn a_share_is_at_most_a_quarter_of_its_class_and_at_least_one() {
+        assert_eq!(share_of(512, 128), 128);
+        assert_eq!(share_of(64, 128), 16);
+        assert_eq!(share_of(2, 128), 1);
+        assert_eq!(share_of(256, 2), 2);
     }
 }

@@ -384,7 +384,7 @@ async fn handle(
         Some(class) => match limits.classes.admit(class, &source) {
             Ok(admitted) => Some(admitted),
             Err(refused) => {
-                return Ok(refusal(refused).map(|b| Body::new(Tracked::new(b, open))));
+                return Ok(refusal(refused).map(|b| Body::new(Tracked::new(b, open, None))));
             }
         },
     };
@@ -405,6 +405,5 @@ async fn handle(
         Ok(r) => r,
         Err(never) => match never {},
     };
-    drop(permit);
-    Ok(response.map(|b| Body::new(Tracked::new(b, open))))
+    Ok(response.map(|b| Body::new(Tracked::new(b, open, permit))))
 }

@@ -70,7 +70,7 @@ pub async fn join(
     };
     let _admitting = app.admissions.lock().await;
     let cap = app.config.delivery.max_sessions_per_subscription;
-    let members = app.store.backlog(id).await?.members;
+    let members = app.store.session_count(id).await?;
     if members >= cap as u64 {
         return Err(Problem(
             StatusCode::TOO_MANY_REQUESTS,

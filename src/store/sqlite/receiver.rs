@@ -164,9 +164,10 @@ impl ReceiverStore for SqliteStore {
         head: usize,
     ) -> StoreFuture<'a, Result<Option<InboxExcerpt>, StoreError>> {
         Box::pin(async move {
-            // A big payload is a BLOB: its length comes from the record's header and its head
-            // from the first pages, so the whole value is never handed to us. A small one is
-            // TEXT, counted and cut by characters (it is small).
+            // A big payload is a BLOB: its length comes from the record's header; its head is
+            // cut inside SQLite (which still loads the value there for `substr`, transiently),
+            // so only the head is handed to us. A small one is TEXT, counted in bytes through
+            // a cast and cut by characters (it is small).
             let row = sqlx::query(
                 "SELECT offset, channel, topic, group_id, number, \
                  substr(payload, 1, ?2), namespaces, received_at, expiry, partner, \
@@ -235,7 +236,8 @@ impl ReceiverStore for SqliteStore {
     ) -> StoreFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
             let found: Option<i64> = sqlx::query_scalar(
-                "SELECT 1 FROM push_endpoint_grants WHERE url = ? AND principal IN (?, '*')",
+                "SELECT 1 FROM push_endpoint_grants g JOIN push_endpoints e ON e.url = g.url \
+                 WHERE g.url = ? AND g.principal IN (?, '*')",
             )
             .bind(url)
             .bind(principal)

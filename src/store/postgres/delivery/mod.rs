@@ -466,6 +466,17 @@ impl DeliveryStore for PostgresStore {
         Box::pin(reads::backlog(&self.pool, subscription_id))
     }
 
+    fn session_count(&self, subscription_id: i64) -> StoreFuture<'_, Result<u64, StoreError>> {
+        Box::pin(async move {
+            let n: i64 =
+                sqlx::query_scalar("SELECT COUNT(*) FROM sessions WHERE subscription_id = $1")
+                    .bind(subscription_id)
+                    .fetch_one(&self.pool)
+                    .await?;
+            Ok(u64::try_from(n).unwrap_or(0))
+        })
+    }
+
     fn delivery_deadlines(
         &self,
         subscription_id: Option<i64>,

@@ -257,8 +257,9 @@ impl ReceiverStore for PostgresStore {
     ) -> StoreFuture<'a, Result<bool, StoreError>> {
         Box::pin(async move {
             Ok(sqlx::query_scalar(
-                "SELECT EXISTS (SELECT 1 FROM push_endpoint_grants \
-                 WHERE url = $1 AND principal IN ($2, '*'))",
+                "SELECT EXISTS (SELECT 1 FROM push_endpoint_grants g \
+                 JOIN push_endpoints e ON e.url = g.url \
+                 WHERE g.url = $1 AND g.principal IN ($2, '*'))",
             )
             .bind(url)
             .bind(principal)
@@ -316,9 +317,13 @@ impl ReceiverStore for PostgresStore {
                 }
                 Endpoints::Push => {
                     // One statement: the webhook and its grant together.
+                    // The webhook's row is locked (the no-op update) while its grant is
+                    // added: a removal of its last grant at the same moment cannot take the
+                    // row away from under the new grant.
                     sqlx::query(
                         "WITH hook AS (INSERT INTO push_endpoints (url, created_at) \
-                         VALUES ($1, $2) ON CONFLICT DO NOTHING) \
+                         VALUES ($1, $2) ON CONFLICT (url) DO UPDATE \
+                         SET created_at = push_endpoints.created_at) \
                          INSERT INTO push_endpoint_grants (url, principal) VALUES ($1, $3) \
                          ON CONFLICT DO NOTHING",
                     )
@@ -352,6 +357,12 @@ impl ReceiverStore for PostgresStore {
                 }
                 (Endpoints::Push, Some(principal)) => {
                     let mut tx = self.pool.begin().await?;
+                    // Locked first, as an addition locks it: the last grant's removal and a
+                    // new grant's addition do not interleave.
+                    sqlx::query("SELECT 1 FROM push_endpoints WHERE url = $1 FOR UPDATE")
+                        .bind(url)
+                        .execute(&mut *tx)
+                        .await?;
                     let removed = sqlx::query(
                         "DELETE FROM push_endpoint_grants WHERE url = $1 AND principal = $2",
                     )
