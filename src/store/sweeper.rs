@@ -10,6 +10,10 @@ use std::time::Duration;
 use super::Store;
 use crate::clock::Clock;
 
+/// How long a console sign-out is kept past its sign-in's end: more than the clock skew
+/// between gateways of a cluster can be.
+const SIGN_OUT_SKEW: chrono::Duration = chrono::Duration::minutes(10);
+
 /// Longest sleep without a deadline, so that a clock jump is noticed eventually.
 const IDLE_RECHECK: Duration = Duration::from_secs(60);
 
@@ -30,7 +34,10 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>) {
                 Ok(n) => tracing::debug!(purged = n, "purged request-response answers"),
                 Err(e) => tracing::error!(error = %e, "cannot purge request-response answers"),
             }
-            match store.purge_console_sign_outs(clock.now()).await {
+            // Kept a while past their sign-in's end: a gateway of the cluster whose clock is
+            // behind the sweeper's must still find them while it takes the cookie as valid.
+            let sign_outs_until = clock.now() - SIGN_OUT_SKEW;
+            match store.purge_console_sign_outs(sign_outs_until).await {
                 Ok(n) => tracing::debug!(purged = n, "purged console sign-outs"),
                 Err(e) => tracing::error!(error = %e, "cannot purge console sign-outs"),
             }
