@@ -137,6 +137,13 @@ impl App {
             format!("{scheme}://{addr}")
         });
         let callback_url = format!("{}/wsr/_callback", base.trim_end_matches('/'));
+        let admissions = consume::admit::Admissions::new(
+            store.clone(),
+            consume::admit::Caps {
+                subscriptions_per_principal: config.delivery.max_subscriptions_per_principal,
+                sessions_per_subscription: config.delivery.max_sessions_per_subscription,
+            },
+        );
         Ok(App {
             listener,
             addr,
@@ -156,7 +163,7 @@ impl App {
                 waiting_fetches: Arc::new(http::slots::KeyedSlots::new(
                     http::slots::MAX_WAITING_FETCHES,
                 )),
-                admissions: tokio::sync::Mutex::new(()),
+                admissions,
             }),
         })
     }

@@ -76,9 +76,8 @@ pub struct AppContext {
     pub event_streams: Arc<slots::KeyedSlots>,
     /// Long-polling fetches waiting per principal.
     pub waiting_fetches: Arc<slots::KeyedSlots>,
-    /// Held while a subscription or a session is counted against its cap and created, so that
-    /// two at once cannot both take the last place.
-    pub admissions: tokio::sync::Mutex<()>,
+    /// Subscriptions and sessions counted against their caps and created, one at a time.
+    pub admissions: crate::consume::admit::Admissions,
 }
 
 /// Who may call an `/api/v1` route.

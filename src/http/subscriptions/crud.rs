@@ -80,32 +80,8 @@ pub async fn create(
             ),
         ));
     }
-    // Counted and created under the admissions lock: two creates at once cannot both take
-    // the last place (on this gateway; a cluster may overshoot by one per other gateway).
-    let _admitting = app.admissions.lock().await;
-    let cap = app.config.delivery.max_subscriptions_per_principal;
-    // Asking again for one it has is not one more.
-    let name = spec.id.to_string();
-    let held = app
-        .store
-        .subscriptions()
-        .await?
-        .iter()
-        .filter(|s| s.owner == caller.principal && s.name != name)
-        .count();
-    if held >= cap {
-        return Err(Problem(
-            StatusCode::TOO_MANY_REQUESTS,
-            "too-many-subscriptions",
-            format!(
-                "{} owns {held} subscriptions, the most one principal may own \
-                 (max_subscriptions_per_principal = {cap}); delete one first",
-                caller.principal
-            ),
-        ));
-    }
     let (sub, created) = app
-        .store
+        .admissions
         .create_subscription(&spec, &caller.principal, app.clock.now())
         .await?;
     let status = if created {

@@ -30,6 +30,7 @@ use axum::http::StatusCode;
 
 use super::AppState;
 use super::api::{Caller, Problem};
+use crate::consume::admit::AdmitError;
 use crate::delivery::access::{self, Consumer, Denied};
 use crate::store::delivery::{DeliveryError, Subscription};
 
@@ -45,6 +46,24 @@ impl From<DeliveryError> for Problem {
                 Problem(StatusCode::CONFLICT, "stale-receipt", stale.to_string())
             }
             DeliveryError::Store(e) => e.into(),
+        }
+    }
+}
+
+impl From<AdmitError> for Problem {
+    fn from(e: AdmitError) -> Problem {
+        match e {
+            AdmitError::TooManySubscriptions { .. } => Problem(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too-many-subscriptions",
+                e.to_string(),
+            ),
+            AdmitError::TooManySessions { .. } => Problem(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too-many-sessions",
+                e.to_string(),
+            ),
+            AdmitError::Delivery(e) => e.into(),
         }
     }
 }

@@ -68,21 +68,8 @@ pub async fn join(
             ));
         }
     };
-    let _admitting = app.admissions.lock().await;
-    let cap = app.config.delivery.max_sessions_per_subscription;
-    let members = app.store.session_count(id).await?;
-    if members >= cap as u64 {
-        return Err(Problem(
-            StatusCode::TOO_MANY_REQUESTS,
-            "too-many-sessions",
-            format!(
-                "subscription {id} has {members} sessions, the most one may have \
-                 (max_sessions_per_subscription = {cap}); leave one first"
-            ),
-        ));
-    }
     let session = app
-        .store
+        .admissions
         .join(
             id,
             &new_session_id()?,
