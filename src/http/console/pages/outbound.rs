@@ -168,16 +168,25 @@ pub struct MessageQuery {
     done: Option<String>,
 }
 
+/// The outbound message the query's `id` names, with that id.
+async fn outbound_message<'q>(
+    app: &AppState,
+    q: &'q MessageQuery,
+) -> Result<(&'q str, OutMessage), html::Stop> {
+    let id = required("id", &q.id)?;
+    match store(app.store.out_message(id).await)? {
+        Some(m) => Ok((id, m)),
+        None => Err(not_found(&format!("no outbound message {id}"))),
+    }
+}
+
 pub async fn message(
     Operator(_): Operator,
     State(app): State<AppState>,
     q: Result<Query<MessageQuery>, QueryRejection>,
 ) -> Page {
     let q = query(q)?;
-    let id = required("id", &q.id)?;
-    let Some(m) = store(app.store.out_message(id).await)? else {
-        return Err(not_found(&format!("no outbound message {id}")));
-    };
+    let (id, m) = outbound_message(&app, &q).await?;
     let history = store(app.store.out_message_events(id, MAX_EVENTS).await)?;
     let mut body = String::new();
     match q.done.as_deref() {
@@ -244,10 +253,7 @@ pub async fn envelope(
     q: Result<Query<MessageQuery>, QueryRejection>,
 ) -> Page {
     let q = query(q)?;
-    let id = required("id", &q.id)?;
-    let Some(m) = store(app.store.out_message(id).await)? else {
-        return Err(not_found(&format!("no outbound message {id}")));
-    };
+    let (_, m) = outbound_message(&app, &q).await?;
     let content_type = m.version.content_type();
     Ok(html::attachment(
         content_type,
