@@ -65,20 +65,14 @@ impl KeyedSlots {
 
     /// A holding of `count` for `key` (bytes, say), unless it would hold more than `max`.
     pub fn take_many(self: &Arc<Self>, key: &str, count: usize) -> Option<KeyedSlot> {
-        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-        let held = open.entry(key.to_owned()).or_insert(0);
-        if held.saturating_add(count) > self.max {
-            if *held == 0 {
-                open.remove(key);
-            }
-            return None;
-        }
-        *held += count;
-        Some(KeyedSlot {
+        // An empty holding grown by `count`: one rule for taking and growing (dropped when it
+        // cannot grow, it takes its key's empty entry with it).
+        let mut slot = KeyedSlot {
             slots: Arc::clone(self),
             key: key.to_owned(),
-            count,
-        })
+            count: 0,
+        };
+        slot.grow(count).then_some(slot)
     }
 
     /// How many `key` holds now.

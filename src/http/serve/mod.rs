@@ -95,8 +95,13 @@ impl From<Perimeter> for Edge {
 
 /// 503 with `Retry-After`, for a request refused because the gateway is busy.
 pub fn busy(why: &str) -> axum::response::Response {
+    try_later(StatusCode::SERVICE_UNAVAILABLE, why)
+}
+
+/// `status` with `Retry-After`, saying `why`.
+fn try_later(status: StatusCode, why: &str) -> axum::response::Response {
     (
-        StatusCode::SERVICE_UNAVAILABLE,
+        status,
         [(
             header::RETRY_AFTER,
             HeaderValue::from_static(RETRY_AFTER_SECONDS),
@@ -112,18 +117,13 @@ fn refusal(refused: Refused) -> axum::response::Response {
     crate::metrics::refused(refused.class().name(), refused.reason());
     match refused {
         Refused::ClassFull(class) => busy(&format!("too many {} requests in flight", class.name())),
-        Refused::ShareUsed(class) => (
+        Refused::ShareUsed(class) => try_later(
             StatusCode::TOO_MANY_REQUESTS,
-            [(
-                header::RETRY_AFTER,
-                HeaderValue::from_static(RETRY_AFTER_SECONDS),
-            )],
-            format!(
-                "this client has its whole share of {} requests in flight; try again later\n",
+            &format!(
+                "this client has its whole share of {} requests in flight",
                 class.name()
             ),
-        )
-            .into_response(),
+        ),
     }
 }
 

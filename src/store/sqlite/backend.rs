@@ -101,9 +101,11 @@ async fn stats(pool: &sqlx::SqlitePool) -> Result<StoreStats, StoreError> {
 
 crate::store::overview::operator_reads!(
     sqlx::SqlitePool,
-    // A big payload is a BLOB, whose length comes from its record's header.
-    "SELECT offset, channel, topic, group_id, number, X'', namespaces, received_at, expiry, \
-     partner, CASE typeof(payload) WHEN 'blob' THEN length(payload) \
-     ELSE length(CAST(payload AS BLOB)) END ",
+    concat!(
+        "SELECT offset, channel, topic, group_id, number, X'', namespaces, received_at, \
+         expiry, partner, ",
+        crate::store::sqlite::payload_size!(),
+        " "
+    ),
     |r| Ok::<_, sqlx::Error>(crate::store::sqlite::inbox_from_row_without_payload(r))
 );

@@ -118,6 +118,17 @@ fn decode_group(r: &sqlx::sqlite::SqliteRow, first: usize) -> Result<GroupState,
     decode_stored(json, bin).map_err(StoreError::Corrupt)
 }
 
+/// A stored payload's size in bytes, read without the payload: a big one is a BLOB, whose
+/// length comes from its record's header; a small one is TEXT, counted in bytes through a
+/// cast (it is small).
+macro_rules! payload_size {
+    () => {
+        "CASE typeof(payload) WHEN 'blob' THEN length(payload) \
+         ELSE length(CAST(payload AS BLOB)) END"
+    };
+}
+pub(in crate::store) use payload_size;
+
 /// `SELECT` of an inbox row in the column order `inbox_from_row` and the writer's
 /// `rows::inbox_entry` read; callers add `FROM inbox WHERE …`.
 macro_rules! select_inbox {

@@ -164,17 +164,15 @@ impl ReceiverStore for SqliteStore {
         head: usize,
     ) -> StoreFuture<'a, Result<Option<InboxExcerpt>, StoreError>> {
         Box::pin(async move {
-            // A big payload is a BLOB: its length comes from the record's header; its head is
-            // cut inside SQLite (which still loads the value there for `substr`, transiently),
-            // so only the head is handed to us. A small one is TEXT, counted in bytes through
-            // a cast and cut by characters (it is small).
-            let row = sqlx::query(
-                "SELECT offset, channel, topic, group_id, number, \
-                 substr(payload, 1, ?2), namespaces, received_at, expiry, partner, \
-                 CASE typeof(payload) WHEN 'blob' THEN length(payload) \
-                 ELSE length(CAST(payload AS BLOB)) END \
-                 FROM inbox WHERE offset = ?1",
-            )
+            // The head is cut inside SQLite (which still loads a BLOB there for `substr`,
+            // transiently), so only the head is handed to us; a small TEXT payload is cut by
+            // characters (it is small).
+            let row = sqlx::query(concat!(
+                "SELECT offset, channel, topic, group_id, number, substr(payload, 1, ?2), \
+                 namespaces, received_at, expiry, partner, ",
+                super::payload_size!(),
+                " FROM inbox WHERE offset = ?1"
+            ))
             .bind(offset)
             .bind(i64::try_from(head).unwrap_or(i64::MAX))
             .fetch_optional(&self.pool)
