@@ -13,6 +13,8 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
+
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// The label value of a request or message without a configured partner.
@@ -71,6 +73,7 @@ pub const HTTP_SECONDS: &str = "wsr_http_request_duration_seconds";
 pub const BACKEND_CALLS: &str = "wsr_backend_calls_total";
 pub const BACKEND_SECONDS: &str = "wsr_backend_call_duration_seconds";
 pub const REFUSED: &str = "wsr_requests_refused_total";
+pub const HELD_BACK: &str = "wsr_source_quota_refusals_total";
 
 fn describe() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
@@ -79,6 +82,11 @@ fn describe() {
         "Reliable messages and polls received at /wsr/{channel}, by verdict"
     );
     describe_counter!(FAULTS, "WS-R faults answered to partners, by fault code");
+    describe_counter!(
+        HELD_BACK,
+        "Messages refused (MessageProcessingFailure) because their source's storage quota was \
+         used up, by channel, partner and quota (stored_bytes, messages_per_second)"
+    );
     describe_counter!(
         ACKS_SENT,
         "Acks sent to partners, by reply pattern (response, callback, poll)"
@@ -185,6 +193,73 @@ pub fn faults_answered() -> Vec<FaultsAnswered> {
             count: *count,
         })
         .collect()
+}
+
+/// A message its source's storage quota held back (D13): counted by channel, partner and
+/// quota (`stored_bytes`, `messages_per_second`), and its source kept for the console.
+/// `true` when the source had not been held back for a minute (worth a log line).
+pub fn held_back(
+    channel: &str,
+    partner: &str,
+    source: &str,
+    quota: &'static str,
+    at: DateTime<Utc>,
+) -> bool {
+    metrics::counter!(HELD_BACK, "channel" => channel.to_owned(), "partner" => self::partner(Some(partner)), "quota" => quota).increment(1);
+    let mut held = HELD_BACK_SOURCES.lock().unwrap_or_else(|e| e.into_inner());
+    if held.len() >= MAX_HELD_BACK_SOURCES && !held.contains_key(source) {
+        let oldest = held
+            .iter()
+            .min_by_key(|(_, h)| h.last)
+            .map(|(s, _)| s.clone());
+        if let Some(oldest) = oldest {
+            held.remove(&oldest);
+        }
+    }
+    let entry = held
+        .entry(source.to_owned())
+        .or_insert_with(|| HeldBackSource {
+            source: source.to_owned(),
+            partner: self::partner(Some(partner)),
+            channel: channel.to_owned(),
+            quota,
+            count: 0,
+            first: at,
+            last: at - chrono::Duration::minutes(1),
+        });
+    let quiet_for_a_minute = at - entry.last >= chrono::Duration::minutes(1);
+    entry.count += 1;
+    entry.last = at;
+    entry.quota = quota;
+    entry.channel = channel.to_owned();
+    quiet_for_a_minute
+}
+
+/// Most sources the console's "held back" list keeps (the least recent go first).
+const MAX_HELD_BACK_SOURCES: usize = 64;
+
+static HELD_BACK_SOURCES: Mutex<BTreeMap<String, HeldBackSource>> = Mutex::new(BTreeMap::new());
+
+/// A source this process held back by its storage quota.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeldBackSource {
+    /// `partner:{name}`, or the anonymous peer's address (IPv6: its /64).
+    pub source: String,
+    pub partner: String,
+    /// The channel and quota of its latest refusal.
+    pub channel: String,
+    pub quota: &'static str,
+    pub count: u64,
+    pub first: DateTime<Utc>,
+    pub last: DateTime<Utc>,
+}
+
+/// The sources held back by this process since it started (at most 64), latest first.
+pub fn held_back_sources() -> Vec<HeldBackSource> {
+    let held = HELD_BACK_SOURCES.lock().unwrap_or_else(|e| e.into_inner());
+    let mut sources: Vec<HeldBackSource> = held.values().cloned().collect();
+    sources.sort_by_key(|h| std::cmp::Reverse(h.last));
+    sources
 }
 
 /// `n` acks sent by `pattern` (`response`, `callback`, `poll`).

@@ -40,6 +40,10 @@ pub struct PartnerConfig {
     /// What its messages may ask for and must ask for, on top of the channel's agreement.
     pub offers: Option<Vec<String>>,
     pub requires: Vec<String>,
+    /// Its own storage quota (D13), in place of the channel's: bytes its messages may keep
+    /// stored, messages per second (`0`: no limit).
+    pub max_stored_bytes: Option<u64>,
+    pub max_messages_per_second: Option<u64>,
     // ---- outbound: how we reach it ----
     /// Where our messages to it go (`destination = "NAME"` in a submission).
     pub address: Option<String>,
@@ -86,6 +90,9 @@ pub struct Inbound {
     /// `None`: the channel's agreement alone.
     pub offers: Option<Vec<Feature>>,
     pub requires: Vec<Feature>,
+    /// Its own storage quota, where it sets one (`None`: the channel's).
+    pub max_stored_bytes: Option<u64>,
+    pub max_messages_per_second: Option<u64>,
 }
 
 impl Inbound {
@@ -288,6 +295,8 @@ impl PartnerConfig {
                 callback_endpoints: self.callback_endpoints,
                 offers,
                 requires,
+                max_stored_bytes: self.max_stored_bytes,
+                max_messages_per_second: self.max_messages_per_second,
             },
             outbound: Outbound {
                 address: self.address,

@@ -99,6 +99,9 @@ impl Gateway {
                 "listen = \"127.0.0.1:{port}\"\n",
                 "database = {db}\n",
                 "durability = \"{durability}\"\n",
+                // The load comes from one address: no storage quota per source (D13).
+                "max_stored_bytes_per_source = 0\n",
+                "max_messages_per_second_per_source = 0\n",
                 "{extra}",
                 "\n",
                 "[[tokens]]\n",

@@ -12,6 +12,7 @@ use serde::Deserialize;
 use super::bounds::horizon;
 use crate::partners::Partner;
 use crate::rmp::agreement::{Agreement, Feature};
+use crate::rmp::quota::SourceQuota;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -30,6 +31,9 @@ pub struct ChannelConfig {
     pub max_expiry_horizon_seconds: Option<u64>,
     /// Overrides the top-level `max_group_lifetime_seconds` for this channel.
     pub max_group_lifetime_seconds: Option<u64>,
+    /// Override the top-level storage quota per source (D13) for this channel.
+    pub max_stored_bytes_per_source: Option<u64>,
+    pub max_messages_per_second_per_source: Option<u64>,
     /// `one-way` (default) or `request-response` (D16, `operations.rs`).
     pub operation: Option<String>,
     /// A request-response channel's SOAP service; without one, applications answer through
@@ -65,11 +69,12 @@ pub struct BackendConfig {
     pub our_token_env: Option<String>,
 }
 
-/// The top-level horizons, for every channel that sets none of its own.
+/// The top-level horizons and source quota, for every channel that sets none of its own.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Horizons {
     pub expiry: chrono::Duration,
     pub group_lifetime: chrono::Duration,
+    pub quota: SourceQuota,
 }
 
 /// Where the listener is, and whether the operator lets anonymous callers in beyond loopback.
@@ -122,6 +127,7 @@ impl Channels {
                 Agreement {
                     expiry_horizon: horizons.expiry,
                     group_lifetime: horizons.group_lifetime,
+                    quota: horizons.quota,
                     ..Agreement::everything()
                 },
             );
@@ -232,6 +238,10 @@ fn channel_agreement(c: &ChannelConfig, horizons: Horizons) -> anyhow::Result<Ag
                 s,
             )?,
         },
+        quota: horizons.quota.overridden(
+            c.max_stored_bytes_per_source,
+            c.max_messages_per_second_per_source,
+        ),
     };
     if let Some(f) = agreement
         .requires

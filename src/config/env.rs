@@ -75,6 +75,12 @@ impl FileConfig {
             "WSR_MAX_EXPIRY_HORIZON_SECONDS" => self.max_expiry_horizon_seconds = value.parse()?,
             "WSR_MAX_GROUP_LIFETIME_SECONDS" => self.max_group_lifetime_seconds = value.parse()?,
             "WSR_MAX_OPEN_GROUPS_PER_SOURCE" => self.max_open_groups_per_source = value.parse()?,
+            "WSR_MAX_STORED_BYTES_PER_SOURCE" => {
+                self.max_stored_bytes_per_source = value.parse()?
+            }
+            "WSR_MAX_MESSAGES_PER_SECOND_PER_SOURCE" => {
+                self.max_messages_per_second_per_source = value.parse()?
+            }
             "WSR_MAX_ANSWER_BYTES_PER_SOURCE" => {
                 self.max_answer_bytes_per_source = value.parse()?
             }

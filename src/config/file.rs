@@ -12,6 +12,7 @@ use super::bounds::DEFAULT_HORIZON_SECONDS;
 use super::channels::ChannelConfig;
 use super::tls::{TlsFileConfig, TrustedProxyConfig};
 use super::tokens::TokenConfig;
+use crate::rmp::quota::SourceQuota;
 use crate::wsr::Limits;
 
 /// The file format. Every field has a default; unknown keys are errors, not silently ignored.
@@ -42,6 +43,12 @@ pub struct FileConfig {
     /// Most open groups one source (peer IP address) may have at once; a message that would
     /// open one more gets `MessageProcessingFailure` (transient) (D13).
     pub max_open_groups_per_source: u64,
+    /// Storage quota per source (D13): bytes its messages may take in the store until they
+    /// are purged (inbox and ordered buffers), and messages per second it may have stored;
+    /// beyond either, `MessageProcessingFailure` (transient). `0` turns one off. Channels and
+    /// partners may set their own.
+    pub max_stored_bytes_per_source: u64,
+    pub max_messages_per_second_per_source: u64,
     /// Most bytes of request-response answers one source's requests may hold at once (D16).
     pub max_answer_bytes_per_source: u64,
     /// Per-group buffer for ordered messages ahead of a gap (D6).
@@ -164,6 +171,8 @@ impl Default for FileConfig {
             default_group_idle: "P1D".into(),
             max_open_groups_per_source: 10_000,
             max_answer_bytes_per_source: 256 * 1024 * 1024,
+            max_stored_bytes_per_source: SourceQuota::DEFAULT.max_stored_bytes,
+            max_messages_per_second_per_source: SourceQuota::DEFAULT.max_messages_per_second,
             buffer_max_messages: 1000,
             buffer_max_bytes: 64 * 1024 * 1024,
             hold_ms: 1000,

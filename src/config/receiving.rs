@@ -8,6 +8,7 @@ use super::bounds::{MAX_HORIZON_SECONDS, MAX_SECONDS, horizon};
 use super::channels::Horizons;
 use super::file::FileConfig;
 use crate::rmp::group::Policy;
+use crate::rmp::quota::SourceQuota;
 use crate::wsr::datetime::XsDuration;
 
 /// The checked receiver settings.
@@ -30,6 +31,10 @@ impl Receiving {
         let horizons = Horizons {
             expiry: horizon("max_expiry_horizon_seconds", f.max_expiry_horizon_seconds)?,
             group_lifetime: horizon("max_group_lifetime_seconds", f.max_group_lifetime_seconds)?,
+            quota: SourceQuota {
+                max_stored_bytes: f.max_stored_bytes_per_source,
+                max_messages_per_second: f.max_messages_per_second_per_source,
+            },
         };
         // The default idle limit is added to every group's last activity: keep it a horizon.
         let epoch = chrono::DateTime::<chrono::Utc>::UNIX_EPOCH;

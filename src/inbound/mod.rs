@@ -16,7 +16,7 @@ use crate::config::Config;
 use crate::outbound::backend::Backends;
 use crate::partners::Caller;
 use crate::rmp::agreement::Agreement;
-use crate::store::{CachedAnswer, Store};
+use crate::store::{CachedAnswer, Received, ReceivedMessage, Store};
 use crate::wsr::{FaultCode, Response, SoapVersion};
 
 /// What the services work with: the store, the clock every decision reads, the settings.
@@ -113,6 +113,34 @@ impl Sender {
     }
 }
 
+/// Tells the operator of a message its source's storage quota held back (D13): the metric,
+/// the console's list of sources held back, and a log line once a minute per source.
+pub fn note_held_back(message: &ReceivedMessage, received: &Received) {
+    note_held_back_of(
+        &message.channel,
+        &message.partner,
+        &message.source,
+        received,
+    );
+}
+
+/// `note_held_back` for a message handed to the store already: its channel, partner ("" for
+/// anonymous) and source.
+pub fn note_held_back_of(channel: &str, partner: &str, source: &str, received: &Received) {
+    let Some(held) = received.held_back else {
+        return;
+    };
+    if crate::metrics::held_back(channel, partner, source, held.as_str(), chrono::Utc::now()) {
+        tracing::warn!(
+            %channel,
+            partner = %crate::metrics::partner(Some(partner)),
+            %source,
+            quota = held.as_str(),
+            "a source is held back by its storage quota: its messages get MessageProcessingFailure until it has room"
+        );
+    }
+}
+
 /// The source a named partner's groups and kept answers count against.
 pub fn partner_source(name: &str) -> String {
     format!("partner:{name}")
@@ -143,7 +171,15 @@ pub fn agreement_for(config: &Config, channel: &str, caller: &Caller) -> Option<
         .as_deref()
         .and_then(|p| config.partners.get(p));
     Some(match profile {
-        Some(p) => channel_agreement.for_partner(p.inbound.offers.as_deref(), &p.inbound.requires),
+        Some(p) => {
+            let mut agreement =
+                channel_agreement.for_partner(p.inbound.offers.as_deref(), &p.inbound.requires);
+            agreement.quota = agreement.quota.overridden(
+                p.inbound.max_stored_bytes,
+                p.inbound.max_messages_per_second,
+            );
+            agreement
+        }
         None => channel_agreement.clone(),
     })
 }

@@ -209,6 +209,8 @@ impl Exchange<'_, '_> {
             }
             Ok(received) => {
                 note_received(note, &received);
+                let sender = self.sender;
+                super::note_held_back_of(self.channel, sender.partner(), &sender.source, &received);
                 match answer_route(received.verdict, request) {
                     AnswerRoute::InResponse(fault) => Routed::InResponse(fault),
                     AnswerRoute::MayHold => {
@@ -300,6 +302,7 @@ impl Exchange<'_, '_> {
             namespaces: serde_json::to_string(&namespaces).unwrap_or_else(|_| "[]".into()),
             topic: topic(self.channel, root),
             source: self.sender.source.clone(),
+            quota: self.agreement.quota,
             soap12: env.version == SoapVersion::Soap12,
             // Read again, with no await before the writer's queue takes it: a PollRequest's
             // barrier queued ahead of this message then also came before this time, so a

@@ -172,6 +172,7 @@ impl Asked<'_> {
                         let mut message = self.message.clone();
                         message.now = now;
                         let received = ctx.store.receive(message).await?;
+                        super::note_held_back(&self.message, &received);
                         if let Verdict::Fault(code, reason) = received.verdict {
                             return Ok(Responded::Fault(code, reason));
                         }
@@ -384,6 +385,7 @@ impl Asked<'_> {
         let mut message = self.message.clone();
         message.now = called.min(self.ctx.clock.now());
         let received = self.ctx.store.receive(message).await?;
+        super::note_held_back(&self.message, &received);
         Ok(responded(answer, received))
     }
 }
@@ -438,7 +440,10 @@ impl Outcome {
                     answer: answer.clone(),
                 });
                 match store.receive(message).await {
-                    Ok(received) => CallEnd::Delivered(answer, received),
+                    Ok(received) => {
+                        super::note_held_back(&self.message, &received);
+                        CallEnd::Delivered(answer, received)
+                    }
                     Err(StoreError::Superseded) => CallEnd::NotKept,
                     Err(e) => return Err(e),
                 }

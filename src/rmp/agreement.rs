@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use crate::rmp::quota::SourceQuota;
 use crate::rmp::sender::{LONGEST_WAIT, RetrySchedule};
 use crate::wsr::datetime::saturating_add;
 use crate::wsr::{FaultCode, GroupLimit, ReplyPattern, ReplyTo, Request};
@@ -59,6 +60,8 @@ pub struct Agreement {
     /// How far ahead a group's own time limit may reach: its `groupExpiryTime`, or its
     /// `groupMaxIdleDuration` counted from now.
     pub group_lifetime: chrono::Duration,
+    /// What one source may keep stored through this channel, and how fast (D13).
+    pub quota: SourceQuota,
 }
 
 fn reply_feature(pattern: &ReplyPattern) -> Feature {
@@ -80,6 +83,7 @@ impl Agreement {
             requires: Vec::new(),
             expiry_horizon: DEFAULT_HORIZON,
             group_lifetime: DEFAULT_HORIZON,
+            quota: SourceQuota::DEFAULT,
         }
     }
 

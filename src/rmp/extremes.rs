@@ -161,6 +161,7 @@ fn the_largest_skew_does_not_overflow_the_purge() {
         channel: "c",
         body_bytes: 0,
         open_groups_of_source: 0,
+        room: crate::rmp::quota::SourceRoom::UNLIMITED,
     };
     let out = receive(None, msg, DateTime::<Utc>::MIN_UTC, &policy);
     if let Some(mut s) = out.state {
@@ -199,6 +200,7 @@ proptest! {
             channel: "c",
             body_bytes: u64::MAX,
             open_groups_of_source: u64::MAX,
+            room: crate::rmp::quota::SourceRoom::UNLIMITED,
         };
         let mut state = None;
         for now in &times {

@@ -5,6 +5,7 @@
 pub mod agreement;
 pub mod exchange;
 pub mod group;
+pub mod quota;
 pub mod ranges;
 pub mod receive_plan;
 pub mod receiver;

@@ -6,6 +6,7 @@
 use chrono::{DateTime, Utc};
 
 use super::group::{Buffered, GroupState, Policy, Swept, slot, sweep};
+use super::quota::HeldBack;
 use super::receiver::{Action, Incoming, Verdict, receive};
 use crate::wsr::{FaultCode, ReplyPattern};
 
@@ -60,6 +61,31 @@ pub struct ReceivePlan {
     pub poll_fault: Option<PollFault>,
     /// `None`: the group state is not written (nothing stored for it changes).
     pub group: Option<GroupWrite>,
+    /// The payload bytes of the buffered messages `discard` names: the store takes them off
+    /// their source's stored bytes.
+    pub discarded_bytes: u64,
+    /// The quota that refused the message (then its verdict is the transient fault, and
+    /// nothing is written).
+    pub held_back: Option<HeldBack>,
+}
+
+impl ReceivePlan {
+    /// A message its source's quota refuses: answered with the transient fault, nothing of
+    /// it or its group written (as if it had not arrived; the sweeper still applies whatever
+    /// time did to the group).
+    fn held_back(held: HeldBack, reason: String) -> ReceivePlan {
+        ReceivePlan {
+            verdict: Verdict::Fault(FaultCode::MessageProcessingFailure, reason),
+            action: Action::Drop,
+            release: Vec::new(),
+            discard: Vec::new(),
+            callbacks: Vec::new(),
+            poll_fault: None,
+            group: None,
+            discarded_bytes: 0,
+            held_back: Some(held),
+        }
+    }
 }
 
 /// When the sweeper must look at the group next. A deadline the sweep would not act on must
@@ -113,6 +139,13 @@ pub fn plan_receive(
     let request = incoming.request;
     let key = request.key();
     let outcome = receive(stored, incoming, now, policy);
+    // Only a message that would be stored counts against its source: a duplicate or a
+    // refusal costs the source nothing.
+    if outcome.action != Action::Drop
+        && let Some((held, reason)) = incoming.room.refusal(incoming.body_bytes)
+    {
+        return ReceivePlan::held_back(held, reason);
+    }
     let mut callbacks = Vec::new();
     let release: Vec<u64> = outcome.released.iter().map(|(n, _)| *n).collect();
     if request.ack_requested {
@@ -124,6 +157,7 @@ pub fn plan_receive(
         );
     }
     let discard: Vec<u64> = outcome.discarded.iter().map(|(n, _)| *n).collect();
+    let discarded_bytes = outcome.discarded.iter().map(|(_, b)| b.bytes).sum();
     callbacks.extend(
         outcome
             .discarded
@@ -170,6 +204,8 @@ pub fn plan_receive(
         callbacks,
         poll_fault,
         group,
+        discarded_bytes,
+        held_back: None,
     }
 }
 
@@ -257,6 +293,7 @@ mod tests {
                 channel: "default",
                 body_bytes: 10,
                 open_groups_of_source: 0,
+                room: crate::rmp::quota::SourceRoom::UNLIMITED,
             },
             now(),
             &policy(),

@@ -6,6 +6,7 @@
 use chrono::{DateTime, Utc};
 
 use super::group::{Buffered, GroupParams, GroupState, GroupStatus, Policy, Swept, slot, sweep};
+use super::quota::SourceRoom;
 use crate::wsr::datetime::saturating_sub;
 use crate::wsr::{FaultCode, ReplyPattern, Request};
 
@@ -19,6 +20,9 @@ pub struct Incoming<'a> {
     /// How many open groups the message's source already has (for a new sequenced group's
     /// quota; the store counts them only when that is what the message would start).
     pub open_groups_of_source: u64,
+    /// What its source may still have stored (checked by `receive_plan`, once the decision
+    /// says the message would be stored).
+    pub room: SourceRoom,
 }
 
 /// What to answer for this message, by its reply pattern.
@@ -460,6 +464,7 @@ mod tests {
                 channel: "c",
                 body_bytes: 10,
                 open_groups_of_source: 0,
+                room: crate::rmp::quota::SourceRoom::UNLIMITED,
             },
             now,
             &Policy::default(),
@@ -641,6 +646,7 @@ mod tests {
                     channel: "c",
                     body_bytes: 1,
                     open_groups_of_source: 0,
+                    room: crate::rmp::quota::SourceRoom::UNLIMITED,
                 },
                 t0(),
                 &policy,

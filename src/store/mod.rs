@@ -22,6 +22,7 @@ mod postgres;
 mod prefill;
 mod received;
 pub mod receiver;
+pub mod source_usage;
 mod sqlite;
 mod stats;
 pub(in crate::store) mod stored_outbound;

@@ -3,6 +3,7 @@
 
 use chrono::{DateTime, Utc};
 
+use crate::rmp::quota::{HeldBack, SourceQuota};
 use crate::rmp::receiver::{Action, Verdict};
 use crate::rmp::replies::ReplyItem;
 use crate::wsr::Request;
@@ -74,6 +75,8 @@ pub struct ReceivedMessage {
     /// Who sent it, as far as we know (the peer's IP address): the source a new group is
     /// counted against (`max_open_groups_per_source`).
     pub source: String,
+    /// What `source` may keep stored, and how fast, on this message's channel (D13).
+    pub quota: SourceQuota,
     /// Callback acks go out in the SOAP version of the message they acknowledge.
     pub soap12: bool,
     /// When it arrived (the decision's clock).
@@ -101,6 +104,8 @@ pub struct Received {
     /// What became of the message itself: delivered, buffered, or neither (a duplicate, or
     /// a fault). Metrics tell duplicates by it.
     pub action: Action,
+    /// The quota that refused it, when one did (the verdict is then the transient fault).
+    pub held_back: Option<HeldBack>,
 }
 
 /// A delivered message with only the head of its payload: for showing a large message

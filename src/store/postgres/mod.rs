@@ -26,11 +26,13 @@ mod job;
 mod notify;
 mod outbound;
 mod prefill;
+mod quota_view;
 mod receiver;
 mod shared;
 mod tasks;
 #[cfg(feature = "test-hooks")]
 mod test_hooks;
+mod usage;
 mod writer;
 
 use std::str::FromStr;

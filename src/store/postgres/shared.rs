@@ -9,6 +9,7 @@ use std::sync::atomic::AtomicI64;
 use tokio::sync::{Notify, oneshot, watch};
 
 use super::job::Writer;
+use super::quota_view::QuotaView;
 use super::tasks::Tasks;
 use crate::rmp::group::Policy;
 use crate::store::health::Health;
@@ -42,6 +43,8 @@ pub(in crate::store) struct Shared {
     pub(super) listener: Tasks,
     /// The group-commit writer every receive goes through; stopped with the last handle.
     pub(super) writer: Writer,
+    /// The writer's view of the sources' storage quota (only the writer takes it).
+    pub(super) quota: Mutex<QuotaView>,
 }
 
 impl Shared {
@@ -62,6 +65,7 @@ impl Shared {
             inbox_appended: watch::channel(0).0,
             listener: Tasks::default(),
             writer,
+            quota: Mutex::new(QuotaView::default()),
         }
     }
 

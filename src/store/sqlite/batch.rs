@@ -6,18 +6,20 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::group_index::{GroupIndex, IndexChanges};
 use super::group_rows::{self, GroupRow};
 use super::group_state;
 use crate::rmp::group::{GroupState, GroupStatus, Policy};
+use crate::rmp::quota::{SourceRates, SourceRoom};
 use crate::rmp::receive_plan::{
     GroupWrite, OwedCallback, ReceivePlan, SweepPlan, plan_receive, plan_sweep,
 };
 use crate::rmp::receiver::{Action, Incoming, starts_counted_group};
 use crate::store::error::StoreError;
 use crate::store::received::{Payload, Received, ReceivedMessage, SweepReport};
+use crate::store::source_usage::{self, UsageChanges};
 use crate::store::time::millis;
 use crate::wsr::{GroupId, MessageKey};
 
@@ -67,6 +69,8 @@ pub(super) struct Batch<'c> {
     groups: HashMap<String, HashMap<String, Slot>>,
     /// Groups this batch opened and has not written yet, per source (the quota's count).
     opened_unwritten: HashMap<String, u64>,
+    /// Bytes stored per source as this batch changes them, written by `flush`.
+    usage: UsageChanges,
     pub(super) effects: Effects,
 }
 
@@ -77,6 +81,7 @@ impl<'c> Batch<'c> {
             index,
             groups: HashMap::new(),
             opened_unwritten: HashMap::new(),
+            usage: UsageChanges::default(),
             effects: Effects::default(),
         }
     }
@@ -117,6 +122,7 @@ impl<'c> Batch<'c> {
         &mut self,
         m: &ReceivedMessage,
         policy: &Policy,
+        rates: &mut SourceRates,
         #[cfg(feature = "test-hooks")] doomed: bool,
     ) -> Result<Result<ReceivePlan, StoreError>, StoreError> {
         let request = &m.request;
@@ -134,6 +140,7 @@ impl<'c> Batch<'c> {
         } else {
             0
         };
+        let room = self.room_of(m, rates)?;
         let stored = match &self.slot(&m.partner, group_id)?.state {
             Ok(stored) => stored.as_ref(),
             Err(_) => None,
@@ -150,12 +157,43 @@ impl<'c> Batch<'c> {
                     channel: &m.channel,
                     body_bytes: m.payload.len() as u64,
                     open_groups_of_source,
+                    room,
                 },
                 m.now,
                 policy,
             )
         }));
+        if let Ok(plan) = &planned
+            && plan.action != Action::Drop
+        {
+            rates.take(&m.source, m.quota.max_messages_per_second, m.now, 1);
+        }
         Ok(planned.map_err(|p| StoreError::Panicked(crate::store::error::panic_message(&*p))))
+    }
+
+    /// What `m`'s source may still store, as of this point of the batch. A message that is
+    /// not kept (a SOAP backend's request, D16) counts against the rate only.
+    fn room_of(&self, m: &ReceivedMessage, rates: &SourceRates) -> Result<SourceRoom, StoreError> {
+        let mut quota = m.quota;
+        if !m.inbox {
+            quota.max_stored_bytes = 0;
+        }
+        let stored_bytes = if quota.max_stored_bytes > 0 {
+            let stored: i64 = self
+                .conn
+                .prepare_cached("SELECT bytes FROM source_usage WHERE source = ?1")?
+                .query_row([&m.source], |r| r.get(0))
+                .optional()?
+                .unwrap_or(0);
+            source_usage::after(stored, self.usage.of(&m.source))
+        } else {
+            0
+        };
+        Ok(SourceRoom {
+            quota,
+            stored_bytes,
+            rate_allows: rates.allows(&m.source, quota.max_messages_per_second, m.now, 0),
+        })
     }
 
     /// Applies a message's plan. A `Corrupt` error (a buffered message the state names is
@@ -175,10 +213,14 @@ impl<'c> Batch<'c> {
         match plan.action {
             Action::Deliver if m.inbox => {
                 insert_message(conn, Held::Delivered, m, number, now, expiry)?;
+                self.usage.stored(&m.source, m.payload.len() as u64);
                 self.effects.wakes.appended = true;
             }
             Action::Deliver => {}
-            Action::Buffer => insert_message(conn, Held::Buffered, m, number, now, expiry)?,
+            Action::Buffer => {
+                insert_message(conn, Held::Buffered, m, number, now, expiry)?;
+                self.usage.stored(&m.source, m.payload.len() as u64);
+            }
             Action::Drop => {}
         }
         for n in &plan.release {
@@ -192,7 +234,7 @@ impl<'c> Batch<'c> {
                 },
             ));
         }
-        delete_buffered(conn, partner, group_id, &plan.discard)?;
+        discard_buffered(conn, partner, group_id, &plan.discard, &mut self.usage)?;
         for c in &plan.callbacks {
             owe_callback(conn, partner, group_id, c, m.soap12, now)?;
             self.effects.wakes.callbacks = true;
@@ -206,6 +248,7 @@ impl<'c> Batch<'c> {
         Ok(Received {
             verdict: plan.verdict,
             action: plan.action,
+            held_back: plan.held_back,
         })
     }
 
@@ -274,6 +317,8 @@ impl<'c> Batch<'c> {
             }
         }
         self.opened_unwritten.clear();
+        write_usage(conn, &self.usage)?;
+        self.usage.clear();
         if forget {
             self.groups.clear();
         }
@@ -305,6 +350,7 @@ impl<'c> Batch<'c> {
             rows.collect::<Result<_, _>>()?
         };
         let mut report = SweepReport::default();
+        let mut freed = UsageChanges::default();
         for (id, partner, group_id, state) in due {
             let state = match state {
                 Ok(state) => state,
@@ -323,7 +369,7 @@ impl<'c> Batch<'c> {
                     discard,
                     callbacks,
                 } => {
-                    delete_buffered(conn, &partner, &group_id, &discard)?;
+                    discard_buffered(conn, &partner, &group_id, &discard, &mut freed)?;
                     // Senders of discarded messages learn by callback in SOAP 1.1, the version
                     // every peer accepts; their own version is not kept for buffered messages.
                     for c in &callbacks {
@@ -339,14 +385,20 @@ impl<'c> Batch<'c> {
                     group_rows::delete(conn, id)?;
                     let key = self.index.key(&partner, &group_id);
                     self.effects.index.deleted(key, id);
-                    conn.prepare_cached(
-                        "DELETE FROM buffered WHERE partner = ?1 AND group_id = ?2",
-                    )?
-                    .execute(params![partner, group_id])?;
+                    let mut purge = conn.prepare_cached(
+                        "DELETE FROM buffered WHERE partner = ?1 AND group_id = ?2 \
+                         RETURNING source, size",
+                    )?;
+                    let mut gone = purge.query(params![partner, group_id])?;
+                    while let Some(row) = gone.next()? {
+                        let (source, size): (String, i64) = (row.get(0)?, row.get(1)?);
+                        freed.freed(&source, u64::try_from(size).unwrap_or(0));
+                    }
                     report.purged += 1;
                 }
             }
         }
+        write_usage(conn, &freed)?;
         conn.prepare_cached("DELETE FROM pending_callbacks WHERE expiry < ?1")?
             .execute([now_ms])?;
         conn.prepare_cached("DELETE FROM message_faults WHERE expiry < ?1")?
@@ -391,12 +443,14 @@ fn insert_message(
         Held::Delivered => (
             "inbox",
             "INSERT INTO inbox (partner, group_id, number, channel, topic, namespaces, \
-             received_at, expiry, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+             received_at, expiry, source, size, payload) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
         ),
         Held::Buffered => (
             "buffered",
             "INSERT INTO buffered (partner, group_id, number, channel, topic, namespaces, \
-             received_at, expiry, payload) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
+             received_at, expiry, source, size, payload) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
         ),
     };
     conn.prepare_cached(sql)?.execute(params![
@@ -408,6 +462,8 @@ fn insert_message(
         m.namespaces,
         now,
         expiry,
+        m.source,
+        m.payload.len() as i64,
         PayloadParam::of(&m.payload)
     ])?;
     PayloadParam::finish(conn, table, &m.payload)
@@ -474,8 +530,8 @@ fn release_buffered(
     let moved = conn
         .prepare_cached(
             "INSERT INTO inbox (channel, topic, group_id, number, namespaces, received_at, \
-             expiry, partner, payload) SELECT channel, topic, group_id, number, namespaces, \
-             received_at, expiry, partner, payload FROM buffered \
+             expiry, partner, source, size, payload) SELECT channel, topic, group_id, number, \
+             namespaces, received_at, expiry, partner, source, size, payload FROM buffered \
              WHERE partner = ?1 AND group_id = ?2 AND number = ?3",
         )?
         .execute(params![partner, group_id.as_str(), n as i64])?;
@@ -484,23 +540,55 @@ fn release_buffered(
             "buffered message {group_id}#{n} is missing"
         )));
     }
-    delete_buffered(conn, partner, group_id.as_str(), &[n])
+    // Still stored, in the inbox now: its source's bytes stay as they were.
+    conn.prepare_cached(
+        "DELETE FROM buffered WHERE partner = ?1 AND group_id = ?2 AND number = ?3",
+    )?
+    .execute(params![partner, group_id.as_str(), n as i64])?;
+    Ok(())
 }
 
-fn delete_buffered(
+/// Drops buffered messages of an aborted group; their bytes are freed for their sources.
+fn discard_buffered(
     conn: &Connection,
     partner: &str,
     group_id: &str,
     numbers: &[u64],
+    freed: &mut UsageChanges,
 ) -> Result<(), StoreError> {
     if numbers.is_empty() {
         return Ok(());
     }
     let mut delete = conn.prepare_cached(
-        "DELETE FROM buffered WHERE partner = ?1 AND group_id = ?2 AND number = ?3",
+        "DELETE FROM buffered WHERE partner = ?1 AND group_id = ?2 AND number = ?3 \
+         RETURNING source, size",
     )?;
     for n in numbers {
-        delete.execute(params![partner, group_id, *n as i64])?;
+        let gone: Option<(String, i64)> = delete
+            .query_row(params![partner, group_id, *n as i64], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })
+            .optional()?;
+        if let Some((source, size)) = gone {
+            freed.freed(&source, u64::try_from(size).unwrap_or(0));
+        }
+    }
+    Ok(())
+}
+
+/// Writes a transaction's changes of the bytes stored per source; a source left with
+/// nothing stored loses its row.
+pub(super) fn write_usage(conn: &Connection, changes: &UsageChanges) -> Result<(), StoreError> {
+    for (source, delta) in changes.iter() {
+        conn.prepare_cached(
+            "INSERT INTO source_usage (source, bytes) VALUES (?1, max(?2, 0)) \
+             ON CONFLICT (source) DO UPDATE SET bytes = max(bytes + ?2, 0)",
+        )?
+        .execute(params![source, delta])?;
+        if delta < 0 {
+            conn.prepare_cached("DELETE FROM source_usage WHERE source = ?1 AND bytes = 0")?
+                .execute([source])?;
+        }
     }
     Ok(())
 }

@@ -93,6 +93,7 @@ impl SqliteStore {
                     body_bytes: payload.len() as u64,
                     // The fixture is the operator's own filling, not a partner's.
                     open_groups_of_source: 0,
+                    room: crate::rmp::quota::SourceRoom::UNLIMITED,
                 };
                 state = receive(state.as_ref(), incoming, now, &policy).state;
             }

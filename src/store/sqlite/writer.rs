@@ -19,6 +19,7 @@ use super::batch::Batch;
 use super::checkpointer::Checkpoints;
 use super::job::{Job, MAX_BATCH, Ran};
 use super::shared::Shared;
+use crate::rmp::quota::SourceRates;
 use crate::store::config::Durability;
 use crate::store::error::StoreError;
 use crate::store::error::panic_message;
@@ -76,6 +77,8 @@ fn run(mut conn: Connection, opener: Opener, mut jobs: mpsc::Receiver<Job>, shar
         }
     };
     let mut batch = Vec::with_capacity(MAX_BATCH);
+    // The sources' message rates: this writer stores every message of the database.
+    let mut rates = SourceRates::default();
     while let Some(first) = jobs.blocking_recv() {
         batch.push(first);
         while batch.len() < MAX_BATCH {
@@ -88,7 +91,7 @@ fn run(mut conn: Connection, opener: Opener, mut jobs: mpsc::Receiver<Job>, shar
         let jobs = batch.len();
         let started = std::time::Instant::now();
         let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            commit_batch(&conn, &mut batch, &shared)
+            commit_batch(&conn, &mut batch, &shared, &mut rates)
         }));
         // Failed batches too: a slow failing disk shows in the latency.
         crate::metrics::writer_batch("sqlite", jobs, started.elapsed());
@@ -151,7 +154,12 @@ fn exec(conn: &Connection, sql: &str) -> Result<(), StoreError> {
 /// out before it writes anything, a message job that may find a buffered row missing runs in a
 /// savepoint, and a change always runs in one. Any database error fails the whole batch: the
 /// transaction is rolled back and nobody is acked.
-fn commit_batch(conn: &Connection, batch: &mut Vec<Job>, shared: &Shared) -> WriterConnection {
+fn commit_batch(
+    conn: &Connection,
+    batch: &mut Vec<Job>,
+    shared: &Shared,
+    rates: &mut SourceRates,
+) -> WriterConnection {
     if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
         let why = format!("cannot begin a transaction: {e}");
         batch_failed(shared, &why);
@@ -167,7 +175,7 @@ fn commit_batch(conn: &Connection, batch: &mut Vec<Job>, shared: &Shared) -> Wri
     let mut done = Vec::with_capacity(batch.len());
     let mut poisoned = None;
     for job in batch.iter_mut() {
-        match run_job(conn, &mut tx, job, shared) {
+        match run_job(conn, &mut tx, job, shared, rates) {
             Ok(d) => done.push(d),
             Err(e) => {
                 poisoned = Some(e);
@@ -264,6 +272,7 @@ fn run_job(
     tx: &mut Batch<'_>,
     job: &mut Job,
     shared: &Shared,
+    rates: &mut SourceRates,
 ) -> Result<Done, StoreError> {
     match job {
         Job::Receive(m, _) => {
@@ -285,9 +294,9 @@ fn run_job(
             #[cfg(feature = "test-hooks")]
             let doomed = shared.hooks.doomed(m.request.message_id.group_id.as_str());
             #[cfg(feature = "test-hooks")]
-            let planned = tx.plan(m, &shared.policy, doomed);
+            let planned = tx.plan(m, &shared.policy, rates, doomed);
             #[cfg(not(feature = "test-hooks"))]
-            let planned = tx.plan(m, &shared.policy);
+            let planned = tx.plan(m, &shared.policy, rates);
             let plan = match planned? {
                 Ok(plan) => plan,
                 Err(alone) => {

@@ -58,6 +58,7 @@ async fn receive(store: &Store, root: &str, group: &str, number: Option<u64>, no
             namespaces: "[]".into(),
             topic: format!("orders/{root}"),
             source: "127.0.0.1".into(),
+            quota: wsr_gateway::rmp::quota::SourceQuota::UNLIMITED,
             soap12: false,
             now,
             inbox: true,

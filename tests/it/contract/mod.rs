@@ -6,6 +6,7 @@
 mod delivery;
 mod outbound;
 pub mod receiver;
+mod source_quota;
 
 use wsr_gateway::rmp::group::Policy;
 use wsr_gateway::store::{Database, Durability, Store, StoreConfig};

@@ -40,6 +40,7 @@ pub fn message(
         namespaces: "[]".into(),
         topic: "default/Order".into(),
         source: "127.0.0.1".into(),
+        quota: wsr_gateway::rmp::quota::SourceQuota::UNLIMITED,
         soap12: false,
         now: now(),
         inbox: true,

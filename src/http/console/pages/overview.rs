@@ -12,7 +12,7 @@ use super::super::Operator;
 use super::super::html::{esc, link, query_value, table};
 use super::{MAX_SUBSCRIPTIONS, Page, partner_query, sender_shown, shown, store};
 use crate::http::AppState;
-use crate::metrics::{ANONYMOUS, faults_answered};
+use crate::metrics::{ANONYMOUS, faults_answered, held_back_sources};
 use crate::outbound::backend::{RequestResponse, Responder};
 use crate::outbound::http_client::redacted;
 use crate::outbound::operator::in_doubt_by_partner;
@@ -62,6 +62,7 @@ pub async fn overview(Operator(_): Operator, State(app): State<AppState>) -> Pag
     body.push_str(&receiving(&traffic));
     body.push_str(&sending(&traffic, &in_doubt));
     body.push_str(&faults());
+    body.push_str(&held_back());
     body.push_str(&request_response(&app.config.operations));
     let doubted = store(app.store.exchanges_in_doubt(MAX_IN_DOUBT_SHOWN).await)?;
     body.push_str(&in_doubt_toward_services(&doubted));
@@ -286,6 +287,32 @@ fn sending(
             "Failed",
             "Faulted",
             "Acked",
+        ],
+        &rows,
+    )
+}
+
+/// Sources whose storage quota (D13) held messages back, on this gateway since it started:
+/// who is being told to resend later, and by which quota.
+fn held_back() -> String {
+    let rows: Vec<Vec<String>> = held_back_sources()
+        .into_iter()
+        .map(|h| {
+            vec![
+                esc(&h.source),
+                fault_partner(&h.partner),
+                esc(&h.channel),
+                esc(h.quota),
+                h.count.to_string(),
+                h.first.format("%Y-%m-%d %H:%M:%S").to_string(),
+                h.last.format("%Y-%m-%d %H:%M:%S").to_string(),
+            ]
+        })
+        .collect();
+    table(
+        "Sources held back by their storage quota (this gateway, since it started)",
+        &[
+            "Source", "Partner", "Channel", "Quota", "Refused", "First", "Latest",
         ],
         &rows,
     )

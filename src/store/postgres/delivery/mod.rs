@@ -452,13 +452,18 @@ impl DeliveryStore for PostgresStore {
         retention: Duration,
     ) -> StoreFuture<'_, Result<Maintenance, DeliveryError>> {
         Box::pin(async move {
-            transaction!(self, "maintain_deliveries", |conn| async move {
+            let report = transaction!(self, "maintain_deliveries", |conn| async move {
                 let report = sessions::maintain(conn, now, grace, retention).await?;
                 let wakes =
                     report.sessions_lapsed + report.leases_lapsed + report.subscriptions_removed
                         > 0;
                 Ok((report, wakes))
-            })
+            })?;
+            if report.inbox_purged > 0 {
+                let mut quota = self.shared.quota.lock().unwrap_or_else(|p| p.into_inner());
+                quota.forget_stored();
+            }
+            Ok(report)
         })
     }
 

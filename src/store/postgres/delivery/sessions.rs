@@ -4,6 +4,8 @@
 //! and `retention`. Work on subscriptions other than the one an operation is about takes their
 //! locks with SKIP LOCKED: whoever holds one does (or a later pass does) the same work.
 
+use crate::store::postgres::usage::{change_usage, freed_by};
+use crate::store::source_usage::UsageChanges;
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Duration, Utc};
@@ -334,6 +336,7 @@ async fn purge_inbox(
         .await?;
     let mut purged = 0;
     let mut emptied: Vec<i64> = Vec::new();
+    let mut freed = UsageChanges::default();
     let mut after: (i64, i64) = (i64::MIN, i64::MIN);
     while purged < PURGE_BATCH {
         let page: Vec<(i64, i64)> = sqlx::query_as(
@@ -388,16 +391,21 @@ async fn purge_inbox(
             }
         }
         if !going.is_empty() {
-            sqlx::query("DELETE FROM inbox WHERE \"offset\" = ANY($1)")
-                .bind(&going)
-                .execute(&mut *conn)
-                .await?;
+            let gone = sqlx::query_as(
+                "DELETE FROM inbox WHERE \"offset\" = ANY($1) \
+                 RETURNING source, octet_length(payload)::bigint",
+            )
+            .bind(&going)
+            .fetch_all(&mut *conn)
+            .await?;
+            freed_by(gone, &mut freed);
             sqlx::query("DELETE FROM deliveries WHERE \"offset\" = ANY($1)")
                 .bind(&going)
                 .execute(&mut *conn)
                 .await?;
         }
     }
+    change_usage(&mut *conn, &freed).await?;
     emptied.sort_unstable();
     emptied.dedup();
     for sub_id in emptied {

@@ -12,7 +12,9 @@ use crate::store::postgres::PostgresStore;
 use crate::store::postgres::failure::Failure;
 use crate::store::postgres::group_state::{decode, encode};
 use crate::store::postgres::notify::Announcement;
+use crate::store::postgres::usage::{change_usage, freed_by};
 use crate::store::received::SweepReport;
+use crate::store::source_usage::UsageChanges;
 use crate::store::time::millis;
 
 /// Most groups one sweep pass handles; the rest are due again at once.
@@ -85,17 +87,22 @@ async fn delete_buffered(
     partner: &str,
     group_id: &str,
     numbers: &[u64],
+    freed: &mut UsageChanges,
 ) -> Result<(), Failure> {
     if numbers.is_empty() {
         return Ok(());
     }
     let numbers: Vec<i64> = numbers.iter().map(|n| *n as i64).collect();
-    sqlx::query("DELETE FROM buffered WHERE partner = $1 AND group_id = $2 AND number = ANY($3)")
-        .bind(partner)
-        .bind(group_id)
-        .bind(&numbers)
-        .execute(conn)
-        .await?;
+    let gone = sqlx::query_as(
+        "DELETE FROM buffered WHERE partner = $1 AND group_id = $2 AND number = ANY($3) \
+         RETURNING source, octet_length(payload)::bigint",
+    )
+    .bind(partner)
+    .bind(group_id)
+    .bind(&numbers)
+    .fetch_all(conn)
+    .await?;
+    freed_by(gone, freed);
     Ok(())
 }
 
@@ -118,6 +125,7 @@ pub(super) async fn sweep_once(
     .await?;
     let mut report = SweepReport::default();
     let mut announcement = Announcement::default();
+    let mut freed = UsageChanges::default();
     for group in due {
         let Some(state) = lock_due_group(&mut tx, &group, now_ms).await? else {
             continue;
@@ -130,9 +138,11 @@ pub(super) async fn sweep_once(
             now_ms,
             &mut report,
             &mut announcement,
+            &mut freed,
         )
         .await?;
     }
+    change_usage(&mut tx, &freed).await?;
     sqlx::query("DELETE FROM pending_callbacks WHERE expiry < $1")
         .bind(now_ms)
         .execute(&mut *tx)
@@ -142,6 +152,10 @@ pub(super) async fn sweep_once(
         .execute(&mut *tx)
         .await?;
     store.commit(tx, announcement).await?;
+    if !freed.is_empty() {
+        let mut quota = store.shared.quota.lock().unwrap_or_else(|p| p.into_inner());
+        quota.forget_stored();
+    }
     Ok(report)
 }
 
@@ -189,6 +203,7 @@ async fn apply_plan(
     now_ms: i64,
     report: &mut SweepReport,
     announcement: &mut Announcement,
+    freed: &mut UsageChanges,
 ) -> Result<(), Failure> {
     match plan {
         SweepPlan::Rearm(write) => {
@@ -209,7 +224,7 @@ async fn apply_plan(
             discard,
             callbacks,
         } => {
-            delete_buffered(&mut *tx, partner, group_id, &discard).await?;
+            delete_buffered(&mut *tx, partner, group_id, &discard, freed).await?;
             // Senders of discarded messages learn by callback in SOAP 1.1, the version
             // every peer accepts; their own version is not kept for buffered messages.
             for c in &callbacks {
@@ -235,11 +250,15 @@ async fn apply_plan(
                 .bind(id)
                 .execute(&mut *tx)
                 .await?;
-            sqlx::query("DELETE FROM buffered WHERE partner = $1 AND group_id = $2")
-                .bind(partner)
-                .bind(group_id)
-                .execute(&mut *tx)
-                .await?;
+            let gone = sqlx::query_as(
+                "DELETE FROM buffered WHERE partner = $1 AND group_id = $2 \
+                 RETURNING source, octet_length(payload)::bigint",
+            )
+            .bind(partner)
+            .bind(group_id)
+            .fetch_all(&mut *tx)
+            .await?;
+            freed_by(gone, freed);
             report.purged += 1;
         }
     }

@@ -2,17 +2,23 @@
 //! assumed new), the rows gathered and written, and the answers once committed. It owns no
 //! connection or transaction (the writer's loop does) and must never import the loop.
 
+use std::collections::HashMap;
+use std::time::Instant;
+
+use chrono::{DateTime, Utc};
 use sqlx::PgConnection;
 
 use super::decided::{Decided, decide};
 use super::reads::{StoredGroups, open_groups_by_source};
 use super::rows::Rows;
-use crate::rmp::receiver::starts_counted_group;
+use crate::rmp::quota::SourceRoom;
+use crate::rmp::receiver::{Action, starts_counted_group};
 use crate::store::StoreError;
 use crate::store::postgres::failure::Failure;
 use crate::store::postgres::notify::Announcement;
 use crate::store::postgres::shared::Shared;
 use crate::store::received::{Received, ReceivedMessage};
+use crate::store::source_usage::{self, UsageChanges};
 
 /// What a batch is decided from.
 pub(super) enum Basis {
@@ -26,6 +32,7 @@ pub(super) enum Basis {
 pub(super) struct Written<'m> {
     decided: Vec<Result<Decided<'m>, StoreError>>,
     announcement: Announcement,
+    quota: BatchQuota,
 }
 
 impl Written<'_> {
@@ -34,12 +41,14 @@ impl Written<'_> {
     pub(super) fn committed(self, shared: &Shared) -> Vec<Result<Received, StoreError>> {
         self.announcement.wake_here(shared);
         shared.health.committed(true);
+        self.quota.committed(shared);
         self.decided
             .into_iter()
             .map(|d| {
                 d.map(|d| Received {
                     verdict: d.plan.verdict,
                     action: d.plan.action,
+                    held_back: d.plan.held_back,
                 })
             })
             .collect()
@@ -61,6 +70,7 @@ pub(super) async fn decide_and_apply<'m>(
         Basis::AssumedNew => StoredGroups::new(),
     };
     let mut open_by_source = open_groups_by_source(&mut *conn, messages, &stored).await?;
+    let mut quota = BatchQuota::read(&mut *conn, shared, messages).await?;
     let mut decided: Vec<Result<Decided<'m>, StoreError>> = Vec::with_capacity(messages.len());
     for m in messages {
         let key = (
@@ -69,10 +79,10 @@ pub(super) async fn decide_and_apply<'m>(
         );
         let outcome = match stored.remove(&key) {
             Some(Err(e)) => Err(e),
-            Some(Ok(group)) => decide(shared, m, Some(&group), 0),
+            Some(Ok(group)) => decide(shared, m, Some(&group), 0, quota.room(shared, m)),
             None => {
                 let open = open_by_source.get(m.source.as_str()).copied().unwrap_or(0);
-                let d = decide(shared, m, None, open);
+                let d = decide(shared, m, None, open, quota.room(shared, m));
                 if let Ok(d) = &d {
                     let opens = d.plan.group.as_ref().is_some_and(|w| {
                         w.state.status.as_str() == "open" && starts_counted_group(&m.request)
@@ -84,6 +94,9 @@ pub(super) async fn decide_and_apply<'m>(
                 d
             }
         };
+        if let Ok(d) = &outcome {
+            quota.decided(d);
+        }
         decided.push(outcome);
     }
 
@@ -112,5 +125,103 @@ pub(super) async fn decide_and_apply<'m>(
     Ok(Some(Written {
         decided,
         announcement,
+        quota,
     }))
+}
+
+/// The storage quota (D13) as one batch decides it: the gateway's view of its sources, read
+/// again where stale, plus what the batch's own decisions store.
+struct BatchQuota {
+    changes: UsageChanges,
+    /// Messages stored per source, with the rate they count against.
+    counted: HashMap<String, (u64, u64)>,
+    /// The decision time of the last message counted.
+    at: Option<DateTime<Utc>>,
+}
+
+impl BatchQuota {
+    /// Reads the stored bytes of the batch's sources that this gateway has not read within
+    /// the last second.
+    async fn read(
+        conn: &mut PgConnection,
+        shared: &Shared,
+        messages: &[&ReceivedMessage],
+    ) -> Result<BatchQuota, Failure> {
+        let now = Instant::now();
+        let counted = messages
+            .iter()
+            .filter(|m| m.inbox && m.quota.max_stored_bytes > 0)
+            .map(|m| m.source.as_str());
+        let stale: Vec<String> = {
+            let view = shared.quota.lock().unwrap_or_else(|p| p.into_inner());
+            view.stale(counted, now)
+                .into_iter()
+                .map(str::to_owned)
+                .collect()
+        };
+        if !stale.is_empty() {
+            let rows: Vec<(String, i64)> =
+                sqlx::query_as("SELECT source, bytes FROM source_usage WHERE source = ANY($1)")
+                    .bind(&stale)
+                    .fetch_all(conn)
+                    .await?;
+            let mut view = shared.quota.lock().unwrap_or_else(|p| p.into_inner());
+            for source in &stale {
+                let bytes = rows
+                    .iter()
+                    .find(|(s, _)| s == source)
+                    .map_or(0, |(_, b)| u64::try_from(*b).unwrap_or(0));
+                view.read(source, bytes, now);
+            }
+        }
+        Ok(BatchQuota {
+            changes: UsageChanges::default(),
+            counted: HashMap::new(),
+            at: None,
+        })
+    }
+
+    /// What `m`'s source may still store, as of this point of the batch. A message that is
+    /// not kept (a SOAP backend's request, D16) counts against the rate only.
+    fn room(&self, shared: &Shared, m: &ReceivedMessage) -> SourceRoom {
+        let mut quota = m.quota;
+        if !m.inbox {
+            quota.max_stored_bytes = 0;
+        }
+        let view = shared.quota.lock().unwrap_or_else(|p| p.into_inner());
+        let stored = i64::try_from(view.stored(&m.source)).unwrap_or(i64::MAX);
+        let pending = self.counted.get(&m.source).map_or(0, |(_, n)| *n);
+        SourceRoom {
+            quota,
+            stored_bytes: source_usage::after(stored, self.changes.of(&m.source)),
+            rate_allows: view.rates.allows(
+                &m.source,
+                quota.max_messages_per_second,
+                m.now,
+                pending,
+            ),
+        }
+    }
+
+    fn decided(&mut self, d: &Decided<'_>) {
+        let m = d.message;
+        if d.plan.action == Action::Drop {
+            return;
+        }
+        if d.stores() {
+            self.changes.stored(&m.source, m.payload.len() as u64);
+        }
+        let counted = self
+            .counted
+            .entry(m.source.clone())
+            .or_insert((m.quota.max_messages_per_second, 0));
+        counted.1 += 1;
+        self.at = Some(self.at.map_or(m.now, |at| at.max(m.now)));
+    }
+
+    fn committed(self, shared: &Shared) {
+        let Some(at) = self.at else { return };
+        let mut view = shared.quota.lock().unwrap_or_else(|p| p.into_inner());
+        view.committed(&self.changes, &self.counted, at);
+    }
 }

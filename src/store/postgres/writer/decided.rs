@@ -3,6 +3,7 @@
 //! never import the batch or its statements.
 
 use super::reads::StoredGroup;
+use crate::rmp::quota::SourceRoom;
 use crate::rmp::receive_plan::{ReceivePlan, plan_receive};
 use crate::rmp::receiver::{Action, Incoming};
 use crate::store::StoreError;
@@ -16,6 +17,7 @@ pub(super) fn decide<'m>(
     m: &'m ReceivedMessage,
     stored: Option<&StoredGroup>,
     open_groups_of_source: u64,
+    room: SourceRoom,
 ) -> Result<Decided<'m>, StoreError> {
     #[cfg(feature = "test-hooks")]
     let doomed = shared.hooks.doomed(m.request.key().group_id.as_str());
@@ -31,6 +33,7 @@ pub(super) fn decide<'m>(
                 channel: &m.channel,
                 body_bytes: m.payload.len() as u64,
                 open_groups_of_source,
+                room,
             },
             m.now,
             &shared.policy,
@@ -60,5 +63,15 @@ impl Decided<'_> {
 
     pub(super) fn delivers(&self) -> bool {
         self.plan.action == Action::Deliver
+    }
+
+    /// Whether the message itself is stored (in the inbox or a buffer): its bytes count for
+    /// its source.
+    pub(super) fn stores(&self) -> bool {
+        match self.plan.action {
+            Action::Deliver => self.message.inbox,
+            Action::Buffer => true,
+            Action::Drop => false,
+        }
     }
 }

@@ -125,6 +125,8 @@ struct MessageRows<'m> {
     received_at: Vec<i64>,
     expiry: Vec<i64>,
     payload: Vec<&'m [u8]>,
+    /// Who sent each (its bytes count against that source's quota, D13).
+    source: Vec<&'m str>,
 }
 
 impl<'m> MessageRows<'m> {
@@ -142,6 +144,7 @@ impl<'m> MessageRows<'m> {
         self.received_at.push(millis(m.now));
         self.expiry.push(millis(m.request.expiry_time));
         self.payload.push(m.payload.as_bytes());
+        self.source.push(&m.source);
     }
 }
 
@@ -233,7 +236,7 @@ impl<'m> Rows<'m> {
             "SELECT wsr_apply_received($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, \
              $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24, $25, $26, $27, $28, $29, \
              $30, $31, $32, $33, $34, $35, $36, $37, $38, $39, $40, $41, $42, $43, $44, $45, \
-             $46, $47, $48, $49, $50, $51, $52, $53, $54, $55, $56, $57, $58, $59)",
+             $46, $47, $48, $49, $50, $51, $52, $53, $54, $55, $56, $57, $58, $59, $60, $61)",
         );
         let query = self.decided_groups.bind(query);
         let query = self.discard.bind(query);
@@ -372,5 +375,6 @@ impl MessageRows<'_> {
             .bind(&self.received_at)
             .bind(&self.expiry)
             .bind(&self.payload)
+            .bind(&self.source)
     }
 }

@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Duration, Utc};
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 
 use super::rows::{self, select_lease};
 use crate::delivery::lease::Policy;
@@ -13,6 +13,8 @@ use crate::delivery::retention::{self, Hold};
 use crate::delivery::{session, wake};
 use crate::store::StoreError;
 use crate::store::delivery::{DeliveryError, Maintenance, Session};
+use crate::store::source_usage::UsageChanges;
+use crate::store::sqlite::batch::write_usage;
 use crate::store::time::{from_millis, millis};
 
 /// Ends one session: its leases go back to the others at once (not counted as failures), its
@@ -240,6 +242,7 @@ fn purge_inbox(
         .prepare_cached("SELECT MIN(cursor) FROM subscriptions")?
         .query_row([], |r| r.get(0))?;
     let mut purged = 0;
+    let mut freed = UsageChanges::default();
     let mut after: (i64, i64) = (i64::MIN, i64::MIN);
     loop {
         let page: Vec<(i64, i64)> = conn
@@ -276,8 +279,13 @@ fn purge_inbox(
                 now,
                 retention,
             ) {
-                conn.prepare_cached("DELETE FROM inbox WHERE offset = ?1")?
-                    .execute([offset])?;
+                let gone: Option<(String, i64)> = conn
+                    .prepare_cached("DELETE FROM inbox WHERE offset = ?1 RETURNING source, size")?
+                    .query_row([offset], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()?;
+                if let Some((source, size)) = gone {
+                    freed.freed(&source, u64::try_from(size).unwrap_or(0));
+                }
                 conn.prepare_cached("DELETE FROM deliveries WHERE offset = ?1")?
                     .execute([offset])?;
                 purged += 1;
@@ -290,6 +298,7 @@ fn purge_inbox(
             break;
         }
     }
+    write_usage(conn, &freed)?;
     if purged > 0 {
         // A group keeps its member while any of its messages is retained.
         conn.prepare_cached(
