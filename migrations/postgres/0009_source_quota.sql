@@ -1,11 +1,14 @@
 -- Storage quotas per source (issue 31, D13). Every stored message says which source sent it
 -- (`partner:{name}`, or the anonymous peer's address), and `source_usage` keeps the bytes each
--- source's messages take in the inbox and the ordered buffers: added and freed in the
--- transaction that stores, releases, discards or purges them. Messages stored before this
+-- source's messages take in the inbox, until consumed (settled by every subscription) or
+-- purged, and in the ordered buffers: added and freed in the transaction that stores,
+-- releases, discards, settles or purges them. `consumed` says an inbox message's bytes were
+-- freed already (its purge frees nothing more). Messages stored before this
 -- migration count for their partner; an anonymous one's address was not kept, so it counts for
 -- no source. A payload's size is `octet_length`, which PostgreSQL reads from the value's
 -- header without fetching a TOASTed payload.
-ALTER TABLE inbox ADD COLUMN source text COLLATE "C" NOT NULL DEFAULT '';
+ALTER TABLE inbox ADD COLUMN source text COLLATE "C" NOT NULL DEFAULT '',
+    ADD COLUMN consumed boolean NOT NULL DEFAULT false;
 ALTER TABLE buffered ADD COLUMN source text COLLATE "C" NOT NULL DEFAULT '';
 UPDATE inbox SET source = 'partner:' || partner WHERE partner <> '';
 UPDATE buffered b SET source = g.source FROM groups g

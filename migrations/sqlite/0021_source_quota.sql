@@ -1,7 +1,9 @@
 -- Storage quotas per source (issue 31, D13). Every stored message now says which source sent
 -- it (`partner:{name}`, or the anonymous peer's address) and its payload's size, so that
--- `source_usage` — the bytes each source's messages take in the inbox and the ordered
--- buffers — can be kept exact as messages are stored, released, discarded and purged.
+-- `source_usage` — the bytes each source's messages take in the inbox, until consumed (settled
+-- by every subscription) or purged, and in the ordered buffers — can be kept exact as messages
+-- are stored, released, discarded, consumed and purged. `consumed` says an inbox message's
+-- bytes were freed already (its purge frees nothing more).
 --
 -- The new columns must come before the payload: a big payload is written as a zero blob
 -- filled in chunks, which SQLite keeps out of memory only while it is the record's last
@@ -20,6 +22,7 @@ CREATE TABLE inbox_rebuilt (
     partner     TEXT NOT NULL DEFAULT '',
     source      TEXT NOT NULL DEFAULT '',
     size        INTEGER NOT NULL DEFAULT 0,
+    consumed    INTEGER NOT NULL DEFAULT 0,
     payload     ANY NOT NULL
 ) STRICT;
 INSERT INTO inbox_rebuilt (offset, channel, topic, group_id, number, namespaces, received_at,

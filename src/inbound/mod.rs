@@ -219,3 +219,52 @@ mod tests {
         assert_eq!(sender.partner(), "acme");
     }
 }
+
+#[cfg(test)]
+mod quota_tests {
+    use super::*;
+    use crate::rmp::quota::SourceQuota;
+
+    #[test]
+    fn a_partners_quota_replaces_its_channels_which_replaces_the_top_levels() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("gateway.toml");
+        std::fs::write(
+            &path,
+            r#"
+max_stored_bytes_per_source = 5000
+max_messages_per_second_per_source = 50
+
+[[channels]]
+name = "plain"
+
+[[channels]]
+name = "tight"
+max_stored_bytes_per_source = 100
+
+[partners.acme]
+channels = ["tight"]
+token_sha256 = "0000000000000000000000000000000000000000000000000000000000000000"
+max_messages_per_second = 0
+"#,
+        )
+        .expect("write config");
+        let config = Config::load(Some(&path), []).expect("valid");
+        let quota = |channel: &str, partner: Option<&str>| {
+            let caller = Caller {
+                partner: partner.map(str::to_owned),
+                ..Caller::default()
+            };
+            agreement_for(&config, channel, &caller)
+                .expect("channel")
+                .quota
+        };
+        let q = |max_stored_bytes, max_messages_per_second| SourceQuota {
+            max_stored_bytes,
+            max_messages_per_second,
+        };
+        assert_eq!(quota("plain", None), q(5000, 50));
+        assert_eq!(quota("tight", None), q(100, 50));
+        assert_eq!(quota("tight", Some("acme")), q(100, 0));
+    }
+}

@@ -254,6 +254,7 @@ pub fn plan_sweep(mut state: GroupState, now: DateTime<Utc>, policy: &Policy) ->
 mod tests {
     use super::*;
     use crate::rmp::group::GroupStatus;
+    use crate::rmp::quota::{SourceQuota, SourceRoom};
     use crate::wsr::{GroupId, MessageId, ReplyTo, Request, SequenceNum};
     use chrono::TimeZone;
 
@@ -298,6 +299,68 @@ mod tests {
             now(),
             &policy(),
         )
+    }
+
+    fn plan_with_room(
+        stored: Option<&GroupState>,
+        request: &Request,
+        room: SourceRoom,
+    ) -> ReceivePlan {
+        plan_receive(
+            stored,
+            Incoming {
+                request,
+                channel: "default",
+                body_bytes: 10,
+                open_groups_of_source: 0,
+                room,
+            },
+            now(),
+            &policy(),
+        )
+    }
+
+    fn full() -> SourceRoom {
+        SourceRoom {
+            quota: SourceQuota {
+                max_stored_bytes: 100,
+                max_messages_per_second: 0,
+            },
+            stored_bytes: 95,
+            rate_allows: true,
+        }
+    }
+
+    #[test]
+    fn a_message_its_source_has_no_room_for_is_refused_transiently_and_nothing_written() {
+        let r = request("mid:held@test", Some(0), callback());
+        let p = plan_with_room(None, &r, full());
+        assert!(
+            matches!(
+                p.verdict,
+                Verdict::Fault(FaultCode::MessageProcessingFailure, _)
+            ),
+            "{:?}",
+            p.verdict
+        );
+        assert_eq!(p.held_back, Some(HeldBack::StoredBytes));
+        assert_eq!(p.action, Action::Drop);
+        assert!(p.group.is_none() && p.callbacks.is_empty() && p.poll_fault.is_none());
+        let no_rate = SourceRoom {
+            rate_allows: false,
+            ..SourceRoom::UNLIMITED
+        };
+        let p = plan_with_room(None, &r, no_rate);
+        assert_eq!(p.held_back, Some(HeldBack::MessagesPerSecond));
+    }
+
+    #[test]
+    fn a_duplicate_costs_its_source_nothing_even_when_it_has_no_room() {
+        let r = request("mid:held-dup@test", None, ReplyPattern::Response);
+        let first = plan(None, &r).group.expect("state").state;
+        let again = plan_with_room(Some(&first), &r, full());
+        assert_eq!(again.verdict, Verdict::Ack);
+        assert_eq!(again.held_back, None);
     }
 
     fn callback() -> ReplyPattern {

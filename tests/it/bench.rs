@@ -38,6 +38,7 @@ async fn every_bench_mode_gets_acks_and_no_errors() {
             scopes: vec![Scope::Admin, Scope::Consume],
             topics: wsr_gateway::config::all_topics(),
         }];
+        super::support::without_source_quota(c);
     })
     .await;
     let url = app.url("/wsr/default");

@@ -864,3 +864,59 @@ async fn a_large_payload_is_shown_in_part_and_downloaded_whole() {
     assert_eq!(content_type, "application/x-partner; v=1");
     app.stop().await;
 }
+
+/// Issue 31 item 5: the operator sees who the storage quota holds back.
+#[tokio::test]
+async fn the_overview_lists_the_sources_the_storage_quota_holds_back() {
+    let app = spawn_app_with(|c| {
+        c.tokens = vec![ApiToken::plain(ADMIN, "ops", vec![Scope::Admin])];
+        let quota = wsr_gateway::rmp::quota::SourceQuota {
+            max_stored_bytes: 0,
+            max_messages_per_second: 1,
+        };
+        c.channels
+            .get_mut("default")
+            .expect("the default channel")
+            .quota = quota;
+    })
+    .await;
+    let send = |group: &str| {
+        let request = wsr_gateway::wsr::Request {
+            message_id: wsr_gateway::wsr::MessageId {
+                group_id: wsr_gateway::wsr::GroupId::parse(group).expect("group id"),
+                sequence: None,
+            },
+            expiry_time: chrono::Utc::now() + chrono::Duration::hours(1),
+            reply_pattern: wsr_gateway::wsr::ReplyPattern::Response,
+            ack_requested: true,
+            duplicate_elimination: true,
+            message_order: false,
+        };
+        let xml = super::support::request_envelope(&request, "<p:Order xmlns:p=\"urn:p\"/>");
+        app.send(wsr_gateway::wsr::SoapVersion::Soap11, xml)
+    };
+    assert!(
+        !send("mid:held-1@console")
+            .await
+            .body
+            .contains("MessageProcessingFailure")
+    );
+    let refused = send("mid:held-2@console").await;
+    assert!(
+        refused.body.contains("MessageProcessingFailure"),
+        "{}",
+        refused.body
+    );
+    let cookie = signed_in(&app).await;
+    let (status, page) = get(&app, &cookie, "/console").await;
+    assert_eq!(status, StatusCode::OK);
+    let section = page
+        .split("Sources held back by their storage quota")
+        .nth(1)
+        .expect("the section");
+    assert!(
+        section.contains("127.0.0.1") && section.contains("messages_per_second"),
+        "{section}"
+    );
+    app.stop().await;
+}

@@ -45,7 +45,11 @@ pub(crate) fn tokens() -> Vec<ApiToken> {
 }
 
 async fn gateway() -> TestApp {
-    spawn_app_with(|c| c.tokens = tokens()).await
+    spawn_app_with(|c| {
+        c.tokens = tokens();
+        super::support::without_source_quota(c);
+    })
+    .await
 }
 
 /// A reliable message for channel `default` whose Body root is `root` (topic `default/{root}`).

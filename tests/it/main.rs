@@ -39,6 +39,7 @@ mod schema;
 mod scoping;
 mod sender;
 mod soap_push;
+mod source_quota;
 mod sqlite_file;
 mod support;
 mod test_database;

@@ -57,14 +57,14 @@ async fn scrape(app: &TestApp, token: Option<&str>) -> reqwest::Response {
     get.send().await.expect("scrape")
 }
 
-async fn text(app: &TestApp) -> String {
+pub(crate) async fn text(app: &TestApp) -> String {
     let r = scrape(app, None).await;
     assert_eq!(r.status(), 200);
     r.text().await.expect("metrics text")
 }
 
 /// The sum of the samples of `name` whose labels include every one of `labels` (0 when none).
-fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+pub(crate) fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .filter_map(|l| {

@@ -488,6 +488,14 @@ pub fn allow_loopback_urls(c: &mut wsr_gateway::Config) {
             .expect("valid rules");
 }
 
+/// Load tests send everything from one address, 127.0.0.1: no storage quota per source (D13)
+/// on any channel, or it would hold their burst back.
+pub fn without_source_quota(c: &mut wsr_gateway::Config) {
+    for agreement in c.channels.values_mut() {
+        agreement.quota = wsr_gateway::rmp::quota::SourceQuota::UNLIMITED;
+    }
+}
+
 /// A figure of a process's `/proc/{pid}/status` in KiB (`field` like `"VmHWM"`): the memory
 /// tests' measure of a child gateway.
 pub fn proc_status_kib(pid: u32, field: &str) -> u64 {

@@ -50,6 +50,8 @@ mod scoping;
 mod sender;
 #[path = "../it/soap_push.rs"]
 mod soap_push;
+#[path = "../it/source_quota.rs"]
+mod source_quota;
 #[path = "../it/support.rs"]
 mod support;
 #[path = "../it/test_database.rs"]

@@ -69,6 +69,13 @@ impl Shared {
         }
     }
 
+    /// After a commit that may have freed stored bytes (a purge, a sweep, a settle): the
+    /// writer reads its sources' usage again instead of holding them back for what is gone.
+    pub(in crate::store) fn stored_bytes_freed(&self) {
+        let mut quota = self.quota.lock().unwrap_or_else(|p| p.into_inner());
+        quota.forget_stored();
+    }
+
     /// Wakes this gateway's waiters for what a commit (here or elsewhere) made possible.
     pub(in crate::store) fn wake(&self, wakes: Wakes) {
         if wakes.appended {

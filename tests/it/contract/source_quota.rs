@@ -204,3 +204,78 @@ async fn a_sources_messages_per_second_are_counted_on_the_decisions_clock() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_message_every_subscription_settled_is_consumed_and_frees_its_bytes() {
+    use wsr_gateway::delivery::fetch::Take;
+    use wsr_gateway::delivery::lease::Outcome;
+    use wsr_gateway::delivery::subscription::CreateRequest;
+
+    for b in backends().await {
+        let store = &b.store;
+        let subscribe = |name: &str| {
+            let request: CreateRequest = serde_json::from_value(
+                serde_json::json!({ "name": name, "filter": "default/#", "start": "oldest" }),
+            )
+            .expect("create request");
+            request.check().expect("valid spec")
+        };
+        let now = Utc::now();
+        let first = store
+            .create_subscription(&subscribe("eager"), "app", now)
+            .await
+            .expect("create")
+            .0;
+        let second = store
+            .create_subscription(&subscribe("late"), "app", now)
+            .await
+            .expect("create")
+            .0;
+        let q = bytes_quota(1000);
+        let m = from("192.0.2.30", "mid:consumed-1@contract", None, 600, q);
+        assert_eq!(receive(store, m).await.verdict, Verdict::Ack, "{}", b.name);
+        let next = from("192.0.2.30", "mid:consumed-2@contract", None, 600, q);
+
+        let take = Take::pull(10, usize::MAX);
+        // After the message's arrival, as a consumer fetches.
+        let now = Utc::now() + Duration::seconds(1);
+        let settle_all = async |subscription: i64, member: &str| {
+            store
+                .join(subscription, member, "app", Duration::hours(1), now)
+                .await
+                .expect("join");
+            let got = store.fetch(member, take, now).await.expect("fetch");
+            assert_eq!(got.len(), 1, "{}", b.name);
+            store
+                .settle(&got[0].receipt, Some(Outcome::Accepted), now)
+                .await
+                .expect("settle");
+        };
+        settle_all(first.id, "a").await;
+        let refused = receive(store, next.clone()).await;
+        assert!(
+            held_back(&refused),
+            "{}: the other subscription has not taken it yet: {refused:?}",
+            b.name
+        );
+        settle_all(second.id, "b").await;
+        assert_eq!(
+            receive(store, next).await.verdict,
+            Verdict::Ack,
+            "{}: consumed by every subscription, its bytes are free",
+            b.name
+        );
+        let purged = store
+            .maintain_deliveries(
+                now + Duration::hours(3),
+                Duration::seconds(30),
+                Duration::hours(1),
+            )
+            .await
+            .expect("maintained");
+        assert!(purged.inbox_purged >= 1, "{}", b.name);
+        // The purge frees nothing twice: the source holds the second message's 600 bytes.
+        let third = from("192.0.2.30", "mid:consumed-3@contract", None, 500, q);
+        assert!(held_back(&receive(store, third).await), "{}", b.name);
+    }
+}

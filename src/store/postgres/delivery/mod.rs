@@ -381,9 +381,14 @@ impl DeliveryStore for PostgresStore {
         now: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<Vec<Handed>, DeliveryError>> {
         Box::pin(async move {
-            transaction!(self, "fetch", |conn| fetch::fetch(
+            let handed = transaction!(self, "fetch", |conn| fetch::fetch(
                 conn, session_id, take, now
-            ))
+            ))?;
+            // Settled as handed out (the `settled` mode): maybe consumed.
+            if handed.iter().any(|h| h.deadline.is_none()) {
+                self.shared.stored_bytes_freed();
+            }
+            Ok(handed)
         })
     }
 
@@ -393,11 +398,13 @@ impl DeliveryStore for PostgresStore {
         now: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<Vec<Result<(), DeliveryError>>, DeliveryError>> {
         Box::pin(async move {
-            transaction!(self, "settle", |conn| settle::settle_many(
+            let settled = transaction!(self, "settle", |conn| settle::settle_many(
                 conn,
                 settlements,
                 now
-            ))
+            ))?;
+            self.shared.stored_bytes_freed();
+            Ok(settled)
         })
     }
 
@@ -460,8 +467,7 @@ impl DeliveryStore for PostgresStore {
                 Ok((report, wakes))
             })?;
             if report.inbox_purged > 0 {
-                let mut quota = self.shared.quota.lock().unwrap_or_else(|p| p.into_inner());
-                quota.forget_stored();
+                self.shared.stored_bytes_freed();
             }
             Ok(report)
         })

@@ -1,6 +1,8 @@
 //! Rows of the delivery tables as the pure rules see them, the per-subscription lock, and the
 //! primitive statements that read and write them inside an operation's transaction.
 
+use crate::store::postgres::usage::{change_usage, freed_by};
+use crate::store::source_usage::UsageChanges;
 use std::collections::BTreeSet;
 
 use chrono::{DateTime, Duration, Utc};
@@ -213,7 +215,9 @@ pub(super) async fn insert_leases(
     .bind(&reasons)
     .execute(&mut *conn)
     .await?;
-    Ok(())
+    // Settled the moment they were handed out (the `settled` mode).
+    let settled = leases.iter().filter(|(_, _, l, _)| l.state == State::Done);
+    release_consumed(conn, settled.map(|(offset, ..)| *offset).collect()).await
 }
 
 /// Stores leases of one subscription, then moves the heads of the groups whose head finished.
@@ -246,6 +250,30 @@ pub(super) async fn save_leases(
             advance_head(conn, subscription_id, *offset).await?;
         }
     }
+    let settled = leases.iter().filter(|(_, l)| l.state == State::Done);
+    release_consumed(conn, settled.map(|(offset, _)| *offset).collect()).await
+}
+
+/// Of the messages just settled, those every subscription has now matched and settled are
+/// consumed: their bytes are freed for their sources' storage quota (D13). A message some
+/// subscription has not yet matched stays counted until it is purged. (A settle elsewhere
+/// still uncommitted keeps a message counted until its purge: never freed twice.)
+async fn release_consumed(conn: &mut PgConnection, settled: Vec<i64>) -> Result<(), Fail> {
+    if settled.is_empty() {
+        return Ok(());
+    }
+    let gone: Vec<(String, i64)> = sqlx::query_as(
+        "UPDATE inbox i SET consumed = true WHERE i.\"offset\" = ANY($1) AND NOT i.consumed \
+         AND i.\"offset\" <= (SELECT min(cursor) FROM subscriptions) \
+         AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.\"offset\" = i.\"offset\" \
+         AND d.state <> 'done') RETURNING i.source, octet_length(i.payload)::bigint",
+    )
+    .bind(&settled)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut freed = UsageChanges::default();
+    freed_by(gone, &mut freed);
+    change_usage(conn, &freed).await?;
     Ok(())
 }
 

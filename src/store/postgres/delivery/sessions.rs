@@ -392,8 +392,8 @@ async fn purge_inbox(
         }
         if !going.is_empty() {
             let gone = sqlx::query_as(
-                "DELETE FROM inbox WHERE \"offset\" = ANY($1) \
-                 RETURNING source, octet_length(payload)::bigint",
+                "DELETE FROM inbox WHERE \"offset\" = ANY($1) RETURNING source, \
+                 CASE WHEN consumed THEN 0 ELSE octet_length(payload)::bigint END",
             )
             .bind(&going)
             .fetch_all(&mut *conn)

@@ -153,8 +153,7 @@ pub(super) async fn sweep_once(
         .await?;
     store.commit(tx, announcement).await?;
     if !freed.is_empty() {
-        let mut quota = store.shared.quota.lock().unwrap_or_else(|p| p.into_inner());
-        quota.forget_stored();
+        store.shared.stored_bytes_freed();
     }
     Ok(report)
 }

@@ -10,6 +10,8 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use crate::delivery::group;
 use crate::delivery::lease::{Lease, State};
 use crate::store::delivery::{Session, Subscription};
+use crate::store::source_usage::UsageChanges;
+use crate::store::sqlite::batch::write_usage;
 use crate::store::sqlite::{payload_text, select_inbox};
 use crate::store::time::{from_millis, millis};
 use crate::store::{InboxEntry, StoreError};
@@ -163,6 +165,10 @@ pub(super) fn insert_lease(
         avoid,
         reason
     ])?;
+    if lease.state == State::Done {
+        // Settled the moment it was handed out (the `settled` mode).
+        release_consumed(conn, std::iter::once(offset))?;
+    }
     Ok(())
 }
 
@@ -196,7 +202,42 @@ pub(super) fn save_leases(
             advance_head(conn, subscription_id, *offset)?;
         }
     }
-    Ok(())
+    let settled = leases.iter().filter(|(_, l)| l.state == State::Done);
+    release_consumed(conn, settled.map(|(offset, _)| *offset))
+}
+
+/// Of the messages just settled, those every subscription has now matched and settled are
+/// consumed: their bytes are freed for their sources' storage quota (D13). A message some
+/// subscription has not yet matched stays counted until it is purged.
+fn release_consumed(
+    conn: &Connection,
+    settled: impl Iterator<Item = i64>,
+) -> Result<(), StoreError> {
+    let mut settled = settled.peekable();
+    if settled.peek().is_none() {
+        return Ok(());
+    }
+    let min_cursor: Option<i64> = conn
+        .prepare_cached("SELECT MIN(cursor) FROM subscriptions")?
+        .query_row([], |r| r.get(0))?;
+    let Some(min_cursor) = min_cursor else {
+        return Ok(());
+    };
+    let mut freed = UsageChanges::default();
+    for offset in settled.filter(|o| *o <= min_cursor) {
+        let gone: Option<(String, i64)> = conn
+            .prepare_cached(
+                "UPDATE inbox SET consumed = 1 WHERE offset = ?1 AND consumed = 0 \
+                 AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.offset = ?1 \
+                 AND d.state <> 'done') RETURNING source, size",
+            )?
+            .query_row([offset], |r| Ok((r.get(0)?, r.get(1)?)))
+            .optional()?;
+        if let Some((source, size)) = gone {
+            freed.freed(&source, u64::try_from(size).unwrap_or(0));
+        }
+    }
+    write_usage(conn, &freed)
 }
 
 /// A finished message that was its group's head hands the head on (`group::after_finish`).

@@ -279,8 +279,12 @@ fn purge_inbox(
                 now,
                 retention,
             ) {
+                // A consumed message's bytes were freed when it was consumed.
                 let gone: Option<(String, i64)> = conn
-                    .prepare_cached("DELETE FROM inbox WHERE offset = ?1 RETURNING source, size")?
+                    .prepare_cached(
+                        "DELETE FROM inbox WHERE offset = ?1 \
+                         RETURNING source, CASE consumed WHEN 0 THEN size ELSE 0 END",
+                    )?
                     .query_row([offset], |r| Ok((r.get(0)?, r.get(1)?)))
                     .optional()?;
                 if let Some((source, size)) = gone {
