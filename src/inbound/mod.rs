@@ -253,7 +253,6 @@ max_messages_per_second = 0
         let quota = |channel: &str, partner: Option<&str>| {
             let caller = Caller {
                 partner: partner.map(str::to_owned),
-                ..Caller::default()
             };
             agreement_for(&config, channel, &caller)
                 .expect("channel")
