@@ -287,18 +287,7 @@ mod tests {
     }
 
     fn plan(stored: Option<&GroupState>, request: &Request) -> ReceivePlan {
-        plan_receive(
-            stored,
-            Incoming {
-                request,
-                channel: "default",
-                body_bytes: 10,
-                open_groups_of_source: 0,
-                room: crate::rmp::quota::SourceRoom::UNLIMITED,
-            },
-            now(),
-            &policy(),
-        )
+        plan_with_room(stored, request, SourceRoom::UNLIMITED)
     }
 
     fn plan_with_room(
