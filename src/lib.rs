@@ -58,6 +58,44 @@ pub struct App {
     clients: PartnerClients,
 }
 
+/// Every file the configuration names, loaded as `serve` uses it: each partner's CA bundle
+/// and client certificate and key, each SOAP service's, the listener's certificate, key and
+/// client CA. `check-config` loads them through this too, so a file `serve` would refuse is
+/// refused there, naming it.
+pub struct ConfiguredFiles {
+    clients: PartnerClients,
+    backends: Backends,
+    tls: Option<http::tls::Tls>,
+}
+
+impl ConfiguredFiles {
+    pub fn load(config: &Config) -> anyhow::Result<ConfiguredFiles> {
+        let clients = PartnerClients::new(
+            &config.partners,
+            OUTBOUND_TIMEOUT,
+            Arc::new(config.destinations.clone()),
+        )?;
+        let backends = Backends::new(&config.operations)?;
+        let tls = config
+            .tls
+            .as_ref()
+            .map(|files| {
+                let pinned = config
+                    .partners
+                    .iter()
+                    .flat_map(|p| p.inbound.cert_sha256.iter().cloned())
+                    .collect();
+                http::tls::Tls::new(files, pinned).context("cannot set up TLS on the listener")
+            })
+            .transpose()?;
+        Ok(ConfiguredFiles {
+            clients,
+            backends,
+            tls,
+        })
+    }
+}
+
 impl App {
     pub async fn build(config: Config) -> anyhow::Result<App> {
         App::build_with_clock(config, Arc::new(SystemClock)).await
@@ -67,14 +105,13 @@ impl App {
     pub async fn build_with_clock(config: Config, clock: Arc<dyn Clock>) -> anyhow::Result<App> {
         // Before anything records: what is recorded before the recorder exists is lost.
         crate::metrics::handle();
-        // First: a partner's unusable CA or client certificate file fails the start before
-        // anything is opened or bound.
-        let clients = PartnerClients::new(
-            &config.partners,
-            OUTBOUND_TIMEOUT,
-            Arc::new(config.destinations.clone()),
-        )?;
-        let backends = Backends::new(&config.operations)?;
+        // First: an unusable certificate, key or CA file fails the start before anything is
+        // opened or bound.
+        let ConfiguredFiles {
+            clients,
+            backends,
+            tls,
+        } = ConfiguredFiles::load(&config)?;
         let store = Store::open(&StoreConfig {
             database: config.database.clone(),
             durability: config.durability,
@@ -113,19 +150,6 @@ impl App {
             .context("cannot read the receipt key")?;
         let receipts = Arc::new(ReceiptKey::new(&secret));
         let console_key = Arc::new(http::ConsoleKey::derive(&secret));
-        // Before binding: a certificate that cannot be used stops the start with its reason.
-        let tls = config
-            .tls
-            .as_ref()
-            .map(|files| {
-                let pinned = config
-                    .partners
-                    .iter()
-                    .flat_map(|p| p.inbound.cert_sha256.iter().cloned())
-                    .collect();
-                http::tls::Tls::new(files, pinned).context("cannot set up TLS on the listener")
-            })
-            .transpose()?;
         let listener = TcpListener::bind(config.listen)
             .await
             .with_context(|| format!("cannot listen on {}", config.listen))?;

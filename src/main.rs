@@ -264,6 +264,8 @@ async fn run() -> anyhow::Result<()> {
         }
         Command::CheckConfig { file } => {
             let config = Config::load(Some(&file), std::env::vars())?;
+            // The files it names, loaded as `serve` loads them.
+            wsr_gateway::ConfiguredFiles::load(&config)?;
             println!("{}: valid", file.display());
             println!("{}", config.summary());
             Ok(())

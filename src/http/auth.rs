@@ -81,7 +81,17 @@ pub async fn guard(
     let peer_addr = request.extensions().get::<PeerAddr>().map(|p| p.0);
     let decided = admit(&app, door, &channel, presented, peer_addr).await;
     let (response, partner) = match decided {
-        Err(response) => (response, None),
+        // Refused before its body was read: the connection cannot be reused for a next
+        // request (its body would be read as one), so the answer says it is closed.
+        Err(Stop {
+            mut response,
+            partner,
+        }) => {
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            (response, partner)
+        }
         Ok(caller) => {
             let partner = caller.partner.clone();
             request.extensions_mut().insert(caller);
@@ -131,6 +141,22 @@ fn channel_of(door: Door, request: &Request) -> String {
     }
 }
 
+/// A request stopped by the guard: its answer, and the partner it proved to be, if any (the
+/// access line names it).
+struct Stop {
+    response: Response,
+    partner: Option<String>,
+}
+
+impl Stop {
+    fn anonymous(response: Response) -> Stop {
+        Stop {
+            response,
+            partner: None,
+        }
+    }
+}
+
 /// Who may go on, or the answer that stops the request here: an unknown channel is 404 (a
 /// route, not a rule); who it is and whether it may post are the partners' rules.
 async fn admit(
@@ -139,19 +165,22 @@ async fn admit(
     channel: &str,
     presented: Presented<'_>,
     peer: Option<std::net::SocketAddr>,
-) -> Result<Caller, Response> {
+) -> Result<Caller, Stop> {
     if door == Door::Channel && !app.config.channels.contains_key(channel) {
-        return Err((
-            StatusCode::NOT_FOUND,
-            format!("no channel named {channel:?}\n"),
-        )
-            .into_response());
+        return Err(Stop::anonymous(
+            (
+                StatusCode::NOT_FOUND,
+                format!("no channel named {channel:?}\n"),
+            )
+                .into_response(),
+        ));
     }
+    let peer = peer.map(tracing::field::display);
     let partner = match app.config.partners.identify(presented).await {
         Ok(p) => p,
         Err(why) => {
-            tracing::warn!(peer = ?peer, channel, reason = %why, "refused: not a partner");
-            return Err(unauthorized(&format!("{why}")));
+            tracing::warn!(peer, channel, reason = %why, "refused: not a partner");
+            return Err(Stop::anonymous(unauthorized(&format!("{why}"))));
         }
     };
     let (route, anonymous_ok) = match door {
@@ -163,16 +192,20 @@ async fn admit(
     };
     partners::admit(partner, route, anonymous_ok).map_err(|refused| match refused {
         Refused::ChannelNotAllowed { partner } => {
-            tracing::warn!(peer = ?peer, partner = %partner, channel, "refused: channel not allowed for this partner");
-            (
+            tracing::warn!(peer, partner = %partner, channel, "refused: channel not allowed for this partner");
+            let response = (
                 StatusCode::FORBIDDEN,
                 format!("partner {partner} may not post to channel {channel}\n"),
             )
-                .into_response()
+                .into_response();
+            Stop {
+                response,
+                partner: Some(partner),
+            }
         }
         Refused::CredentialsRequired => {
-            tracing::warn!(peer = ?peer, channel, "refused: no credentials");
-            unauthorized("credentials required")
+            tracing::warn!(peer, channel, "refused: no credentials");
+            Stop::anonymous(unauthorized("credentials required"))
         }
     })
 }

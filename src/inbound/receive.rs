@@ -74,6 +74,13 @@ pub async fn receive(
         env: &env,
     };
     let answer = exchange.answer(&mut note).await;
+    // Every fault answered is noted (the access line's verdict, the fault counter), whichever
+    // path decided it: one rule here rather than one call at each refusal.
+    if let Answer::Fault { code, .. } = &answer
+        && note.fault.is_none()
+    {
+        note.faulted(*code);
+    }
     Outcome {
         version: env.version,
         answer,

@@ -5,6 +5,7 @@ use serde_json::{Value, json};
 
 use base64::Engine as _;
 
+use crate::outbound::http_client::redacted;
 use crate::rmp::sender::OutState;
 use crate::store::outbound::{KeptResponse, OutMessage, ResponseInfo};
 use crate::wsr::SoapVersion;
@@ -21,7 +22,9 @@ pub fn message_json(m: &OutMessage) -> Value {
         "id": m.id,
         "group_id": m.group_id.as_str(),
         "number": m.number,
-        "destination": m.destination,
+        // Without userinfo or query: a partner's address may carry credentials, and every
+        // principal who may read the message reads this.
+        "destination": redacted(&m.destination),
         "partner": m.partner,
         "reply_pattern": m.reply,
         "soap_version": if m.version == SoapVersion::Soap12 { "1.2" } else { "1.1" },

@@ -221,3 +221,36 @@ fn help_never_shows_a_secret_taken_from_the_environment() {
         assert!(!text.contains(SECRET), "{command:?}: {text}");
     }
 }
+
+/// Issue 32 item 2: `check-config` loads every file the configuration names as `serve` does,
+/// so what `serve` would refuse is refused here, naming the file.
+#[test]
+fn check_config_refuses_the_files_serve_would_refuse() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let cases = [
+        (
+            "[tls]\ncert_file = \"missing.pem\"\nkey_file = \"missing.key\"\n",
+            "missing.pem",
+        ),
+        (
+            "[partners.acme]\naddress = \"https://acme.example/wsr\"\nca_file = \"no-ca.pem\"\n",
+            "no-ca.pem",
+        ),
+    ];
+    for (i, (section, named)) in cases.into_iter().enumerate() {
+        let path = dir.path().join(format!("case-{i}.toml"));
+        std::fs::write(
+            &path,
+            format!("listen = \"127.0.0.1:9999\"\ndatabase = \"x.db\"\n{section}"),
+        )
+        .expect("write");
+        let out = gateway()
+            .arg("check-config")
+            .arg(&path)
+            .output()
+            .expect("runs");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "case {i} passed: {stderr}");
+        assert!(stderr.contains(named), "case {i}: {stderr}");
+    }
+}

@@ -341,3 +341,37 @@ async fn new_groups_beyond_the_per_source_quota_are_refused_until_one_ends() {
     );
     app.stop().await;
 }
+
+/// Issue 32 item 6: a partner's address may carry credentials (userinfo, an API key in the
+/// query); what the API shows every reader of the message has neither.
+#[tokio::test]
+async fn a_partners_address_is_shown_without_its_userinfo_and_query() {
+    let app = spawn_app_with(|c| {
+        c.tokens = vec![super::support::producer_token(TOKEN)];
+        c.partners.insert_address(
+            "keyed",
+            "http://user:s3cret@127.0.0.1:9/wsr/default?apikey=k3y",
+        );
+    })
+    .await;
+    let (status, answer) = submit(&app, json!({ "destination": "keyed", "body": "<a/>" })).await;
+    assert_eq!(status, 202, "{answer}");
+    let id = answer["id"].as_str().expect("id");
+    let shown: Value = app
+        .client
+        .get(app.url(&format!("/api/v1/messages/{id}")))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("answers")
+        .json()
+        .await
+        .expect("json");
+    let text = shown.to_string();
+    assert_eq!(
+        shown["destination"], "http://127.0.0.1:9/wsr/default",
+        "{text}"
+    );
+    assert!(!text.contains("s3cret") && !text.contains("k3y"), "{text}");
+    app.stop().await;
+}

@@ -30,6 +30,7 @@ mod partner_clients;
 mod partners_auth;
 mod partners_tls;
 mod perimeter;
+mod perimeter_lines;
 mod postgres;
 mod receiver;
 mod request_response;

@@ -448,6 +448,14 @@ pub async fn serve_local(router: axum::Router) -> String {
 
 /// Starts `wsr-gateway serve --config FILE` as a child process and waits until it listens.
 pub fn start_gateway(config: &std::path::Path) -> std::process::Child {
+    start_gateway_logged(config).0
+}
+
+/// `start_gateway`, keeping every line it logs to stdout after "listening" (for the tests of
+/// what its log lines say).
+pub fn start_gateway_logged(
+    config: &std::path::Path,
+) -> (std::process::Child, Arc<std::sync::Mutex<Vec<String>>>) {
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
     let mut command = Command::new(env!("CARGO_BIN_EXE_wsr-gateway"));
@@ -476,8 +484,14 @@ pub fn start_gateway(config: &std::path::Path) -> std::process::Child {
         }
     }
     // Keep draining stdout so the child never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    child
+    let logged = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let keep = logged.clone();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            keep.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+        }
+    });
+    (child, logged)
 }
 
 /// The receivers in these tests are local test servers and gateways on 127.0.0.1, named by

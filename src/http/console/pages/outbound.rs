@@ -16,6 +16,7 @@ use super::{
     unavailable, when,
 };
 use crate::http::AppState;
+use crate::outbound::http_client::redacted;
 use crate::outbound::operator::{ActionError, OperatorAction, act, check_reason};
 use crate::outbound::view::message_json;
 use crate::store::outbound::{OutFilter, OutMessage};
@@ -132,7 +133,7 @@ fn messages_table(list: &[OutMessage]) -> String {
                 ),
                 esc(m.group_id.as_str()),
                 m.number.map_or("—".into(), |n| n.to_string()),
-                esc(&m.destination),
+                esc(&redacted(&m.destination)),
                 esc(if m.partner.is_empty() {
                     "—"
                 } else {
