@@ -22,6 +22,7 @@ pub mod rmp;
 pub mod secrets;
 pub mod store;
 pub mod wsr;
+pub mod wss;
 
 use std::future::Future;
 use std::net::SocketAddr;

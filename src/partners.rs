@@ -37,6 +37,14 @@ pub struct PartnerConfig {
     pub cert_names: Vec<String>,
     /// ReplyTo URLs its Callback-pattern messages and polls may name.
     pub callback_endpoints: Vec<String>,
+    /// A WS-Security UsernameToken in the envelope (D14): its `Username`, and either the
+    /// PHC hash of its password (PasswordText only, over TLS or on loopback) or the password
+    /// itself (PasswordDigest needs it; PasswordText too then).
+    pub wss_username: Option<String>,
+    pub wss_password_hash: Option<String>,
+    pub wss_password: Option<String>,
+    pub wss_password_file: Option<PathBuf>,
+    pub wss_password_env: Option<String>,
     /// What its messages may ask for and must ask for, on top of the channel's agreement.
     pub offers: Option<Vec<String>>,
     pub requires: Vec<String>,
@@ -67,6 +75,13 @@ pub struct PartnerConfig {
     pub our_token: Option<String>,
     pub our_token_file: Option<PathBuf>,
     pub our_token_env: Option<String>,
+    /// Our UsernameToken towards it, added to every message and PollRequest we send it: a
+    /// PasswordDigest unless `our_wss_password_text = true`.
+    pub our_wss_username: Option<String>,
+    pub our_wss_password: Option<String>,
+    pub our_wss_password_file: Option<PathBuf>,
+    pub our_wss_password_env: Option<String>,
+    pub our_wss_password_text: bool,
 }
 
 /// A checked partner.
@@ -90,9 +105,27 @@ pub struct Inbound {
     /// `None`: the channel's agreement alone.
     pub offers: Option<Vec<Feature>>,
     pub requires: Vec<Feature>,
+    /// Its WS-Security UsernameToken, if it may prove itself in the envelope.
+    pub wss: Option<WssCredential>,
     /// Its own storage quota, where it sets one (`None`: the channel's).
     pub max_stored_bytes: Option<u64>,
     pub max_messages_per_second: Option<u64>,
+}
+
+/// A partner's UsernameToken (D14): its username, and what its password is checked against.
+#[derive(Debug, Clone)]
+pub struct WssCredential {
+    pub username: String,
+    /// A PHC hash (PasswordText only), or the password itself (PasswordText and Digest).
+    pub password: Stored,
+}
+
+/// Our UsernameToken towards a partner.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OurWssToken {
+    pub username: String,
+    pub password: Secret,
+    pub digest: bool,
 }
 
 impl Inbound {
@@ -101,6 +134,7 @@ impl Inbound {
     pub fn has_credentials(&self) -> bool {
         self.password.is_some()
             || self.token.is_some()
+            || self.wss.is_some()
             || !self.cert_sha256.is_empty()
             || !self.cert_names.is_empty()
     }
@@ -114,6 +148,8 @@ pub struct Outbound {
     pub agreement: Option<String>,
     pub tls: PartnerTls,
     pub credentials: Option<OurCredentials>,
+    /// Our UsernameToken in every envelope we send it.
+    pub wss: Option<OurWssToken>,
 }
 
 /// TLS towards a partner: files, read when the sender builds the partner's client.
@@ -273,6 +309,47 @@ impl PartnerConfig {
             token_env: self.our_token_env.as_deref(),
         }
         .check(&format!("partner {name}"), base)?;
+        let wss_secret = load_secret(
+            &ctx("wss_password"),
+            base,
+            self.wss_password.as_deref(),
+            self.wss_password_file.as_deref(),
+            self.wss_password_env.as_deref(),
+        )?;
+        let wss = match (self.wss_username, &self.wss_password_hash, wss_secret) {
+            (None, None, None) => None,
+            (Some(_), Some(_), Some(_)) => {
+                bail!("partner {name}: give wss_password_hash or wss_password, not both")
+            }
+            (Some(username), Some(hash), None) => Some(WssCredential {
+                username,
+                password: Stored::hash(&ctx("wss_password_hash"), hash)?,
+            }),
+            (Some(username), None, Some(secret)) => Some(WssCredential {
+                username,
+                password: Stored::Plain(secret),
+            }),
+            (Some(_), None, None) => {
+                bail!("partner {name}: wss_username needs wss_password_hash or wss_password")
+            }
+            (None, _, _) => bail!("partner {name}: a wss password needs wss_username"),
+        };
+        let our_wss_secret = load_secret(
+            &ctx("our_wss_password"),
+            base,
+            self.our_wss_password.as_deref(),
+            self.our_wss_password_file.as_deref(),
+            self.our_wss_password_env.as_deref(),
+        )?;
+        let our_wss = match (self.our_wss_username, our_wss_secret) {
+            (Some(username), Some(password)) => Some(OurWssToken {
+                username,
+                password,
+                digest: !self.our_wss_password_text,
+            }),
+            (None, None) => None,
+            _ => bail!("partner {name}: our_wss_username and our_wss_password go together"),
+        };
         if self.client_cert_file.is_some() != self.client_key_file.is_some() {
             bail!("partner {name}: client_cert_file and client_key_file go together");
         }
@@ -295,6 +372,7 @@ impl PartnerConfig {
                 callback_endpoints: self.callback_endpoints,
                 offers,
                 requires,
+                wss,
                 max_stored_bytes: self.max_stored_bytes,
                 max_messages_per_second: self.max_messages_per_second,
             },
@@ -309,6 +387,7 @@ impl PartnerConfig {
                     client_key_file: self.client_key_file.map(|p| relative_to(base, &p)),
                 },
                 credentials,
+                wss: our_wss,
             },
         })
     }
@@ -522,6 +601,66 @@ impl Partners {
                     .is_ok_and(|name| end_entity.verify_is_valid_for_subject_name(&name).is_ok())
             })
         })
+    }
+
+    /// Whether some partner may prove itself by a UsernameToken on `channel`: a request
+    /// without other credentials is then let in to have its envelope read.
+    pub fn token_may_reach(&self, channel: &str) -> bool {
+        self.iter()
+            .any(|p| p.inbound.wss.is_some() && p.inbound.channels.contains(channel))
+    }
+
+    /// The partner a WS-Security UsernameToken proves (D14): its username and its password,
+    /// as a PasswordDigest of the token's nonce and `Created`, or as PasswordText where
+    /// `text_allowed` (over TLS or from loopback: elsewhere the password would cross the
+    /// network readable). A username nobody has costs what a wrong password costs.
+    pub async fn by_username_token(
+        &self,
+        token: &crate::wsr::UsernameToken,
+        text_allowed: bool,
+    ) -> Result<&Partner, Unidentified> {
+        let wrong = Unidentified::Wrong("wrong UsernameToken");
+        let presented = token.password.as_deref().unwrap_or_default();
+        let tokens = || {
+            self.iter()
+                .filter_map(|p| Some((p, p.inbound.wss.as_ref()?)))
+        };
+        let Some((partner, wss)) = tokens().find(|(_, w)| w.username == token.username) else {
+            let like = tokens()
+                .map(|(_, w)| &w.password)
+                .find(|stored| matches!(stored, Stored::Hash(_)))
+                .or_else(|| tokens().map(|(_, w)| &w.password).next());
+            if let Some(like) = like {
+                self.verifier.refuse_like(like, presented).await;
+            }
+            return Err(wrong);
+        };
+        if token.digest {
+            let Stored::Plain(secret) = &wss.password else {
+                return Err(Unidentified::Wrong(
+                    "this partner's UsernameToken is checked as PasswordText only",
+                ));
+            };
+            let nonce = token.nonce.as_deref().unwrap_or_default();
+            let created = token.created.as_deref().unwrap_or_default();
+            let expected = crate::wss::password_digest(nonce, created, secret.expose()).ok_or(
+                Unidentified::Wrong("the UsernameToken's Nonce is not base64"),
+            )?;
+            return match crate::secrets::constant_time_eq(expected.as_bytes(), presented.as_bytes())
+            {
+                true => Ok(partner),
+                false => Err(wrong),
+            };
+        }
+        if !text_allowed {
+            return Err(Unidentified::Wrong(
+                "a PasswordText is accepted only over TLS or from loopback",
+            ));
+        }
+        match self.verifier.matches(&wss.password, presented).await {
+            true => Ok(partner),
+            false => Err(wrong),
+        }
     }
 
     async fn by_authorization(&self, value: &str) -> Result<&Partner, Unidentified> {

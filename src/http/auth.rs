@@ -92,14 +92,20 @@ pub async fn guard(
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
             (response, partner)
         }
-        Ok(caller) => {
+        Ok((caller, token_required)) => {
             let partner = caller.partner.clone();
-            request.extensions_mut().insert(caller);
+            request.extensions_mut().insert(caller.clone());
+            request.extensions_mut().insert(Admission {
+                caller,
+                token_required,
+            });
             request.extensions_mut().insert(access.clone());
             (next.run(request).await, partner)
         }
     };
     let note = access.taken();
+    // A partner proved by a UsernameToken is known only once the handler read the envelope.
+    let partner = note.partner.clone().or(partner);
     if door == Door::Channel
         && let Some(verdict) = verdict_label(&note)
     {
@@ -141,6 +147,16 @@ fn channel_of(door: Door, request: &Request) -> String {
     }
 }
 
+/// Who the guard let in: the caller HTTP proved, and whether only a WS-Security
+/// UsernameToken in the envelope can let it in after all (it presented no credentials, on a
+/// channel that takes no anonymous requests but that a partner proving itself by token may
+/// reach, D14). The handler checks that once it has read the envelope.
+#[derive(Debug, Clone, Default)]
+pub struct Admission {
+    pub caller: Caller,
+    pub token_required: bool,
+}
+
 /// A request stopped by the guard: its answer, and the partner it proved to be, if any (the
 /// access line names it).
 struct Stop {
@@ -165,7 +181,7 @@ async fn admit(
     channel: &str,
     presented: Presented<'_>,
     peer: Option<std::net::SocketAddr>,
-) -> Result<Caller, Stop> {
+) -> Result<(Caller, bool), Stop> {
     if door == Door::Channel && !app.config.channels.contains_key(channel) {
         return Err(Stop::anonymous(
             (
@@ -190,6 +206,15 @@ async fn admit(
         ),
         Door::Callback => (None, app.config.anonymous_callbacks),
     };
+    let token_may_reach = door == Door::Channel && app.config.partners.token_may_reach(channel);
+    match partners::admit(partner, route, anonymous_ok) {
+        Ok(caller) => return Ok((caller, false)),
+        // Its envelope may prove it: read on, and the handler checks.
+        Err(Refused::CredentialsRequired) if token_may_reach => {
+            return Ok((Caller::default(), true));
+        }
+        Err(_) => {}
+    }
     partners::admit(partner, route, anonymous_ok).map_err(|refused| match refused {
         Refused::ChannelNotAllowed { partner } => {
             tracing::warn!(peer, partner = %partner, channel, "refused: channel not allowed for this partner");
@@ -208,9 +233,10 @@ async fn admit(
             Stop::anonymous(unauthorized("credentials required"))
         }
     })
+    .map(|caller| (caller, false))
 }
 
-fn unauthorized(why: &str) -> Response {
+pub(super) fn unauthorized(why: &str) -> Response {
     (
         StatusCode::UNAUTHORIZED,
         [(

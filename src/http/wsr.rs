@@ -8,10 +8,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
-use super::auth::Access;
+use super::auth::{Access, Admission};
 use super::serve::PeerAddr;
 use super::soap::{self, SoapBody, content_type, soap_action, version_hint};
 use crate::inbound::receive::Posted;
+use crate::inbound::security::{self, TokenRefusal};
 use crate::inbound::{self, Answer, Inbound, Sender};
 use crate::partners::Caller;
 use crate::store::outbound::ReplySource;
@@ -21,19 +22,35 @@ pub async fn receive(
     State(app): State<AppState>,
     Path(channel): Path<String>,
     peer: Option<axum::Extension<PeerAddr>>,
-    caller: Option<axum::Extension<Caller>>,
+    admission: Option<axum::Extension<Admission>>,
     access: Option<axum::Extension<Access>>,
     headers: HeaderMap,
     SoapBody(body): SoapBody,
 ) -> Response {
-    let caller = caller.map(|c| c.0).unwrap_or_default();
+    let Admission {
+        caller,
+        token_required: required,
+    } = admission.map(|a| a.0).unwrap_or_default();
+    let read = read_message(content_type(&headers), &body, &app.config.limits);
+    let ctx = inbound_of(&app);
+    // A UsernameToken in the envelope (D14): checked before anything of the message is.
+    let peer = peer.map(|p| p.0.0);
+    let text_allowed = app.config.tls.is_some() || peer.is_some_and(|p| p.ip().is_loopback());
+    let token = read.as_ref().ok().and_then(|env| env.security.as_ref());
+    let proved_by_token = token.is_some();
+    let caller =
+        match security::caller_of(ctx, &channel, caller, required, token, text_allowed).await {
+            Ok(caller) => caller,
+            Err(refusal) => return token_refused(&channel, peer, refusal, access.as_ref()),
+        };
+    if proved_by_token && let Some(access) = &access {
+        access.0.note(|n| n.partner = caller.partner.clone());
+    }
     let Some(agreement) = inbound::agreement_for(&app.config, &channel, &caller) else {
         let missing = format!("no channel named {channel:?}\n");
         return (StatusCode::NOT_FOUND, missing).into_response();
     };
-    let sender = Sender::new(caller, peer.map(|p| p.0.0));
-    let read = read_message(content_type(&headers), &body, &app.config.limits);
-    let ctx = inbound_of(&app);
+    let sender = Sender::new(caller, peer);
     let posted = Posted {
         body: &body,
         version_hint: version_hint(&headers),
@@ -41,9 +58,49 @@ pub async fn receive(
     };
     let outcome = inbound::receive::receive(ctx, &sender, &channel, &agreement, posted, read).await;
     if let Some(access) = access {
-        access.0.note(|n| *n = outcome.note);
+        access.0.note(|n| {
+            let partner = n.partner.take();
+            *n = outcome.note;
+            n.partner = partner;
+        });
     }
     render(outcome.version, outcome.answer)
+}
+
+/// A UsernameToken that lets nobody in, answered as the same refusal of HTTP credentials.
+fn token_refused(
+    channel: &str,
+    peer: Option<std::net::SocketAddr>,
+    refusal: TokenRefusal,
+    access: Option<&axum::Extension<Access>>,
+) -> Response {
+    let peer = peer.map(tracing::field::display);
+    match refusal {
+        TokenRefusal::Unauthorized(why) => {
+            tracing::warn!(peer, channel, reason = %why, "refused: the envelope proves no partner");
+            super::auth::unauthorized(&why)
+        }
+        TokenRefusal::Forbidden { partner, why } => {
+            tracing::warn!(peer, %partner, channel, "refused: channel not allowed for this partner");
+            if let Some(access) = access {
+                access.0.note(|n| n.partner = Some(partner));
+            }
+            (StatusCode::FORBIDDEN, format!("{why}\n")).into_response()
+        }
+        TokenRefusal::Unavailable(why) => {
+            crate::store::health::log_store_failure("a UsernameToken's nonce not checked", &why);
+            let mut answer = (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "the credentials could not be checked now; send again\n",
+            )
+                .into_response();
+            answer.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("1"),
+            );
+            answer
+        }
+    }
 }
 
 /// The receiving services' view of the application.

@@ -8,6 +8,7 @@ pub mod callback;
 pub mod poll;
 pub mod receive;
 pub mod respond;
+pub mod security;
 
 use std::net::{IpAddr, SocketAddr};
 
@@ -73,6 +74,8 @@ pub struct Outcome {
 /// decides.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Note {
+    /// The partner a UsernameToken in the envelope proved (the guard knows the others).
+    pub partner: Option<String>,
     pub group_id: Option<String>,
     pub number: Option<u64>,
     /// What became of it: `delivered`, `duplicate`, `buffered`, a fault code, `poll`, …

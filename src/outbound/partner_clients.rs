@@ -4,6 +4,8 @@
 //! that cannot be used fails the start, naming the partner and the file. Never logs or
 //! returns a credential.
 
+use crate::partners::OurWssToken;
+use chrono::{DateTime, Utc};
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -46,6 +48,8 @@ struct Reach {
     /// Marked sensitive, so that no `Debug` of a request or header map shows it.
     authorization: Option<HeaderValue>,
     poll_address: Option<String>,
+    /// Our UsernameToken towards it, put in every envelope we send it.
+    wss: Option<OurWssToken>,
 }
 
 /// Where and how one request goes: the client, our credentials (if the target is a partner
@@ -55,6 +59,7 @@ pub struct Route<'a> {
     client: &'a reqwest::Client,
     authorization: Option<&'a HeaderValue>,
     poll_address: Option<&'a str>,
+    wss: Option<&'a OurWssToken>,
 }
 
 impl PartnerClients {
@@ -110,6 +115,7 @@ impl PartnerClients {
                     client,
                     authorization,
                     poll_address: p.outbound.poll_address.clone(),
+                    wss: p.outbound.wss.clone(),
                 },
             );
         }
@@ -153,6 +159,7 @@ impl PartnerClients {
                 client: &self.inner.guarded,
                 authorization: None,
                 poll_address: None,
+                wss: None,
             },
         }
     }
@@ -165,6 +172,7 @@ impl PartnerClients {
                 client: &self.inner.shared,
                 authorization: None,
                 poll_address: None,
+                wss: None,
             },
         }
     }
@@ -181,11 +189,29 @@ impl Reach {
             client: &self.client,
             authorization: self.authorization.as_ref(),
             poll_address: self.poll_address.as_deref(),
+            wss: self.wss.as_ref(),
         }
     }
 }
 
 impl<'a> Route<'a> {
+    /// `envelope` as it goes to this partner: with our UsernameToken (a fresh nonce and
+    /// `Created` each time) when it requires one. The stored envelope stays as it was: its
+    /// identity is the same on every resend, only the token is new.
+    pub fn secured(&self, envelope: String, version: SoapVersion, now: DateTime<Utc>) -> String {
+        let Some(ours) = self.wss else {
+            return envelope;
+        };
+        let token = crate::wss::our_token(&ours.username, ours.password.expose(), ours.digest, now);
+        match crate::wsr::write::with_security(&envelope, version, &token) {
+            Some(secured) => secured,
+            None => {
+                tracing::error!("an envelope without a Header: sent without our UsernameToken");
+                envelope
+            }
+        }
+    }
+
     /// A POST of a SOAP envelope to `url`: its media type, the `SOAPAction` its version
     /// requires, and our credentials.
     pub fn post_soap(

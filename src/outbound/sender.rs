@@ -237,10 +237,9 @@ async fn attempt(
         return Ok(());
     };
     crate::metrics::outbound_attempt(&m.partner, m.outbound.attempts > 0);
-    let request = client
-        .routes
-        .for_message(&m.partner, &m.destination)
-        .post_soap(&m.destination, m.version, envelope);
+    let route = client.routes.for_message(&m.partner, &m.destination);
+    let envelope = route.secured(envelope, m.version, now);
+    let request = route.post_soap(&m.destination, m.version, envelope);
     let heard = match exchange(request, client.cap).await {
         Ok(answer) => answered(store, &m, answer, clock).await?,
         Err(failure) => {
@@ -462,6 +461,7 @@ async fn poll_page(
         // Asked at the partner's poll address, if it has one; the answer still speaks for
         // the destination (`ReplySource` below), where the messages went.
         let route = client.routes.for_message(&partner, &destination);
+        let xml = route.secured(xml, version, asked_at);
         let request = route.post_soap(route.poll_target(&destination), version, xml);
         let asked: Vec<String> = messages.iter().map(|m| m.id.clone()).collect();
         let (status, ct, body) = match exchange(request, client.cap).await {

@@ -9,6 +9,7 @@ use super::delivery::DeliveryStore;
 use super::error::StoreError;
 use super::exchange::ExchangeStore;
 use super::future::StoreFuture;
+use super::nonces::NonceStore;
 use super::outbound::OutboundStore;
 use super::overview::{InboxFilter, InboxPage, Member, Traffic};
 use super::receiver::ReceiverStore;
@@ -18,7 +19,7 @@ use crate::rmp::group::Policy;
 /// A storage backend: the three storage traits and the lifecycle operations. `Store` holds
 /// one as `Arc<dyn Backend>`.
 pub trait Backend:
-    ReceiverStore + DeliveryStore + OutboundStore + ExchangeStore + ConsoleStore
+    ReceiverStore + DeliveryStore + OutboundStore + ExchangeStore + ConsoleStore + NonceStore
 {
     fn policy(&self) -> &Policy;
 

@@ -47,6 +47,11 @@ const TABLES: &[&str] = &[
     // Console sign-outs: the receipt key (`settings`) is copied, so the console's cookies keep
     // verifying after the move; a cookie signed out before it must stay refused after it.
     "console_signouts",
+    // The bytes each source keeps stored (its quota's count), as the copied inbox and
+    // buffers hold them.
+    "source_usage",
+    // UsernameToken nonces used within their window: a replay stays refused after the move.
+    "used_nonces",
 ];
 
 /// Tables that must be empty in the target: a database already in use is not written to.

@@ -16,6 +16,7 @@ mod future;
 pub mod group_state;
 pub mod health;
 mod migrate;
+pub mod nonces;
 pub mod outbound;
 pub mod overview;
 mod postgres;
@@ -44,6 +45,7 @@ pub use exchange::{
 };
 pub use future::{Committed, StoreFuture};
 pub use migrate::{Migrated, migrate_store};
+pub use nonces::NonceStore;
 pub use outbound::OutboundStore;
 pub use overview::{InboxFilter, InboxPage, Member, Traffic};
 pub use postgres::PostgresStore;

@@ -41,6 +41,10 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>) {
                 Ok(n) => tracing::debug!(purged = n, "purged console sign-outs"),
                 Err(e) => tracing::error!(error = %e, "cannot purge console sign-outs"),
             }
+            match store.purge_nonces(clock.now()).await {
+                Ok(n) => tracing::debug!(purged = n, "purged used nonces"),
+                Err(e) => tracing::error!(error = %e, "cannot purge used nonces"),
+            }
         }
         // Until the wake-up time is set below, any new deadline counts as earlier: a commit
         // that lands while we look still wakes us.

@@ -17,7 +17,7 @@ pub use defect::{Defect, FaultRoute};
 pub use fault::{FaultCategory, FaultCode};
 pub use model::{
     GroupId, GroupLimit, MessageId, MessageKey, PollRequest, RefToMessageIds, Reply, ReplyPattern,
-    ReplyRange, ReplyTo, Request, Response, SeqRange, SequenceNum, SoapVersion,
+    ReplyRange, ReplyTo, Request, Response, SeqRange, SequenceNum, SoapVersion, UsernameToken,
 };
 pub use read::{Body, BodyRoot, Declaration, Envelope, Limits, Quirk, read_envelope, read_message};
 pub use write::{

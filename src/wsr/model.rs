@@ -23,6 +23,15 @@ pub const SOAP11_NS: &str = "http://schemas.xmlsoap.org/soap/envelope/";
 pub const SOAP12_NS: &str = "http://www.w3.org/2003/05/soap-envelope";
 pub const WSRM_NS: &str = "http://docs.oasis-open.org/wsrm/2004/06/ws-reliability-1.1.xsd";
 pub const REF_NS: &str = "http://docs.oasis-open.org/wsrm/2004/06/reference-1.1.xsd";
+/// WS-Security 1.0's `wsse` and `wsu` namespaces (OASIS WSS 2004), and the UsernameToken
+/// Profile's password types.
+pub const WSSE_NS: &str =
+    "http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-secext-1.0.xsd";
+pub const WSU_NS: &str =
+    "http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-wssecurity-utility-1.0.xsd";
+pub const PASSWORD_TEXT: &str = "http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-username-token-profile-1.0#PasswordText";
+pub const PASSWORD_DIGEST: &str = "http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-username-token-profile-1.0#PasswordDigest";
+pub const BASE64_BINARY: &str = "http://docs.oasis-open.org/wss/2004/01/oasis-200401-wss-soap-message-security-1.0#Base64Binary";
 
 impl SoapVersion {
     pub fn envelope_namespace(self) -> &'static str {
@@ -248,6 +257,20 @@ impl SeqRange {
     pub fn contains(self, n: u64) -> bool {
         self.from <= n && n <= self.to
     }
+}
+
+/// A WS-Security `wsse:UsernameToken` as sent (UsernameToken Profile 1.0/1.1): the values
+/// as written, since a PasswordDigest is computed over the `Nonce` and `Created` texts.
+/// Whether it proves anything is the partners' rule (`partners::wss`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UsernameToken {
+    pub username: String,
+    pub password: Option<String>,
+    pub digest: bool,
+    /// Base64 text (the only encoding the profile defines).
+    pub nonce: Option<String>,
+    /// `wsu:Created` as written (xs:dateTime).
+    pub created: Option<String>,
 }
 
 /// `wsrm:PollRequest`.

@@ -8,7 +8,7 @@ use quick_xml::NsReader;
 use quick_xml::events::Event;
 use quick_xml::name::{Namespace, ResolveResult};
 
-use super::model::{SOAP11_NS, SOAP12_NS, SoapVersion, WSRM_NS};
+use super::model::{SOAP11_NS, SOAP12_NS, SoapVersion, WSRM_NS, WSSE_NS};
 
 /// What an answer from a SOAP service is, read enough to answer with it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -41,6 +41,14 @@ fn soap_version(ns: &ResolveResult<'_>) -> Option<SoapVersion> {
 
 fn is_wsrm(ns: &ResolveResult<'_>) -> bool {
     matches!(ns, ResolveResult::Bound(Namespace(uri)) if *uri == WSRM_NS)
+}
+
+/// A header block the partner addressed to us alone: WS-R's, and WS-Security's (its
+/// UsernameToken proves the partner to us; a service behind us must not see its password).
+fn is_ours(ns: &ResolveResult<'_>, local: &str) -> bool {
+    is_wsrm(ns)
+        || (local == "Security"
+            && matches!(ns, ResolveResult::Bound(Namespace(uri)) if *uri == WSSE_NS))
 }
 
 fn ill(e: impl std::fmt::Display) -> String {
@@ -201,8 +209,9 @@ pub fn with_header_block(envelope: &str, shape: &Shape, block: &str) -> String {
     out
 }
 
-/// `envelope` without its WS-R header blocks (Request, PollRequest, Response): what the SOAP
-/// service behind a request-response channel is sent. Other header blocks stay.
+/// `envelope` without its WS-R header blocks (Request, PollRequest, Response) and its
+/// `wsse:Security` (the partner's credentials for us): what the SOAP service behind a
+/// request-response channel is sent. Other header blocks stay.
 pub fn without_wsr_blocks(envelope: &str) -> Result<String, String> {
     let mut reader = NsReader::from_reader(envelope.as_bytes());
     let mut cuts: Vec<(usize, usize)> = Vec::new();
@@ -213,7 +222,7 @@ pub fn without_wsr_blocks(envelope: &str) -> Result<String, String> {
         let (ns, event) = reader.read_resolved_event().map_err(ill)?;
         match event {
             Event::Start(e) => {
-                if in_header && depth == 2 && is_wsrm(&ns) {
+                if in_header && depth == 2 && is_ours(&ns, e.local_name().as_ref()) {
                     reader.read_to_end(e.name()).map_err(ill)?;
                     cuts.push((before, position(&reader)));
                     continue;
@@ -226,7 +235,7 @@ pub fn without_wsr_blocks(envelope: &str) -> Result<String, String> {
                 }
                 depth += 1;
             }
-            Event::Empty(_) if in_header && depth == 2 && is_wsrm(&ns) => {
+            Event::Empty(e) if in_header && depth == 2 && is_ours(&ns, e.local_name().as_ref()) => {
                 cuts.push((before, position(&reader)));
             }
             Event::End(_) => {

@@ -11,7 +11,8 @@ use super::datetime::format_date_time;
 use super::fault::{FaultCategory, FaultCode};
 use super::lexical::is_xml_char;
 use super::model::{
-    GroupLimit, PollRequest, Reply, ReplyPattern, ReplyTo, Request, Response, SoapVersion, WSRM_NS,
+    BASE64_BINARY, GroupLimit, PASSWORD_DIGEST, PASSWORD_TEXT, PollRequest, Reply, ReplyPattern,
+    ReplyTo, Request, Response, SoapVersion, UsernameToken, WSRM_NS, WSSE_NS, WSU_NS,
 };
 
 /// The WS-R header blocks of one outgoing envelope; any may be absent.
@@ -191,6 +192,58 @@ pub fn write_plain_envelope(
     out.push_str(&prefix);
     out.push_str(":Envelope>");
     out
+}
+
+/// `envelope` (one we wrote: its Header opens as `write_envelope` opens it) with a
+/// `wsse:Security` block holding `token` as the Header's first block, marked mustUnderstand
+/// as the UsernameToken Profile's senders do. `None` when the envelope has no Header.
+pub fn with_security(
+    envelope: &str,
+    version: SoapVersion,
+    token: &UsernameToken,
+) -> Option<String> {
+    let p = match version {
+        SoapVersion::Soap11 => &SOAP11_PARTS,
+        SoapVersion::Soap12 => &SOAP12_PARTS,
+    };
+    let at = envelope.find(p.header_open)? + p.header_open.len();
+    let password_type = if token.digest {
+        PASSWORD_DIGEST
+    } else {
+        PASSWORD_TEXT
+    };
+    let mut block = String::with_capacity(768);
+    block.push_str("<wsse:Security");
+    block.push_str(p.must_understand);
+    block.push_str(" xmlns:wsse=\"");
+    block.push_str(WSSE_NS);
+    block.push_str("\" xmlns:wsu=\"");
+    block.push_str(WSU_NS);
+    block.push_str("\"><wsse:UsernameToken><wsse:Username>");
+    block.push_str(&xml_text(&token.username));
+    block.push_str("</wsse:Username><wsse:Password Type=\"");
+    block.push_str(password_type);
+    block.push_str("\">");
+    block.push_str(&xml_text(token.password.as_deref().unwrap_or_default()));
+    block.push_str("</wsse:Password>");
+    if let Some(nonce) = &token.nonce {
+        block.push_str("<wsse:Nonce EncodingType=\"");
+        block.push_str(BASE64_BINARY);
+        block.push_str("\">");
+        block.push_str(&xml_text(nonce));
+        block.push_str("</wsse:Nonce>");
+    }
+    if let Some(created) = &token.created {
+        block.push_str("<wsu:Created>");
+        block.push_str(&xml_text(created));
+        block.push_str("</wsu:Created>");
+    }
+    block.push_str("</wsse:UsernameToken></wsse:Security>");
+    let mut out = String::with_capacity(envelope.len() + block.len());
+    out.push_str(&envelope[..at]);
+    out.push_str(&block);
+    out.push_str(&envelope[at..]);
+    Some(out)
 }
 
 /// Free text as XML character data: escaped, and with characters XML cannot carry replaced.

@@ -660,3 +660,21 @@ async fn a_request_response_copy_at_the_other_gateway_waits_for_the_call_and_get
     );
     assert_eq!(script.calls().len(), 1);
 }
+
+/// Issue 32: a UsernameToken's nonce is used once on the whole cluster.
+#[tokio::test]
+async fn a_token_nonce_used_at_one_gateway_is_a_replay_at_the_other() {
+    use crate::username_token::{PASSWORD, post, secured, token, token_partners};
+    let db = TestDatabase::create().await;
+    let (mut config, clock) = gateway_config(&db);
+    token_partners(&mut config);
+    let g1 = crate::support::start(config.clone(), clock.clone()).await;
+    let g2 = crate::support::start(config, clock.clone()).await;
+    let once = token(PASSWORD, true, chrono::Utc::now());
+    let first = post(&g1, "orders", secured("mid:cluster-1@wss", &once)).await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    let replay = post(&g2, "orders", secured("mid:cluster-2@wss", &once)).await;
+    assert_eq!(replay.status, 401, "{}", replay.body);
+    g1.stop().await;
+    g2.stop().await;
+}

@@ -46,4 +46,5 @@ mod support;
 mod test_database;
 mod tls;
 mod unstorable_input;
+mod username_token;
 mod valid;

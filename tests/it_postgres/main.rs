@@ -58,3 +58,5 @@ mod support;
 mod test_database;
 #[path = "../it/unstorable_input.rs"]
 mod unstorable_input;
+#[path = "../it/username_token.rs"]
+mod username_token;

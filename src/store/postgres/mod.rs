@@ -23,6 +23,7 @@ mod exchange;
 mod failure;
 mod group_state;
 mod job;
+mod nonces;
 mod notify;
 mod outbound;
 mod prefill;

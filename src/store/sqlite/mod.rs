@@ -26,6 +26,7 @@ pub mod group_json;
 mod group_rows;
 pub mod group_state;
 mod job;
+mod nonces;
 mod outbound;
 mod prefill;
 mod receiver;

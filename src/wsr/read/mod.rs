@@ -14,7 +14,7 @@ use super::fault::FaultCode;
 use super::lexical::excerpt;
 use super::lexical::xml_trim;
 use super::mime;
-use super::model::{PollRequest, Request, Response, SoapVersion};
+use super::model::{PollRequest, Request, Response, SoapVersion, UsernameToken};
 pub use xml::Declaration;
 use xml::{Node, Ns, XmlCursor, XmlError};
 
@@ -79,6 +79,9 @@ pub struct Envelope<'a> {
     /// codec does not process them; SOAP requires a MustUnderstand fault rather than silently
     /// ignoring them, so the receiver must check this list. Names as written (`prefix:local`).
     pub not_understood: Vec<String>,
+    /// The UsernameToken of a `wsse:Security` block addressed to us that holds nothing we do
+    /// not understand (one that does is in `not_understood` when it must be understood).
+    pub security: Option<UsernameToken>,
     pub quirks: Vec<Quirk>,
 }
 
@@ -222,6 +225,7 @@ struct HeaderBlocks {
     request: Option<Request>,
     response: Option<Response>,
     poll_request: Option<PollRequest>,
+    security: Option<UsernameToken>,
     /// The first defect of a block, held until the rest of the document is read.
     defect: Option<Defect>,
 }
@@ -302,6 +306,7 @@ impl<'a> EnvelopeReader<'a, '_> {
             request: headers.request,
             response: headers.response,
             poll_request: headers.poll_request,
+            security: headers.security,
             body,
             attachments: 0,
             not_understood: std::mem::take(&mut self.not_understood),
@@ -366,6 +371,28 @@ impl<'a> EnvelopeReader<'a, '_> {
                         }
                         self.xml.skip_to_depth(header_depth)?;
                         blocks.defect.get_or_insert(defect);
+                    }
+                }
+                Node::Open(e) if e.ns == Ns::Wsse && e.local() == "Security" => {
+                    let (must, for_us) = self.xml.header_targeting(&e, version)?;
+                    if !for_us {
+                        self.xml.skip(&e)?;
+                        continue;
+                    }
+                    let name = excerpt(e.start.name().as_ref()).into_owned();
+                    let mut block = blocks::BlockReader {
+                        xml: &mut self.xml,
+                        version,
+                        quirks: &mut self.quirks,
+                    };
+                    match block.security(&e)? {
+                        // One Security block per SOAP node (WSS 1.0 §5); a second is not one
+                        // we can take as this message's.
+                        blocks::SecurityBlock::Understood(token) if blocks.security.is_none() => {
+                            blocks.security = token;
+                        }
+                        _ if must => self.not_understood.push(name),
+                        _ => {}
                     }
                 }
                 // Other headers (WS-Addressing, WS-Security, ...) are not ours to process, but

@@ -17,7 +17,7 @@ use quick_xml::{Reader, XmlVersion};
 use super::Limits;
 use crate::wsr::lexical::excerpt;
 use crate::wsr::lexical::{is_xml_char, xml_trim};
-use crate::wsr::model::{REF_NS, SOAP11_NS, SOAP12_NS, SoapVersion, WSRM_NS};
+use crate::wsr::model::{REF_NS, SOAP11_NS, SOAP12_NS, SoapVersion, WSRM_NS, WSSE_NS, WSU_NS};
 
 const XML_NS: &str = "http://www.w3.org/XML/1998/namespace";
 const SOAP11_NEXT: &str = "http://schemas.xmlsoap.org/soap/actor/next";
@@ -42,6 +42,9 @@ pub enum Ns {
     Soap12,
     Wsrm,
     Ref,
+    /// WS-Security's `wsse` and `wsu`.
+    Wsse,
+    Wsu,
     Other,
 }
 
@@ -53,6 +56,8 @@ impl Ns {
             Some(SOAP11_NS) => Ns::Soap11,
             Some(SOAP12_NS) => Ns::Soap12,
             Some(REF_NS) => Ns::Ref,
+            Some(WSSE_NS) => Ns::Wsse,
+            Some(WSU_NS) => Ns::Wsu,
             Some(_) => Ns::Other,
         }
     }

@@ -9,6 +9,9 @@
 mod poll;
 mod request;
 mod response;
+mod security;
+
+pub use security::SecurityBlock;
 
 use std::borrow::Cow;
 

@@ -1,0 +1,81 @@
+//! A WS-Security UsernameToken in the envelope (D14): who the request is, when it proves it
+//! there rather than over HTTP. Checked after the envelope is read and before anything of the
+//! message is acted on; a token's nonce is used once within its window, on every gateway of
+//! the store. Never axum: the refusal is a domain value (`http/wsr.rs` answers it).
+
+use super::Inbound;
+use crate::partners::{self, Caller, Refused};
+use crate::wsr::UsernameToken;
+
+/// Why a request's envelope credentials do not let it in: answered like the same refusal of
+/// HTTP credentials (401, or 403 for a channel the partner may not post to).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TokenRefusal {
+    /// No partner proved (or two different ones, or a replay): 401.
+    Unauthorized(String),
+    /// A partner proved itself, for a channel it may not post to: 403.
+    Forbidden { partner: String, why: String },
+    /// The nonce store could not be asked: nothing was acted on, the sender may try again.
+    Unavailable(String),
+}
+
+/// Who the request is, given what HTTP proved (`caller`), whether only a token could let it
+/// in (`token_required`: the channel takes no anonymous requests, and a token partner may
+/// reach it) and the envelope's UsernameToken. `text_allowed`: the connection is TLS or
+/// loopback, where a PasswordText may be taken.
+pub async fn caller_of(
+    ctx: Inbound<'_>,
+    channel: &str,
+    caller: Caller,
+    token_required: bool,
+    token: Option<&UsernameToken>,
+    text_allowed: bool,
+) -> Result<Caller, TokenRefusal> {
+    let Some(token) = token else {
+        return match token_required {
+            true => Err(TokenRefusal::Unauthorized(
+                "credentials required: authenticate as a configured partner (HTTP or a \
+                 WS-Security UsernameToken)"
+                    .into(),
+            )),
+            false => Ok(caller),
+        };
+    };
+    let now = ctx.clock.now();
+    let refused = |why: &str| TokenRefusal::Unauthorized(why.to_owned());
+    let nonce = crate::wss::check_form(token, now).map_err(refused)?;
+    let partner = ctx
+        .config
+        .partners
+        .by_username_token(token, text_allowed)
+        .await
+        .map_err(|why| refused(&why.to_string()))?;
+    if let Some(http) = &caller.partner
+        && *http != partner.name
+    {
+        return Err(refused(
+            "the HTTP credentials and the UsernameToken name different partners",
+        ));
+    }
+    if let Some((nonce, until)) = nonce {
+        let scope = super::partner_source(&partner.name);
+        let fresh = ctx
+            .store
+            .use_nonce(&scope, &nonce, until, now)
+            .await
+            .map_err(|e| TokenRefusal::Unavailable(e.to_string()))?;
+        if !fresh {
+            return Err(refused(
+                "the UsernameToken's Nonce was used already (a replay)",
+            ));
+        }
+    }
+    let anonymous_ok = ctx.config.anonymous_channels.contains(channel);
+    partners::admit(Some(partner), Some(channel), anonymous_ok).map_err(|r| match r {
+        Refused::ChannelNotAllowed { partner } => TokenRefusal::Forbidden {
+            why: format!("partner {partner} may not post to channel {channel}"),
+            partner,
+        },
+        Refused::CredentialsRequired => refused("credentials required"),
+    })
+}
