@@ -946,6 +946,25 @@ mod tests {
                 send_window: Some(0),
                 ..Default::default()
             },
+            // A UsernameToken needs its username and exactly one kind of password.
+            PartnerConfig {
+                wss_username: Some("u".into()),
+                ..Default::default()
+            },
+            PartnerConfig {
+                wss_password: Some("x".into()),
+                ..Default::default()
+            },
+            PartnerConfig {
+                wss_username: Some("u".into()),
+                wss_password: Some("x".into()),
+                wss_password_hash: Some(crate::secrets::hash_secret("x").expect("hash")),
+                ..Default::default()
+            },
+            PartnerConfig {
+                our_wss_username: Some("u".into()),
+                ..Default::default()
+            },
         ];
         for (i, config) in bad.into_iter().enumerate() {
             assert!(config.check("p", None, &channels).is_err(), "case {i}");
