@@ -76,10 +76,13 @@ pub async fn receive(
     let answer = exchange.answer(&mut note).await;
     // Every fault answered is noted (the access line's verdict, the fault counter), whichever
     // path decided it: one rule here rather than one call at each refusal.
-    if let Answer::Fault { code, .. } = &answer
-        && note.fault.is_none()
-    {
-        note.faulted(*code);
+    match &answer {
+        Answer::Fault { code, .. } if note.fault.is_none() => note.faulted(*code),
+        // SOAP's own fault, not a WS-R one: named in the access line all the same.
+        Answer::NotUnderstood(_) if note.verdict.is_none() => {
+            note.verdict = Some("MustUnderstand".into());
+        }
+        _ => {}
     }
     Outcome {
         version: env.version,

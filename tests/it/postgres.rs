@@ -154,8 +154,8 @@ async fn a_sqlite_store_moves_into_postgres_and_carries_on() {
         .expect("migrated");
     let rows: u64 = migrated.tables.iter().map(|(_, n)| n).sum();
     assert_eq!(
-        rows, 7,
-        "settings 1, groups 2, inbox 3, buffered 1: {migrated}"
+        rows, 8,
+        "settings 1, groups 2, inbox 3, buffered 1, the source's stored bytes 1: {migrated}"
     );
 
     let new = Store::open(&db.config()).await.expect("postgres");

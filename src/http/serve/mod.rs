@@ -98,14 +98,19 @@ pub fn busy(why: &str) -> axum::response::Response {
     try_later(StatusCode::SERVICE_UNAVAILABLE, why)
 }
 
-/// `status` with `Retry-After`, saying `why`.
+/// `status` with `Retry-After`, saying `why`. Such a refusal comes before the request's body
+/// is read, so it also says `Connection: close`: the unread body must not be taken for the
+/// connection's next request.
 fn try_later(status: StatusCode, why: &str) -> axum::response::Response {
     (
         status,
-        [(
-            header::RETRY_AFTER,
-            HeaderValue::from_static(RETRY_AFTER_SECONDS),
-        )],
+        [
+            (
+                header::RETRY_AFTER,
+                HeaderValue::from_static(RETRY_AFTER_SECONDS),
+            ),
+            (header::CONNECTION, HeaderValue::from_static("close")),
+        ],
         format!("{why}; try again later\n"),
     )
         .into_response()
