@@ -16,6 +16,7 @@ use serde::Deserialize;
 
 use crate::rmp::agreement::Feature;
 use crate::secrets::{Secret, Stored, Verifier, load_secret, normal_fingerprint, relative_to};
+pub use crate::secrets::{base64_decode, base64_encode};
 
 /// The file format of one `[partners.NAME]` table. No `Debug`: it may hold secrets inline.
 #[derive(Clone, Default, Deserialize)]
@@ -709,22 +710,6 @@ impl Partners {
             Err(Unidentified::Wrong("unsupported Authorization scheme"))
         }
     }
-}
-
-/// Standard base64 with padding (HTTP Basic, RFC 7617).
-pub fn base64_encode(bytes: &[u8]) -> String {
-    use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
-/// The inverse of `base64_encode`; `None` for anything that is not standard padded base64,
-/// or longer than any credentials we accept.
-pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
-    use base64::Engine as _;
-    if text.len() > 8192 {
-        return None;
-    }
-    base64::engine::general_purpose::STANDARD.decode(text).ok()
 }
 
 #[cfg(test)]

@@ -453,6 +453,22 @@ pub fn relative_to(base: Option<&Path>, path: &Path) -> PathBuf {
     }
 }
 
+/// Standard base64 with padding (HTTP Basic, RFC 7617).
+pub fn base64_encode(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// The inverse of `base64_encode`; `None` for anything that is not standard padded base64,
+/// or longer than any credentials we accept.
+pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    use base64::Engine as _;
+    if text.len() > 8192 {
+        return None;
+    }
+    base64::engine::general_purpose::STANDARD.decode(text).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

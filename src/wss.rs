@@ -5,7 +5,7 @@
 
 use chrono::{DateTime, Duration, Utc};
 
-use crate::partners::{base64_decode, base64_encode};
+use crate::secrets::{base64_decode, base64_encode};
 use crate::wsr::UsernameToken;
 use crate::wsr::datetime::{date_time_string, parse_date_time};
 
