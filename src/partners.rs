@@ -604,11 +604,13 @@ impl Partners {
         })
     }
 
-    /// Whether some partner may prove itself by a UsernameToken on `channel`: a request
-    /// without other credentials is then let in to have its envelope read.
-    pub fn token_may_reach(&self, channel: &str) -> bool {
-        self.iter()
-            .any(|p| p.inbound.wss.is_some() && p.inbound.channels.contains(channel))
+    /// Whether some partner may prove itself by a UsernameToken on `channel` (`None`: the
+    /// callback route, which every partner may use): a request without other credentials is
+    /// then let in to have its envelope read.
+    pub fn token_may_reach(&self, channel: Option<&str>) -> bool {
+        self.iter().any(|p| {
+            p.inbound.wss.is_some() && channel.is_none_or(|c| p.inbound.channels.contains(c))
+        })
     }
 
     /// The partner a WS-Security UsernameToken proves (D14): its username and its password,

@@ -206,7 +206,7 @@ async fn admit(
         ),
         Door::Callback => (None, app.config.anonymous_callbacks),
     };
-    let token_may_reach = door == Door::Channel && app.config.partners.token_may_reach(channel);
+    let token_may_reach = app.config.partners.token_may_reach(route);
     match partners::admit(partner, route, anonymous_ok) {
         Ok(caller) => return Ok((caller, false)),
         // Its envelope may prove it: read on, and the handler checks.

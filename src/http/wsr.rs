@@ -14,7 +14,6 @@ use super::soap::{self, SoapBody, content_type, soap_action, version_hint};
 use crate::inbound::receive::Posted;
 use crate::inbound::security::{self, TokenRefusal};
 use crate::inbound::{self, Answer, Inbound, Sender};
-use crate::partners::Caller;
 use crate::store::outbound::ReplySource;
 use crate::wsr::{FaultCode, SoapVersion, read_message, write_must_understand_fault};
 
@@ -39,7 +38,8 @@ pub async fn receive(
     let token = read.as_ref().ok().and_then(|env| env.security.as_ref());
     let proved_by_token = token.is_some();
     let caller =
-        match security::caller_of(ctx, &channel, caller, required, token, text_allowed).await {
+        match security::caller_of(ctx, Some(&channel), caller, required, token, text_allowed).await
+        {
             Ok(caller) => caller,
             Err(refusal) => return token_refused(&channel, peer, refusal, access.as_ref()),
         };
@@ -134,7 +134,8 @@ fn render(version: SoapVersion, answer: Answer) -> Response {
 /// `POST /wsr/_callback`: acks and faults partners send for our Callback-pattern messages.
 pub async fn callback(
     State(app): State<AppState>,
-    caller: Option<axum::Extension<Caller>>,
+    peer: Option<axum::Extension<PeerAddr>>,
+    admission: Option<axum::Extension<Admission>>,
     access: Option<axum::Extension<Access>>,
     headers: HeaderMap,
     SoapBody(body): SoapBody,
@@ -147,11 +148,30 @@ pub async fn callback(
             return soap::fault(version_hint(&headers), defect.code, &defect.reason, None);
         }
     };
+    // A UsernameToken in the envelope (D14), as on the channels.
+    let Admission {
+        caller,
+        token_required,
+    } = admission.map(|a| a.0).unwrap_or_default();
+    let peer = peer.map(|p| p.0.0);
+    let text_allowed = app.config.tls.is_some() || peer.is_some_and(|p| p.ip().is_loopback());
+    let token = env.security.as_ref();
+    let ctx = inbound_of(&app);
+    let caller =
+        match security::caller_of(ctx, None, caller, token_required, token, text_allowed).await {
+            Ok(caller) => caller,
+            Err(refusal) => {
+                let access = axum::Extension(access);
+                return token_refused("_callback", peer, refusal, Some(&access));
+            }
+        };
+    if token.is_some() {
+        access.note(|n| n.partner = caller.partner.clone());
+    }
     let Some(response) = env.response else {
         let why = "no wsrm:Response header: this endpoint takes acknowledgments";
         return soap::fault(env.version, FaultCode::InvalidRequest, why, None);
     };
-    let caller = caller.map(|c| c.0).unwrap_or_default();
     let partners = app.config.partners.settled_by(&caller);
     let source = ReplySource::Callback {
         partners: &partners,

@@ -19,13 +19,13 @@ pub enum TokenRefusal {
     Unavailable(String),
 }
 
-/// Who the request is, given what HTTP proved (`caller`), whether only a token could let it
-/// in (`token_required`: the channel takes no anonymous requests, and a token partner may
-/// reach it) and the envelope's UsernameToken. `text_allowed`: the connection is TLS or
-/// loopback, where a PasswordText may be taken.
+/// Who the request to `channel` (`None`: the callback route) is, given what HTTP proved
+/// (`caller`), whether only a token could let it in (`token_required`: the route takes no
+/// anonymous requests, and a token partner may reach it) and the envelope's UsernameToken.
+/// `text_allowed`: the connection is TLS or loopback, where a PasswordText may be taken.
 pub async fn caller_of(
     ctx: Inbound<'_>,
-    channel: &str,
+    channel: Option<&str>,
     caller: Caller,
     token_required: bool,
     token: Option<&UsernameToken>,
@@ -70,10 +70,16 @@ pub async fn caller_of(
             ));
         }
     }
-    let anonymous_ok = ctx.config.anonymous_channels.contains(channel);
-    partners::admit(Some(partner), Some(channel), anonymous_ok).map_err(|r| match r {
+    let anonymous_ok = match channel {
+        Some(channel) => ctx.config.anonymous_channels.contains(channel),
+        None => ctx.config.anonymous_callbacks,
+    };
+    partners::admit(Some(partner), channel, anonymous_ok).map_err(|r| match r {
         Refused::ChannelNotAllowed { partner } => TokenRefusal::Forbidden {
-            why: format!("partner {partner} may not post to channel {channel}"),
+            why: format!(
+                "partner {partner} may not post to channel {}",
+                channel.unwrap_or_default()
+            ),
             partner,
         },
         Refused::CredentialsRequired => refused("credentials required"),

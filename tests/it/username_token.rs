@@ -288,3 +288,20 @@ async fn a_text_password_from_beyond_loopback_without_tls_is_refused() {
     assert_eq!(fault_of(&answer), None, "a digest goes: {}", answer.body);
     app.stop().await;
 }
+
+#[tokio::test]
+async fn a_callback_may_prove_its_partner_by_token_too() {
+    let app = spawn_app_with(token_partners).await;
+    let now = app.clock.now_utc();
+    // An ack for a message of ours nobody knows: it settles nothing, but is taken.
+    let acks = super::support::response_envelope(vec![wsr_gateway::wsr::Reply::NonSequence {
+        group_id: wsr_gateway::wsr::GroupId::parse("mid:unknown@wss").expect("group id"),
+        fault: None,
+    }]);
+    let with = |t: &UsernameToken| with_security(&acks, SoapVersion::Soap11, t).expect("Header");
+    let wrong = post(&app, "_callback", with(&token("wrong", true, now))).await;
+    assert_eq!(wrong.status, 401, "{}", wrong.body);
+    let right = post(&app, "_callback", with(&token(PASSWORD, true, now))).await;
+    assert!(right.status < 300, "{}: {}", right.status, right.body);
+    app.stop().await;
+}
