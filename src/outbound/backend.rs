@@ -191,6 +191,7 @@ fn judged_failure(failure: AttemptFailure) -> Judged {
         AttemptFailure::TimedOut
         | AttemptFailure::TooLarge { .. }
         | AttemptFailure::Status(_)
+        | AttemptFailure::NoVerdict(_)
         | AttemptFailure::Unreadable(_)
         | AttemptFailure::Transport(_) => Judged::Unknown(why),
     }

@@ -15,12 +15,12 @@ use super::http_client::{Heard, exchange, redacted};
 use super::partner_clients::PartnerClients;
 use crate::clock::Clock;
 use crate::rmp::replies::Verdicts;
-use crate::rmp::sender::{AttemptFailure, Event};
+use crate::rmp::sender::{AttemptFailure, Event, speaks_of};
 use crate::store::outbound::{KeptResponse, OutMessage, ReplySource, ResponseInfo};
 use crate::store::{Store, StoreError};
 use crate::wsr::{
-    FaultCode, Headers, Limits, PollRequest, RefToMessageIds, Reply, SeqRange, SoapVersion,
-    read_message, write_envelope,
+    FaultCode, Headers, Limits, PollRequest, RefToMessageIds, Reply, ReplyPattern, SeqRange,
+    SoapVersion, read_message, write_envelope,
 };
 
 #[derive(Debug, Clone)]
@@ -286,7 +286,14 @@ async fn answered(
     let (heard, unreadable) = read_answer_or_defect(answer.content_type.as_deref(), &answer.body);
     let said = !heard.replies.is_empty() || heard.fault.is_some();
     tracing::debug!(id = %m.id, status = answer.status, replies = heard.replies.len(), "sent");
-    if let Some(failure) = AttemptFailure::of_answer(answer.status, said, unreadable.as_deref()) {
+    let failure =
+        AttemptFailure::of_answer(answer.status, said, unreadable.as_deref()).or_else(|| {
+            let silent = m.reply == ReplyPattern::Response.value()
+                && (200..300).contains(&answer.status)
+                && !speaks_of(&heard.replies, heard.fault, &m.group_id, m.number);
+            silent.then_some(AttemptFailure::NoVerdict(answer.status))
+        });
+    if let Some(failure) = failure {
         attempt_failed(store, m, &failure, clock.now()).await?;
     }
     if let Some(soap_fault) = heard.business {

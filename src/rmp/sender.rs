@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::wsr::FaultCode;
 use crate::wsr::datetime::saturating_add_std;
+use crate::wsr::{FaultCode, GroupId, Reply};
 
 /// How long after a message's ExpiryTime its destination might still accept it: the clock
 /// skew a receiver may allow (ours: `clock_skew_seconds`, default 0) plus time in flight. A
@@ -95,6 +95,10 @@ pub enum AttemptFailure {
     Status(u16),
     /// The answer was longer than the cap (`max_message_bytes`); the rest was not read.
     TooLarge { limit: usize },
+    /// A 2xx answer to a Response-pattern message with no verdict on it (no ack, no fault):
+    /// the partner took the request without answering as the pattern asks — a plain SOAP
+    /// service, a proxy forwarding to the wrong path, a receiver that drops the header.
+    NoVerdict(u16),
     /// A 2xx answer with a body that is not a readable SOAP envelope.
     Unreadable(String),
     /// Any other failure of the exchange (TLS, a reset connection, …).
@@ -124,6 +128,25 @@ impl AttemptFailure {
     }
 }
 
+/// Whether `replies` (and a SOAP Fault's WS-R `fault`) say anything of the message `number`
+/// (`None`: a singleton) of `group`: under the Response pattern an answer that does not is
+/// `AttemptFailure::NoVerdict`.
+pub fn speaks_of(
+    replies: &[Reply],
+    fault: Option<FaultCode>,
+    group: &GroupId,
+    number: Option<u64>,
+) -> bool {
+    fault.is_some()
+        || replies.iter().any(|r| match (r, number) {
+            (Reply::NonSequence { group_id, .. }, None) => group_id == group,
+            (Reply::Sequence { group_id, ranges }, Some(n)) => {
+                group_id == group && ranges.iter().any(|r| r.range.contains(n))
+            }
+            _ => false,
+        })
+}
+
 impl std::fmt::Display for AttemptFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -133,6 +156,10 @@ impl std::fmt::Display for AttemptFailure {
                 write!(f, "HTTP {status}: a redirect, not followed")
             }
             AttemptFailure::Status(status) => write!(f, "HTTP {status} without a WS-R answer"),
+            AttemptFailure::NoVerdict(status) => write!(
+                f,
+                "answered HTTP {status} without an ack or fault for this message (Response pattern)"
+            ),
             AttemptFailure::TooLarge { limit } => write!(
                 f,
                 "answer longer than {limit} bytes (max_message_bytes); not read further"
@@ -402,6 +429,42 @@ mod tests {
     }
 
     const HOUR: Duration = Duration::from_secs(3600);
+
+    #[test]
+    fn an_answer_speaks_of_a_message_only_by_its_own_ack_or_a_fault() {
+        let g = GroupId::parse("mid:g@test").expect("group");
+        let other = GroupId::parse("mid:other@test").expect("group");
+        let single = |group: &GroupId| Reply::NonSequence {
+            group_id: group.clone(),
+            fault: None,
+        };
+        assert!(speaks_of(&[single(&g)], None, &g, None));
+        assert!(
+            !speaks_of(&[single(&other)], None, &g, None),
+            "another message's ack"
+        );
+        assert!(!speaks_of(&[], None, &g, None), "nothing said");
+        assert!(
+            speaks_of(&[], Some(FaultCode::InvalidRequest), &g, None),
+            "a fault"
+        );
+        let ranges = |from, to| Reply::Sequence {
+            group_id: g.clone(),
+            ranges: vec![crate::wsr::ReplyRange {
+                range: crate::wsr::SeqRange::new(from, to).expect("range"),
+                fault: None,
+            }],
+        };
+        assert!(speaks_of(&[ranges(0, 3)], None, &g, Some(2)));
+        assert!(
+            !speaks_of(&[ranges(0, 1)], None, &g, Some(2)),
+            "not its number"
+        );
+        assert!(
+            !speaks_of(&[ranges(0, 3)], None, &g, None),
+            "a singleton is no range"
+        );
+    }
 
     fn secs(s: i64) -> chrono::Duration {
         chrono::Duration::seconds(s)

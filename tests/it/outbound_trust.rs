@@ -413,3 +413,37 @@ async fn an_unreachable_partner_leaves_its_cause_as_last_error() {
     assert_eq!(listed["messages"][0]["last_error"], shown["last_error"]);
     sender.stop().await;
 }
+
+/// Issue 33 (its first case): a partner that answers `200` with an envelope but no ack (a plain
+/// SOAP service, a wrong path behind a proxy) fails the Response-pattern attempt, with the
+/// cause on the message after one attempt.
+#[tokio::test]
+async fn a_200_without_an_ack_is_a_failed_attempt_with_its_cause() {
+    let (plain, served) = counting_server(|| {
+        let envelope = write_envelope(SoapVersion::Soap11, Headers::default(), "<ok/>");
+        (
+            StatusCode::OK,
+            [("content-type", "text/xml; charset=utf-8")],
+            envelope,
+        )
+            .into_response()
+    })
+    .await;
+    let app = spawn_app_with(|c| {
+        producer(c);
+        c.partners.insert_address("plain", plain.clone());
+    })
+    .await;
+    let (status, answer) = submit(
+        &app,
+        json!({ "destination": "plain", "agreement": { "reply_pattern": "Response" }, "body": "<a/>" }),
+    )
+    .await;
+    assert_eq!(status, 202, "{answer}");
+    let id = answer["id"].as_str().expect("id");
+    let m = with_last_error(&app.client, &app.url(""), id).await;
+    assert!(served.load(Ordering::SeqCst) >= 1);
+    let cause = m["last_error"].as_str().expect("text");
+    assert!(cause.contains("without an ack"), "{cause}");
+    app.stop().await;
+}
