@@ -287,13 +287,15 @@ async fn run() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Completions { shell } => {
-            clap_complete::generate(
-                shell,
-                &mut Cli::command(),
-                "wsr-gateway",
-                &mut std::io::stdout(),
-            );
-            Ok(())
+            // Written whole, then out: a reader that stops early (`| head`) closes the pipe,
+            // which ends the command quietly instead of panicking inside the generator.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "wsr-gateway", &mut script);
+            use std::io::Write as _;
+            match std::io::stdout().lock().write_all(&script) {
+                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                written => written.context("cannot write the completions"),
+            }
         }
         Command::Send(args) => {
             for line in client::send(&args).await? {

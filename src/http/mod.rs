@@ -105,6 +105,11 @@ pub fn router(state: AppState) -> Router {
             partners(auth::Door::Channel, post(wsr::receive)),
         )
         .merge(api.layer(Extension(document)))
+        // The gateway's root is its console, for whoever opens it in a browser.
+        .route(
+            "/",
+            get(|| async { axum::response::Redirect::to("/console") }),
+        )
         .route("/healthz", get(health))
         .route("/readyz", get(ready))
         .route("/metrics", get(scrape::scrape))

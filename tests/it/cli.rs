@@ -254,3 +254,20 @@ fn check_config_refuses_the_files_serve_would_refuse() {
         assert!(stderr.contains(named), "case {i}: {stderr}");
     }
 }
+
+/// Issue 33 (item 8): `completions zsh | head` closes the pipe early; the command ends
+/// quietly instead of panicking.
+#[test]
+fn completions_into_a_closed_pipe_end_quietly() {
+    let (reader, writer) = std::io::pipe().expect("a pipe");
+    drop(reader);
+    let out = gateway()
+        .args(["completions", "zsh"])
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .expect("runs");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -920,3 +920,13 @@ async fn the_overview_lists_the_sources_the_storage_quota_holds_back() {
     );
     app.stop().await;
 }
+
+/// Issue 33 (item 8): the gateway's root sends a browser to the console.
+#[tokio::test]
+async fn the_root_points_to_the_console() {
+    let app = console_app().await;
+    let r = client().get(app.url("/")).send().await.expect("answers");
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    assert_eq!(r.headers()[LOCATION], "/console");
+    app.stop().await;
+}
