@@ -206,34 +206,29 @@ async fn admit(
         ),
         Door::Callback => (None, app.config.anonymous_callbacks),
     };
-    let token_may_reach = app.config.partners.token_may_reach(route);
     match partners::admit(partner, route, anonymous_ok) {
-        Ok(caller) => return Ok((caller, false)),
+        Ok(caller) => Ok((caller, false)),
         // Its envelope may prove it: read on, and the handler checks.
-        Err(Refused::CredentialsRequired) if token_may_reach => {
-            return Ok((Caller::default(), true));
+        Err(Refused::CredentialsRequired) if app.config.partners.token_may_reach(route) => {
+            Ok((Caller::default(), true))
         }
-        Err(_) => {}
-    }
-    partners::admit(partner, route, anonymous_ok).map_err(|refused| match refused {
-        Refused::ChannelNotAllowed { partner } => {
+        Err(Refused::ChannelNotAllowed { partner }) => {
             tracing::warn!(peer, partner = %partner, channel, "refused: channel not allowed for this partner");
             let response = (
                 StatusCode::FORBIDDEN,
                 format!("partner {partner} may not post to channel {channel}\n"),
             )
                 .into_response();
-            Stop {
+            Err(Stop {
                 response,
                 partner: Some(partner),
-            }
+            })
         }
-        Refused::CredentialsRequired => {
+        Err(Refused::CredentialsRequired) => {
             tracing::warn!(peer, channel, "refused: no credentials");
-            Stop::anonymous(unauthorized("credentials required"))
+            Err(Stop::anonymous(unauthorized("credentials required")))
         }
-    })
-    .map(|caller| (caller, false))
+    }
 }
 
 pub(super) fn unauthorized(why: &str) -> Response {

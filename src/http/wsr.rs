@@ -14,6 +14,7 @@ use super::soap::{self, SoapBody, content_type, soap_action, version_hint};
 use crate::inbound::receive::Posted;
 use crate::inbound::security::{self, TokenRefusal};
 use crate::inbound::{self, Answer, Inbound, Sender};
+use crate::partners::Caller;
 use crate::store::outbound::ReplySource;
 use crate::wsr::{FaultCode, SoapVersion, read_message, write_must_understand_fault};
 
@@ -26,26 +27,16 @@ pub async fn receive(
     headers: HeaderMap,
     SoapBody(body): SoapBody,
 ) -> Response {
-    let Admission {
-        caller,
-        token_required: required,
-    } = admission.map(|a| a.0).unwrap_or_default();
+    let access = access.map(|a| a.0).unwrap_or_default();
     let read = read_message(content_type(&headers), &body, &app.config.limits);
     let ctx = inbound_of(&app);
-    // A UsernameToken in the envelope (D14): checked before anything of the message is.
     let peer = peer.map(|p| p.0.0);
-    let text_allowed = app.config.tls.is_some() || peer.is_some_and(|p| p.ip().is_loopback());
     let token = read.as_ref().ok().and_then(|env| env.security.as_ref());
-    let proved_by_token = token.is_some();
-    let caller =
-        match security::caller_of(ctx, Some(&channel), caller, required, token, text_allowed).await
-        {
-            Ok(caller) => caller,
-            Err(refusal) => return token_refused(&channel, peer, refusal, access.as_ref()),
-        };
-    if proved_by_token && let Some(access) = &access {
-        access.0.note(|n| n.partner = caller.partner.clone());
-    }
+    let caller = match envelope_caller(&app, Some(&channel), peer, admission, token, &access).await
+    {
+        Ok(caller) => caller,
+        Err(refused) => return refused,
+    };
     let Some(agreement) = inbound::agreement_for(&app.config, &channel, &caller) else {
         let missing = format!("no channel named {channel:?}\n");
         return (StatusCode::NOT_FOUND, missing).into_response();
@@ -57,14 +48,44 @@ pub async fn receive(
         soap_action: soap_action(&headers),
     };
     let outcome = inbound::receive::receive(ctx, &sender, &channel, &agreement, posted, read).await;
-    if let Some(access) = access {
-        access.0.note(|n| {
-            let partner = n.partner.take();
-            *n = outcome.note;
-            n.partner = partner;
-        });
-    }
+    access.note(|n| {
+        let partner = n.partner.take();
+        *n = outcome.note;
+        n.partner = partner;
+    });
     render(outcome.version, outcome.answer)
+}
+
+/// Who the request is once its envelope is read (D14): what HTTP proved, or the partner its
+/// UsernameToken proves (then named in the access line) — checked before anything of the
+/// message is acted on; `Err` is the answer refusing it.
+async fn envelope_caller(
+    app: &AppState,
+    route: Option<&str>,
+    peer: Option<std::net::SocketAddr>,
+    admission: Option<axum::Extension<Admission>>,
+    token: Option<&crate::wsr::UsernameToken>,
+    access: &Access,
+) -> Result<Caller, Response> {
+    let Admission {
+        caller,
+        token_required,
+    } = admission.map(|a| a.0).unwrap_or_default();
+    let ctx = inbound_of(app);
+    match security::caller_of(ctx, route, peer, caller, token_required, token).await {
+        Ok(caller) => {
+            if token.is_some() {
+                access.note(|n| n.partner = caller.partner.clone());
+            }
+            Ok(caller)
+        }
+        Err(refusal) => Err(token_refused(
+            route.unwrap_or("_callback"),
+            peer,
+            refusal,
+            access,
+        )),
+    }
 }
 
 /// A UsernameToken that lets nobody in, answered as the same refusal of HTTP credentials.
@@ -72,7 +93,7 @@ fn token_refused(
     channel: &str,
     peer: Option<std::net::SocketAddr>,
     refusal: TokenRefusal,
-    access: Option<&axum::Extension<Access>>,
+    access: &Access,
 ) -> Response {
     let peer = peer.map(tracing::field::display);
     match refusal {
@@ -82,9 +103,7 @@ fn token_refused(
         }
         TokenRefusal::Forbidden { partner, why } => {
             tracing::warn!(peer, %partner, channel, "refused: channel not allowed for this partner");
-            if let Some(access) = access {
-                access.0.note(|n| n.partner = Some(partner));
-            }
+            access.note(|n| n.partner = Some(partner));
             (StatusCode::FORBIDDEN, format!("{why}\n")).into_response()
         }
         TokenRefusal::Unavailable(why) => {
@@ -149,25 +168,12 @@ pub async fn callback(
         }
     };
     // A UsernameToken in the envelope (D14), as on the channels.
-    let Admission {
-        caller,
-        token_required,
-    } = admission.map(|a| a.0).unwrap_or_default();
     let peer = peer.map(|p| p.0.0);
-    let text_allowed = app.config.tls.is_some() || peer.is_some_and(|p| p.ip().is_loopback());
     let token = env.security.as_ref();
-    let ctx = inbound_of(&app);
-    let caller =
-        match security::caller_of(ctx, None, caller, token_required, token, text_allowed).await {
-            Ok(caller) => caller,
-            Err(refusal) => {
-                let access = axum::Extension(access);
-                return token_refused("_callback", peer, refusal, Some(&access));
-            }
-        };
-    if token.is_some() {
-        access.note(|n| n.partner = caller.partner.clone());
-    }
+    let caller = match envelope_caller(&app, None, peer, admission, token, &access).await {
+        Ok(caller) => caller,
+        Err(refused) => return refused,
+    };
     let Some(response) = env.response else {
         let why = "no wsrm:Response header: this endpoint takes acknowledgments";
         return soap::fault(env.version, FaultCode::InvalidRequest, why, None);

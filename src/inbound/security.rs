@@ -3,6 +3,8 @@
 //! message is acted on; a token's nonce is used once within its window, on every gateway of
 //! the store. Never axum: the refusal is a domain value (`http/wsr.rs` answers it).
 
+use std::net::SocketAddr;
+
 use super::Inbound;
 use crate::partners::{self, Caller, Refused};
 use crate::wsr::UsernameToken;
@@ -19,17 +21,16 @@ pub enum TokenRefusal {
     Unavailable(String),
 }
 
-/// Who the request to `channel` (`None`: the callback route) is, given what HTTP proved
-/// (`caller`), whether only a token could let it in (`token_required`: the route takes no
-/// anonymous requests, and a token partner may reach it) and the envelope's UsernameToken.
-/// `text_allowed`: the connection is TLS or loopback, where a PasswordText may be taken.
+/// Who the request to `channel` (`None`: the callback route) from `peer` is, given what HTTP
+/// proved (`caller`), whether only a token could let it in (`token_required`: the route takes
+/// no anonymous requests, and a token partner may reach it) and the envelope's UsernameToken.
 pub async fn caller_of(
     ctx: Inbound<'_>,
     channel: Option<&str>,
+    peer: Option<SocketAddr>,
     caller: Caller,
     token_required: bool,
     token: Option<&UsernameToken>,
-    text_allowed: bool,
 ) -> Result<Caller, TokenRefusal> {
     let Some(token) = token else {
         return match token_required {
@@ -41,6 +42,9 @@ pub async fn caller_of(
             false => Ok(caller),
         };
     };
+    // A PasswordText only where it cannot have been read on its way: a TLS listener, or a
+    // client on this host.
+    let text_allowed = ctx.config.tls.is_some() || peer.is_some_and(|p| p.ip().is_loopback());
     let now = ctx.clock.now();
     let refused = |why: &str| TokenRefusal::Unauthorized(why.to_owned());
     let nonce = crate::wss::check_form(token, now).map_err(refused)?;

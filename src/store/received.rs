@@ -90,6 +90,20 @@ pub struct ReceivedMessage {
     pub answer: Option<KeptAnswer>,
 }
 
+impl ReceivedMessage {
+    /// The quota this message counts against (D13): one that is not kept (a SOAP backend's
+    /// request, D16) counts against its source's rate only.
+    pub fn source_quota(&self) -> SourceQuota {
+        match self.inbox {
+            true => self.quota,
+            false => SourceQuota {
+                max_stored_bytes: 0,
+                ..self.quota
+            },
+        }
+    }
+}
+
 /// A call's business response, kept as its request's answer with the delivery.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeptAnswer {

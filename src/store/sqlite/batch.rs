@@ -171,13 +171,9 @@ impl<'c> Batch<'c> {
         Ok(planned.map_err(|p| StoreError::Panicked(crate::store::error::panic_message(&*p))))
     }
 
-    /// What `m`'s source may still store, as of this point of the batch. A message that is
-    /// not kept (a SOAP backend's request, D16) counts against the rate only.
+    /// What `m`'s source may still store, as of this point of the batch.
     fn room_of(&self, m: &ReceivedMessage, rates: &SourceRates) -> Result<SourceRoom, StoreError> {
-        let mut quota = m.quota;
-        if !m.inbox {
-            quota.max_stored_bytes = 0;
-        }
+        let quota = m.source_quota();
         let stored_bytes = if quota.max_stored_bytes > 0 {
             let stored: i64 = self
                 .conn

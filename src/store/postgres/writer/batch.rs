@@ -150,7 +150,7 @@ impl BatchQuota {
         let now = Instant::now();
         let counted = messages
             .iter()
-            .filter(|m| m.inbox && m.quota.max_stored_bytes > 0)
+            .filter(|m| m.source_quota().max_stored_bytes > 0)
             .map(|m| m.source.as_str());
         let stale: Vec<String> = {
             let view = shared.quota.lock().unwrap_or_else(|p| p.into_inner());
@@ -181,13 +181,9 @@ impl BatchQuota {
         })
     }
 
-    /// What `m`'s source may still store, as of this point of the batch. A message that is
-    /// not kept (a SOAP backend's request, D16) counts against the rate only.
+    /// What `m`'s source may still store, as of this point of the batch.
     fn room(&self, shared: &Shared, m: &ReceivedMessage) -> SourceRoom {
-        let mut quota = m.quota;
-        if !m.inbox {
-            quota.max_stored_bytes = 0;
-        }
+        let quota = m.source_quota();
         let view = shared.quota.lock().unwrap_or_else(|p| p.into_inner());
         let stored = i64::try_from(view.stored(&m.source)).unwrap_or(i64::MAX);
         let pending = self.counted.get(&m.source).map_or(0, |(_, n)| *n);
