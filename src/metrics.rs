@@ -97,7 +97,9 @@ fn describe() {
     );
     describe_counter!(
         OUTBOUND_ATTEMPTS,
-        "Send attempts of our messages (first or resend)"
+        "Send attempts of our messages (first or resend), by result: ack, fault, none (an answer \
+         without a verdict where the pattern allows one), or why it failed (unreachable, \
+         timeout, redirect, error_status, too_large, no_verdict, unreadable, transport)"
     );
     describe_counter!(OUTBOUND_FAILURES, "Send attempts that failed");
     describe_counter!(OUTBOUND_POLLS, "PollRequests we sent, by result");
@@ -283,9 +285,9 @@ fn destination(partner: &str) -> String {
 }
 
 /// A send attempt of one of our messages: its first, or a resend.
-pub fn outbound_attempt(partner: &str, resend: bool) {
+pub fn outbound_attempt(partner: &str, resend: bool, result: &'static str) {
     let kind = if resend { "resend" } else { "first" };
-    metrics::counter!(OUTBOUND_ATTEMPTS, "partner" => destination(partner), "kind" => kind)
+    metrics::counter!(OUTBOUND_ATTEMPTS, "partner" => destination(partner), "kind" => kind, "result" => result)
         .increment(1);
 }
 

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use reqwest::header::CONTENT_TYPE;
 use tokio::task::JoinSet;
@@ -15,7 +15,8 @@ use super::http_client::{Heard, exchange, redacted};
 use super::partner_clients::PartnerClients;
 use crate::clock::Clock;
 use crate::rmp::replies::Verdicts;
-use crate::rmp::sender::{AttemptFailure, Event, speaks_of};
+use crate::rmp::sender::{AttemptFailure, AttemptKind, AttemptNote, AttemptVerdict, Event};
+use crate::store::health::Bursts;
 use crate::store::outbound::{KeptResponse, OutMessage, ReplySource, ResponseInfo};
 use crate::store::{Store, StoreError};
 use crate::wsr::{
@@ -236,7 +237,6 @@ async fn attempt(
         // Acked, failed or claimed since it was read: nothing to send.
         return Ok(());
     };
-    crate::metrics::outbound_attempt(&m.partner, m.outbound.attempts > 0);
     let route = client.routes.for_message(&m.partner, &m.destination);
     let envelope = route.secured(envelope, m.version, now);
     let request = route.post_soap(&m.destination, m.version, envelope);
@@ -252,7 +252,7 @@ async fn attempt(
                 out.apply(Event::Unreached, clock.now());
                 store.save_unreached(&m.id, &out).await?;
             }
-            attempt_failed(store, &m, &failure, clock.now()).await?;
+            send_noted(store, &m, None, Err(failure), clock.now()).await?;
             PartnerAnswer::default()
         }
     };
@@ -276,7 +276,8 @@ async fn attempt(
 
 /// What a partner's answer to an attempt says. Its business response, if it carries one, is
 /// kept first (before its ack settles the message, so that whoever hears of the ack can
-/// read the response); an answer without a verdict is a failed attempt.
+/// read the response); the attempt is noted with what the answer said of the message, and an
+/// answer without a verdict the pattern needs is a failed attempt.
 async fn answered(
     store: &Store,
     m: &OutMessage,
@@ -286,16 +287,19 @@ async fn answered(
     let (heard, unreadable) = read_answer_or_defect(answer.content_type.as_deref(), &answer.body);
     let said = !heard.replies.is_empty() || heard.fault.is_some();
     tracing::debug!(id = %m.id, status = answer.status, replies = heard.replies.len(), "sent");
+    let verdict = AttemptVerdict::on(&heard.replies, heard.fault, &m.key());
     let failure =
         AttemptFailure::of_answer(answer.status, said, unreadable.as_deref()).or_else(|| {
             let silent = m.reply == ReplyPattern::Response.value()
                 && (200..300).contains(&answer.status)
-                && !speaks_of(&heard.replies, heard.fault, &m.group_id, m.number);
+                && verdict == AttemptVerdict::Nothing;
             silent.then_some(AttemptFailure::NoVerdict(answer.status))
         });
-    if let Some(failure) = failure {
-        attempt_failed(store, m, &failure, clock.now()).await?;
-    }
+    let outcome = match failure {
+        Some(failure) => Err(failure),
+        None => Ok(verdict),
+    };
+    send_noted(store, m, Some(answer.status), outcome, clock.now()).await?;
     if let Some(soap_fault) = heard.business {
         keep_response(store, m, answer, soap_fault, clock.now()).await?;
     }
@@ -339,20 +343,66 @@ pub struct PartnerAnswer {
     pub business: Option<bool>,
 }
 
-/// A failed attempt: logged at WARN with its cause (the URL without credentials) and kept as
-/// the message's `last_error`.
-async fn attempt_failed(
+/// Failure lines per partner (or URL destination) and kind of failure: one partner that is
+/// down would otherwise write a line per message and attempt.
+static PARTNER_FAILURES: Bursts = Bursts::new();
+
+/// Notes a send attempt in the message's story and the metrics: what the answer (`status`,
+/// none when none came) said of the message, or why the attempt failed. A failure is kept as
+/// the message's `last_error` and logged at WARN when its cause is new for the message —
+/// at most one line per partner and kind of failure per `REPEAT_EVERY`, with how many were
+/// not logged (the rest at DEBUG).
+async fn send_noted(
     store: &Store,
     m: &OutMessage,
-    failure: &AttemptFailure,
+    status: Option<u16>,
+    outcome: Result<AttemptVerdict, AttemptFailure>,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<(), StoreError> {
-    let cause = failure.to_string();
-    tracing::warn!(id = %m.id, destination = %redacted(&m.destination), attempt = m.outbound.attempts + 1, error = %cause, "send attempt failed; will resend while the schedule allows");
-    crate::metrics::outbound_failed(&m.partner);
-    store
-        .record_failure(std::slice::from_ref(&m.id), &cause, now)
-        .await
+    let resend = m.outbound.attempts > 0;
+    let note = match &outcome {
+        Ok(verdict) => {
+            crate::metrics::outbound_attempt(&m.partner, resend, verdict.name());
+            AttemptNote {
+                kind: AttemptKind::Send,
+                at: now,
+                status,
+                verdict: *verdict,
+                failure: None,
+            }
+        }
+        Err(failure) => {
+            crate::metrics::outbound_attempt(&m.partner, resend, failure.result());
+            crate::metrics::outbound_failed(&m.partner);
+            let note = AttemptNote::failed(AttemptKind::Send, now, status, failure);
+            let cause = note.failure.as_deref().unwrap_or_default();
+            let new_cause = m.last_error.as_ref().is_none_or(|e| e.cause != cause);
+            let to = partner_or_destination(&m.partner, &m.destination);
+            let burst = format!("{to}\u{0}{}", failure.result());
+            let destination = redacted(&m.destination);
+            let attempt = m.outbound.attempts + 1;
+            match new_cause.then(|| PARTNER_FAILURES.admit(&burst, Instant::now())) {
+                Some(Some(repeated)) => {
+                    tracing::warn!(id = %m.id, partner = %to, %destination, attempt, error = %cause, repeated, "send attempt failed; will resend while the schedule allows")
+                }
+                _ => {
+                    tracing::debug!(id = %m.id, partner = %to, %destination, attempt, error = %cause, "send attempt failed")
+                }
+            }
+            note
+        }
+    };
+    store.record_attempts(&[(m.id.clone(), note)]).await
+}
+
+/// Who a failure line names: the configured partner, or the URL (without credentials) of a
+/// message sent to a URL destination.
+fn partner_or_destination(partner: &str, destination: &str) -> String {
+    if partner.is_empty() {
+        redacted(destination)
+    } else {
+        partner.to_owned()
+    }
 }
 
 /// Reads a partner's answer (any SOAP version, plain or MIME). An answer that says nothing
@@ -475,7 +525,8 @@ async fn poll_page(
             Ok(answer) => (answer.status, answer.content_type, answer.body),
             Err(failure) => {
                 crate::metrics::outbound_poll(&partner, false);
-                poll_failed(store, &destination, &asked, &failure, clock.now()).await?;
+                let note = AttemptNote::failed(AttemptKind::Poll, clock.now(), None, &failure);
+                poll_failed(store, &partner, &destination, &asked, note, &failure).await?;
                 continue;
             }
         };
@@ -483,10 +534,27 @@ async fn poll_page(
             crate::metrics::outbound_poll(&partner, false);
             let failure = AttemptFailure::of_answer(status, false, Some(NOT_A_POLL_ANSWER))
                 .unwrap_or(AttemptFailure::Unreadable(NOT_A_POLL_ANSWER.into()));
-            poll_failed(store, &destination, &asked, &failure, clock.now()).await?;
+            let note = AttemptNote::failed(AttemptKind::Poll, clock.now(), Some(status), &failure);
+            poll_failed(store, &partner, &destination, &asked, note, &failure).await?;
             continue;
         };
         crate::metrics::outbound_poll(&partner, true);
+        let verdicts = Verdicts::new(&replies);
+        let answered_at = clock.now();
+        let notes: Vec<(String, AttemptNote)> = messages
+            .iter()
+            .map(|m| {
+                let note = AttemptNote {
+                    kind: AttemptKind::Poll,
+                    at: answered_at,
+                    status: Some(status),
+                    verdict: AttemptVerdict::said(&verdicts, None, &m.key()),
+                    failure: None,
+                };
+                (m.id.clone(), note)
+            })
+            .collect();
+        store.record_attempts(&notes).await?;
         let source = ReplySource::Destination(&destination);
         let mut finished = store.apply_replies(&replies, source, clock.now()).await?;
         let unnamed = unnamed(&messages, &replies);
@@ -500,18 +568,27 @@ async fn poll_page(
     Ok(())
 }
 
-/// A poll that got no usable answer: one WARN line for the destination, and the cause kept as
-/// the `last_error` of every message it asked about. They are asked again on the next pass.
+/// A poll that got no usable answer: noted in the story of every message it asked about and
+/// kept as their `last_error`; one WARN line for the destination, at most one per
+/// `REPEAT_EVERY` and kind of failure. They are asked again on the next pass.
 async fn poll_failed(
     store: &Store,
+    partner: &str,
     destination: &str,
     asked: &[String],
+    note: AttemptNote,
     failure: &AttemptFailure,
-    now: chrono::DateTime<chrono::Utc>,
 ) -> Result<(), StoreError> {
-    let cause = format!("poll: {failure}");
-    tracing::warn!(destination = %redacted(destination), messages = asked.len(), error = %cause, "poll failed; asking again later");
-    store.record_failure(asked, &cause, now).await
+    let to = partner_or_destination(partner, destination);
+    let burst = format!("{to}\u{0}poll\u{0}{}", failure.result());
+    let cause = note.failure.as_deref().unwrap_or_default();
+    if let Some(repeated) = PARTNER_FAILURES.admit(&burst, Instant::now()) {
+        let destination = redacted(destination);
+        tracing::warn!(partner = %to, %destination, messages = asked.len(), error = %cause, repeated, "poll failed; asking again later");
+    }
+    let notes: Vec<(String, AttemptNote)> =
+        asked.iter().map(|id| (id.clone(), note.clone())).collect();
+    store.record_attempts(&notes).await
 }
 
 /// The messages a poll answer does not name: the destination does not hold them. One pass

@@ -18,8 +18,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
+use crate::rmp::replies::Verdicts;
 use crate::wsr::datetime::saturating_add_std;
-use crate::wsr::{FaultCode, GroupId, Reply};
+use crate::wsr::{FaultCode, MessageKey, Reply};
 
 /// How long after a message's ExpiryTime its destination might still accept it: the clock
 /// skew a receiver may allow (ours: `clock_skew_seconds`, default 0) plus time in flight. A
@@ -128,23 +129,141 @@ impl AttemptFailure {
     }
 }
 
-/// Whether `replies` (and a SOAP Fault's WS-R `fault`) say anything of the message `number`
-/// (`None`: a singleton) of `group`: under the Response pattern an answer that does not is
-/// `AttemptFailure::NoVerdict`.
-pub fn speaks_of(
-    replies: &[Reply],
-    fault: Option<FaultCode>,
-    group: &GroupId,
-    number: Option<u64>,
-) -> bool {
-    fault.is_some()
-        || replies.iter().any(|r| match (r, number) {
-            (Reply::NonSequence { group_id, .. }, None) => group_id == group,
-            (Reply::Sequence { group_id, ranges }, Some(n)) => {
-                group_id == group && ranges.iter().any(|r| r.range.contains(n))
-            }
-            _ => false,
-        })
+impl AttemptFailure {
+    /// The `result` label of `wsr_outbound_attempts_total` for an attempt that failed so
+    /// (a fixed word per kind: never the cause's text).
+    pub fn result(&self) -> &'static str {
+        match self {
+            AttemptFailure::Unreached(_) => "unreachable",
+            AttemptFailure::TimedOut => "timeout",
+            AttemptFailure::Redirected(_) => "redirect",
+            AttemptFailure::Status(_) => "error_status",
+            AttemptFailure::TooLarge { .. } => "too_large",
+            AttemptFailure::NoVerdict(_) => "no_verdict",
+            AttemptFailure::Unreadable(_) => "unreadable",
+            AttemptFailure::Transport(_) => "transport",
+        }
+    }
+}
+
+/// What an answer (to a send or a poll) said of one message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptVerdict {
+    Ack,
+    Fault(FaultCode),
+    /// Nothing of this message: under the Response pattern a failed attempt
+    /// (`AttemptFailure::NoVerdict`), under Callback and Poll what a send answer usually says,
+    /// and in a poll answer "not held" (`Event::NotHeld`).
+    Nothing,
+}
+
+impl AttemptVerdict {
+    /// What `replies` (and a SOAP Fault's WS-R `fault`, which answers the message a send
+    /// carried) say of message `key`: its first verdict, as applying them one by one would.
+    pub fn on(replies: &[Reply], fault: Option<FaultCode>, key: &MessageKey) -> AttemptVerdict {
+        AttemptVerdict::said(&Verdicts::new(replies), fault, key)
+    }
+
+    /// `on`, with the answer's statements indexed once (a poll answer speaks of many).
+    pub fn said(verdicts: &Verdicts, fault: Option<FaultCode>, key: &MessageKey) -> AttemptVerdict {
+        if let Some(verdict) = verdicts.about(key).first() {
+            return match verdict {
+                Some(code) => AttemptVerdict::Fault(*code),
+                None => AttemptVerdict::Ack,
+            };
+        }
+        match fault {
+            Some(code) => AttemptVerdict::Fault(code),
+            None => AttemptVerdict::Nothing,
+        }
+    }
+
+    /// As stored and shown: `ack`, `fault`, `none`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            AttemptVerdict::Ack => "ack",
+            AttemptVerdict::Fault(_) => "fault",
+            AttemptVerdict::Nothing => "none",
+        }
+    }
+
+    pub fn fault(&self) -> Option<FaultCode> {
+        match self {
+            AttemptVerdict::Fault(code) => Some(*code),
+            _ => None,
+        }
+    }
+}
+
+/// Whether an exchange was a send of the message or a poll asking about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttemptKind {
+    Send,
+    Poll,
+}
+
+impl AttemptKind {
+    pub fn name(&self) -> &'static str {
+        match self {
+            AttemptKind::Send => "send",
+            AttemptKind::Poll => "poll",
+        }
+    }
+
+    pub fn parse(name: &str) -> Option<AttemptKind> {
+        match name {
+            "send" => Some(AttemptKind::Send),
+            "poll" => Some(AttemptKind::Poll),
+            _ => None,
+        }
+    }
+}
+
+/// One line of a message's story: a send or a poll, when, the partner's HTTP status (none
+/// when no answer came), what the answer said of the message, and — when it failed — why
+/// (`AttemptFailure` as text, also kept as the message's `last_error`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AttemptNote {
+    pub kind: AttemptKind,
+    pub at: DateTime<Utc>,
+    pub status: Option<u16>,
+    pub verdict: AttemptVerdict,
+    pub failure: Option<String>,
+}
+
+impl AttemptNote {
+    /// An exchange that came to nothing (`failure`), with the status of the answer if one
+    /// came.
+    pub fn failed(
+        kind: AttemptKind,
+        at: DateTime<Utc>,
+        status: Option<u16>,
+        failure: &AttemptFailure,
+    ) -> AttemptNote {
+        let cause = match kind {
+            AttemptKind::Send => failure.to_string(),
+            AttemptKind::Poll => format!("poll: {failure}"),
+        };
+        AttemptNote {
+            kind,
+            at,
+            status,
+            verdict: AttemptVerdict::Nothing,
+            failure: Some(cause),
+        }
+    }
+}
+
+/// How much of a message's attempts is kept: the first `ATTEMPTS_KEPT_FIRST` (how it began)
+/// and the latest `ATTEMPTS_KEPT_LAST` (how it goes), with the count of all; the ones between
+/// are dropped, so a message in doubt polled for hours stays a few rows.
+pub const ATTEMPTS_KEPT_FIRST: u64 = 5;
+pub const ATTEMPTS_KEPT_LAST: u64 = 20;
+
+/// The attempt numbers (1-based, per message) to drop once attempt `latest` is stored.
+pub fn attempts_dropped(latest: u64) -> Option<std::ops::RangeInclusive<u64>> {
+    let keep_from = latest.saturating_sub(ATTEMPTS_KEPT_LAST) + 1;
+    (keep_from > ATTEMPTS_KEPT_FIRST + 1).then(|| (ATTEMPTS_KEPT_FIRST + 1)..=(keep_from - 1))
 }
 
 impl std::fmt::Display for AttemptFailure {
@@ -432,38 +551,71 @@ mod tests {
 
     #[test]
     fn an_answer_speaks_of_a_message_only_by_its_own_ack_or_a_fault() {
-        let g = GroupId::parse("mid:g@test").expect("group");
-        let other = GroupId::parse("mid:other@test").expect("group");
-        let single = |group: &GroupId| Reply::NonSequence {
+        let g = crate::wsr::GroupId::parse("mid:g@test").expect("group");
+        let other = crate::wsr::GroupId::parse("mid:other@test").expect("group");
+        let key = |number| MessageKey {
+            group_id: g.clone(),
+            number,
+        };
+        let single = |group: &crate::wsr::GroupId| Reply::NonSequence {
             group_id: group.clone(),
             fault: None,
         };
-        assert!(speaks_of(&[single(&g)], None, &g, None));
-        assert!(
-            !speaks_of(&[single(&other)], None, &g, None),
+        let on = AttemptVerdict::on;
+        assert_eq!(on(&[single(&g)], None, &key(None)), AttemptVerdict::Ack);
+        assert_eq!(
+            on(&[single(&other)], None, &key(None)),
+            AttemptVerdict::Nothing,
             "another message's ack"
         );
-        assert!(!speaks_of(&[], None, &g, None), "nothing said");
-        assert!(
-            speaks_of(&[], Some(FaultCode::InvalidRequest), &g, None),
-            "a fault"
+        assert_eq!(on(&[], None, &key(None)), AttemptVerdict::Nothing);
+        assert_eq!(
+            on(&[], Some(FaultCode::InvalidRequest), &key(None)),
+            AttemptVerdict::Fault(FaultCode::InvalidRequest),
+            "a SOAP Fault answers the message sent"
         );
-        let ranges = |from, to| Reply::Sequence {
+        let ranges = |from, to, fault| Reply::Sequence {
             group_id: g.clone(),
             ranges: vec![crate::wsr::ReplyRange {
                 range: crate::wsr::SeqRange::new(from, to).expect("range"),
-                fault: None,
+                fault,
             }],
         };
-        assert!(speaks_of(&[ranges(0, 3)], None, &g, Some(2)));
-        assert!(
-            !speaks_of(&[ranges(0, 1)], None, &g, Some(2)),
+        assert_eq!(
+            on(&[ranges(0, 3, None)], None, &key(Some(2))),
+            AttemptVerdict::Ack
+        );
+        let dup = Some(FaultCode::InvalidMessageId);
+        assert_eq!(
+            on(&[ranges(2, 2, dup)], None, &key(Some(2))),
+            AttemptVerdict::Fault(FaultCode::InvalidMessageId)
+        );
+        assert_eq!(
+            on(&[ranges(0, 1, None)], None, &key(Some(2))),
+            AttemptVerdict::Nothing,
             "not its number"
         );
-        assert!(
-            !speaks_of(&[ranges(0, 3)], None, &g, None),
+        assert_eq!(
+            on(&[ranges(0, 3, None)], None, &key(None)),
+            AttemptVerdict::Nothing,
             "a singleton is no range"
         );
+    }
+
+    /// The first five and the latest twenty are kept; nothing is dropped before there are
+    /// more than twenty-five.
+    #[test]
+    fn a_long_story_keeps_its_beginning_and_its_end() {
+        assert_eq!(attempts_dropped(1), None);
+        assert_eq!(attempts_dropped(25), None);
+        assert_eq!(attempts_dropped(26), Some(6..=6));
+        assert_eq!(attempts_dropped(1000), Some(6..=980));
+        let kept: Vec<u64> = (1..=1000u64)
+            .filter(|n| !attempts_dropped(1000).is_some_and(|r| r.contains(n)))
+            .collect();
+        assert_eq!(kept.len() as u64, ATTEMPTS_KEPT_FIRST + ATTEMPTS_KEPT_LAST);
+        assert_eq!(kept[..5], [1, 2, 3, 4, 5]);
+        assert_eq!(kept[5], 981);
     }
 
     fn secs(s: i64) -> chrono::Duration {

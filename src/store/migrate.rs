@@ -35,6 +35,7 @@ const TABLES: &[&str] = &[
     "out_groups",
     "out_messages",
     "out_events",
+    "out_attempts",
     "out_responses",
     "exchanges",
     "answer_quota",

@@ -11,7 +11,9 @@ use chrono::{DateTime, Utc};
 
 use super::{StoreError, StoreFuture};
 use crate::rmp::send_group::{Joining, Outgoing};
-use crate::rmp::sender::{OutState, Outbound, RetrySchedule};
+use crate::rmp::sender::{
+    AttemptKind, AttemptNote, AttemptVerdict, OutState, Outbound, RetrySchedule,
+};
 use crate::wsr::{GroupId, MessageKey, Reply, ReplyPattern, SoapVersion};
 
 pub use crate::rmp::send_group::ReplySource;
@@ -170,6 +172,12 @@ pub struct OutMessage {
     pub principal: Option<String>,
     /// The partner's business response to it, if one was kept (`OutboundStore::keep_response`).
     pub response: Option<ResponseInfo>,
+    /// When it was submitted.
+    pub submitted_at: DateTime<Utc>,
+    /// When it last changed (for a final message: when it became final).
+    pub updated_at: DateTime<Utc>,
+    /// When a poll last asked about it.
+    pub last_poll_at: Option<DateTime<Utc>>,
 }
 
 /// What is known of a kept business response without its bytes.
@@ -244,6 +252,62 @@ impl OutMessage {
             group_id: self.group_id.clone(),
             number: self.number,
         }
+    }
+}
+
+/// A message's kept attempts (`OutboundStore::out_attempts`): the first few and the latest,
+/// each with its number; `total` counts every one, the dropped included.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AttemptHistory {
+    pub total: u64,
+    pub kept: Vec<(u64, AttemptNote)>,
+}
+
+/// An `out_attempts` row as both backends read it: `n, kind, at, status, verdict, fault,
+/// cause`.
+pub(in crate::store) type AttemptRow = (
+    i64,
+    String,
+    i64,
+    Option<i32>,
+    String,
+    Option<String>,
+    Option<String>,
+);
+
+/// The kept attempts of message `$1`, in `AttemptRow`'s order.
+pub(in crate::store) const ATTEMPT_ROWS_SQL: &str = "SELECT n, kind, at, status, verdict, \
+     fault, cause FROM out_attempts WHERE message_id = $1 ORDER BY n";
+
+impl AttemptHistory {
+    pub(in crate::store) fn from_rows(rows: Vec<AttemptRow>) -> Result<AttemptHistory, StoreError> {
+        let mut history = AttemptHistory::default();
+        for (n, kind, at, status, verdict, fault, cause) in rows {
+            let corrupt = |what: &str| StoreError::Corrupt(format!("out_attempts row {n}: {what}"));
+            let kind = AttemptKind::parse(&kind).ok_or_else(|| corrupt("unknown kind"))?;
+            let verdict = match (verdict.as_str(), fault) {
+                ("ack", _) => AttemptVerdict::Ack,
+                ("none", _) => AttemptVerdict::Nothing,
+                ("fault", Some(code)) => AttemptVerdict::Fault(
+                    crate::wsr::FaultCode::from_local_name(&code)
+                        .ok_or_else(|| corrupt("unknown fault code"))?,
+                ),
+                _ => return Err(corrupt("unknown verdict")),
+            };
+            let n = u64::try_from(n).map_err(|_| corrupt("negative number"))?;
+            history.total = history.total.max(n);
+            history.kept.push((
+                n,
+                AttemptNote {
+                    kind,
+                    at: crate::store::time::from_millis(at),
+                    status: status.and_then(|s| u16::try_from(s).ok()),
+                    verdict,
+                    failure: cause,
+                },
+            ));
+        }
+        Ok(history)
     }
 }
 
@@ -377,14 +441,21 @@ pub trait OutboundStore: Send + Sync {
         after: &'a Outbound,
     ) -> StoreFuture<'a, Result<(), StoreError>>;
 
-    /// Records why an attempt for each of `ids` failed (a send: one message; a poll: every
-    /// message it asked about), on those not final yet.
-    fn record_failure<'a>(
+    /// Adds a line to the story of each message (`AttemptNote`: a send to one message; a poll
+    /// to every message it asked about, each with what the answer said of it), keeping the
+    /// first and latest few of each message's (`rmp::sender::attempts_dropped`) and the
+    /// count. A failed one is also kept as `last_error` of those not final yet; a poll as
+    /// their `last_poll_at`.
+    fn record_attempts<'a>(
         &'a self,
-        ids: &'a [String],
-        cause: &'a str,
-        at: DateTime<Utc>,
+        notes: &'a [(String, AttemptNote)],
     ) -> StoreFuture<'a, Result<(), StoreError>>;
+
+    /// Message `id`'s attempts and polls that are kept, oldest first, and how many there were.
+    fn out_attempts<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> StoreFuture<'a, Result<AttemptHistory, StoreError>>;
 
     /// Saves a message's new state and logs the change; final states are never overwritten.
     /// A message of an ordered group that ends faulted or failed fails every later message of

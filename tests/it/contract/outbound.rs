@@ -7,7 +7,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
-use wsr_gateway::rmp::sender::{Event, OutState, RetrySchedule};
+use wsr_gateway::rmp::sender::{
+    ATTEMPTS_KEPT_FIRST, ATTEMPTS_KEPT_LAST, AttemptKind, AttemptNote, AttemptVerdict, Event,
+    OutState, RetrySchedule,
+};
 use wsr_gateway::store::Store;
 use wsr_gateway::store::outbound::{
     IdempotencyKey, OutMessage, ReplySource, Submission, SubmitError, Submitted,
@@ -106,6 +109,18 @@ fn ack(group: &GroupId, number: Option<u64>, fault: Option<FaultCode>) -> Reply 
             }],
         },
     }
+}
+
+/// A send of message `id` that failed with `cause` at `at` (no answer came).
+fn failed_send(id: &str, cause: &str, at: DateTime<Utc>) -> (String, AttemptNote) {
+    let note = AttemptNote {
+        kind: AttemptKind::Send,
+        at,
+        status: None,
+        verdict: AttemptVerdict::Nothing,
+        failure: Some(cause.to_owned()),
+    };
+    (id.to_owned(), note)
 }
 
 async fn group_of(store: &Store, id: &str) -> GroupId {
@@ -417,9 +432,8 @@ async fn claims_count_attempts_once_and_failures_keep_the_retry_state() {
             b.name
         );
         // A failed attempt is recorded; one that never arrived is counted.
-        let ids = ["m".to_owned()];
         store
-            .record_failure(&ids, "unreachable: refused", t0())
+            .record_attempts(&[failed_send("m", "unreachable: refused", t0())])
             .await
             .expect("recorded");
         let mut unreached = sent.outbound.clone();
@@ -471,7 +485,7 @@ async fn claims_count_attempts_once_and_failures_keep_the_retry_state() {
             b.name
         );
         store
-            .record_failure(&ids, "later", t0() + secs(5))
+            .record_attempts(&[failed_send("m", "later", t0() + secs(5))])
             .await
             .expect("recorded");
         assert_eq!(
@@ -962,5 +976,123 @@ async fn a_decision_made_on_a_view_an_attempt_has_overtaken_is_not_saved() {
             .expect("save");
         let after = message(store, "stale").await;
         assert_eq!(after.outbound, decided, "{}", b.name);
+    }
+}
+
+/// Every send and poll is a line of the message's story, with its status and verdict, oldest
+/// first; a long story keeps its first and latest lines and the count of all; a poll answer's
+/// time is kept as `last_poll_at`; a failure is also `last_error`, a success is not.
+#[tokio::test]
+async fn a_messages_attempts_are_its_story_kept_bounded() {
+    for b in backends().await {
+        let store = &b.store;
+        submit(store, submission("story")).await;
+        submit(store, submission("other")).await;
+        store
+            .record_attempts(&[failed_send("story", "HTTP 503 without a WS-R answer", t0())])
+            .await
+            .expect("recorded");
+        let answered = AttemptNote {
+            kind: AttemptKind::Send,
+            at: t0() + secs(1),
+            status: Some(200),
+            verdict: AttemptVerdict::Fault(FaultCode::InvalidMessageId),
+            failure: None,
+        };
+        store
+            .record_attempts(&[("story".to_owned(), answered.clone())])
+            .await
+            .expect("recorded");
+        let history = store.out_attempts("story").await.expect("history");
+        assert_eq!(history.total, 2, "{}", b.name);
+        assert_eq!(history.kept[0].0, 1, "{}", b.name);
+        assert_eq!(
+            history.kept[0].1,
+            failed_send("story", "HTTP 503 without a WS-R answer", t0()).1,
+            "{}",
+            b.name
+        );
+        assert_eq!(history.kept[1], (2, answered), "{}", b.name);
+        let m = message(store, "story").await;
+        assert_eq!(
+            m.last_error.expect("kept").cause,
+            "HTTP 503 without a WS-R answer",
+            "a success does not clear the cause: {}",
+            b.name
+        );
+        assert_eq!(m.last_poll_at, None, "{}", b.name);
+        // A poll asks about both: each gets its own line with what the answer said of it.
+        let polled_at = t0() + secs(10);
+        let poll = |verdict| AttemptNote {
+            kind: AttemptKind::Poll,
+            at: polled_at,
+            status: Some(200),
+            verdict,
+            failure: None,
+        };
+        store
+            .record_attempts(&[
+                ("story".to_owned(), poll(AttemptVerdict::Ack)),
+                ("other".to_owned(), poll(AttemptVerdict::Nothing)),
+            ])
+            .await
+            .expect("recorded");
+        assert_eq!(
+            message(store, "story").await.last_poll_at,
+            Some(polled_at),
+            "{}",
+            b.name
+        );
+        let other = store.out_attempts("other").await.expect("history");
+        assert_eq!(other.total, 1, "{}", b.name);
+        assert_eq!(
+            other.kept[0].1.verdict,
+            AttemptVerdict::Nothing,
+            "{}",
+            b.name
+        );
+        // Polled for a long time: bounded, with the beginning and the end.
+        for i in 0..40 {
+            store
+                .record_attempts(&[failed_send(
+                    "story",
+                    &format!("poll: timeout {i}"),
+                    t0() + secs(20 + i),
+                )])
+                .await
+                .expect("recorded");
+        }
+        let long = store.out_attempts("story").await.expect("history");
+        assert_eq!(long.total, 43, "{}", b.name);
+        assert_eq!(
+            long.kept.len() as u64,
+            ATTEMPTS_KEPT_FIRST + ATTEMPTS_KEPT_LAST,
+            "{}",
+            b.name
+        );
+        let numbers: Vec<u64> = long.kept.iter().map(|(n, _)| *n).collect();
+        assert_eq!(numbers[..5], [1, 2, 3, 4, 5], "{}", b.name);
+        assert_eq!(
+            numbers[5..],
+            (24..=43).collect::<Vec<u64>>()[..],
+            "{}",
+            b.name
+        );
+        assert_eq!(
+            long.kept.last().expect("latest").1.failure.as_deref(),
+            Some("poll: timeout 39"),
+            "{}",
+            b.name
+        );
+        assert!(
+            store
+                .out_attempts("nobody")
+                .await
+                .expect("history")
+                .kept
+                .is_empty(),
+            "{}",
+            b.name
+        );
     }
 }

@@ -20,10 +20,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 
-use crate::rmp::sender::{OutState, Outbound};
+use crate::rmp::sender::{AttemptNote, OutState, Outbound};
 use crate::store::outbound::{
-    Due, IdempotencyKey, KeptResponse, OutEvent, OutFilter, OutMessage, OutboundStore, ReplySource,
-    Submission, SubmitError, Submitted,
+    ATTEMPT_ROWS_SQL, AttemptHistory, AttemptRow, Due, IdempotencyKey, KeptResponse, OutEvent,
+    OutFilter, OutMessage, OutboundStore, ReplySource, Submission, SubmitError, Submitted,
 };
 use crate::store::postgres::{PostgresStore, retryable};
 use crate::store::{StoreError, StoreFuture};
@@ -204,15 +204,24 @@ impl OutboundStore for PostgresStore {
         Box::pin(response::out_response(&self.pool, id))
     }
 
-    fn record_failure<'a>(
+    fn record_attempts<'a>(
         &'a self,
-        ids: &'a [String],
-        cause: &'a str,
-        at: DateTime<Utc>,
+        notes: &'a [(String, AttemptNote)],
     ) -> StoreFuture<'a, Result<(), StoreError>> {
-        Box::pin(retrying(move || {
-            write::record_failure(self, ids, cause, at)
-        }))
+        Box::pin(retrying(move || write::record_attempts(self, notes)))
+    }
+
+    fn out_attempts<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> StoreFuture<'a, Result<AttemptHistory, StoreError>> {
+        Box::pin(async move {
+            let rows: Vec<AttemptRow> = sqlx::query_as(ATTEMPT_ROWS_SQL)
+                .bind(id)
+                .fetch_all(&self.pool)
+                .await?;
+            AttemptHistory::from_rows(rows)
+        })
     }
 
     fn save_outbound<'a>(

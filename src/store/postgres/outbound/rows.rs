@@ -29,7 +29,8 @@ macro_rules! select_messages {
             ", m.expiry, m.schedule, m.state, m.fault, m.reason, m.attempts, ",
             "m.next_attempt, m.notify_url, g.ordered, m.idem_key, m.unreached, m.last_error, ",
             "m.last_error_at, m.principal, m.partner, ",
-            "resp.content_type, resp.size, resp.soap_fault, resp.received_at",
+            "resp.content_type, resp.size, resp.soap_fault, resp.received_at, ",
+            "m.created_at, m.updated_at, m.last_poll_at",
             $extra,
             " FROM out_messages m JOIN out_groups g USING (group_id) ",
             "LEFT JOIN out_responses resp ON resp.message_id = m.id ",
@@ -40,7 +41,7 @@ macro_rules! select_messages {
 pub(super) use select_messages;
 
 /// How many columns `select_messages!` reads (extra columns of a query follow them).
-pub(super) const COLUMNS: usize = 26;
+pub(super) const COLUMNS: usize = 29;
 
 /// The message stored under an idempotency key (principal, key).
 pub(super) const EARLIER_SUBMISSION: &str = "SELECT id, group_id, number, idem_fingerprint \
@@ -102,6 +103,12 @@ pub(super) fn message(r: &PgRow) -> Result<OutMessage, StoreError> {
         principal: r.try_get(20).map_err(column)?,
         partner: r.try_get(21).map_err(column)?,
         response: response_info(r).map_err(column)?,
+        submitted_at: from_millis(r.try_get(26).map_err(column)?),
+        updated_at: from_millis(r.try_get(27).map_err(column)?),
+        last_poll_at: r
+            .try_get::<Option<i64>, _>(28)
+            .map_err(column)?
+            .map(from_millis),
     })
 }
 

@@ -12,7 +12,9 @@ use super::rows::{message, select_messages};
 use super::{Doing, Failure};
 use crate::rmp::replies::Verdicts;
 use crate::rmp::send_group::{self, Member, ReplySource, Settled};
-use crate::rmp::sender::{Event, OutState, Outbound};
+use crate::rmp::sender::{
+    ATTEMPTS_KEPT_FIRST, ATTEMPTS_KEPT_LAST, AttemptNote, Event, OutState, Outbound,
+};
 use crate::store::StoreError;
 use crate::store::outbound::OutMessage;
 use crate::store::postgres::{Announcement, PostgresStore};
@@ -161,24 +163,80 @@ pub(super) async fn save_unreached(
     Ok(())
 }
 
-pub(super) async fn record_failure(
+/// `OutboundStore::record_attempts`: the messages' rows locked in id order (as every outbound
+/// change takes them), so that two gateways never give one message's attempts one number.
+pub(super) async fn record_attempts(
     store: &PostgresStore,
-    ids: &[String],
-    cause: &str,
-    at: DateTime<Utc>,
+    notes: &[(String, AttemptNote)],
 ) -> Result<(), Failure> {
+    let mut notes: Vec<&(String, AttemptNote)> = notes.iter().collect();
+    notes.sort_by(|a, b| a.0.cmp(&b.0));
+    // One line per message and call: a second would take the same number.
+    notes.dedup_by(|a, b| a.0 == b.0);
+    let ids: Vec<&str> = notes.iter().map(|(id, _)| id.as_str()).collect();
+    let kinds: Vec<&str> = notes.iter().map(|(_, n)| n.kind.name()).collect();
+    let at: Vec<i64> = notes.iter().map(|(_, n)| millis(n.at)).collect();
+    let status: Vec<Option<i32>> = notes.iter().map(|(_, n)| n.status.map(i32::from)).collect();
+    let verdicts: Vec<&str> = notes.iter().map(|(_, n)| n.verdict.name()).collect();
+    let faults: Vec<Option<&str>> = notes
+        .iter()
+        .map(|(_, n)| n.verdict.fault().map(|c| c.local_name()))
+        .collect();
+    let causes: Vec<Option<&str>> = notes.iter().map(|(_, n)| n.failure.as_deref()).collect();
     let mut tx = store.begin().await?;
+    sqlx::query("SELECT id FROM out_messages WHERE id = ANY($1) ORDER BY id FOR UPDATE")
+        .bind(&ids)
+        .fetch_all(&mut *tx)
+        .await
+        .doing("locking the messages an attempt was about")?;
     sqlx::query(
-        "UPDATE out_messages SET last_error = $1, last_error_at = $2 WHERE id IN \
-         (SELECT id FROM out_messages WHERE id = ANY($3) AND state IN ('queued', 'sent') \
-          ORDER BY id FOR UPDATE)",
+        "INSERT INTO out_attempts (message_id, n, kind, at, status, verdict, fault, cause) \
+         SELECT t.id, COALESCE((SELECT MAX(a.n) FROM out_attempts a \
+                                WHERE a.message_id = t.id), 0) + 1, \
+                t.kind, t.at, t.status, t.verdict, t.fault, t.cause \
+         FROM unnest($1::text[], $2::text[], $3::bigint[], $4::int[], $5::text[], $6::text[], \
+                     $7::text[]) AS t(id, kind, at, status, verdict, fault, cause) \
+         JOIN out_messages m ON m.id = t.id",
     )
-    .bind(cause)
-    .bind(millis(at))
-    .bind(ids)
+    .bind(&ids)
+    .bind(&kinds)
+    .bind(&at)
+    .bind(&status)
+    .bind(&verdicts)
+    .bind(&faults)
+    .bind(&causes)
     .execute(&mut *tx)
     .await
-    .doing("recording why an outbound attempt failed")?;
+    .doing("recording outbound attempts")?;
+    // What `attempts_dropped` drops: all but the first few and the latest.
+    sqlx::query(
+        "DELETE FROM out_attempts a USING (SELECT message_id, MAX(n) AS latest FROM out_attempts \
+                                           WHERE message_id = ANY($1) GROUP BY message_id) l \
+         WHERE a.message_id = l.message_id AND a.n > $2 AND a.n <= l.latest - $3",
+    )
+    .bind(&ids)
+    .bind(ATTEMPTS_KEPT_FIRST as i64)
+    .bind(ATTEMPTS_KEPT_LAST as i64)
+    .execute(&mut *tx)
+    .await
+    .doing("dropping the middle of long attempt histories")?;
+    sqlx::query(
+        "UPDATE out_messages m SET \
+           last_error = CASE WHEN t.cause IS NOT NULL AND m.state IN ('queued', 'sent') \
+                             THEN t.cause ELSE m.last_error END, \
+           last_error_at = CASE WHEN t.cause IS NOT NULL AND m.state IN ('queued', 'sent') \
+                                THEN t.at ELSE m.last_error_at END, \
+           last_poll_at = CASE WHEN t.kind = 'poll' THEN t.at ELSE m.last_poll_at END \
+         FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[]) AS t(id, kind, at, cause) \
+         WHERE m.id = t.id",
+    )
+    .bind(&ids)
+    .bind(&kinds)
+    .bind(&at)
+    .bind(&causes)
+    .execute(&mut *tx)
+    .await
+    .doing("keeping an attempt's failure as last_error")?;
     store.commit(tx, Announcement::default()).await?;
     Ok(())
 }

@@ -14,10 +14,10 @@ use chrono::{DateTime, Utc};
 
 use super::{SqliteStore, Wakes};
 use crate::rmp::replies::Verdicts;
-use crate::rmp::sender::{OutState, Outbound};
+use crate::rmp::sender::{AttemptNote, OutState, Outbound};
 use crate::store::outbound::{
-    Due, IdempotencyKey, KeptResponse, OutEvent, OutFilter, OutMessage, OutboundStore, ReplySource,
-    Submission, SubmitError, Submitted,
+    ATTEMPT_ROWS_SQL, AttemptHistory, AttemptRow, Due, IdempotencyKey, KeptResponse, OutEvent,
+    OutFilter, OutMessage, OutboundStore, ReplySource, Submission, SubmitError, Submitted,
 };
 use crate::store::{StoreError, StoreFuture};
 use crate::wsr::{GroupId, Reply};
@@ -143,17 +143,28 @@ impl OutboundStore for SqliteStore {
         Box::pin(response::out_response(&self.pool, id))
     }
 
-    fn record_failure<'a>(
+    fn record_attempts<'a>(
         &'a self,
-        ids: &'a [String],
-        cause: &'a str,
-        at: DateTime<Utc>,
+        notes: &'a [(String, AttemptNote)],
     ) -> StoreFuture<'a, Result<(), StoreError>> {
-        let (ids, cause) = (ids.to_vec(), cause.to_owned());
+        let notes = notes.to_vec();
         Box::pin(self.keep(move |conn| {
-            write::record_failure(conn, &ids, &cause, at)?;
+            write::record_attempts(conn, &notes)?;
             Ok(((), Wakes::NONE))
         }))
+    }
+
+    fn out_attempts<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> StoreFuture<'a, Result<AttemptHistory, StoreError>> {
+        Box::pin(async move {
+            let rows: Vec<AttemptRow> = sqlx::query_as(ATTEMPT_ROWS_SQL)
+                .bind(id)
+                .fetch_all(&self.pool)
+                .await?;
+            AttemptHistory::from_rows(rows)
+        })
     }
 
     fn save_outbound<'a>(

@@ -30,7 +30,8 @@ macro_rules! select_messages {
             ", m.expiry, m.schedule, m.state, m.fault, m.reason, m.attempts, ",
             "m.next_attempt, m.notify_url, g.ordered, m.idem_key, m.unreached, m.last_error, ",
             "m.last_error_at, m.principal, m.partner, ",
-            "resp.content_type, resp.size, resp.soap_fault, resp.received_at",
+            "resp.content_type, resp.size, resp.soap_fault, resp.received_at, ",
+            "m.created_at, m.updated_at, m.last_poll_at",
             $extra,
             " FROM out_messages m JOIN out_groups g USING (group_id) ",
             "LEFT JOIN out_responses resp ON resp.message_id = m.id ",
@@ -41,7 +42,7 @@ macro_rules! select_messages {
 pub(super) use select_messages;
 
 /// How many columns `select_messages!` reads (extra columns of a query follow them).
-pub(super) const COLUMNS: usize = 26;
+pub(super) const COLUMNS: usize = 29;
 
 /// One message's columns as stored, before they are checked.
 pub(super) struct Columns {
@@ -68,6 +69,9 @@ pub(super) struct Columns {
     principal: Option<String>,
     partner: String,
     response: ResponseColumns,
+    created_at: i64,
+    updated_at: i64,
+    last_poll_at: Option<i64>,
 }
 
 /// The columns of a kept business response (all `NULL` when there is none).
@@ -121,6 +125,9 @@ impl Columns {
                 soap_fault: r.get(24),
                 received_at: r.get(25),
             },
+            created_at: r.get(26),
+            updated_at: r.get(27),
+            last_poll_at: r.get(28),
         }
     }
 
@@ -155,6 +162,9 @@ impl Columns {
                 soap_fault: r.get(24)?,
                 received_at: r.get(25)?,
             },
+            created_at: r.get(26)?,
+            updated_at: r.get(27)?,
+            last_poll_at: r.get(28)?,
         })
     }
 
@@ -192,6 +202,9 @@ impl Columns {
             idempotency_key: self.idem_key,
             principal: self.principal,
             response: self.response.info(),
+            submitted_at: from_millis(self.created_at),
+            updated_at: from_millis(self.updated_at),
+            last_poll_at: self.last_poll_at.map(from_millis),
         })
     }
 }

@@ -9,7 +9,7 @@ use rusqlite::{OptionalExtension, params};
 use super::rows::{Columns, fault_of, reason_of, select_messages, state_of};
 use crate::rmp::replies::Verdicts;
 use crate::rmp::send_group::{self, Member, ReplySource, Settled};
-use crate::rmp::sender::{Event, OutState, Outbound};
+use crate::rmp::sender::{AttemptKind, AttemptNote, Event, OutState, Outbound, attempts_dropped};
 use crate::store::StoreError;
 use crate::store::outbound::OutMessage;
 use crate::store::sqlite::{Change, Wakes};
@@ -65,18 +65,47 @@ pub(super) fn save_unreached(conn: &Conn, id: &str, after: &Outbound) -> Result<
     Ok(())
 }
 
-pub(super) fn record_failure(
+/// `OutboundStore::record_attempts` in the writer's transaction.
+pub(super) fn record_attempts(
     conn: &Conn,
-    ids: &[String],
-    cause: &str,
-    at: DateTime<Utc>,
+    notes: &[(String, AttemptNote)],
 ) -> Result<(), StoreError> {
-    let mut update = conn.prepare_cached(
+    let mut latest =
+        conn.prepare_cached("SELECT COALESCE(MAX(n), 0) FROM out_attempts WHERE message_id = ?1")?;
+    let mut insert = conn.prepare_cached(
+        "INSERT INTO out_attempts (message_id, n, kind, at, status, verdict, fault, cause) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?;
+    let mut drop = conn
+        .prepare_cached("DELETE FROM out_attempts WHERE message_id = ?1 AND n BETWEEN ?2 AND ?3")?;
+    let mut failed = conn.prepare_cached(
         "UPDATE out_messages SET last_error = ?1, last_error_at = ?2 \
          WHERE id = ?3 AND state IN ('queued', 'sent')",
     )?;
-    for id in ids {
-        update.execute(params![cause, millis(at), id])?;
+    let mut polled =
+        conn.prepare_cached("UPDATE out_messages SET last_poll_at = ?1 WHERE id = ?2")?;
+    for (id, note) in notes {
+        let n = latest.query_row(params![id], |r| r.get::<_, i64>(0))? + 1;
+        insert.execute(params![
+            id,
+            n,
+            note.kind.name(),
+            millis(note.at),
+            note.status,
+            note.verdict.name(),
+            note.verdict.fault().map(|c| c.local_name()),
+            note.failure,
+        ])?;
+        if let Some(dropped) = attempts_dropped(n.try_into().unwrap_or(0)) {
+            let (from, to) = dropped.into_inner();
+            drop.execute(params![id, from as i64, to as i64])?;
+        }
+        if let Some(cause) = &note.failure {
+            failed.execute(params![cause, millis(note.at), id])?;
+        }
+        if note.kind == AttemptKind::Poll {
+            polled.execute(params![millis(note.at), id])?;
+        }
     }
     Ok(())
 }
