@@ -16,14 +16,21 @@ pub struct Api {
 }
 
 impl Api {
-    pub fn new(base: &str, token: &str) -> anyhow::Result<Api> {
+    /// A client of the gateway at `base`; with `ca_file`, an https gateway's certificate is
+    /// checked against those CA certificates (PEM) alone — a private CA — instead of the
+    /// system's (which `SSL_CERT_FILE` may name).
+    pub fn new(base: &str, token: &str, ca_file: Option<&std::path::Path>) -> anyhow::Result<Api> {
         let base = reqwest::Url::parse(base)
             .with_context(|| format!("{base:?} is not a URL (e.g. http://127.0.0.1:8080)"))?;
         if base.cannot_be_a_base() || !matches!(base.scheme(), "http" | "https") {
             bail!("{base} is not an http(s) base URL");
         }
+        let mut builder = reqwest::Client::builder();
+        if let Some(path) = ca_file {
+            builder = crate::bench::trusting_ca_file(builder, path)?;
+        }
         Ok(Api {
-            client: reqwest::Client::new(),
+            client: builder.build().context("cannot build the HTTP client")?,
             base,
             token: token.to_owned(),
         })
@@ -108,6 +115,10 @@ pub struct ApiArgs {
     /// A bearer token with the `produce` scope.
     #[arg(long, env = "WSR_TOKEN", hide_env_values = true)]
     pub token: String,
+    /// CA certificates (PEM) to check an https gateway against, for one with a private CA
+    /// (else the system's, or those `SSL_CERT_FILE` names).
+    #[arg(long, env = "WSR_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -146,7 +157,7 @@ pub struct SendArgs {
 
 /// Submits one message per file; returns one line per message.
 pub async fn send(args: &SendArgs) -> anyhow::Result<Vec<String>> {
-    let api = Api::new(&args.api.api, &args.api.token)?;
+    let api = Api::new(&args.api.api, &args.api.token, args.api.ca_file.as_deref())?;
     let reply = match args.reply.as_str() {
         "callback" => "Callback",
         "poll" => "Poll",
@@ -240,9 +251,8 @@ async fn wait_for(api: &Api, id: &str, limit: std::time::Duration) -> anyhow::Re
 }
 
 /// The state of one submitted message, as pretty JSON.
-pub async fn status(api: &ApiArgs, id: &str) -> anyhow::Result<String> {
-    let answer = Api::new(&api.api, &api.token)?
+pub async fn status(api: &ApiArgs, id: &str) -> anyhow::Result<Value> {
+    Api::new(&api.api, &api.token, api.ca_file.as_deref())?
         .get(&["messages", id], &[])
-        .await?;
-    Ok(serde_json::to_string_pretty(&answer)?)
+        .await
 }

@@ -93,6 +93,8 @@ enum Command {
         api: client::ApiArgs,
         /// The message id `send` printed.
         id: String,
+        #[arg(long, short = 'o', value_enum, default_value_t = ops::Output::Table)]
+        output: ops::Output,
     },
     /// Load a running gateway (modes response, ordered, callback, poll, e2e) and report acked
     /// msgs/s and latency percentiles.
@@ -303,8 +305,9 @@ async fn run() -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Status { api, id } => {
-            println!("{}", client::status(&api, &id).await?);
+        Command::Status { api, id, output } => {
+            let message = client::status(&api, &id).await?;
+            print!("{}", ops::message_shown(output, message));
             Ok(())
         }
         Command::Prefill {

@@ -7,7 +7,8 @@
 //! gateways).
 //!
 //! Labels are bounded: configured channel and partner names, fault codes, fixed words. Never a
-//! group id, message id or URL. Callers without a partner are `anonymous`.
+//! group id, message id or URL. Callers and destinations without a partner are `anonymous`
+//! (`ANONYMOUS`: the one name of "no partner" everywhere, the console and CLI included).
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, OnceLock};
@@ -61,6 +62,7 @@ pub const FAULTS: &str = "wsr_faults_total";
 pub const ACKS_SENT: &str = "wsr_acks_sent_total";
 pub const CALLBACK_FAILURES: &str = "wsr_callback_send_failures_total";
 pub const OUTBOUND_ATTEMPTS: &str = "wsr_outbound_attempts_total";
+pub const AUTH_REFUSALS: &str = "wsr_auth_refusals_total";
 pub const OUTBOUND_FAILURES: &str = "wsr_outbound_attempt_failures_total";
 pub const OUTBOUND_POLLS: &str = "wsr_outbound_polls_total";
 pub const OUTBOUND_IN_DOUBT: &str = "wsr_outbound_in_doubt_messages";
@@ -102,6 +104,11 @@ fn describe() {
          timeout, redirect, error_status, too_large, no_verdict, unreadable, transport)"
     );
     describe_counter!(OUTBOUND_FAILURES, "Send attempts that failed");
+    describe_counter!(
+        AUTH_REFUSALS,
+        "Partner sign-ins refused, by partner (the username's; (unknown username); anonymous: \
+         none presented) and reason"
+    );
     describe_counter!(OUTBOUND_POLLS, "PollRequests we sent, by result");
     describe_gauge!(
         OUTBOUND_IN_DOUBT,
@@ -237,6 +244,70 @@ pub fn held_back(
     quiet_for_a_minute
 }
 
+/// A partner sign-in this process refused (`partners::Unidentified`): counted in
+/// `wsr_auth_refusals_total{partner,reason}` — `partner` a configured name when the username
+/// presented is one (a wrong password), `UNKNOWN_USERNAME` when it is nobody's, `ANONYMOUS`
+/// when no username was presented (a token, a certificate) — and kept for the partners view
+/// with the last username tried. Usernames are never labels (anyone may send any).
+pub fn auth_refused(
+    partner: Option<&str>,
+    username: Option<&str>,
+    reason: &'static str,
+    at: DateTime<Utc>,
+) {
+    let key = match (partner, username) {
+        (Some(p), _) => p,
+        (None, Some(_)) => UNKNOWN_USERNAME,
+        (None, None) => ANONYMOUS,
+    };
+    metrics::counter!(AUTH_REFUSALS, "partner" => key.to_owned(), "reason" => reason).increment(1);
+    let mut refused = REFUSED_SIGN_INS.lock().unwrap_or_else(|p| p.into_inner());
+    let entry = refused
+        .entry(key.to_owned())
+        .or_insert_with(|| RefusedSignIns {
+            count: 0,
+            last: at,
+            last_username: None,
+            last_reason: reason,
+        });
+    entry.count += 1;
+    entry.last = at;
+    entry.last_reason = reason;
+    if let Some(user) = username {
+        entry.last_username = Some(username_shown(user));
+    }
+}
+
+/// A username someone presented, as the partners view and the log show it: at most 64
+/// characters, without control characters (anyone may send any).
+pub fn username_shown(user: &str) -> String {
+    user.chars().filter(|c| !c.is_control()).take(64).collect()
+}
+
+/// The `partner` of a refused sign-in whose username is nobody's.
+pub const UNKNOWN_USERNAME: &str = "(unknown username)";
+
+static REFUSED_SIGN_INS: Mutex<BTreeMap<String, RefusedSignIns>> = Mutex::new(BTreeMap::new());
+
+/// Refused sign-ins of one partner (or of unknown usernames, or without one) on this process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedSignIns {
+    pub count: u64,
+    pub last: DateTime<Utc>,
+    /// The username of the latest refusal that presented one (at most 64 characters).
+    pub last_username: Option<String>,
+    pub last_reason: &'static str,
+}
+
+/// This process's refused sign-ins, by partner (`UNKNOWN_USERNAME`, `ANONYMOUS` included).
+/// Bounded: the keys are configured partner names and the two fixed words.
+pub fn refused_sign_ins() -> BTreeMap<String, RefusedSignIns> {
+    REFUSED_SIGN_INS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()
+}
+
 /// Most sources the console's "held back" list keeps (the least recent go first).
 const MAX_HELD_BACK_SOURCES: usize = 64;
 
@@ -278,7 +349,7 @@ pub fn callback_failed(partner: &str) {
 /// The label value of the partner an outbound message goes to: `url` for a URL destination.
 fn destination(partner: &str) -> String {
     if partner.is_empty() {
-        "url".to_owned()
+        ANONYMOUS.to_owned()
     } else {
         partner.to_owned()
     }

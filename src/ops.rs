@@ -32,30 +32,44 @@ pub struct OpsArgs {
     pub token: Option<String>,
     #[arg(long, short = 'o', global = true, value_enum, default_value_t = Output::Table)]
     pub output: Output,
+    /// CA certificates (PEM) to check an https gateway against, for one with a private CA
+    /// (else the system's, or those `SSL_CERT_FILE` names).
+    #[arg(long, global = true, env = "WSR_CA_FILE")]
+    pub ca_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Clone, clap::Subcommand)]
 pub enum MessagesCommand {
-    /// Outbound messages, oldest first (a page; `--after` the last id shown for the next).
+    /// Outbound messages, oldest first or `--newest` first (a page; `--after` the last id
+    /// shown for the next).
     List {
-        /// queued, sent, acked, faulted or failed.
+        /// queued, sent, in_doubt (sent, nothing more to send: only polls settle it), acked,
+        /// faulted or failed.
         #[arg(long)]
         state: Option<String>,
         #[arg(long)]
         group: Option<String>,
+        /// Only those to this configured partner (`anonymous`: URL destinations).
+        #[arg(long)]
+        partner: Option<String>,
+        /// Newest first (`--after` then pages on to older ones).
+        #[arg(long)]
+        newest: bool,
         #[arg(long)]
         after: Option<String>,
         #[arg(long, default_value_t = 100)]
         limit: u32,
     },
-    /// One message: its state, attempts, last error and identity.
+    /// One message: its state, times, last error and identity, and every attempt and poll
+    /// with the partner's status and what its answer said.
     Show { id: String },
     /// One attempt now, with the same identity (a message in doubt, above all).
     Resend { id: String },
     /// End the message `failed` (and the rest of its ordered group).
     Fail {
         id: String,
-        #[arg(long, default_value = "")]
+        /// Why (kept as the message's reason).
+        #[arg(long)]
         reason: String,
     },
 }
@@ -148,27 +162,48 @@ fn api(args: &OpsArgs) -> anyhow::Result<Api> {
         .token
         .as_deref()
         .context("no token: give --token or set WSR_TOKEN (an admin token sees everything)")?;
-    Api::new(&args.api, token)
+    Api::new(&args.api, token, args.ca_file.as_deref())
 }
 
 /// Runs a `messages` command; the text to print.
 pub async fn messages(args: &OpsArgs, command: &MessagesCommand) -> anyhow::Result<String> {
     let api = api(args)?;
-    let (answer, shape) = match command {
+    let (mut answer, shape) = match command {
         MessagesCommand::List {
             state,
             group,
+            partner,
+            newest,
             after,
             limit,
         } => {
             let mut query = vec![("limit", limit.to_string())];
             query.extend(state.iter().map(|s| ("state", s.clone())));
             query.extend(group.iter().map(|g| ("group", g.clone())));
+            // The API's name for "no partner" is "".
+            query.extend(partner.iter().map(|p| {
+                let p = if p == wsr_gateway::metrics::ANONYMOUS {
+                    ""
+                } else {
+                    p
+                };
+                ("partner", p.to_owned())
+            }));
+            if *newest {
+                query.push(("order", "newest".to_owned()));
+            }
             query.extend(after.iter().map(|a| ("after", a.clone())));
             let answer = api.get(&["messages"], &query).await?;
-            (answer, Shape::List("messages", MESSAGE_COLUMNS))
+            (answer, Shape::List("messages", MESSAGE_COLUMNS, *limit))
         }
-        MessagesCommand::Show { id } => (api.get(&["messages", id], &[]).await?, Shape::One),
+        MessagesCommand::Show { id } => {
+            let message = api.get(&["messages", id], &[]).await?;
+            if args.output == Output::Table {
+                let attempts = api.get(&["messages", id, "attempts"], &[]).await?;
+                return Ok(message_story(message, &attempts));
+            }
+            (message, Shape::One)
+        }
         MessagesCommand::Resend { id } => (
             api.post(&["messages", id, "resend"], &json!({})).await?,
             Shape::One,
@@ -179,7 +214,61 @@ pub async fn messages(args: &OpsArgs, command: &MessagesCommand) -> anyhow::Resu
             Shape::One,
         ),
     };
+    if args.output == Output::Table {
+        match shape {
+            Shape::One => shown_message(&mut answer),
+            Shape::List(key, ..) => answer[key]
+                .as_array_mut()
+                .into_iter()
+                .flatten()
+                .for_each(shown_message),
+        }
+    }
     Ok(print(args.output, &answer, shape))
+}
+
+/// One outbound message as `status` prints it: as a table (the default) or the API's JSON.
+pub fn message_shown(output: Output, mut message: Value) -> String {
+    if output == Output::Table {
+        shown_message(&mut message);
+    }
+    let mut text = print(output, &message, Shape::One);
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text
+}
+
+/// An outbound message as a table shows it: in doubt as its state, "no partner" by its one
+/// name.
+fn shown_message(m: &mut Value) {
+    if m["in_doubt"] == json!(true) {
+        m["state"] = json!("in_doubt");
+    }
+    if m["partner"] == json!("") {
+        m["partner"] = json!(wsr_gateway::metrics::ANONYMOUS);
+    }
+}
+
+/// `messages show` as a table: the message, then its attempts and polls.
+fn message_story(mut message: Value, attempts: &Value) -> String {
+    shown_message(&mut message);
+    let mut text = pairs(&message);
+    let total = attempts["total"].as_u64().unwrap_or(0);
+    let omitted = attempts["omitted"].as_u64().unwrap_or(0);
+    text.push_str(&format!("\nattempts and polls: {total}"));
+    if omitted > 0 {
+        text.push_str(&format!(
+            " ({omitted} between the first 5 and the latest 20 not kept)"
+        ));
+    }
+    text.push('\n');
+    let rows = attempts["attempts"]
+        .as_array()
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    text.push_str(&table(rows, ATTEMPT_COLUMNS));
+    text
 }
 
 /// Runs a `groups` command; the text to print.
@@ -195,7 +284,7 @@ pub async fn groups(args: &OpsArgs, command: &GroupsCommand) -> anyhow::Result<S
             query.extend(after.iter().map(|a| ("after", a.clone())));
             query.extend(after_partner.iter().map(|p| ("after_partner", p.clone())));
             let answer = api.get(&["groups"], &query).await?;
-            (answer, Shape::List("groups", GROUP_COLUMNS))
+            (answer, Shape::List("groups", GROUP_COLUMNS, *limit))
         }
         GroupsCommand::Show { id, partner } => {
             let query: Vec<_> = partner.iter().map(|p| ("partner", p.clone())).collect();
@@ -211,7 +300,7 @@ pub async fn subs(args: &OpsArgs, command: &SubsCommand) -> anyhow::Result<Strin
     let (answer, shape) = match command {
         SubsCommand::List => (
             api.get(&["subscriptions"], &[]).await?,
-            Shape::List("subscriptions", SUBSCRIPTION_COLUMNS),
+            Shape::List("subscriptions", SUBSCRIPTION_COLUMNS, u32::MAX),
         ),
         SubsCommand::Show { id } => (
             api.get(&["subscriptions", &id.to_string()], &[]).await?,
@@ -223,7 +312,7 @@ pub async fn subs(args: &OpsArgs, command: &SubsCommand) -> anyhow::Result<Strin
             let path = ["subscriptions", &id.to_string(), "dead-letters"];
             (
                 api.get(&path, &query).await?,
-                Shape::List("dead_letters", DEAD_LETTER_COLUMNS),
+                Shape::List("dead_letters", DEAD_LETTER_COLUMNS, *limit),
             )
         }
         SubsCommand::Replay { id, offsets } => {
@@ -246,7 +335,10 @@ pub async fn endpoints(args: &OpsArgs, command: &EndpointsCommand) -> anyhow::Re
         EndpointsCommand::List { kind } => {
             let answer = api.get(&[endpoints_path(*kind)], &[]).await?;
             match kind {
-                EndpointKind::Callback => (answer, Shape::List("registrations", ENDPOINT_COLUMNS)),
+                EndpointKind::Callback => (
+                    answer,
+                    Shape::List("registrations", ENDPOINT_COLUMNS, u32::MAX),
+                ),
                 EndpointKind::Push => (answer, Shape::One),
             }
         }
@@ -269,10 +361,11 @@ pub async fn endpoints(args: &OpsArgs, command: &EndpointsCommand) -> anyhow::Re
     Ok(print(args.output, &answer, shape))
 }
 
-/// How a table shows an answer: the array under a key, in columns; or one object.
+/// How a table shows an answer: the array under a key, in columns, a page of at most the
+/// limit asked for; or one object.
 #[derive(Clone, Copy)]
 enum Shape {
-    List(&'static str, &'static [(&'static str, &'static str)]),
+    List(&'static str, &'static [(&'static str, &'static str)], u32),
     One,
 }
 
@@ -280,11 +373,21 @@ enum Shape {
 const MESSAGE_COLUMNS: &[(&str, &str)] = &[
     ("ID", "/id"),
     ("STATE", "/state"),
+    ("PARTNER", "/partner"),
     ("ATTEMPTS", "/attempts"),
     ("DESTINATION", "/destination"),
     ("GROUP", "/group_id"),
     ("NUMBER", "/number"),
     ("LAST ERROR", "/last_error"),
+];
+const ATTEMPT_COLUMNS: &[(&str, &str)] = &[
+    ("N", "/n"),
+    ("KIND", "/kind"),
+    ("AT", "/at"),
+    ("STATUS", "/status"),
+    ("VERDICT", "/verdict"),
+    ("FAULT", "/fault"),
+    ("CAUSE", "/cause"),
 ];
 const GROUP_COLUMNS: &[(&str, &str)] = &[
     ("PARTNER", "/partner"),
@@ -312,10 +415,12 @@ const ENDPOINT_COLUMNS: &[(&str, &str)] = &[("PARTNER", "/partner"), ("URL", "/u
 fn print(output: Output, answer: &Value, shape: Shape) -> String {
     match (output, shape) {
         (Output::Json, _) => serde_json::to_string_pretty(answer).unwrap_or_default(),
-        (Output::Table, Shape::List(key, columns)) => {
+        (Output::Table, Shape::List(key, columns, limit)) => {
             let rows = answer[key].as_array().map(Vec::as_slice).unwrap_or(&[]);
             let mut text = table(rows, columns);
-            if let Some(next) = answer.get("next_after").filter(|n| !n.is_null()) {
+            // A short page is the last one.
+            let full = rows.len() >= limit as usize;
+            if let Some(next) = answer.get("next_after").filter(|n| full && !n.is_null()) {
                 text.push_str(&format!("next page: --after {}", cell(next)));
                 // Groups page by (partner, id): "" is the anonymous senders' partner.
                 if let Some(partner) = answer["next_after_partner"].as_str() {
@@ -399,10 +504,10 @@ mod tests {
     fn a_table_aligns_its_columns_and_says_where_the_next_page_starts() {
         let answer = json!({
             "messages": [
-                {"id": "a", "state": "sent", "attempts": 1, "destination": "acme",
+                {"id": "a", "state": "sent", "attempts": 1, "destination": "acme", "partner": "acme",
                  "group_id": "mid:1", "number": null,
                  "last_error": {"cause": "connection refused", "at": "…"}},
-                {"id": "bbbb", "state": "acked", "attempts": 12, "destination": "acme",
+                {"id": "bbbb", "state": "acked", "attempts": 12, "destination": "acme", "partner": "acme",
                  "group_id": "mid:2", "number": 3, "last_error": null},
             ],
             "next_after": "bbbb",
@@ -410,22 +515,31 @@ mod tests {
         let text = print(
             Output::Table,
             &answer,
-            Shape::List("messages", MESSAGE_COLUMNS),
+            Shape::List("messages", MESSAGE_COLUMNS, 2),
         );
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(
             lines[0],
-            "ID    STATE  ATTEMPTS  DESTINATION  GROUP  NUMBER  LAST ERROR"
+            "ID    STATE  PARTNER  ATTEMPTS  DESTINATION  GROUP  NUMBER  LAST ERROR"
         );
         assert_eq!(
             lines[1],
-            "a     sent   1         acme         mid:1  -       connection refused"
+            "a     sent   acme     1         acme         mid:1  -       connection refused"
         );
         assert_eq!(
             lines[2],
-            "bbbb  acked  12        acme         mid:2  3       -"
+            "bbbb  acked  acme     12        acme         mid:2  3       -"
         );
         assert_eq!(lines[3], "next page: --after bbbb");
+        let short = print(
+            Output::Table,
+            &answer,
+            Shape::List("messages", MESSAGE_COLUMNS, 100),
+        );
+        assert!(
+            !short.contains("next page"),
+            "a short page is the last: {short}"
+        );
         let one = print(
             Output::Table,
             &json!({"id": "a", "state": "failed"}),

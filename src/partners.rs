@@ -476,17 +476,39 @@ pub struct Presented<'a> {
 }
 
 /// Why a request could not be identified: both are 401, with a reason for the log.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Unidentified {
-    /// Credentials were presented and matched no partner (or two different ones).
-    Wrong(&'static str),
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unidentified {
+    /// Why what was presented matched no partner (or two different ones): a fixed text.
+    pub why: &'static str,
+    /// The username presented (Basic, UsernameToken), when there was one: the operator's
+    /// partners view tells refused sign-ins by it.
+    pub username: Option<String>,
+    /// The partner whose username it is (a wrong password), when it is one.
+    pub partner: Option<String>,
+}
+
+impl Unidentified {
+    fn wrong(why: &'static str) -> Unidentified {
+        Unidentified {
+            why,
+            username: None,
+            partner: None,
+        }
+    }
+
+    /// This refusal of `username`, which is `partner`'s (or nobody's).
+    fn of_user(self, username: &str, partner: Option<&Partner>) -> Unidentified {
+        Unidentified {
+            username: Some(username.to_owned()),
+            partner: partner.map(|p| p.name.clone()),
+            ..self
+        }
+    }
 }
 
 impl std::fmt::Display for Unidentified {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Unidentified::Wrong(why) => f.write_str(why),
-        }
+        f.write_str(self.why)
     }
 }
 
@@ -567,16 +589,16 @@ impl Partners {
             None => None,
             Some(raw) => {
                 let value = std::str::from_utf8(raw)
-                    .map_err(|_| Unidentified::Wrong("unreadable Authorization header"))?;
+                    .map_err(|_| Unidentified::wrong("unreadable Authorization header"))?;
                 Some(self.by_authorization(value).await?)
             }
         };
         match (by_cert, by_header) {
-            (Some(a), Some(b)) if a.name != b.name => Err(Unidentified::Wrong(
+            (Some(a), Some(b)) if a.name != b.name => Err(Unidentified::wrong(
                 "the certificate and the Authorization header name different partners",
             )),
             (Some(p), _) | (None, Some(p)) => Ok(Some(p)),
-            (None, None) if presented.certificate.is_some() => Err(Unidentified::Wrong(
+            (None, None) if presented.certificate.is_some() => Err(Unidentified::wrong(
                 "the client certificate is not a partner's",
             )),
             (None, None) => Ok(None),
@@ -622,7 +644,7 @@ impl Partners {
         token: &crate::wsr::UsernameToken,
         text_allowed: bool,
     ) -> Result<&Partner, Unidentified> {
-        let wrong = Unidentified::Wrong("wrong UsernameToken");
+        let wrong = Unidentified::wrong("wrong UsernameToken");
         let presented = token.password.as_deref().unwrap_or_default();
         let tokens = || {
             self.iter()
@@ -636,19 +658,25 @@ impl Partners {
             if let Some(like) = like {
                 self.verifier.refuse_like(like, presented).await;
             }
-            return Err(wrong);
+            return Err(wrong.of_user(&token.username, None));
         };
+        let wrong = wrong.of_user(&token.username, Some(partner));
         if token.digest {
             let Stored::Plain(secret) = &wss.password else {
-                return Err(Unidentified::Wrong(
-                    "this partner's UsernameToken is checked as PasswordText only",
-                ));
+                return Err(Unidentified {
+                    why: "this partner's UsernameToken is checked as PasswordText only",
+                    ..wrong
+                });
             };
             let nonce = token.nonce.as_deref().unwrap_or_default();
             let created = token.created.as_deref().unwrap_or_default();
-            let expected = crate::wss::password_digest(nonce, created, secret.expose()).ok_or(
-                Unidentified::Wrong("the UsernameToken's Nonce is not base64"),
-            )?;
+            let Some(expected) = crate::wss::password_digest(nonce, created, secret.expose())
+            else {
+                return Err(Unidentified {
+                    why: "the UsernameToken's Nonce is not base64",
+                    ..wrong
+                });
+            };
             return match crate::secrets::constant_time_eq(expected.as_bytes(), presented.as_bytes())
             {
                 true => Ok(partner),
@@ -656,9 +684,10 @@ impl Partners {
             };
         }
         if !text_allowed {
-            return Err(Unidentified::Wrong(
-                "a PasswordText is accepted only over TLS or from loopback",
-            ));
+            return Err(Unidentified {
+                why: "a PasswordText is accepted only over TLS or from loopback",
+                ..wrong
+            });
         }
         match self.verifier.matches(&wss.password, presented).await {
             true => Ok(partner),
@@ -667,17 +696,19 @@ impl Partners {
     }
 
     async fn by_authorization(&self, value: &str) -> Result<&Partner, Unidentified> {
-        let wrong = Unidentified::Wrong("wrong credentials");
-        let (scheme, rest) = value.trim().split_once(' ').ok_or(wrong)?;
+        let wrong = Unidentified::wrong("wrong credentials");
+        let Some((scheme, rest)) = value.trim().split_once(' ') else {
+            return Err(wrong);
+        };
         let rest = rest.trim();
         if scheme.eq_ignore_ascii_case("basic") {
             let decoded =
-                base64_decode(rest).ok_or(Unidentified::Wrong("unreadable Basic credentials"))?;
+                base64_decode(rest).ok_or(Unidentified::wrong("unreadable Basic credentials"))?;
             let decoded = String::from_utf8(decoded)
-                .map_err(|_| Unidentified::Wrong("unreadable Basic credentials"))?;
+                .map_err(|_| Unidentified::wrong("unreadable Basic credentials"))?;
             let (user, password) = decoded
                 .split_once(':')
-                .ok_or(Unidentified::Wrong("unreadable Basic credentials"))?;
+                .ok_or(Unidentified::wrong("unreadable Basic credentials"))?;
             let Some(partner) = self
                 .iter()
                 .find(|p| p.inbound.username == user && p.inbound.password.is_some())
@@ -693,11 +724,11 @@ impl Partners {
                 if let Some(like) = like {
                     self.verifier.refuse_like(like, password).await;
                 }
-                return Err(wrong);
+                return Err(wrong.of_user(user, None));
             };
             match &partner.inbound.password {
                 Some(stored) if self.verifier.matches(stored, password).await => Ok(partner),
-                _ => Err(wrong),
+                _ => Err(wrong.of_user(user, Some(partner))),
             }
         } else if scheme.eq_ignore_ascii_case("bearer") {
             for partner in self.iter() {
@@ -709,7 +740,7 @@ impl Partners {
             }
             Err(wrong)
         } else {
-            Err(Unidentified::Wrong("unsupported Authorization scheme"))
+            Err(Unidentified::wrong("unsupported Authorization scheme"))
         }
     }
 }
@@ -847,7 +878,7 @@ mod tests {
             let refused = basic(user, password).await;
             assert_eq!(
                 refused,
-                Err(Unidentified::Wrong("wrong credentials")),
+                Err(Unidentified::wrong("wrong credentials")),
                 "{user}:{password}"
             );
             assert_eq!(

@@ -195,6 +195,18 @@ pub async fn run_until(
     })
 }
 
+/// `builder` checking an https gateway against the CA certificates (PEM) in `path` alone: a
+/// gateway with a private CA (the load client's and the operator CLI's `--ca-file`).
+pub fn trusting_ca_file(
+    builder: reqwest::ClientBuilder,
+    path: &std::path::Path,
+) -> anyhow::Result<reqwest::ClientBuilder> {
+    let pem = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let roots = reqwest::Certificate::from_pem_bundle(&pem)
+        .with_context(|| format!("{} is not a PEM CA bundle", path.display()))?;
+    Ok(builder.tls_certs_only(roots))
+}
+
 /// The client every worker shares: one keep-alive connection per worker, and the TLS settings
 /// of the arguments.
 fn http_client(args: &BenchArgs) -> anyhow::Result<reqwest::Client> {
@@ -202,10 +214,7 @@ fn http_client(args: &BenchArgs) -> anyhow::Result<reqwest::Client> {
         .pool_max_idle_per_host(args.connections)
         .timeout(Duration::from_secs(30));
     if let Some(path) = &args.ca_file {
-        let pem = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-        let roots = reqwest::Certificate::from_pem_bundle(&pem)
-            .with_context(|| format!("{} is not a PEM CA bundle", path.display()))?;
-        builder = builder.tls_certs_only(roots);
+        builder = trusting_ca_file(builder, path)?;
     }
     if let (Some(cert), Some(key)) = (&args.client_cert, &args.client_key) {
         let mut pem =

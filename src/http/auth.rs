@@ -121,7 +121,7 @@ pub async fn guard(
     tracing::info!(
         target: "wsr_gateway::access",
         peer = peer_addr.map(tracing::field::display),
-        partner = partner.as_deref().unwrap_or("-"),
+        partner = partner.as_deref().unwrap_or(crate::metrics::ANONYMOUS),
         route = match door { Door::Channel => "channel", Door::Callback => "callback" },
         channel = %channel,
         group_id = note.group_id.as_deref().unwrap_or("-"),
@@ -195,8 +195,12 @@ async fn admit(
     let partner = match app.config.partners.identify(presented).await {
         Ok(p) => p,
         Err(why) => {
-            tracing::warn!(peer, channel, reason = %why, "refused: not a partner");
-            return Err(Stop::anonymous(unauthorized(&format!("{why}"))));
+            let (partner, username) = (why.partner.as_deref(), why.username.as_deref());
+            crate::metrics::auth_refused(partner, username, why.why, app.clock.now());
+            // The username tried (not a secret; bounded, as the partners view shows it).
+            let username = username.map(crate::metrics::username_shown);
+            tracing::warn!(peer, channel, partner, username, reason = %why, "refused: not a partner");
+            return Err(Stop::anonymous(unauthorized(why.why)));
         }
     };
     let (route, anonymous_ok) = match door {

@@ -17,7 +17,10 @@ use super::api::{ApiPath, ApiQuery, Caller, Problem, ProblemBody};
 use super::input;
 use super::openapi::OutboundMessage;
 use crate::outbound::submit::{self, Refusal, Sending, Submitter};
-use crate::outbound::view::message_json;
+use crate::outbound::view::{attempts_json, message_json};
+
+/// The list filter of messages in doubt: their state is `sent`, with nothing more to send.
+pub const IN_DOUBT: &str = "in_doubt";
 use crate::store::outbound::{IdempotencyKey, OutFilter, OutMessage, SubmitError, Submitted};
 use crate::wsr::GroupId;
 
@@ -176,7 +179,33 @@ pub async fn get_message(
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Value>, Problem> {
     let m = visible_message(&app, &caller, &id).await?;
-    Ok(Json(message_json(&m)))
+    Ok(Json(message_json(&m, app.polling())))
+}
+
+#[utoipa::path(
+    get,
+    path = "/api/v1/messages/{id}/attempts",
+    tag = "produce",
+    summary = "An outbound message's story: every send and poll, with what the partner answered",
+    description = "Each send of the message and each poll that asked about it: when, the \
+                   partner's HTTP status (null: no answer came), what the answer said of this \
+                   message (`ack`, `fault` with its code, `none`) and, for one that came to \
+                   nothing, why (as `last_error` says it). The first 5 and the latest 20 are \
+                   kept; `total` counts all, `omitted` those dropped between.",
+    params(("id" = String, Path, description = "The id the submit answered")),
+    responses(
+        (status = 200, description = "Its attempts, oldest first", body = super::openapi::AttemptList),
+        (status = 404, description = "No such message (or another principal's)", body = ProblemBody),
+    )
+)]
+pub async fn get_attempts(
+    Extension(caller): Extension<Caller>,
+    State(app): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<Json<Value>, Problem> {
+    let m = visible_message(&app, &caller, &id).await?;
+    let history = app.store.out_attempts(&m.id).await?;
+    Ok(Json(attempts_json(&history)))
 }
 
 /// Message `id` if the caller may see it. Another principal's message answers as one that
@@ -241,8 +270,9 @@ pub async fn get_response(
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct ListQuery {
-    /// Only messages in this state.
-    #[param(pattern = "^(queued|sent|acked|faulted|failed)$")]
+    /// Only messages in this state; `in_doubt`: sent, no verdict, nothing more to send (only
+    /// polls settle them).
+    #[param(pattern = "^(queued|sent|in_doubt|acked|faulted|failed)$")]
     state: Option<String>,
     /// Only messages of this groupId.
     group: Option<String>,
@@ -250,6 +280,9 @@ pub struct ListQuery {
     partner: Option<String>,
     /// The id to list after (the previous page's `next_after`).
     after: Option<String>,
+    /// `oldest` first (the default) or `newest` first (then `after` pages on to older ones).
+    #[param(pattern = "^(oldest|newest)$")]
+    order: Option<String>,
     /// 1 to 1000 (default 100; values beyond are clamped).
     limit: Option<i64>,
 }
@@ -267,7 +300,7 @@ pub struct MessageList {
     get,
     path = "/api/v1/messages",
     tag = "produce",
-    summary = "List outbound messages (the caller's own; an operator: all), oldest first",
+    summary = "List outbound messages (the caller's own; an operator: all), oldest first or newest first",
     params(ListQuery),
     responses(
         (status = 200, description = "A page of messages", body = MessageList),
@@ -280,26 +313,40 @@ pub async fn list_messages(
     ApiQuery(q): ApiQuery<ListQuery>,
 ) -> Result<Json<MessageList>, Problem> {
     if let Some(state) = &q.state
-        && !["queued", "sent", "acked", "faulted", "failed"].contains(&state.as_str())
+        && !["queued", "sent", IN_DOUBT, "acked", "faulted", "failed"].contains(&state.as_str())
     {
         return Err(invalid("state", format!("unknown state {state:?}")));
     }
+    let newest_first = match q.order.as_deref() {
+        None | Some("oldest") => false,
+        Some("newest") => true,
+        Some(other) => {
+            return Err(invalid(
+                "order",
+                format!("unknown order {other:?}: oldest or newest"),
+            ));
+        }
+    };
+    let in_doubt = q.state.as_deref() == Some(IN_DOUBT);
     let limit = q.limit.unwrap_or(100).clamp(1, 1000);
     let messages = app
         .store
         .out_messages_of(
             &OutFilter {
                 principal: caller.sees_outbound(),
-                state: q.state.as_deref(),
+                state: q.state.as_deref().filter(|_| !in_doubt),
                 group: q.group.as_deref(),
                 partner: q.partner.as_deref(),
+                in_doubt,
+                newest_first,
             },
             q.after.as_deref(),
             limit,
         )
         .await?;
     let next = messages.last().map(|m| m.id.clone());
-    let messages = messages.iter().map(message_json).collect();
+    let polling = app.polling();
+    let messages = messages.iter().map(|m| message_json(m, polling)).collect();
     Ok(Json(MessageList {
         messages,
         next_after: next,

@@ -49,6 +49,13 @@ impl AppState {
     pub fn new(context: AppContext) -> AppState {
         AppState(Arc::new(context))
     }
+
+    /// What the sender's settings tell of an outbound message's next poll.
+    pub fn polling(&self) -> crate::outbound::view::Polling {
+        crate::outbound::view::Polling {
+            interval: self.config.poll_interval,
+        }
+    }
 }
 
 impl std::ops::Deref for AppState {
@@ -141,6 +148,7 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
         .routes(guarded(PRODUCE, routes!(m::list_messages, m::submit)))
         .routes(guarded(PRODUCE, routes!(m::get_message)))
         .routes(guarded(PRODUCE, routes!(m::get_response)))
+        .routes(guarded(PRODUCE, routes!(m::get_attempts)))
         .routes(guarded(ADMIN, routes!(operator::resend)))
         .routes(guarded(ADMIN, routes!(operator::fail)))
         .routes(guarded(PRODUCE, routes!(m::close_group)))

@@ -231,13 +231,57 @@ pub struct OutboundMessage {
     reason: Option<String>,
     attempts: u32,
     expiry: String,
+    /// When the next send is due (null once final, and while in doubt).
     next_attempt: Option<String>,
+    /// Sent, no verdict, nothing more to send: only a poll (or an operator) settles it.
+    in_doubt: bool,
+    /// While in doubt: when it fails as "delivery unknown" unless a poll answer settles it.
+    doubt_ends_at: Option<String>,
+    /// When a poll last asked about it.
+    last_poll_at: Option<String>,
+    /// When the next poll asks about it (null: the next poll pass, or no poll will).
+    next_poll_at: Option<String>,
+    submitted_at: String,
+    /// When it became acked, faulted or failed.
+    finished_at: Option<String>,
+    /// Its attempts and polls.
+    attempts_url: String,
     idempotency_key: Option<String>,
     /// The latest failed attempt's cause (kept after a later success).
     last_error: Option<String>,
     last_error_at: Option<String>,
     /// The partner's business response, if one was kept (null: none).
     response: Option<super::events::OutboundResponse>,
+}
+
+/// An outbound message's kept attempts (`outbound::view::attempts_json`).
+#[derive(ToSchema)]
+#[allow(dead_code)] // a description only: the answer is written by attempts_json
+pub struct AttemptList {
+    /// How many there were.
+    total: u64,
+    /// How many were dropped between the first 5 and the latest 20.
+    omitted: u64,
+    attempts: Vec<Attempt>,
+}
+
+/// One send of a message, or one poll that asked about it.
+#[derive(ToSchema)]
+#[allow(dead_code)] // a description only
+pub struct Attempt {
+    /// Its number among the message's attempts, from 1.
+    n: u64,
+    /// `send` or `poll`.
+    kind: String,
+    at: String,
+    /// The partner's HTTP status (null: no answer came).
+    status: Option<u16>,
+    /// What the answer said of this message: `ack`, `fault` or `none`.
+    verdict: String,
+    /// The WS-R fault code of a `fault` verdict.
+    fault: Option<String>,
+    /// Why it came to nothing, if it did (as `last_error`).
+    cause: Option<String>,
 }
 
 /// A delivered message as applications see it (`consume::view::MessageView`).

@@ -45,7 +45,10 @@ pub async fn resend(
     State(app): State<AppState>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Value>, Problem> {
-    answer(act(&app.store, &id, OperatorAction::Resend, app.clock.now()).await)
+    answer(
+        &app,
+        act(&app.store, &id, OperatorAction::Resend, app.clock.now()).await,
+    )
 }
 
 /// Ends the message `failed` ("failed by operator NAME: REASON"), and the rest of its ordered
@@ -76,14 +79,15 @@ pub async fn fail(
         operator: &caller.principal,
         why: &request.reason,
     };
-    answer(act(&app.store, &id, action, app.clock.now()).await)
+    answer(&app, act(&app.store, &id, action, app.clock.now()).await)
 }
 
 fn answer(
+    app: &AppState,
     outcome: Result<crate::store::outbound::OutMessage, ActionError>,
 ) -> Result<Json<Value>, Problem> {
     match outcome {
-        Ok(message) => Ok(Json(message_json(&message))),
+        Ok(message) => Ok(Json(message_json(&message, app.polling()))),
         Err(ActionError::NotFound(id)) => Err(Problem(
             StatusCode::NOT_FOUND,
             "not-found",

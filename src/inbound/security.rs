@@ -53,7 +53,11 @@ pub async fn caller_of(
         .partners
         .by_username_token(token, text_allowed)
         .await
-        .map_err(|why| refused(&why.to_string()))?;
+        .map_err(|why| {
+            let (partner, username) = (why.partner.as_deref(), why.username.as_deref());
+            crate::metrics::auth_refused(partner, username, why.why, now);
+            refused(why.why)
+        })?;
     if let Some(http) = &caller.partner
         && *http != partner.name
     {
@@ -69,9 +73,10 @@ pub async fn caller_of(
             .await
             .map_err(|e| TokenRefusal::Unavailable(e.to_string()))?;
         if !fresh {
-            return Err(refused(
-                "the UsernameToken's Nonce was used already (a replay)",
-            ));
+            const REPLAY: &str = "the UsernameToken's Nonce was used already (a replay)";
+            let username = Some(token.username.as_str());
+            crate::metrics::auth_refused(Some(&partner.name), username, REPLAY, now);
+            return Err(refused(REPLAY));
         }
     }
     let anonymous_ok = match channel {

@@ -13,6 +13,7 @@ use tokio::task::JoinSet;
 
 use super::http_client::{Heard, exchange, redacted};
 use super::partner_clients::PartnerClients;
+use super::view::Polling;
 use crate::clock::Clock;
 use crate::rmp::replies::Verdicts;
 use crate::rmp::sender::{AttemptFailure, AttemptKind, AttemptNote, AttemptVerdict, Event};
@@ -62,6 +63,8 @@ pub fn send_windows(partners: &crate::partners::Partners) -> BTreeMap<String, u6
 pub struct Clients {
     routes: PartnerClients,
     cap: usize,
+    /// For the next poll time notify webhooks show.
+    polling: Polling,
 }
 
 /// Messages asked about in one PollRequest at most.
@@ -86,6 +89,9 @@ pub async fn run(
     let client = Clients {
         routes: clients,
         cap: config.answer_cap,
+        polling: Polling {
+            interval: config.poll_interval,
+        },
     };
     // Polls run beside the sends, not between them: a long poll pass (many messages waiting
     // on polls, a slow partner) must not hold up first attempts until they expire.
@@ -392,7 +398,9 @@ async fn send_noted(
             note
         }
     };
-    store.record_attempts(&[(m.id.clone(), note)]).await
+    store
+        .record_attempts(&m.partner, &[(m.id.clone(), note)])
+        .await
 }
 
 /// Who a failure line names: the configured partner, or the URL (without credentials) of a
@@ -554,7 +562,7 @@ async fn poll_page(
                 (m.id.clone(), note)
             })
             .collect();
-        store.record_attempts(&notes).await?;
+        store.record_attempts(&partner, &notes).await?;
         let source = ReplySource::Destination(&destination);
         let mut finished = store.apply_replies(&replies, source, clock.now()).await?;
         let unnamed = unnamed(&messages, &replies);
@@ -588,7 +596,7 @@ async fn poll_failed(
     }
     let notes: Vec<(String, AttemptNote)> =
         asked.iter().map(|id| (id.clone(), note.clone())).collect();
-    store.record_attempts(&notes).await
+    store.record_attempts(partner, &notes).await
 }
 
 /// The messages a poll answer does not name: the destination does not hold them. One pass
@@ -604,7 +612,7 @@ fn unnamed(messages: &[OutMessage], replies: &[Reply]) -> Vec<String> {
 
 /// A notify webhook's JSON: the message's, with its business response inline when small
 /// (else its link only, as when the response cannot be read now).
-async fn notify_body(store: &Store, m: &OutMessage) -> String {
+async fn notify_body(store: &Store, m: &OutMessage, polling: Polling) -> String {
     let small = m
         .response
         .as_ref()
@@ -614,7 +622,7 @@ async fn notify_body(store: &Store, m: &OutMessage) -> String {
     } else {
         None
     };
-    super::view::notify_json(m, response.as_ref()).to_string()
+    super::view::notify_json(m, polling, response.as_ref()).to_string()
 }
 
 /// Tells a submission's notify webhook its message reached a final state. Best effort: the
@@ -643,7 +651,7 @@ pub async fn notify(store: &Store, client: &Clients, finished: &[String]) {
                 continue;
             }
         }
-        let body = notify_body(store, &m).await;
+        let body = notify_body(store, &m, client.polling).await;
         let request = client
             .routes
             .webhooks()

@@ -213,6 +213,13 @@ async fn destination(
             ),
         ));
     }
+    if !named.contains("://") {
+        // A name, not a URL: most likely a partner that is not configured (or misspelt).
+        return Err(refuse(
+            "destination",
+            format!("{named:?} is not a configured partner (nor a URL such as https://host/path)"),
+        ));
+    }
     check_destination(sending.destinations, named)
         .await
         .map_err(|why| refuse("destination", format!("{named:?} {why}")))?;

@@ -36,6 +36,7 @@ const TABLES: &[&str] = &[
     "out_messages",
     "out_events",
     "out_attempts",
+    "partner_health",
     "out_responses",
     "exchanges",
     "answer_quota",

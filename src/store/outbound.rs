@@ -148,6 +148,10 @@ pub struct OutFilter<'a> {
     pub group: Option<&'a str>,
     /// Only those to this configured partner ("" for URL destinations).
     pub partner: Option<&'a str>,
+    /// Only those in doubt (`Outbound::in_doubt`): sent, no verdict, nothing more to send.
+    pub in_doubt: bool,
+    /// Newest first (`after` then means "older than"); else oldest first.
+    pub newest_first: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -254,6 +258,73 @@ impl OutMessage {
         }
     }
 }
+
+/// A partner's health as the sender's exchanges with it left it (`record_attempts`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartnerHealth {
+    /// The configured partner ("" for URL destinations).
+    pub partner: String,
+    /// When an attempt or poll to it last got an answer (whatever it said).
+    pub last_success_at: Option<DateTime<Utc>>,
+    /// Its latest failure, kept after a later success.
+    pub last_error: Option<LastError>,
+    /// Exchanges that failed since the last answer.
+    pub failures_in_row: u64,
+}
+
+impl PartnerHealth {
+    /// What one exchange (`notes`, all of one send or one poll) does to the row: the time of
+    /// its answer, or its failure (the latest note's).
+    pub(in crate::store) fn change(notes: &[(String, AttemptNote)]) -> Option<HealthChange<'_>> {
+        let (_, latest) = notes.iter().max_by_key(|(_, n)| n.at)?;
+        Some(HealthChange {
+            at: crate::store::time::millis(latest.at),
+            failure: latest.failure.as_deref(),
+        })
+    }
+
+    pub(in crate::store) fn from_row(row: HealthRow) -> PartnerHealth {
+        let (partner, success, error, error_at, in_row) = row;
+        PartnerHealth {
+            partner,
+            last_success_at: success.map(crate::store::time::from_millis),
+            last_error: match (error, error_at) {
+                (Some(cause), Some(at)) => Some(LastError {
+                    cause,
+                    at: crate::store::time::from_millis(at),
+                }),
+                _ => None,
+            },
+            failures_in_row: u64::try_from(in_row).unwrap_or(0),
+        }
+    }
+}
+
+/// One exchange's effect on its partner's health row.
+pub(in crate::store) struct HealthChange<'a> {
+    pub at: i64,
+    pub failure: Option<&'a str>,
+}
+
+/// A `partner_health` row as both backends read it (`HEALTH_ROWS_SQL`).
+pub(in crate::store) type HealthRow = (String, Option<i64>, Option<String>, Option<i64>, i64);
+
+pub(in crate::store) const HEALTH_ROWS_SQL: &str = "SELECT partner, last_success_at, last_error, \
+     last_error_at, CAST(failures_in_row AS BIGINT) FROM partner_health ORDER BY partner";
+
+/// The change of one exchange to its partner's row (`$1` partner, `$2` its time, `$3` its
+/// failure or NULL), one statement for both backends (SQLite reads `$n` as `?n`).
+pub(in crate::store) const HEALTH_UPSERT_SQL: &str = "INSERT INTO partner_health \
+     (partner, last_success_at, last_error, last_error_at, failures_in_row) \
+     SELECT $1, CASE WHEN f IS NULL THEN t END, f, CASE WHEN f IS NULL THEN NULL ELSE t END, \
+            CASE WHEN f IS NULL THEN 0 ELSE 1 END \
+     FROM (SELECT CAST($2 AS BIGINT) AS t, CAST($3 AS TEXT) AS f) AS exchange WHERE true \
+     ON CONFLICT (partner) DO UPDATE SET \
+       last_success_at = COALESCE(excluded.last_success_at, partner_health.last_success_at), \
+       last_error = COALESCE(excluded.last_error, partner_health.last_error), \
+       last_error_at = COALESCE(excluded.last_error_at, partner_health.last_error_at), \
+       failures_in_row = CASE WHEN excluded.last_error IS NULL THEN 0 \
+                              ELSE partner_health.failures_in_row + 1 END";
 
 /// A message's kept attempts (`OutboundStore::out_attempts`): the first few and the latest,
 /// each with its number; `total` counts every one, the dropped included.
@@ -445,11 +516,16 @@ pub trait OutboundStore: Send + Sync {
     /// to every message it asked about, each with what the answer said of it), keeping the
     /// first and latest few of each message's (`rmp::sender::attempts_dropped`) and the
     /// count. A failed one is also kept as `last_error` of those not final yet; a poll as
-    /// their `last_poll_at`.
+    /// their `last_poll_at`. The exchange was with `partner` ("" a URL destination): its
+    /// health (`PartnerHealth`) follows — answered, or failed once more in a row.
     fn record_attempts<'a>(
         &'a self,
+        partner: &'a str,
         notes: &'a [(String, AttemptNote)],
     ) -> StoreFuture<'a, Result<(), StoreError>>;
+
+    /// Every partner's health, as the attempts to it left it, by partner.
+    fn partner_health(&self) -> StoreFuture<'_, Result<Vec<PartnerHealth>, StoreError>>;
 
     /// Message `id`'s attempts and polls that are kept, oldest first, and how many there were.
     fn out_attempts<'a>(

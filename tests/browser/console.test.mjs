@@ -162,11 +162,11 @@ scopes = ["consume"]
     await page.getByRole('rowheader', { name: 'audit' }).waitFor();
     // Our messages to URL destinations: Queued, Sent, In doubt, Failed, Faulted, Acked.
     const sending = (column) =>
-      page.locator('tr:has(th:text-is("(URL destinations)")) td').nth(column).innerText();
+      page.locator('tr:has(th:text-is("anonymous")) td').nth(column).innerText();
     assert.equal(await sending(2), '1', 'one message in doubt');
     assert.equal(await sending(3), '0', 'none failed yet');
     const receiving = page.locator('tr:has(th:has(a:text-is("default"))) td');
-    assert.equal(await receiving.nth(0).innerText(), '(anonymous)');
+    assert.equal(await receiving.nth(0).innerText(), 'anonymous');
     assert.equal(await receiving.nth(1).innerText(), '1', 'received in the last minute');
     await shot('overview');
 
@@ -181,7 +181,7 @@ scopes = ["consume"]
     await page.getByLabel('Partner').fill('acme');
     await page.getByRole('button', { name: 'Search' }).click();
     await page.getByText('Delivered messages: none.').waitFor();
-    await page.getByLabel('Partner').fill('(none)');
+    await page.getByLabel('Partner').fill('anonymous');
     await page.getByLabel('Channel').fill('default');
     await page.getByRole('button', { name: 'Search' }).click();
     await page.getByRole('link', { name: '1', exact: true }).click();
@@ -189,9 +189,16 @@ scopes = ["consume"]
     assert.match(await page.locator('pre').innerText(), /<po:PurchaseOrder/);
     await shot('inbound');
 
-    // The outbound message: open it, resend (attempts move), then fail it.
+    // The outbound message: found by the in-doubt filter, its attempts with the partner's
+    // 503, then resent (attempts move) and failed (with a reason and the confirmation).
     await page.getByRole('link', { name: 'Outbound' }).click();
+    await page.getByLabel('State').selectOption('in_doubt');
+    await page.getByRole('button', { name: 'Filter' }).click();
     await page.getByRole('link', { name: messageId }).click();
+    assert.equal(await fact('state'), 'in doubt');
+    assert.match(await fact('last_error'), /HTTP 503/);
+    const attempt = page.locator('table:has(caption:text-matches("Attempts and polls")) tr').nth(1);
+    assert.match(await attempt.innerText(), /send[\s\S]*503[\s\S]*none[\s\S]*HTTP 503/);
     const attemptsBefore = Number(await fact('attempts'));
     assert.ok(attemptsBefore >= 1);
     await shot('message');
@@ -202,6 +209,7 @@ scopes = ["consume"]
       return Number(await fact('attempts')) > attemptsBefore;
     });
     await page.getByLabel('Reason').fill('partner down for maintenance');
+    await page.getByLabel(/Failing it is final/).check();
     await page.getByRole('button', { name: 'Fail' }).click();
     await page.getByText('The message was failed.').waitFor();
     assert.equal(await fact('state'), 'failed');

@@ -89,6 +89,7 @@ pub(crate) fn routes() -> Vec<(Method, &'static str, &'static str)> {
         (M::POST, "/api/v1/messages", produce_only),
         (M::GET, "/api/v1/messages/x?limit=many", produce_only),
         (M::GET, "/api/v1/messages/x/response", produce_only),
+        (M::GET, "/api/v1/messages/x/attempts", produce_only),
         (M::POST, "/api/v1/messages/x/resend?limit=many", admin_only),
         (M::POST, "/api/v1/messages/x/fail", admin_only),
         (M::POST, "/api/v1/groups/%20/close", produce_only),

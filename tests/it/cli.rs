@@ -3,6 +3,8 @@
 
 use std::process::Command;
 
+use super::support::operator;
+
 fn gateway() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_wsr-gateway"));
     // The test's own environment must not change what the commands see.
@@ -80,33 +82,6 @@ fn a_failure_is_one_line_of_causes_without_a_backtrace() {
         .expect("runs");
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read config file"));
-}
-
-/// Runs the operator CLI against `app` with `token`; (exit code, stdout, stderr). Async, so
-/// that the gateway in this test's runtime can answer it.
-async fn operator(
-    app: &super::support::TestApp,
-    token: &str,
-    args: &[&str],
-) -> (i32, String, String) {
-    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_wsr-gateway"));
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("WSR_") {
-            command.env_remove(&name);
-        }
-    }
-    let out = command
-        .args(args)
-        .env("WSR_API", app.url(""))
-        .env("WSR_TOKEN", token)
-        .output()
-        .await
-        .expect("runs");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[tokio::test]

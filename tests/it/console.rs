@@ -360,11 +360,38 @@ async fn resend_and_fail_through_the_console_change_the_message() {
     })
     .await;
 
+    // A fail needs a reason and the confirmation; without, nothing happens and the page
+    // says why.
+    for form in [
+        vec![("id", id.as_str()), ("confirm", "yes")],
+        vec![("id", id.as_str()), ("reason", "partner <gone>")],
+    ] {
+        let r = post(&app, &cookie, "/console/message/fail", &form).await;
+        assert_eq!(r.status(), StatusCode::SEE_OTHER);
+        let back = r.headers()[LOCATION].to_str().expect("text").to_owned();
+        assert!(
+            back.starts_with(&format!("/console/message?id={id}&refused=")),
+            "{back}"
+        );
+        let (_, page) = get(&app, &cookie, &back).await;
+        assert!(page.contains("Not done: "), "{page}");
+        let m = app
+            .store
+            .out_message(&id)
+            .await
+            .expect("read")
+            .expect("there");
+        assert_eq!(m.outbound.state.name(), "sent", "not failed without both");
+    }
     let r = post(
         &app,
         &cookie,
         "/console/message/fail",
-        &[("id", &id), ("reason", "partner <gone>")],
+        &[
+            ("id", &id),
+            ("reason", "partner <gone>"),
+            ("confirm", "yes"),
+        ],
     )
     .await;
     assert_eq!(r.status(), StatusCode::SEE_OTHER);
@@ -389,9 +416,21 @@ async fn resend_and_fail_through_the_console_change_the_message() {
         !page.contains("Resend now"),
         "no actions on a final message: {page}"
     );
-    // A second fail is a conflict, shown as such.
-    let again = post(&app, &cookie, "/console/message/fail", &[("id", &id)]).await;
-    assert_eq!(again.status(), StatusCode::CONFLICT);
+    // A second fail is refused: back on the message's page, which says why.
+    let again = post(
+        &app,
+        &cookie,
+        "/console/message/fail",
+        &[("id", &id), ("reason", "again"), ("confirm", "yes")],
+    )
+    .await;
+    assert_eq!(again.status(), StatusCode::SEE_OTHER);
+    let back = again.headers()[LOCATION].to_str().expect("text").to_owned();
+    let (_, page) = get(&app, &cookie, &back).await;
+    assert!(
+        page.contains("Not done: the message is already failed"),
+        "{page}"
+    );
     app.stop().await;
 }
 
@@ -518,30 +557,36 @@ async fn the_overview_counts_by_channel_and_partner_the_inbox_is_searched_and_me
     let (status, page) = get(&app, &cookie, "/console").await;
     assert_eq!(status, StatusCode::OK, "{page}");
     let received = row_of(&page, "Receiving, by channel and partner", "default");
-    assert_eq!(received[0], "(anonymous)", "{received:?}");
+    assert_eq!(
+        received[0], "anonymous",
+        "one name for no partner: {received:?}"
+    );
     assert_eq!(
         received[1], "1",
         "one received in the last minute: {received:?}"
     );
     let faults: u64 = received[5].parse().expect("a count");
     assert!(faults >= 1, "the expired one: {received:?}");
-    let sending = row_of(&page, "Sending, by partner", "(URL destinations)");
+    let sending = row_of(&page, "Sending, by partner", "anonymous");
     assert!(
         sending[1].contains(">1</a>"),
         "sent, no verdict: {sending:?}"
     );
-    assert_eq!(sending[2], "1", "in doubt: {sending:?}");
+    assert!(
+        sending[2].contains("state=in_doubt") && sending[2].contains(">1</a>"),
+        "in doubt, a link to them: {sending:?}"
+    );
     assert!(page.contains("InvalidExpiryTime"), "{page}");
 
-    // Outbound by partner: "(none)" is a URL destination.
-    let (_, page) = get(&app, &cookie, "/console/messages?partner=%28none%29").await;
+    // Outbound by partner: "anonymous" is a URL destination.
+    let (_, page) = get(&app, &cookie, "/console/messages?partner=anonymous").await;
     assert!(page.contains(&id), "{page}");
     let (_, page) = get(&app, &cookie, "/console/messages?partner=acme").await;
     assert!(page.contains("Outbound messages: none."), "{page}");
 
     // The inbox searched by channel, partner, group id and time.
     for (query, found) in [
-        ("channel=default&partner=%28none%29", true),
+        ("channel=default&partner=anonymous", true),
         ("channel=elsewhere", false),
         ("partner=acme", false),
         ("group=mid%3Aexample-po-0001%40partner.example.org", true),

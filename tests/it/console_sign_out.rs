@@ -59,7 +59,7 @@ pub async fn sign_in(app: &TestApp) -> String {
         .to_owned()
 }
 
-async fn get(app: &TestApp, cookie: &str, path: &str) -> (StatusCode, String) {
+pub async fn get(app: &TestApp, cookie: &str, path: &str) -> (StatusCode, String) {
     let r = client()
         .get(app.url(path))
         .header(COOKIE, cookie)

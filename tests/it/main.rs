@@ -48,3 +48,4 @@ mod tls;
 mod unstorable_input;
 mod username_token;
 mod valid;
+mod why_stuck;

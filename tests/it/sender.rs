@@ -671,7 +671,9 @@ async fn cli_send_and_status() {
     let api = sender.url("");
     let out = tokio::task::spawn_blocking(move || {
         std::process::Command::new(env!("CARGO_BIN_EXE_wsr-gateway"))
-            .args(["status", "--api", &api, "--token", TOKEN, &first_id])
+            .args([
+                "status", "--api", &api, "--token", TOKEN, "-o", "json", &first_id,
+            ])
             .output()
             .expect("status runs")
     })

@@ -744,3 +744,26 @@ pub async fn execute_with(
         }
     }
 }
+
+/// Runs the operator CLI against `app` with `token`; (exit code, stdout, stderr). Async, so
+/// that the gateway in this test's runtime can answer it.
+pub async fn operator(app: &TestApp, token: &str, args: &[&str]) -> (i32, String, String) {
+    let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_wsr-gateway"));
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("WSR_") {
+            command.env_remove(&name);
+        }
+    }
+    let out = command
+        .args(args)
+        .env("WSR_API", app.url(""))
+        .env("WSR_TOKEN", token)
+        .output()
+        .await
+        .expect("runs");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}

@@ -60,3 +60,5 @@ mod test_database;
 mod unstorable_input;
 #[path = "../it/username_token.rs"]
 mod username_token;
+#[path = "../it/why_stuck.rs"]
+mod why_stuck;

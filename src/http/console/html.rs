@@ -58,6 +58,16 @@ pub fn link(href: &str, text: &str) -> String {
     format!("<a href=\"{}\">{}</a>", esc(href), esc(text))
 }
 
+/// A link whose text is an id: kept on one line (a UUID wrapped mid-way reads as two).
+pub fn id_link(href: &str, id: &str) -> String {
+    format!("<a class=\"id\" href=\"{}\">{}</a>", esc(href), esc(id))
+}
+
+/// An id shown as text, kept on one line as `id_link`.
+pub fn id_text(id: &str) -> String {
+    format!("<span class=\"id\">{}</span>", esc(id))
+}
+
 /// A table: headings (`<th scope="col">`) and rows of cells already rendered as HTML; the
 /// first cell of each row is its heading (`<th scope="row">`).
 pub fn table(caption: &str, headings: &[&str], rows: &[Vec<String>]) -> String {

@@ -433,7 +433,7 @@ async fn claims_count_attempts_once_and_failures_keep_the_retry_state() {
         );
         // A failed attempt is recorded; one that never arrived is counted.
         store
-            .record_attempts(&[failed_send("m", "unreachable: refused", t0())])
+            .record_attempts("acme", &[failed_send("m", "unreachable: refused", t0())])
             .await
             .expect("recorded");
         let mut unreached = sent.outbound.clone();
@@ -485,7 +485,7 @@ async fn claims_count_attempts_once_and_failures_keep_the_retry_state() {
             b.name
         );
         store
-            .record_attempts(&[failed_send("m", "later", t0() + secs(5))])
+            .record_attempts("acme", &[failed_send("m", "later", t0() + secs(5))])
             .await
             .expect("recorded");
         assert_eq!(
@@ -989,7 +989,10 @@ async fn a_messages_attempts_are_its_story_kept_bounded() {
         submit(store, submission("story")).await;
         submit(store, submission("other")).await;
         store
-            .record_attempts(&[failed_send("story", "HTTP 503 without a WS-R answer", t0())])
+            .record_attempts(
+                "acme",
+                &[failed_send("story", "HTTP 503 without a WS-R answer", t0())],
+            )
             .await
             .expect("recorded");
         let answered = AttemptNote {
@@ -1000,7 +1003,7 @@ async fn a_messages_attempts_are_its_story_kept_bounded() {
             failure: None,
         };
         store
-            .record_attempts(&[("story".to_owned(), answered.clone())])
+            .record_attempts("acme", &[("story".to_owned(), answered.clone())])
             .await
             .expect("recorded");
         let history = store.out_attempts("story").await.expect("history");
@@ -1031,10 +1034,13 @@ async fn a_messages_attempts_are_its_story_kept_bounded() {
             failure: None,
         };
         store
-            .record_attempts(&[
-                ("story".to_owned(), poll(AttemptVerdict::Ack)),
-                ("other".to_owned(), poll(AttemptVerdict::Nothing)),
-            ])
+            .record_attempts(
+                "acme",
+                &[
+                    ("story".to_owned(), poll(AttemptVerdict::Ack)),
+                    ("other".to_owned(), poll(AttemptVerdict::Nothing)),
+                ],
+            )
             .await
             .expect("recorded");
         assert_eq!(
@@ -1054,11 +1060,14 @@ async fn a_messages_attempts_are_its_story_kept_bounded() {
         // Polled for a long time: bounded, with the beginning and the end.
         for i in 0..40 {
             store
-                .record_attempts(&[failed_send(
-                    "story",
-                    &format!("poll: timeout {i}"),
-                    t0() + secs(20 + i),
-                )])
+                .record_attempts(
+                    "acme",
+                    &[failed_send(
+                        "story",
+                        &format!("poll: timeout {i}"),
+                        t0() + secs(20 + i),
+                    )],
+                )
                 .await
                 .expect("recorded");
         }
@@ -1092,6 +1101,74 @@ async fn a_messages_attempts_are_its_story_kept_bounded() {
                 .kept
                 .is_empty(),
             "{}",
+            b.name
+        );
+    }
+}
+
+/// A partner's health follows its exchanges: an answer resets the failures in a row and is
+/// its last success; a failure counts one more and is its last error, kept after a success.
+#[tokio::test]
+async fn a_partners_health_follows_its_exchanges() {
+    for b in backends().await {
+        let store = &b.store;
+        submit(store, submission("h1")).await;
+        submit(store, submission("h2")).await;
+        assert!(
+            store.partner_health().await.expect("read").is_empty(),
+            "{}",
+            b.name
+        );
+        for i in 0..3 {
+            store
+                .record_attempts(
+                    "acme",
+                    &[failed_send(
+                        "h1",
+                        "HTTP 503 without a WS-R answer",
+                        t0() + secs(i),
+                    )],
+                )
+                .await
+                .expect("recorded");
+        }
+        store
+            .record_attempts("", &[failed_send("h2", "unreachable: refused", t0())])
+            .await
+            .expect("recorded");
+        let health = store.partner_health().await.expect("read");
+        assert_eq!(health.len(), 2, "{}", b.name);
+        assert_eq!(health[0].partner, "", "{}", b.name);
+        let acme = &health[1];
+        assert_eq!(acme.partner, "acme", "{}", b.name);
+        assert_eq!(acme.failures_in_row, 3, "{}", b.name);
+        assert_eq!(acme.last_success_at, None, "{}", b.name);
+        let error = acme.last_error.as_ref().expect("an error");
+        assert_eq!(
+            (error.cause.as_str(), error.at),
+            ("HTTP 503 without a WS-R answer", t0() + secs(2)),
+            "{}",
+            b.name
+        );
+        let answered = AttemptNote {
+            kind: AttemptKind::Poll,
+            at: t0() + secs(10),
+            status: Some(200),
+            verdict: AttemptVerdict::Ack,
+            failure: None,
+        };
+        store
+            .record_attempts("acme", &[("h1".to_owned(), answered)])
+            .await
+            .expect("recorded");
+        let health = store.partner_health().await.expect("read");
+        let acme = &health[1];
+        assert_eq!(acme.failures_in_row, 0, "{}", b.name);
+        assert_eq!(acme.last_success_at, Some(t0() + secs(10)), "{}", b.name);
+        assert_eq!(
+            acme.last_error.as_ref().map(|e| e.cause.as_str()),
+            Some("HTTP 503 without a WS-R answer"),
+            "the last error stays after a success: {}",
             b.name
         );
     }

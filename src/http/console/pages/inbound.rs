@@ -13,7 +13,7 @@ use super::super::Operator;
 use super::super::html::{self, Stop, esc, facts, link, query_value, table};
 use super::{
     HEAD_READ, MAX_ITEMS, NO_PARTNER, PAGE, Page, bad_request, excerpt_of_head, not_found, number,
-    partner_filter, query, required, sender_shown, shown, store, text, when,
+    partner_filter, partner_shown, query, required, shown, store, text, when,
 };
 use crate::http::AppState;
 use crate::rmp::group::GroupState;
@@ -59,7 +59,7 @@ fn group_href(partner: &str, group_id: &str) -> String {
 
 const GROUP_SEARCH: &str = "<form method=\"get\" action=\"/console/group\">\
     <label for=\"group-id\">Group id</label><input id=\"group-id\" name=\"id\" required>\
-    <label for=\"partner\">Partner</label><input id=\"partner\" name=\"partner\" placeholder=\"(anonymous)\">\
+    <label for=\"partner\">Partner</label><input id=\"partner\" name=\"partner\" placeholder=\"{NO_PARTNER}\">\
     <button type=\"submit\">Find</button></form>";
 
 pub async fn groups(
@@ -84,7 +84,7 @@ pub async fn groups(
                     &group_href(partner, g.group_id.as_str()),
                     g.group_id.as_str(),
                 ),
-                esc(sender_shown(partner)),
+                esc(partner_shown(partner)),
                 esc(&g.params.channel),
                 esc(g.status.as_str()),
                 esc(&ranges(g.delivered.pairs())),
@@ -170,7 +170,7 @@ fn group_facts(partner: &str, g: &GroupState) -> Vec<(&'static str, String)> {
         }
     };
     vec![
-        ("Partner", esc(sender_shown(partner))),
+        ("Partner", esc(partner_shown(partner))),
         ("Group id", esc(g.group_id.as_str())),
         ("Channel", esc(&g.params.channel)),
         ("Status", esc(g.status.as_str())),
@@ -276,7 +276,7 @@ fn inbox_forms(
         body,
         "<form method=\"get\" action=\"/console/inbox\">\
          <label for=\"channel\">Channel</label><input id=\"channel\" name=\"channel\" value=\"{}\">\
-         <label for=\"partner\">Partner</label><input id=\"partner\" name=\"partner\" value=\"{}\" placeholder=\"{NO_PARTNER} for anonymous\">\
+         <label for=\"partner\">Partner</label><input id=\"partner\" name=\"partner\" value=\"{}\" placeholder=\"{NO_PARTNER}\">\
          <label for=\"group\">Group id</label><input id=\"group\" name=\"group\" value=\"{}\">\
          <label for=\"since\">Received since (UTC)</label><input id=\"since\" name=\"since\" value=\"{}\" placeholder=\"2026-12-04T17:30\">\
          <button type=\"submit\">Search</button></form>",
@@ -300,7 +300,7 @@ fn inbox_table(entries: &[Listed]) -> String {
                 ),
                 esc(&e.channel),
                 esc(&e.topic),
-                esc(sender_shown(&e.partner)),
+                esc(partner_shown(&e.partner)),
                 link(&group_href(&e.partner, &e.group_id), &e.group_id),
                 e.number.map_or("—".into(), |n| n.to_string()),
                 when(&e.received_at),
@@ -369,7 +369,7 @@ pub async fn inbox_message(
             ("Offset", e.offset.to_string()),
             ("Topic", esc(&e.topic)),
             ("Channel", esc(&e.channel)),
-            ("Partner", esc(sender_shown(&e.partner))),
+            ("Partner", esc(partner_shown(&e.partner))),
             (
                 "Group id",
                 link(&group_href(&e.partner, &e.group_id), &e.group_id),

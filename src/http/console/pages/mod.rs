@@ -50,13 +50,11 @@ const MAX_SHOWN: usize = 64 * 1024;
 /// How much of a stored value to read for its excerpt: what is shown, and the few bytes past
 /// it that tell where the last character shown ends.
 const HEAD_READ: usize = MAX_SHOWN + 4;
-/// The outbound states, as `out_messages` filters them.
-const STATES: &[&str] = &["queued", "sent", "acked", "faulted", "failed"];
-
 type Page = Result<Response, Stop>;
 
-/// The `partner` query value of "no configured partner": anonymous senders, URL destinations.
-const NO_PARTNER: &str = "(none)";
+/// "No configured partner" — anonymous senders, URL destinations — as every page shows it
+/// and filters on it: the one name the metrics, the access log and the CLI use too.
+const NO_PARTNER: &str = crate::metrics::ANONYMOUS;
 
 /// A partner as a `partner` query value (`NO_PARTNER` for "").
 fn partner_query(partner: &str) -> &str {
@@ -67,13 +65,10 @@ fn partner_query(partner: &str) -> &str {
     }
 }
 
-/// A sender as the store keeps it, shown ("" is a caller without a configured partner).
-fn sender_shown(partner: &str) -> &str {
-    if partner.is_empty() {
-        "(anonymous)"
-    } else {
-        partner
-    }
+/// A partner as the store keeps it, shown ("" is a caller or destination without a
+/// configured partner: `NO_PARTNER`).
+fn partner_shown(partner: &str) -> &str {
+    partner_query(partner)
 }
 
 /// A `partner` query value as the store keeps partners ("" for `NO_PARTNER`).

@@ -10,7 +10,7 @@ use chrono::Duration;
 
 use super::super::Operator;
 use super::super::html::{esc, link, query_value, table};
-use super::{MAX_SUBSCRIPTIONS, Page, partner_query, sender_shown, shown, store};
+use super::{MAX_SUBSCRIPTIONS, Page, partner_query, partner_shown, shown, store};
 use crate::http::AppState;
 use crate::metrics::{ANONYMOUS, faults_answered, held_back_sources};
 use crate::outbound::backend::{RequestResponse, Responder};
@@ -26,14 +26,10 @@ const IN_DOUBT_LOOKED_AT: usize = 5_000;
 /// Requests in doubt toward a service listed, at most.
 const MAX_IN_DOUBT_SHOWN: i64 = 100;
 
-/// A partner as the fault tally labels it (`ANONYMOUS` for callers without one), shown as
-/// the store's partners are.
+/// A partner as the fault tally labels it (`ANONYMOUS` for callers without one, the name
+/// every page shows them by).
 fn fault_partner(label: &str) -> String {
-    esc(if label == ANONYMOUS {
-        sender_shown("")
-    } else {
-        label
-    })
+    esc(label)
 }
 
 /// A count that may be a floor.
@@ -134,7 +130,7 @@ fn in_doubt_toward_services(doubted: &[crate::store::Exchange]) -> String {
         .map(|e| {
             vec![
                 esc(&e.channel),
-                esc(sender_shown(&e.partner)),
+                esc(partner_shown(&e.partner)),
                 esc(e.key.group_id.as_str()),
                 e.key.number.map_or("—".into(), |n| n.to_string()),
                 e.started_at.format("%Y-%m-%d %H:%M:%S UTC").to_string(),
@@ -213,7 +209,7 @@ fn receiving_row(
     );
     vec![
         link(&search, &r.channel),
-        esc(sender_shown(&r.partner)),
+        esc(partner_shown(&r.partner)),
         at_least(r.received, floor),
         format!(
             "{}{:.2}",
@@ -230,7 +226,7 @@ fn receiving_row(
 fn callbacks_owed(owed: &[(String, u64)]) -> String {
     let owed: Vec<Vec<String>> = owed
         .iter()
-        .map(|(p, n)| vec![esc(sender_shown(p)), n.to_string()])
+        .map(|(p, n)| vec![esc(partner_shown(p)), n.to_string()])
         .collect();
     table(
         "Callback acks owed, by partner",
@@ -263,17 +259,13 @@ fn sending(
             };
             let doubt = in_doubt.by_partner.get(&s.partner).copied().unwrap_or(0);
             vec![
-                esc(if s.partner.is_empty() {
-                    "(URL destinations)"
-                } else {
-                    &s.partner
-                }),
+                esc(partner_shown(&s.partner)),
                 link(&list("queued"), &state(&s.states, "queued").to_string()),
                 link(&list("sent"), &state(&s.states, "sent").to_string()),
-                at_least(doubt, !in_doubt.complete),
+                link(&list("in_doubt"), &at_least(doubt, !in_doubt.complete)),
                 link(&list("failed"), &state(&s.states, "failed").to_string()),
                 link(&list("faulted"), &state(&s.states, "faulted").to_string()),
-                state(&s.states, "acked").to_string(),
+                link(&list("acked"), &state(&s.states, "acked").to_string()),
             ]
         })
         .collect();

@@ -22,8 +22,9 @@ use chrono::{DateTime, Utc};
 
 use crate::rmp::sender::{AttemptNote, OutState, Outbound};
 use crate::store::outbound::{
-    ATTEMPT_ROWS_SQL, AttemptHistory, AttemptRow, Due, IdempotencyKey, KeptResponse, OutEvent,
-    OutFilter, OutMessage, OutboundStore, ReplySource, Submission, SubmitError, Submitted,
+    ATTEMPT_ROWS_SQL, AttemptHistory, AttemptRow, Due, HEALTH_ROWS_SQL, HealthRow, IdempotencyKey,
+    KeptResponse, OutEvent, OutFilter, OutMessage, OutboundStore, PartnerHealth, ReplySource,
+    Submission, SubmitError, Submitted,
 };
 use crate::store::postgres::{PostgresStore, retryable};
 use crate::store::{StoreError, StoreFuture};
@@ -206,9 +207,21 @@ impl OutboundStore for PostgresStore {
 
     fn record_attempts<'a>(
         &'a self,
+        partner: &'a str,
         notes: &'a [(String, AttemptNote)],
     ) -> StoreFuture<'a, Result<(), StoreError>> {
-        Box::pin(retrying(move || write::record_attempts(self, notes)))
+        Box::pin(retrying(move || {
+            write::record_attempts(self, partner, notes)
+        }))
+    }
+
+    fn partner_health(&self) -> StoreFuture<'_, Result<Vec<PartnerHealth>, StoreError>> {
+        Box::pin(async move {
+            let rows: Vec<HealthRow> = sqlx::query_as(HEALTH_ROWS_SQL)
+                .fetch_all(&self.pool)
+                .await?;
+            Ok(rows.into_iter().map(PartnerHealth::from_row).collect())
+        })
     }
 
     fn out_attempts<'a>(

@@ -48,20 +48,35 @@ pub(super) async fn out_messages_of(
     after: Option<&str>,
     limit: i64,
 ) -> Result<Vec<OutMessage>, StoreError> {
-    let rows = sqlx::query(select_messages!(
-        "WHERE ($1::text IS NULL OR m.state = $1) AND ($2::text IS NULL OR m.group_id = $2) \
+    // In doubt as `Outbound::in_doubt` says it, in SQL.
+    let sql = if filter.newest_first {
+        select_messages!(
+            "WHERE ($1::text IS NULL OR m.state = $1) AND ($2::text IS NULL OR m.group_id = $2) \
          AND ($5::text IS NULL OR m.principal = $5) AND ($6::text IS NULL OR m.partner = $6) \
+         AND (NOT $7 OR (m.state IN ('queued', 'sent') AND m.attempts > m.unreached \
+                         AND (m.next_attempt IS NULL OR m.next_attempt >= m.expiry))) \
+         AND ($3 = '' OR m.id < $3) ORDER BY m.id DESC LIMIT $4"
+        )
+    } else {
+        select_messages!(
+            "WHERE ($1::text IS NULL OR m.state = $1) AND ($2::text IS NULL OR m.group_id = $2) \
+         AND ($5::text IS NULL OR m.principal = $5) AND ($6::text IS NULL OR m.partner = $6) \
+         AND (NOT $7 OR (m.state IN ('queued', 'sent') AND m.attempts > m.unreached \
+                         AND (m.next_attempt IS NULL OR m.next_attempt >= m.expiry))) \
          AND m.id > $3 ORDER BY m.id LIMIT $4"
-    ))
-    .bind(filter.state)
-    .bind(filter.group)
-    .bind(after.unwrap_or(""))
-    .bind(limit)
-    .bind(filter.principal)
-    .bind(filter.partner)
-    .fetch_all(pool)
-    .await
-    .doing("listing outbound messages")?;
+        )
+    };
+    let rows = sqlx::query(sql)
+        .bind(filter.state)
+        .bind(filter.group)
+        .bind(after.unwrap_or(""))
+        .bind(limit)
+        .bind(filter.principal)
+        .bind(filter.partner)
+        .bind(filter.in_doubt)
+        .fetch_all(pool)
+        .await
+        .doing("listing outbound messages")?;
     rows.iter().map(message).collect()
 }
 

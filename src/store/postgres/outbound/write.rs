@@ -16,7 +16,7 @@ use crate::rmp::sender::{
     ATTEMPTS_KEPT_FIRST, ATTEMPTS_KEPT_LAST, AttemptNote, Event, OutState, Outbound,
 };
 use crate::store::StoreError;
-use crate::store::outbound::OutMessage;
+use crate::store::outbound::{HEALTH_UPSERT_SQL, OutMessage, PartnerHealth};
 use crate::store::postgres::{Announcement, PostgresStore};
 use crate::store::stored_outbound::{encode_schedule, fault_of, reason_of, state_of};
 use crate::store::time::millis;
@@ -167,8 +167,10 @@ pub(super) async fn save_unreached(
 /// change takes them), so that two gateways never give one message's attempts one number.
 pub(super) async fn record_attempts(
     store: &PostgresStore,
+    partner: &str,
     notes: &[(String, AttemptNote)],
 ) -> Result<(), Failure> {
+    let health = PartnerHealth::change(notes);
     let mut notes: Vec<&(String, AttemptNote)> = notes.iter().collect();
     notes.sort_by(|a, b| a.0.cmp(&b.0));
     // One line per message and call: a second would take the same number.
@@ -237,6 +239,16 @@ pub(super) async fn record_attempts(
     .execute(&mut *tx)
     .await
     .doing("keeping an attempt's failure as last_error")?;
+    // Last: the partner's row is the one every exchange with it takes.
+    if let Some(change) = health {
+        sqlx::query(HEALTH_UPSERT_SQL)
+            .bind(partner)
+            .bind(change.at)
+            .bind(change.failure)
+            .execute(&mut *tx)
+            .await
+            .doing("keeping the partner's health")?;
+    }
     store.commit(tx, Announcement::default()).await?;
     Ok(())
 }

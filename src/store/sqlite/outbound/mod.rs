@@ -16,8 +16,9 @@ use super::{SqliteStore, Wakes};
 use crate::rmp::replies::Verdicts;
 use crate::rmp::sender::{AttemptNote, OutState, Outbound};
 use crate::store::outbound::{
-    ATTEMPT_ROWS_SQL, AttemptHistory, AttemptRow, Due, IdempotencyKey, KeptResponse, OutEvent,
-    OutFilter, OutMessage, OutboundStore, ReplySource, Submission, SubmitError, Submitted,
+    ATTEMPT_ROWS_SQL, AttemptHistory, AttemptRow, Due, HEALTH_ROWS_SQL, HealthRow, IdempotencyKey,
+    KeptResponse, OutEvent, OutFilter, OutMessage, OutboundStore, PartnerHealth, ReplySource,
+    Submission, SubmitError, Submitted,
 };
 use crate::store::{StoreError, StoreFuture};
 use crate::wsr::{GroupId, Reply};
@@ -145,13 +146,23 @@ impl OutboundStore for SqliteStore {
 
     fn record_attempts<'a>(
         &'a self,
+        partner: &'a str,
         notes: &'a [(String, AttemptNote)],
     ) -> StoreFuture<'a, Result<(), StoreError>> {
-        let notes = notes.to_vec();
+        let (partner, notes) = (partner.to_owned(), notes.to_vec());
         Box::pin(self.keep(move |conn| {
-            write::record_attempts(conn, &notes)?;
+            write::record_attempts(conn, &partner, &notes)?;
             Ok(((), Wakes::NONE))
         }))
+    }
+
+    fn partner_health(&self) -> StoreFuture<'_, Result<Vec<PartnerHealth>, StoreError>> {
+        Box::pin(async move {
+            let rows: Vec<HealthRow> = sqlx::query_as(HEALTH_ROWS_SQL)
+                .fetch_all(&self.pool)
+                .await?;
+            Ok(rows.into_iter().map(PartnerHealth::from_row).collect())
+        })
     }
 
     fn out_attempts<'a>(

@@ -56,19 +56,34 @@ pub(super) async fn out_messages_of(
     after: Option<&str>,
     limit: i64,
 ) -> Result<Vec<OutMessage>, StoreError> {
-    let rows = sqlx::query(select_messages!(
-        "WHERE (?1 IS NULL OR m.state = ?1) AND (?2 IS NULL OR m.group_id = ?2) \
+    // In doubt as `Outbound::in_doubt` says it, in SQL.
+    let sql = if filter.newest_first {
+        select_messages!(
+            "WHERE (?1 IS NULL OR m.state = ?1) AND (?2 IS NULL OR m.group_id = ?2) \
          AND (?5 IS NULL OR m.principal = ?5) AND (?6 IS NULL OR m.partner = ?6) \
+         AND (?7 = 0 OR (m.state IN ('queued', 'sent') AND m.attempts > m.unreached \
+                         AND (m.next_attempt IS NULL OR m.next_attempt >= m.expiry))) \
+         AND (?3 = '' OR m.id < ?3) ORDER BY m.id DESC LIMIT ?4"
+        )
+    } else {
+        select_messages!(
+            "WHERE (?1 IS NULL OR m.state = ?1) AND (?2 IS NULL OR m.group_id = ?2) \
+         AND (?5 IS NULL OR m.principal = ?5) AND (?6 IS NULL OR m.partner = ?6) \
+         AND (?7 = 0 OR (m.state IN ('queued', 'sent') AND m.attempts > m.unreached \
+                         AND (m.next_attempt IS NULL OR m.next_attempt >= m.expiry))) \
          AND m.id > ?3 ORDER BY m.id LIMIT ?4"
-    ))
-    .bind(filter.state)
-    .bind(filter.group)
-    .bind(after.unwrap_or(""))
-    .bind(limit)
-    .bind(filter.principal)
-    .bind(filter.partner)
-    .fetch_all(pool)
-    .await?;
+        )
+    };
+    let rows = sqlx::query(sql)
+        .bind(filter.state)
+        .bind(filter.group)
+        .bind(after.unwrap_or(""))
+        .bind(limit)
+        .bind(filter.principal)
+        .bind(filter.partner)
+        .bind(i64::from(filter.in_doubt))
+        .fetch_all(pool)
+        .await?;
     rows.iter().map(|r| Columns::of_pool(r).message()).collect()
 }
 

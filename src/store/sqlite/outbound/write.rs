@@ -11,7 +11,7 @@ use crate::rmp::replies::Verdicts;
 use crate::rmp::send_group::{self, Member, ReplySource, Settled};
 use crate::rmp::sender::{AttemptKind, AttemptNote, Event, OutState, Outbound, attempts_dropped};
 use crate::store::StoreError;
-use crate::store::outbound::OutMessage;
+use crate::store::outbound::{HEALTH_UPSERT_SQL, OutMessage, PartnerHealth};
 use crate::store::sqlite::{Change, Wakes};
 use crate::store::stored_outbound::encode_schedule;
 use crate::store::time::millis;
@@ -68,8 +68,15 @@ pub(super) fn save_unreached(conn: &Conn, id: &str, after: &Outbound) -> Result<
 /// `OutboundStore::record_attempts` in the writer's transaction.
 pub(super) fn record_attempts(
     conn: &Conn,
+    partner: &str,
     notes: &[(String, AttemptNote)],
 ) -> Result<(), StoreError> {
+    if let Some(change) = PartnerHealth::change(notes) {
+        static UPSERT: std::sync::LazyLock<String> =
+            std::sync::LazyLock::new(|| HEALTH_UPSERT_SQL.replace('$', "?"));
+        conn.prepare_cached(&UPSERT)?
+            .execute(params![partner, change.at, change.failure])?;
+    }
     let mut latest =
         conn.prepare_cached("SELECT COALESCE(MAX(n), 0) FROM out_attempts WHERE message_id = ?1")?;
     let mut insert = conn.prepare_cached(

@@ -1,0 +1,284 @@
+//! Issue 33, acceptance 2: a partner that answers `200` with an envelope but no ack (a plain
+//! SOAP service, a wrong path behind a proxy) — its message shows the cause after one attempt
+//! in the API (the message and its attempts), the console (the list and the message page), the
+//! operator CLI, the metrics and the log; and a message in doubt is a state of its own that
+//! lists filter on.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use axum::http::StatusCode;
+use axum::response::IntoResponse as _;
+use serde_json::{Value, json};
+use wsr_gateway::config::{ApiToken, Scope};
+use wsr_gateway::wsr::{Headers, SoapVersion, write_envelope};
+
+use super::support::{TestApp, eventually, serve_local, spawn_app_with};
+
+const ADMIN: &str = super::console_sign_out::ADMIN;
+
+/// A partner that takes every request with `200` and an envelope holding no WS-R answer;
+/// its URL and how many requests it took.
+async fn plain_soap_service() -> (String, Arc<AtomicUsize>) {
+    let seen = Arc::new(AtomicUsize::new(0));
+    let count = seen.clone();
+    let handler = move || {
+        let count = count.clone();
+        async move {
+            count.fetch_add(1, Ordering::SeqCst);
+            let envelope = write_envelope(SoapVersion::Soap11, Headers::default(), "<ok/>");
+            (
+                StatusCode::OK,
+                [("content-type", "text/xml; charset=utf-8")],
+                envelope,
+            )
+                .into_response()
+        }
+    };
+    let router = axum::Router::new().route("/", axum::routing::post(handler));
+    (format!("{}/", serve_local(router).await), seen)
+}
+
+async fn api(app: &TestApp, path: &str) -> Value {
+    let r = app
+        .client
+        .get(app.url(&format!("/api/v1{path}")))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .expect("API answers");
+    assert_eq!(r.status(), 200, "{path}");
+    r.json().await.expect("JSON")
+}
+
+/// A Response-pattern message to `partner`, one attempt allowed; its id.
+async fn submitted(app: &TestApp, partner: &str) -> String {
+    let (status, answer) = super::support::submit_as(
+        app,
+        ADMIN,
+        json!({
+            "destination": partner,
+            "agreement": { "reply_pattern": "Response", "max_attempts": 1, "interval_ms": 100,
+                           "backoff": 1, "expiry_seconds": 3600 },
+            "body": "<t:Order xmlns:t=\"urn:t\"/>",
+        }),
+    )
+    .await;
+    assert_eq!(status, 202, "{answer}");
+    answer["id"].as_str().expect("id").to_owned()
+}
+
+#[tokio::test]
+async fn a_partner_answering_200_without_acks_shows_its_cause_everywhere_after_one_attempt() {
+    let (plain, served) = plain_soap_service().await;
+    let app = spawn_app_with(|c| {
+        c.tokens = vec![ApiToken::plain(ADMIN, "ops", vec![Scope::Admin])];
+        c.partners.insert_address("plainsoap", plain.clone());
+    })
+    .await;
+    let id = submitted(&app, "plainsoap").await;
+    let m = eventually("the attempt's cause is kept", || async {
+        let m = api(&app, &format!("/messages/{id}")).await;
+        m["last_error"].is_string().then_some(m)
+    })
+    .await;
+    assert_eq!(served.load(Ordering::SeqCst), 1, "one attempt was enough");
+    let cause = m["last_error"].as_str().expect("text");
+    assert!(cause.contains("HTTP 200 without an ack"), "{cause}");
+    // One attempt, no verdict, nothing more to send: in doubt, said as such.
+    assert_eq!(m["in_doubt"], true, "{m}");
+    assert_eq!(m["next_attempt"], Value::Null, "no send is due: {m}");
+    assert!(m["doubt_ends_at"].is_string(), "{m}");
+    assert!(m["submitted_at"].is_string(), "{m}");
+    assert_eq!(m["finished_at"], Value::Null, "{m}");
+
+    // The API: the attempt with the partner's status, its verdict and the cause.
+    let story = api(&app, &format!("/messages/{id}/attempts")).await;
+    assert_eq!(story["total"], 1, "{story}");
+    let first = &story["attempts"][0];
+    assert_eq!(
+        (
+            first["kind"].as_str(),
+            first["status"].as_u64(),
+            first["verdict"].as_str()
+        ),
+        (Some("send"), Some(200), Some("none")),
+        "{story}"
+    );
+    assert_eq!(first["cause"].as_str(), Some(cause), "{story}");
+    // The in-doubt filter finds it; `sent` still does (its stored state).
+    let doubted = api(&app, "/messages?state=in_doubt&partner=plainsoap").await;
+    assert_eq!(
+        doubted["messages"][0]["id"].as_str(),
+        Some(id.as_str()),
+        "{doubted}"
+    );
+    let acked = api(&app, "/messages?state=acked&partner=plainsoap").await;
+    assert_eq!(acked["messages"], json!([]), "{acked}");
+
+    // The metrics: the attempt counted by its result.
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .expect("answers")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("wsr_outbound_attempts_total{")
+                && l.contains("partner=\"plainsoap\"")
+                && l.contains("result=\"no_verdict\"")),
+        "{metrics}"
+    );
+
+    // The console: the list's last-error column, the message page's attempts.
+    let cookie = super::console_sign_out::sign_in(&app).await;
+    let (status, page) = super::console_sign_out::get(
+        &app,
+        &cookie,
+        "/console/messages?state=in_doubt&partner=plainsoap",
+    )
+    .await;
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains(&id) && page.contains("HTTP 200 without an ack"),
+        "{page}"
+    );
+    assert!(page.contains("in doubt"), "{page}");
+    let (_, page) =
+        super::console_sign_out::get(&app, &cookie, &format!("/console/message?id={id}")).await;
+    assert!(page.contains("Attempts and polls (1 in all)"), "{page}");
+    assert!(page.contains("<td>200</td>"), "{page}");
+
+    // The CLI: `messages show` prints the message and its attempts.
+    let (code, out, err) = super::support::operator(&app, ADMIN, &["messages", "show", &id]).await;
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("in_doubt") && out.contains("HTTP 200 without an ack"),
+        "{out}"
+    );
+    let attempt_line = out
+        .lines()
+        .find(|l| l.starts_with("1 ") && l.contains("send"))
+        .unwrap_or_else(|| panic!("an attempt line: {out}"));
+    assert!(
+        attempt_line.contains("200") && attempt_line.contains("none"),
+        "{out}"
+    );
+    let (code, out, err) = super::support::operator(
+        &app,
+        ADMIN,
+        &[
+            "messages",
+            "list",
+            "--state",
+            "in_doubt",
+            "--partner",
+            "plainsoap",
+        ],
+    )
+    .await;
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&id) && !out.contains("next page"), "{out}");
+    app.stop().await;
+}
+
+/// The log tells the operator too — and one partner that is down does not flood it: three
+/// messages failing alike within a few seconds are one WARN line naming the partner and the
+/// cause (the rest are counted in the next line's `repeated`).
+#[tokio::test]
+async fn failed_attempts_are_one_warn_line_per_partner_and_cause_not_one_per_message() {
+    let (plain, served) = plain_soap_service().await;
+    let dir = tempfile::tempdir().expect("temp dir");
+    let port = super::support::free_port();
+    let config = dir.path().join("gateway.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:{port}\"\ndatabase = {:?}\nlog_format = \"json\"\n\n\
+             [[tokens]]\ntoken = \"{ADMIN}\"\nprincipal = \"ops\"\nscopes = [\"admin\"]\n\n\
+             [partners.plainsoap]\naddress = \"{plain}\"\n",
+            dir.path().join("gw.db").display().to_string(),
+        ),
+    )
+    .expect("config");
+    let (mut child, logged) = super::support::start_gateway_logged(&config);
+    let client = reqwest::Client::new();
+    for _ in 0..3 {
+        let r = client
+            .post(format!("http://127.0.0.1:{port}/api/v1/messages"))
+            .bearer_auth(ADMIN)
+            .json(&json!({
+                "destination": "plainsoap",
+                "agreement": { "reply_pattern": "Response", "max_attempts": 1,
+                               "expiry_seconds": 3600 },
+                "body": "<t:Order xmlns:t=\"urn:t\"/>",
+            }))
+            .send()
+            .await
+            .expect("API answers");
+        assert_eq!(r.status(), 202);
+    }
+    let api = format!("http://127.0.0.1:{port}/api/v1/messages?state=in_doubt");
+    eventually("all three attempts are noted", || async {
+        let listed: Value = client
+            .get(&api)
+            .bearer_auth(ADMIN)
+            .send()
+            .await
+            .ok()?
+            .json()
+            .await
+            .ok()?;
+        let noted = listed["messages"]
+            .as_array()?
+            .iter()
+            .filter(|m| m["last_error"].is_string())
+            .count();
+        (noted == 3).then_some(())
+    })
+    .await;
+    assert_eq!(served.load(Ordering::SeqCst), 3);
+    // A marker after them: once its access line is read, every earlier line was.
+    let marker = client
+        .post(format!("http://127.0.0.1:{port}/wsr/default"))
+        .header("content-type", "text/xml; charset=utf-8")
+        .body("not xml")
+        .send()
+        .await
+        .expect("answers");
+    assert!(marker.status().is_client_error() || marker.status().is_server_error());
+    let read_all = || async {
+        let lines = logged.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        lines
+            .iter()
+            .any(|l| l.contains("wsr request"))
+            .then_some(lines)
+    };
+    let lines = eventually("the marker's access line", read_all).await;
+    let warned: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.contains("send attempt failed"))
+        .collect();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(
+        warned.len(),
+        1,
+        "one line for the partner and cause: {warned:?}"
+    );
+    let line: Value = serde_json::from_str(warned[0]).expect("a JSON line");
+    assert_eq!(line["level"], "WARN", "{line}");
+    let fields = &line["fields"];
+    assert_eq!(fields["partner"], "plainsoap", "{line}");
+    assert!(
+        fields["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("HTTP 200 without an ack")),
+        "{line}"
+    );
+}
