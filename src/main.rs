@@ -73,6 +73,12 @@ enum Command {
         #[command(subcommand)]
         command: SubsCommand,
     },
+    /// Partners: configuration without secrets, health, messages by state, refused sign-ins
+    /// (admin API).
+    Partners {
+        #[command(flatten)]
+        ops: OpsArgs,
+    },
     /// Callback endpoints and push webhooks: list, add, rm (admin API).
     Endpoints {
         #[command(flatten)]
@@ -272,43 +278,25 @@ async fn run() -> anyhow::Result<()> {
             println!("{}", config.summary());
             Ok(())
         }
-        Command::Messages { ops, command } => {
-            print!("{}", ops::messages(&ops, &command).await?);
-            Ok(())
-        }
-        Command::Groups { ops, command } => {
-            print!("{}", ops::groups(&ops, &command).await?);
-            Ok(())
-        }
-        Command::Subs { ops, command } => {
-            print!("{}", ops::subs(&ops, &command).await?);
-            Ok(())
-        }
-        Command::Endpoints { ops, command } => {
-            print!("{}", ops::endpoints(&ops, &command).await?);
-            Ok(())
-        }
+        Command::Messages { ops, command } => out(&ops::messages(&ops, &command).await?),
+        Command::Groups { ops, command } => out(&ops::groups(&ops, &command).await?),
+        Command::Subs { ops, command } => out(&ops::subs(&ops, &command).await?),
+        Command::Partners { ops } => out(&ops::partners(&ops).await?),
+        Command::Endpoints { ops, command } => out(&ops::endpoints(&ops, &command).await?),
         Command::Completions { shell } => {
             // Written whole, then out: a reader that stops early (`| head`) closes the pipe,
             // which ends the command quietly instead of panicking inside the generator.
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "wsr-gateway", &mut script);
-            use std::io::Write as _;
-            match std::io::stdout().lock().write_all(&script) {
-                Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-                written => written.context("cannot write the completions"),
-            }
+            out_bytes(&script)
         }
         Command::Send(args) => {
-            for line in client::send(&args).await? {
-                println!("{line}");
-            }
-            Ok(())
+            let lines = client::send(&args).await?;
+            out(&lines.iter().map(|l| format!("{l}\n")).collect::<String>())
         }
         Command::Status { api, id, output } => {
             let message = client::status(&api, &id).await?;
-            print!("{}", ops::message_shown(output, message));
-            Ok(())
+            out(&ops::message_shown(output, message))
         }
         Command::Prefill {
             config,
@@ -383,5 +371,20 @@ async fn run() -> anyhow::Result<()> {
             }
             Ok(())
         }
+    }
+}
+
+/// Writes a command's output: a reader that stops early (`| head`) closes the pipe, and the
+/// command then ends quietly instead of failing on it.
+fn out(text: &str) -> anyhow::Result<()> {
+    out_bytes(text.as_bytes())
+}
+
+fn out_bytes(bytes: &[u8]) -> anyhow::Result<()> {
+    use std::io::Write as _;
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        written => written.context("cannot write to standard output"),
     }
 }

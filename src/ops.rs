@@ -328,6 +328,13 @@ pub async fn subs(args: &OpsArgs, command: &SubsCommand) -> anyhow::Result<Strin
     Ok(print(args.output, &answer, shape))
 }
 
+/// Runs `partners`; the text to print.
+pub async fn partners(args: &OpsArgs) -> anyhow::Result<String> {
+    let answer = api(args)?.get(&["partners"], &[]).await?;
+    let shape = Shape::List("partners", PARTNER_COLUMNS, u32::MAX);
+    Ok(print(args.output, &answer, shape))
+}
+
 /// Runs an `endpoints` command; the text to print.
 pub async fn endpoints(args: &OpsArgs, command: &EndpointsCommand) -> anyhow::Result<String> {
     let api = api(args)?;
@@ -388,6 +395,19 @@ const ATTEMPT_COLUMNS: &[(&str, &str)] = &[
     ("VERDICT", "/verdict"),
     ("FAULT", "/fault"),
     ("CAUSE", "/cause"),
+];
+const PARTNER_COLUMNS: &[(&str, &str)] = &[
+    ("NAME", "/name"),
+    ("ADDRESS", "/configured/address"),
+    ("LAST SUCCESS", "/last_success_at"),
+    ("FAILING", "/failures_in_row"),
+    ("QUEUED", "/messages/queued"),
+    ("SENT", "/messages/sent"),
+    ("IN DOUBT", "/messages/in_doubt"),
+    ("FAILED", "/messages/failed"),
+    ("ACKS OWED", "/callback_acks_owed"),
+    ("REFUSED", "/refused_sign_ins/count"),
+    ("LAST ERROR", "/last_error"),
 ];
 const GROUP_COLUMNS: &[(&str, &str)] = &[
     ("PARTNER", "/partner"),

@@ -13,6 +13,7 @@ mod input;
 pub mod messages;
 pub mod openapi;
 mod operator;
+mod partners;
 mod request_id;
 mod scrape;
 pub mod serve;
@@ -169,6 +170,7 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
                 a::remove_push_endpoint
             ),
         ))
+        .routes(guarded(ADMIN, routes!(partners::list_partners)))
         .routes(guarded(ADMIN, routes!(a::list_groups)))
         .routes(guarded(ADMIN, routes!(a::get_group)))
         .routes(guarded(ADMIN, routes!(a::read_inbox)))

@@ -254,6 +254,60 @@ pub struct OutboundMessage {
     response: Option<super::events::OutboundResponse>,
 }
 
+/// A partner as the operator sees it (`outbound::partner_report::report_json`).
+#[derive(ToSchema)]
+#[allow(dead_code)] // a description only: the answer is written by report_json
+pub struct PartnerView {
+    /// Its configured name, or `anonymous`.
+    name: String,
+    /// Its configuration without secrets (null for `anonymous`).
+    configured: Option<PartnerConfigured>,
+    /// When an attempt or poll to it last got an answer.
+    last_success_at: Option<String>,
+    /// Its latest failed exchange's cause (kept after a later success), and when.
+    last_error: Option<String>,
+    last_error_at: Option<String>,
+    /// Exchanges with it that failed since the last answer.
+    failures_in_row: u64,
+    /// Our messages to it by state: queued, sent (in doubt included), in_doubt, acked,
+    /// faulted, failed.
+    messages: std::collections::BTreeMap<String, u64>,
+    /// Whether `messages.in_doubt` is a floor.
+    in_doubt_is_floor: bool,
+    callback_acks_owed: u64,
+    /// Sign-ins refused for it on this gateway since it started.
+    refused_sign_ins: RefusedSignIns,
+    /// `anonymous` only: sign-ins refused for usernames nobody has.
+    refused_unknown_usernames: Option<RefusedSignIns>,
+}
+
+/// What the configuration says of a partner, without secrets.
+#[derive(ToSchema)]
+#[allow(dead_code)] // a description only
+pub struct PartnerConfigured {
+    channels: Vec<String>,
+    /// How it proves itself: basic, bearer, certificate, username_token.
+    credentials: Vec<String>,
+    /// Where we send to it (without userinfo or query).
+    address: Option<String>,
+    poll_address: Option<String>,
+    agreement: Option<String>,
+    send_window: Option<u64>,
+    /// What we present to it: basic, bearer, username_token, client_certificate.
+    our_credentials: Vec<String>,
+}
+
+/// Refused sign-ins: how many, the latest, and the username it tried.
+#[derive(ToSchema)]
+#[allow(dead_code)] // a description only
+pub struct RefusedSignIns {
+    count: u64,
+    last_at: Option<String>,
+    /// At most 64 characters, control characters removed.
+    last_username: Option<String>,
+    last_reason: Option<String>,
+}
+
 /// An outbound message's kept attempts (`outbound::view::attempts_json`).
 #[derive(ToSchema)]
 #[allow(dead_code)] // a description only: the answer is written by attempts_json

@@ -10,6 +10,7 @@ pub mod destination;
 pub mod http_client;
 pub mod operator;
 pub mod partner_clients;
+pub mod partner_report;
 pub mod sender;
 pub mod submit;
 pub mod view;

@@ -282,3 +282,134 @@ async fn failed_attempts_are_one_warn_line_per_partner_and_cause_not_one_per_mes
         "{line}"
     );
 }
+
+/// The partners view (API, CLI, console): a partner's configuration without secrets, its
+/// health after a failed attempt, our messages to it by state; a refused sign-in counted for
+/// the partner whose username it was (with the username tried), one with a username nobody
+/// has counted apart — and never a username as a metric label.
+#[tokio::test]
+async fn the_partners_view_tells_each_partners_health_and_refused_sign_ins() {
+    use std::collections::BTreeSet;
+    use wsr_gateway::partners::{PartnerConfig, base64_encode};
+    const PASSWORD: &str = "refusee-password-0123";
+    let (plain, _) = plain_soap_service().await;
+    let hash = wsr_gateway::secrets::hash_secret(PASSWORD).expect("hash");
+    let app = spawn_app_with(move |c| {
+        c.tokens = vec![ApiToken::plain(ADMIN, "ops", vec![Scope::Admin])];
+        c.partners.insert_address("viewed", plain.clone());
+        let names: BTreeSet<String> = c.channels.keys().cloned().collect();
+        let refusee = PartnerConfig {
+            channels: vec!["default".into()],
+            password_hash: Some(hash),
+            ..PartnerConfig::default()
+        };
+        c.partners
+            .insert(refusee.check("refusee", None, &names).expect("refusee"));
+    })
+    .await;
+    let id = submitted(&app, "viewed").await;
+    eventually("the attempt is noted", || async {
+        let m = api(&app, &format!("/messages/{id}")).await;
+        m["last_error"].is_string().then_some(())
+    })
+    .await;
+    let basic = |user: &str, password: &str| {
+        format!(
+            "Basic {}",
+            base64_encode(format!("{user}:{password}").as_bytes())
+        )
+    };
+    for (user, password) in [("refusee", "wrong-password"), ("nobody-at-all\u{7}", "x")] {
+        let r = app
+            .client
+            .post(app.url("/wsr/default"))
+            .header("authorization", basic(user, password))
+            .header("content-type", "text/xml; charset=utf-8")
+            .body("<x/>")
+            .send()
+            .await
+            .expect("answers");
+        assert_eq!(r.status(), 401);
+    }
+
+    let listed = api(&app, "/partners").await;
+    let partner = |name: &str| {
+        listed["partners"]
+            .as_array()
+            .and_then(|all| all.iter().find(|p| p["name"] == name))
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} listed: {listed}"))
+    };
+    let viewed = partner("viewed");
+    assert_eq!(viewed["failures_in_row"], 1, "{viewed}");
+    assert!(
+        viewed["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("HTTP 200 without an ack")),
+        "{viewed}"
+    );
+    assert_eq!(viewed["last_success_at"], Value::Null, "{viewed}");
+    assert_eq!(viewed["messages"]["in_doubt"], 1, "{viewed}");
+    assert_eq!(viewed["messages"]["sent"], 1, "{viewed}");
+    assert!(viewed["configured"]["address"].is_string(), "{viewed}");
+    let refusee = partner("refusee");
+    assert_eq!(
+        refusee["configured"]["credentials"],
+        json!(["basic"]),
+        "{refusee}"
+    );
+    assert!(
+        !refusee.to_string().contains("argon2"),
+        "no secret: {refusee}"
+    );
+    assert_eq!(refusee["refused_sign_ins"]["count"], 1, "{refusee}");
+    assert_eq!(
+        refusee["refused_sign_ins"]["last_username"], "refusee",
+        "{refusee}"
+    );
+    let anonymous = partner("anonymous");
+    let unknown = &anonymous["refused_unknown_usernames"];
+    assert!(
+        unknown["count"].as_u64().is_some_and(|n| n >= 1),
+        "{anonymous}"
+    );
+    assert_eq!(
+        unknown["last_username"], "nobody-at-all",
+        "control characters removed: {anonymous}"
+    );
+
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .expect("answers")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.lines().any(|l| l.starts_with("wsr_auth_refusals_total{")
+            && l.contains("partner=\"refusee\"")),
+        "{metrics}"
+    );
+    assert!(!metrics.contains("nobody-at-all"), "no username as a label");
+
+    let (code, out, err) = super::support::operator(&app, ADMIN, &["partners"]).await;
+    assert_eq!(code, 0, "{err}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("viewed "))
+        .unwrap_or_else(|| panic!("a line for viewed: {out}"));
+    assert!(line.contains("HTTP 200 without an ack"), "{out}");
+
+    let cookie = super::console_sign_out::sign_in(&app).await;
+    let (status, page) = super::console_sign_out::get(&app, &cookie, "/console/partners").await;
+    assert_eq!(status, 200, "{page}");
+    assert!(page.contains("HTTP 200 without an ack"), "{page}");
+    assert!(page.contains("as &quot;refusee&quot;"), "{page}");
+    assert!(
+        page.contains("/console/messages?partner=viewed&amp;state=in_doubt"),
+        "{page}"
+    );
+    app.stop().await;
+}

@@ -139,6 +139,7 @@ pub fn error(text: &str) -> String {
 const SECTIONS: &[(&str, &str)] = &[
     ("/console", "Overview"),
     ("/console/messages", "Outbound"),
+    ("/console/partners", "Partners"),
     ("/console/groups", "Inbound groups"),
     ("/console/inbox", "Inbox"),
     ("/console/subscriptions", "Subscriptions"),

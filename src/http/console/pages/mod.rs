@@ -10,12 +10,14 @@ mod endpoints;
 mod inbound;
 mod outbound;
 mod overview;
+mod partners;
 mod subscriptions;
 
 pub use endpoints::endpoints;
 pub use inbound::{group, groups, inbox, inbox_message, inbox_payload};
 pub use outbound::{envelope, fail, message, messages, resend, response};
 pub use overview::overview;
+pub use partners::partners;
 pub use subscriptions::{change_dead_letters, subscription, subscriptions};
 
 use std::fmt::Write as _;
