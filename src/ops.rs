@@ -65,6 +65,9 @@ pub enum MessagesCommand {
     Show { id: String },
     /// One attempt now, with the same identity (a message in doubt, above all).
     Resend { id: String },
+    /// A failed or faulted message sent again as a new message (new identity; both histories
+    /// name the other).
+    SendAgain { id: String },
     /// End the message `failed` (and the rest of its ordered group).
     Fail {
         id: String,
@@ -206,6 +209,11 @@ pub async fn messages(args: &OpsArgs, command: &MessagesCommand) -> anyhow::Resu
         }
         MessagesCommand::Resend { id } => (
             api.post(&["messages", id, "resend"], &json!({})).await?,
+            Shape::One,
+        ),
+        MessagesCommand::SendAgain { id } => (
+            api.post(&["messages", id, "send-again"], &json!({}))
+                .await?,
             Shape::One,
         ),
         MessagesCommand::Fail { id, reason } => (

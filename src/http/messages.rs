@@ -122,7 +122,7 @@ pub async fn submit(
 }
 
 /// What submit preparation reads of the application.
-fn sending_of(app: &AppState) -> Sending<'_> {
+pub(crate) fn sending_of(app: &AppState) -> Sending<'_> {
     Sending {
         store: &app.store,
         partners: &app.config.partners,
@@ -146,7 +146,7 @@ pub struct SubmitAnswer {
 
 /// 202 with the message's id, group, number and status URL. A replay answers as the original
 /// did, marked `Idempotent-Replayed`.
-fn submitted_answer(submitted: &Submitted) -> Response {
+pub(super) fn submitted_answer(submitted: &Submitted) -> Response {
     let answer = SubmitAnswer {
         id: submitted.id.clone(),
         group_id: submitted.group_id.as_str().to_owned(),

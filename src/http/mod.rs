@@ -152,6 +152,7 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
         .routes(guarded(PRODUCE, routes!(m::get_attempts)))
         .routes(guarded(ADMIN, routes!(operator::resend)))
         .routes(guarded(ADMIN, routes!(operator::fail)))
+        .routes(guarded(ADMIN, routes!(operator::send_again)))
         .routes(guarded(PRODUCE, routes!(m::close_group)))
         .routes(guarded(PRODUCE, routes!(events::events)))
         .routes(guarded(

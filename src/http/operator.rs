@@ -1,5 +1,5 @@
-//! `/api/v1/messages/{id}/resend` and `/api/v1/messages/{id}/fail`: an operator's word on an
-//! outbound message (admin scope), for one in doubt above all. The decision and its save are
+//! `/api/v1/messages/{id}/resend`, `…/fail` and `…/send-again`: an operator's word on an
+//! outbound message (admin scope), for one in doubt or ended without success above all. The decision and its save are
 //! `outbound::operator`'s; this reads the request and says what became of it.
 
 use axum::body::Bytes;
@@ -13,7 +13,9 @@ use utoipa::ToSchema;
 use super::AppState;
 use super::api::{ApiPath, Caller, Problem, ProblemBody, json_body};
 use super::openapi::OutboundMessage;
-use crate::outbound::operator::{ActionError, OperatorAction, act, check_reason};
+use crate::outbound::operator::{
+    self, ActionError, OperatorAction, SendAgainError, act, check_reason,
+};
 use crate::outbound::view::message_json;
 
 /// The body of a fail: why, in the operator's words (optional).
@@ -80,6 +82,47 @@ pub async fn fail(
         why: &request.reason,
     };
     answer(&app, act(&app.store, &id, action, app.clock.now()).await)
+}
+
+/// A failed or faulted message sent again as a new one: 202 with the new message's id (its
+/// history and the old one's name each other), 409 when the message has not ended so or its
+/// destination is no longer allowed, 404 when there is none.
+#[utoipa::path(
+    post,
+    path = "/api/v1/messages/{id}/send-again",
+    tag = "admin",
+    summary = "Send a failed or faulted outbound message again, as a new message",
+    description = "A new message (new identity, a singleton) with the stored envelope's Body, \
+                   SOAP version, reply pattern, acknowledgment and duplicate-elimination \
+                   requests, retry schedule, lifetime (from now) and notify webhook, to the \
+                   same partner or URL, for the same principal. The old message stays as it \
+                   is; its history gets a `sent_again` event naming the new one, whose \
+                   `queued` event names the old one and the operator.",
+    params(("id" = String, Path, description = "The message id")),
+    responses(
+        (status = 202, description = "The new message, stored; it is sent from here", body = super::messages::SubmitAnswer),
+        (status = 404, description = "No such message", body = ProblemBody),
+        (status = 409, description = "Not failed or faulted, or its destination is no longer allowed", body = ProblemBody),
+    )
+)]
+pub async fn send_again(
+    Extension(caller): Extension<Caller>,
+    State(app): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+) -> Result<axum::response::Response, Problem> {
+    let sending = super::messages::sending_of(&app);
+    match operator::send_again(sending, &id, &caller.principal, app.clock.now()).await {
+        Ok(submitted) => Ok(super::messages::submitted_answer(&submitted)),
+        Err(SendAgainError::NotFound(id)) => Err(Problem(
+            StatusCode::NOT_FOUND,
+            "not-found",
+            format!("no message {id}"),
+        )),
+        Err(e @ (SendAgainError::Refused(_) | SendAgainError::Submit(_))) => {
+            Err(Problem(StatusCode::CONFLICT, "conflict", e.to_string()))
+        }
+        Err(SendAgainError::Store(e)) => Err(e.into()),
+    }
 }
 
 fn answer(

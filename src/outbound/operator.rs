@@ -83,6 +83,52 @@ pub async fn act(
     }
 }
 
+/// Why an operator's "send again" was not done.
+#[derive(Debug, thiserror::Error)]
+pub enum SendAgainError {
+    #[error("no message {0}")]
+    NotFound(String),
+    #[error(transparent)]
+    Refused(#[from] OperatorRefusal),
+    /// The new message cannot be made or stored (its destination is no longer allowed, …).
+    #[error("{0}")]
+    Submit(String),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Sends the ended (failed or faulted) message `id` again as a new message
+/// (`submit::again`), on `operator`'s word; the new message as stored. Logged, and both
+/// messages' histories name the other.
+pub async fn send_again(
+    sending: crate::outbound::submit::Sending<'_>,
+    id: &str,
+    operator: &str,
+    now: DateTime<Utc>,
+) -> Result<crate::store::outbound::Submitted, SendAgainError> {
+    use crate::outbound::submit::{Refusal, again};
+    use crate::store::outbound::SubmitError;
+    let old = sending
+        .store
+        .out_message(id)
+        .await?
+        .ok_or_else(|| SendAgainError::NotFound(id.to_owned()))?;
+    old.outbound.state.may_send_again()?;
+    let refused = |refusal: Refusal| match refusal {
+        Refusal::Invalid { field, reason } => SendAgainError::Submit(format!("{field}: {reason}")),
+        Refusal::Store(SubmitError::Store(e)) => SendAgainError::Store(e),
+        Refusal::Store(other) => SendAgainError::Submit(other.to_string()),
+    };
+    let submission = again(sending, &old, operator, now).await.map_err(refused)?;
+    let submitted = sending
+        .store
+        .submit(submission, now)
+        .await
+        .map_err(|e| refused(Refusal::Store(e)))?;
+    tracing::info!(%operator, from = %id, to = %submitted.id, "operator sent a message again");
+    Ok(submitted)
+}
+
 /// Messages in doubt (`Outbound::in_doubt`), by destination partner ("" for a URL
 /// destination), for the console's overview.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

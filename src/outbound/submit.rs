@@ -15,9 +15,13 @@ use serde_json::Value;
 use super::destination::{DestinationRules, check_destination};
 use crate::partners::Partners;
 use crate::rmp::agreement::SendTerms;
-use crate::store::outbound::{IdempotencyKey, Submission, SubmitError, Submitted};
+use crate::store::outbound::{
+    IdempotencyKey, OutMessage, SentAgain, Submission, SubmitError, Submitted,
+};
 use crate::store::{Store, StoreError};
-use crate::wsr::{GroupId, Headers, Limits, SoapVersion, read_envelope, write_envelope};
+use crate::wsr::{
+    GroupId, Headers, Limits, ReplyPattern, ReplyTo, SoapVersion, read_envelope, write_envelope,
+};
 
 /// A submission as an application sends it (`POST /api/v1/messages`; described for the
 /// OpenAPI document by `http::openapi::SubmitBody`).
@@ -181,6 +185,78 @@ pub async fn prepare(
         idempotency,
         principal: submitter.principal,
         any_group: submitter.operator,
+        sent_again: None,
+    })
+}
+
+/// An operator's "send again" of an ended (failed or faulted) message: a new message — new
+/// identity, a singleton — with the stored envelope's Body, its SOAP version, reply pattern,
+/// acknowledgment and duplicate-elimination requests, retry schedule, lifetime (counted from
+/// now) and notify webhook, to the same partner or URL, for the same principal; its history
+/// names the old one, and the old one's the new (`SentAgain`). The destination is checked
+/// again as a submit's is: a partner since removed, or URL destinations since disallowed,
+/// refuse it.
+pub async fn again(
+    sending: Sending<'_>,
+    old: &OutMessage,
+    operator: &str,
+    now: DateTime<Utc>,
+) -> Result<Submission, Refusal> {
+    let named = if old.partner.is_empty() {
+        &old.destination
+    } else {
+        &old.partner
+    };
+    let partner = sending
+        .partners
+        .get(named)
+        .filter(|_| !old.partner.is_empty());
+    let destination = destination(sending, named, partner.is_some()).await?;
+    // Our own envelope, as stored: read within its own size.
+    let limits = Limits {
+        max_bytes: old.envelope.len(),
+        ..Limits::default()
+    };
+    let env = read_envelope(old.envelope.as_bytes(), &limits).map_err(|defect| {
+        refuse(
+            "envelope",
+            format!("the stored envelope cannot be read: {}", defect.reason),
+        )
+    })?;
+    let request = env.request.as_ref().ok_or_else(|| {
+        refuse(
+            "envelope",
+            "the stored envelope holds no wsrm:Request to send again",
+        )
+    })?;
+    let reply = match request.reply_pattern {
+        ReplyPattern::Callback(_) => ReplyPattern::Callback(ReplyTo::bare(sending.callback_url)),
+        ref other => other.clone(),
+    };
+    let lifetime = (old.outbound.expiry - old.submitted_at).max(chrono::Duration::seconds(1));
+    Ok(Submission {
+        id: new_id(now),
+        destination,
+        partner: old.partner.clone(),
+        group_id: None,
+        sequenced: false,
+        last: false,
+        ack_requested: request.ack_requested,
+        duplicate_elimination: request.duplicate_elimination,
+        message_order: false,
+        reply,
+        version: old.version,
+        body: env.body.content.to_owned(),
+        expiry: now + lifetime,
+        schedule: old.outbound.schedule.clone(),
+        notify_url: old.notify_url.clone(),
+        idempotency: None,
+        principal: old.principal.clone().unwrap_or_else(|| operator.to_owned()),
+        any_group: false,
+        sent_again: Some(SentAgain {
+            from: old.id.clone(),
+            operator: operator.to_owned(),
+        }),
     })
 }
 

@@ -502,9 +502,25 @@ impl Outbound {
     }
 }
 
-/// Why an operator's resend or fail does not apply to a message.
+impl OutState {
+    /// Whether an operator may send the message again as a new one: only once it ended
+    /// without reaching its destination's acceptance — failed, or faulted (an acked message
+    /// arrived; one still on its way may yet arrive, and is resent, not sent again).
+    pub fn may_send_again(&self) -> Result<(), OperatorRefusal> {
+        match self {
+            OutState::Failed(_) | OutState::Faulted(_) => Ok(()),
+            other => Err(OperatorRefusal::NotEnded(other.name())),
+        }
+    }
+}
+
+/// Why an operator's resend, fail or send again does not apply to a message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum OperatorRefusal {
+    #[error(
+        "the message is {0}: only a failed or faulted message is sent again (resend one still on its way)"
+    )]
+    NotEnded(&'static str),
     #[error("the message is already {0}; a final state never changes")]
     Final(&'static str),
     #[error(

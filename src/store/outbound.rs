@@ -46,6 +46,34 @@ pub struct Submission {
     pub principal: String,
     /// Whether it may continue any principal's group (operators), or only its own.
     pub any_group: bool,
+    /// An operator's "send again" of an ended message: the new message's history says where it
+    /// came from, and the old one's that it was sent again as this one (`SENT_AGAIN_EVENT`).
+    pub sent_again: Option<SentAgain>,
+}
+
+/// Which ended message a submission sends again, on whose word.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SentAgain {
+    pub from: String,
+    pub operator: String,
+}
+
+/// The `out_events` state of an ended message an operator sent again: an event of its own,
+/// not a state of the message (its state stays failed or faulted).
+pub const SENT_AGAIN_EVENT: &str = "sent_again";
+
+impl SentAgain {
+    /// The two events a send again logs: the new message's `queued` detail, and the old
+    /// message's `sent_again` detail.
+    pub fn details(&self, new_id: &str) -> (String, String) {
+        (
+            format!(
+                "sent again from {} by operator {}",
+                self.from, self.operator
+            ),
+            format!("sent again as {new_id} by operator {}", self.operator),
+        )
+    }
 }
 
 impl Submission {

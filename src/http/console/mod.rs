@@ -47,6 +47,7 @@ pub fn router() -> Router<AppState> {
         .route("/console/message/response", get(pages::response))
         .route("/console/message/resend", post(pages::resend))
         .route("/console/message/fail", post(pages::fail))
+        .route("/console/message/send-again", post(pages::send_again))
         .route("/console/partners", get(pages::partners))
         .route("/console/groups", get(pages::groups))
         .route("/console/group", get(pages::group))

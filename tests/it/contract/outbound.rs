@@ -55,6 +55,7 @@ fn submission(id: &str) -> Submission {
         idempotency: None,
         principal: "alice".into(),
         any_group: false,
+        sent_again: None,
     }
 }
 

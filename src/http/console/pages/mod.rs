@@ -15,7 +15,7 @@ mod subscriptions;
 
 pub use endpoints::endpoints;
 pub use inbound::{group, groups, inbox, inbox_message, inbox_payload};
-pub use outbound::{envelope, fail, message, messages, resend, response};
+pub use outbound::{envelope, fail, message, messages, resend, response, send_again};
 pub use overview::overview;
 pub use partners::partners;
 pub use subscriptions::{change_dead_letters, subscription, subscriptions};

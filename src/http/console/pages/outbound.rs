@@ -17,7 +17,9 @@ use super::{
 use crate::http::AppState;
 use crate::http::messages::IN_DOUBT;
 use crate::outbound::http_client::redacted;
-use crate::outbound::operator::{ActionError, OperatorAction, act, check_reason};
+use crate::outbound::operator::{
+    self, ActionError, OperatorAction, SendAgainError, act, check_reason,
+};
 use crate::outbound::view::message_json;
 use crate::store::outbound::{AttemptHistory, OutFilter, OutMessage};
 
@@ -212,6 +214,9 @@ pub async fn message(
     match q.done.as_deref() {
         Some("resent") => body.push_str(&html::notice("Resend ordered: the message is due now.")),
         Some("failed") => body.push_str(&html::notice("The message was failed.")),
+        Some("sent_again") => body.push_str(&html::notice(
+            "Sent again: this is the new message (its history names the old one).",
+        )),
         _ => {}
     }
     if let Some(why) = text("refused", &q.refused)? {
@@ -260,6 +265,19 @@ pub async fn message(
 /// one (not final, not expired), a fail (with its reason and a confirmation; in an ordered
 /// group it fails the later messages too).
 fn actions(m: &OutMessage, now: chrono::DateTime<chrono::Utc>) -> String {
+    if m.outbound.state.may_send_again().is_ok() {
+        let mut body = String::from("<h2>Operator actions</h2>");
+        body.push_str(&html::notice(
+            "Send again makes a new message (a new identity) with this one's body and terms, \
+             to the same destination; this one stays as it is.",
+        ));
+        body.push_str(&html::button_form(
+            "/console/message/send-again",
+            "Send again",
+            &[("id", &m.id)],
+        ));
+        return body;
+    }
     if m.outbound.state.is_final() {
         return String::new();
     }
@@ -409,6 +427,29 @@ pub async fn fail(
     };
     let outcome = act(&app.store, id, action, app.clock.now()).await;
     acted(id, outcome, "failed")
+}
+
+/// `/console/message/send-again`: a failed or faulted message sent again as a new one; on to
+/// the new message's page.
+pub async fn send_again(
+    Acting(caller): Acting,
+    State(app): State<AppState>,
+    f: Result<Form<ActionForm>, FormRejection>,
+) -> Page {
+    let f = form(f)?;
+    let id = required("id", &f.id)?;
+    let sending = crate::http::messages::sending_of(&app);
+    match operator::send_again(sending, id, &caller.principal, app.clock.now()).await {
+        Ok(new) => Ok(see_other(&format!(
+            "{}&done=sent_again",
+            message_href(&new.id)
+        ))),
+        Err(SendAgainError::NotFound(_)) => Err(not_found(&format!("no outbound message {id}"))),
+        Err(e @ (SendAgainError::Refused(_) | SendAgainError::Submit(_))) => {
+            Ok(refused_at(&message_href(id), &e.to_string()))
+        }
+        Err(SendAgainError::Store(e)) => Err(unavailable(&e)),
+    }
 }
 
 /// A message's page.

@@ -13,7 +13,9 @@ use super::write::Events;
 use super::{Doing, Failure};
 use crate::rmp::send_group::{self, Close, GroupRow, Newest, Planned};
 use crate::store::StoreError;
-use crate::store::outbound::{IdempotencyKey, Submission, SubmitError, Submitted};
+use crate::store::outbound::{
+    IdempotencyKey, SENT_AGAIN_EVENT, Submission, SubmitError, Submitted,
+};
 use crate::store::postgres::{Announcement, PostgresStore};
 use crate::store::stored_outbound::{encode_schedule, mark_last, state_of};
 use crate::store::time::millis;
@@ -184,7 +186,14 @@ pub(super) async fn submit(
         return Err(Failure::KeyTaken);
     }
     let mut events = Events::default();
-    events.push(&s.id, "queued", None, now);
+    match &s.sent_again {
+        None => events.push(&s.id, "queued", None, now),
+        Some(again) => {
+            let (queued, old) = again.details(&s.id);
+            events.push(&s.id, "queued", Some(&queued), now);
+            events.push(&again.from, SENT_AGAIN_EVENT, Some(&old), now);
+        }
+    }
     events.write(&mut tx).await?;
     store
         .commit(

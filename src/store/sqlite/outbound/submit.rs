@@ -9,7 +9,9 @@ use super::rows::{EARLIER_SUBMISSION, encode_schedule, state_of};
 use super::write::{Changed, insert_event};
 use crate::rmp::send_group::{self, Close, GroupRow, Newest, Planned};
 use crate::store::StoreError;
-use crate::store::outbound::{IdempotencyKey, KeyedSubmission, Submission, SubmitError, Submitted};
+use crate::store::outbound::{
+    IdempotencyKey, KeyedSubmission, SENT_AGAIN_EVENT, Submission, SubmitError, Submitted,
+};
 use crate::store::sqlite::{Change, Wakes};
 use crate::store::stored_outbound::mark_last;
 use crate::store::time::millis;
@@ -149,7 +151,14 @@ pub(super) fn submit(
         s.principal,
         s.partner,
     ])?;
-    insert_event(conn, &s.id, "queued", None, now)?;
+    match &s.sent_again {
+        None => insert_event(conn, &s.id, "queued", None, now)?,
+        Some(again) => {
+            let (queued, old) = again.details(&s.id);
+            insert_event(conn, &s.id, "queued", Some(&queued), now)?;
+            insert_event(conn, &again.from, SENT_AGAIN_EVENT, Some(&old), now)?;
+        }
+    }
     let submitted = Submitted {
         id: s.id.clone(),
         group_id,
