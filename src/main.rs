@@ -202,8 +202,14 @@ fn init_logging(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuar
         .lossy(false)
         .thread_name("wsr-log")
         .finish(std::io::BufWriter::new(std::io::stdout()));
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+    let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // The PostgreSQL driver's notices ("relation … already exists, skipping") are for whoever
+    // debugs the driver: shown only when RUST_LOG names sqlx.
+    let asked_for_sqlx = std::env::var("RUST_LOG").is_ok_and(|v| v.contains("sqlx"));
+    if !asked_for_sqlx && let Ok(quiet) = "sqlx::postgres::notice=error".parse() {
+        filter = filter.add_directive(quiet);
+    }
     let logs = tracing_subscriber::fmt()
         .with_writer(log_writer)
         .with_env_filter(filter);

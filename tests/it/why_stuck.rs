@@ -527,3 +527,39 @@ async fn a_failed_message_is_sent_again_as_a_new_one_linked_to_it() {
     assert!(err.contains("409"), "{err}");
     app.stop().await;
 }
+
+/// A plain `serve` has no admin token: the console's sign-in page says nobody can sign in
+/// and how to change that, instead of refusing every token it is given.
+#[tokio::test]
+async fn the_sign_in_page_says_when_no_admin_token_is_configured() {
+    let app = spawn_app_with(|c| c.tokens.clear()).await;
+    let page = app
+        .client
+        .get(app.url("/console"))
+        .send()
+        .await
+        .expect("answers")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        page.contains("No admin token is configured") && page.contains("WSR_ADMIN_TOKEN"),
+        "{page}"
+    );
+    app.stop().await;
+    let app = spawn_app_with(|c| {
+        c.tokens = vec![ApiToken::plain(ADMIN, "ops", vec![Scope::Admin])];
+    })
+    .await;
+    let page = app
+        .client
+        .get(app.url("/console"))
+        .send()
+        .await
+        .expect("answers")
+        .text()
+        .await
+        .expect("text");
+    assert!(!page.contains("No admin token is configured"), "{page}");
+    app.stop().await;
+}

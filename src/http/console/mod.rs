@@ -87,15 +87,16 @@ impl FromRequestParts<AppState> for Operator {
 
     async fn from_request_parts(parts: &mut Parts, app: &AppState) -> Result<Self, Response> {
         let Some(value) = cookie_value(&parts.headers) else {
-            return Err(login_page(StatusCode::UNAUTHORIZED, None));
+            return Err(login_page(app, StatusCode::UNAUTHORIZED, None));
         };
         let signed_in =
             session::verify(&app.console_key, value, &app.config.tokens, app.clock.now())
-                .map_err(|why| login_page(StatusCode::UNAUTHORIZED, Some(why.to_string())))?;
+                .map_err(|why| login_page(app, StatusCode::UNAUTHORIZED, Some(why.to_string())))?;
         // Only a cookie we signed costs a read.
         match app.store.console_signed_out(signed_in.nonce.as_str()).await {
             Ok(false) => Ok(Operator(caller_of(signed_in.token))),
             Ok(true) => Err(login_page(
+                app,
                 StatusCode::UNAUTHORIZED,
                 Some(session::SignInError::SignedOut.to_string()),
             )),
@@ -214,8 +215,22 @@ fn session_seconds() -> u32 {
     u32::try_from(session::LIFETIME_HOURS * 3600).unwrap_or(u32::MAX)
 }
 
-fn login_page(status: StatusCode, problem: Option<String>) -> Response {
+fn login_page(app: &AppState, status: StatusCode, problem: Option<String>) -> Response {
     let mut body = String::new();
+    let admin_configured = app
+        .config
+        .tokens
+        .iter()
+        .any(|t| t.scopes.contains(&Scope::Admin));
+    if !admin_configured {
+        // Nobody can sign in: say so, and how to make it possible.
+        body.push_str(&html::error(
+            "No admin token is configured, so nobody can sign in. Start the gateway with \
+             WSR_ADMIN_TOKEN=<a long random token> in its environment, or add a [[tokens]] \
+             entry with scopes = [\"admin\"] to its configuration file, then sign in with \
+             that token.",
+        ));
+    }
     if let Some(problem) = problem {
         body.push_str(&html::error(&format!("Not signed in: {problem}")));
     }
@@ -248,20 +263,21 @@ async fn login(
         return refused.into_response();
     }
     let Ok(axum::Form(form)) = form else {
-        return login_page(StatusCode::BAD_REQUEST, Some("give a token".into()));
+        return login_page(&app, StatusCode::BAD_REQUEST, Some("give a token".into()));
     };
     let token = form.token.trim();
     if token.is_empty() || token.len() > MAX_TOKEN_BYTES {
-        return login_page(StatusCode::UNAUTHORIZED, Some("unknown token".into()));
+        return login_page(&app, StatusCode::UNAUTHORIZED, Some("unknown token".into()));
     }
     let configured = match authorized_token(&app, token, &[Scope::Admin]).await {
         Ok(configured) => configured,
         Err(super::api::Problem(_, _, why)) => {
-            return login_page(StatusCode::UNAUTHORIZED, Some(why));
+            return login_page(&app, StatusCode::UNAUTHORIZED, Some(why));
         }
     };
     let Some(nonce) = session::Nonce::fresh() else {
         return login_page(
+            &app,
             StatusCode::SERVICE_UNAVAILABLE,
             Some("no randomness for a sign-in; try again".into()),
         );
@@ -308,7 +324,7 @@ async fn logout(
         }
         tracing::info!(principal = %signed_in.token.principal, "console sign-out");
     }
-    let mut response = login_page(StatusCode::OK, None);
+    let mut response = login_page(&app, StatusCode::OK, None);
     response
         .headers_mut()
         .insert(header::SET_COOKIE, cookie(&app, &headers, "", Some(0)));

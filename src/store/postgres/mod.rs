@@ -40,6 +40,8 @@ use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use sqlx::ConnectOptions as _;
+use sqlx::Connection as _;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgPool, PgPoolOptions};
 use sqlx::{Postgres, Transaction};
 
@@ -58,6 +60,8 @@ const APPLICATION: &str = "wsr-gateway";
 
 /// Connections one gateway keeps to the database.
 const POOL_SIZE: u32 = 8;
+/// How long the first connection at start may take before the start fails saying so.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A handle to the PostgreSQL backend; cheap to clone.
 #[derive(Clone)]
@@ -88,6 +92,24 @@ impl PostgresStore {
                     Durability::Os => "off",
                 },
             )]);
+        // SQL text (statements, slow ones) only at DEBUG: it is the driver's business, and
+        // it would put every statement's text in the log.
+        let options = options
+            .log_statements(tracing::log::LevelFilter::Debug)
+            .log_slow_statements(tracing::log::LevelFilter::Debug, Duration::from_secs(1));
+        // One connection first, alone: a refused connection, a wrong password or an unknown
+        // database is said at once, in the server's words — the pool would retry it quietly
+        // until its acquire timeout and say only "pool timed out".
+        let first = tokio::time::timeout(CONNECT_TIMEOUT, PgConnection::connect_with(&options))
+            .await
+            .map_err(|_| {
+                StoreError::Refused(format!(
+                    "cannot connect to {shown}: no answer within {} s",
+                    CONNECT_TIMEOUT.as_secs()
+                ))
+            })?
+            .map_err(|e| StoreError::Refused(format!("cannot connect to {shown}: {e}")))?;
+        drop(first);
         let pool = PgPoolOptions::new()
             .max_connections(POOL_SIZE)
             .acquire_timeout(Duration::from_secs(10))
