@@ -8,3 +8,8 @@ CREATE TABLE partner_health (
     last_error_at    INTEGER,
     failures_in_row  INTEGER NOT NULL DEFAULT 0
 ) STRICT;
+
+-- The console's rates over time count the last hour's sends and ended messages per minute
+-- through these (`overview::read_rates!`), never by scanning the whole history.
+CREATE INDEX out_attempts_sends ON out_attempts (at) WHERE kind = 'send';
+CREATE INDEX out_events_state_at ON out_events (state, at);

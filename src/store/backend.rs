@@ -11,7 +11,7 @@ use super::exchange::ExchangeStore;
 use super::future::StoreFuture;
 use super::nonces::NonceStore;
 use super::outbound::OutboundStore;
-use super::overview::{InboxFilter, InboxPage, Member, Traffic};
+use super::overview::{InboxFilter, InboxPage, Member, Rates, Traffic};
 use super::receiver::ReceiverStore;
 use super::stats::StoreStats;
 use crate::rmp::group::Policy;
@@ -44,6 +44,10 @@ pub trait Backend:
     /// The console's overview: what reached the inbox since `since` and what waits, by
     /// channel and partner; what we send, by partner (`overview::read_traffic!`).
     fn traffic<'a>(&'a self, since: DateTime<Utc>) -> StoreFuture<'a, Result<Traffic, StoreError>>;
+
+    /// The console's rates over time: per minute of the last hour up to `now`, what was
+    /// received, sent, and ended acked, failed or faulted (`overview::read_rates!`).
+    fn rates<'a>(&'a self, now: DateTime<Utc>) -> StoreFuture<'a, Result<Rates, StoreError>>;
 
     /// The live members (sessions) of a subscription at `now`, at most `limit`, the
     /// longest-lived first.

@@ -47,7 +47,7 @@ pub use future::{Committed, StoreFuture};
 pub use migrate::{Migrated, migrate_store};
 pub use nonces::NonceStore;
 pub use outbound::OutboundStore;
-pub use overview::{InboxFilter, InboxPage, Member, Traffic};
+pub use overview::{InboxFilter, InboxPage, Member, RATE_MINUTES, RATE_SERIES, Rates, Traffic};
 pub use postgres::PostgresStore;
 pub use prefill::Prefill;
 pub use received::{

@@ -148,6 +148,98 @@ fn row(
         })
 }
 
+/// What happened per minute since a time (`Backend::rates`), from the store — every gateway of
+/// a cluster shows the same: messages received, sent (each attempt), and ended acked, failed
+/// or faulted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rates {
+    /// The minute (Unix ms of its start) each series starts at.
+    pub since_minute: i64,
+    /// Per series (`RATE_SERIES`' order), the count of each minute from `since_minute` on.
+    pub series: Vec<Vec<u64>>,
+    /// Some series stopped counting at `RECENT_ROWS_COUNTED` rows: their oldest minutes are
+    /// floors.
+    pub capped: bool,
+}
+
+/// The series of `Rates`, in order.
+pub const RATE_SERIES: &[&str] = &["received", "sent", "acked", "failed", "faulted"];
+
+/// How many minutes a rate series spans.
+pub const RATE_MINUTES: usize = 60;
+
+/// Puts the per-minute counts of `read_rates!` together: `counts[i]` are (minute, count)
+/// rows of series `i`, each cut at `RECENT_ROWS_COUNTED` rows.
+pub(in crate::store) fn rates_of(since_minute: i64, counts: Vec<(Vec<(i64, i64)>, bool)>) -> Rates {
+    let mut rates = Rates {
+        since_minute,
+        ..Rates::default()
+    };
+    for (rows, capped) in counts {
+        let mut minutes = vec![0u64; RATE_MINUTES];
+        for (minute, n) in rows {
+            let at = minute.saturating_mul(60_000).saturating_sub(since_minute) / 60_000;
+            if let Some(slot) = usize::try_from(at).ok().and_then(|i| minutes.get_mut(i)) {
+                *slot = u64::try_from(n).unwrap_or(0);
+            }
+        }
+        rates.capped |= capped;
+        rates.series.push(minutes);
+    }
+    rates
+}
+
+/// `Backend::rates` on either backend's sqlx pool: one GROUP BY per series over the rows of
+/// the last `RATE_MINUTES` minutes, each through its time index and at most
+/// `RECENT_ROWS_COUNTED` rows.
+macro_rules! read_rates {
+    ($pool:expr, $now:expr) => {{
+        let pool = $pool;
+        let now = $crate::store::time::millis($now);
+        let since_minute = (now / 60_000 - ($crate::store::overview::RATE_MINUTES as i64 - 1)) * 60_000;
+        let per_minute = |sql| async move {
+            let rows: Vec<(i64, i64)> = sqlx::query_as(sql)
+                .bind(since_minute)
+                .bind($crate::store::overview::RECENT_ROWS_COUNTED)
+                .fetch_all(pool)
+                .await?;
+            let counted: i64 = rows.iter().map(|(_, n)| n).sum();
+            Ok::<_, $crate::store::StoreError>((
+                rows,
+                counted >= $crate::store::overview::RECENT_ROWS_COUNTED,
+            ))
+        };
+        let received = per_minute(
+            "SELECT at / 60000, COUNT(*) FROM (SELECT received_at AS at FROM inbox \
+             WHERE received_at >= $1 ORDER BY received_at DESC LIMIT $2) recent GROUP BY 1",
+        )
+        .await?;
+        let sent = per_minute(
+            "SELECT at / 60000, COUNT(*) FROM (SELECT at FROM out_attempts \
+             WHERE kind = 'send' AND at >= $1 ORDER BY at DESC LIMIT $2) recent GROUP BY 1",
+        )
+        .await?;
+        let ended = |state| {
+            per_minute(match state {
+                "acked" => "SELECT at / 60000, COUNT(*) FROM (SELECT at FROM out_events \
+                     WHERE state = 'acked' AND at >= $1 ORDER BY at DESC LIMIT $2) recent GROUP BY 1",
+                "failed" => "SELECT at / 60000, COUNT(*) FROM (SELECT at FROM out_events \
+                     WHERE state = 'failed' AND at >= $1 ORDER BY at DESC LIMIT $2) recent GROUP BY 1",
+                _ => "SELECT at / 60000, COUNT(*) FROM (SELECT at FROM out_events \
+                     WHERE state = 'faulted' AND at >= $1 ORDER BY at DESC LIMIT $2) recent GROUP BY 1",
+            })
+        };
+        let acked = ended("acked").await?;
+        let failed = ended("failed").await?;
+        let faulted = ended("faulted").await?;
+        Ok($crate::store::overview::rates_of(
+            since_minute,
+            vec![received, sent, acked, failed, faulted],
+        ))
+    }};
+}
+pub(in crate::store) use read_rates;
+
 /// `Backend::traffic` on either backend's sqlx pool: one GROUP BY per table; the inbox only
 /// through its `received_at` index, at most `RECENT_ROWS_COUNTED` rows.
 macro_rules! read_traffic {
@@ -314,6 +406,13 @@ macro_rules! operator_reads {
             since: chrono::DateTime<chrono::Utc>,
         ) -> Result<$crate::store::Traffic, $crate::store::StoreError> {
             $crate::store::overview::read_traffic!(pool, since)
+        }
+
+        async fn rates(
+            pool: &$pool,
+            now: chrono::DateTime<chrono::Utc>,
+        ) -> Result<$crate::store::Rates, $crate::store::StoreError> {
+            $crate::store::overview::read_rates!(pool, now)
         }
 
         async fn members(

@@ -563,3 +563,57 @@ async fn the_sign_in_page_says_when_no_admin_token_is_configured() {
     assert!(!page.contains("No admin token is configured"), "{page}");
     app.stop().await;
 }
+
+/// Rates over time, from the store: the overview charts the last hour per minute (an SVG, no
+/// script) with this minute's counts — a message received and one sent show — and reloads
+/// itself unless the operator stops it.
+#[tokio::test]
+async fn the_overview_charts_the_last_hours_rates_and_reloads_itself() {
+    use super::support::ClockExt as _;
+    let (plain, _) = plain_soap_service().await;
+    let app = spawn_app_with(|c| {
+        c.tokens = vec![ApiToken::plain(ADMIN, "ops", vec![Scope::Admin])];
+        c.partners.insert_address("charted", plain.clone());
+    })
+    .await;
+    let in_an_hour = super::support::xs(app.clock.now_utc() + chrono::Duration::hours(1));
+    let xml =
+        std::fs::read_to_string(super::support::repo_root().join("examples/purchase-order.xml"))
+            .expect("example envelope")
+            .replace("2099-12-31T23:59:59Z", &in_an_hour);
+    let answer = app
+        .post("/wsr/default", "text/xml; charset=utf-8", xml)
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let id = submitted(&app, "charted").await;
+    eventually("the attempt is noted", || async {
+        let m = api(&app, &format!("/messages/{id}")).await;
+        m["last_error"].is_string().then_some(())
+    })
+    .await;
+    let cookie = super::console_sign_out::sign_in(&app).await;
+    let (status, page) = super::console_sign_out::get(&app, &cookie, "/console").await;
+    assert_eq!(status, 200, "{page}");
+    assert!(
+        page.contains("<meta http-equiv=\"refresh\" content=\"30\">"),
+        "{page}"
+    );
+    assert!(page.contains("<svg class=\"chart\""), "{page}");
+    assert_eq!(page.matches("<polyline").count(), 5, "{page}");
+    let this_minute = |name: &str| -> u64 {
+        let row = page
+            .split("<tr>")
+            .find(|r| r.contains(&format!("<th scope=\"row\">{name}</th>")))
+            .unwrap_or_else(|| panic!("a row for {name}: {page}"));
+        row.split("<td>")
+            .nth(1)
+            .and_then(|c| c.split('<').next())
+            .and_then(|n| n.trim().parse().ok())
+            .unwrap_or_else(|| panic!("a count for {name}: {row}"))
+    };
+    assert!(this_minute("received") >= 1, "{page}");
+    assert!(this_minute("sent") >= 1, "{page}");
+    let (_, still) = super::console_sign_out::get(&app, &cookie, "/console?refresh=off").await;
+    assert!(!still.contains("http-equiv=\"refresh\""), "{still}");
+    app.stop().await;
+}

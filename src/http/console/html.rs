@@ -149,9 +149,24 @@ const SECTIONS: &[(&str, &str)] = &[
 /// A whole page: `title` (escaped here) and `body` (HTML). `signed_in` adds the navigation
 /// and the log-out button.
 pub fn page(status: StatusCode, title: &str, body: &str, signed_in: bool) -> Response {
+    page_refreshing(status, title, body, signed_in, None)
+}
+
+/// `page`, reloaded by the browser every `refresh` seconds when given (a meta refresh: no
+/// script), so that a page of live counts stays live.
+pub fn page_refreshing(
+    status: StatusCode,
+    title: &str,
+    body: &str,
+    signed_in: bool,
+    refresh: Option<u32>,
+) -> Response {
+    let refresh = refresh.map_or(String::new(), |s| {
+        format!("<meta http-equiv=\"refresh\" content=\"{s}\">")
+    });
     let mut html = format!(
         "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\">\
-         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">{refresh}\
          <title>{} · wsr-gateway console</title>\
          <link rel=\"stylesheet\" href=\"/console/console.css\"></head><body><header>\
          <p class=\"brand\">wsr-gateway console</p>",

@@ -10,7 +10,7 @@ use crate::store::StoreStats;
 use crate::store::backend::Backend;
 use crate::store::error::StoreError;
 use crate::store::future::StoreFuture;
-use crate::store::overview::{InboxFilter, InboxPage, Member, Traffic};
+use crate::store::overview::{InboxFilter, InboxPage, Member, Rates, Traffic};
 
 impl Backend for SqliteStore {
     fn policy(&self) -> &Policy {
@@ -73,6 +73,10 @@ impl Backend for SqliteStore {
 
     fn traffic<'a>(&'a self, since: DateTime<Utc>) -> StoreFuture<'a, Result<Traffic, StoreError>> {
         Box::pin(traffic(&self.pool, since))
+    }
+
+    fn rates<'a>(&'a self, now: DateTime<Utc>) -> StoreFuture<'a, Result<Rates, StoreError>> {
+        Box::pin(rates(&self.pool, now))
     }
 
     fn members<'a>(

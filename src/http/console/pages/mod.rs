@@ -6,6 +6,7 @@
 //! continued with `after`; a stored payload, envelope or response is shown as an `excerpt`
 //! of at most `MAX_SHOWN` bytes, with a link to its download (`html::attachment`).
 
+mod chart;
 mod endpoints;
 mod inbound;
 mod outbound;

@@ -10,7 +10,7 @@ use chrono::Duration;
 
 use super::super::Operator;
 use super::super::html::{esc, link, query_value, table};
-use super::{MAX_SUBSCRIPTIONS, Page, partner_query, partner_shown, shown, store};
+use super::{MAX_SUBSCRIPTIONS, Page, partner_query, partner_shown, store};
 use crate::http::AppState;
 use crate::metrics::{ANONYMOUS, faults_answered, held_back_sources};
 use crate::outbound::backend::{RequestResponse, Responder};
@@ -41,7 +41,21 @@ fn at_least(n: u64, floor: bool) -> String {
     }
 }
 
-pub async fn overview(Operator(_): Operator, State(app): State<AppState>) -> Page {
+/// How often the overview reloads itself (`?refresh=off` stops it).
+const REFRESH_SECONDS: u32 = 30;
+
+#[derive(serde::Deserialize)]
+pub struct OverviewQuery {
+    refresh: Option<String>,
+}
+
+pub async fn overview(
+    Operator(_): Operator,
+    State(app): State<AppState>,
+    q: Result<axum::extract::Query<OverviewQuery>, axum::extract::rejection::QueryRejection>,
+) -> Page {
+    let q = super::query(q)?;
+    let refreshing = q.refresh.as_deref() != Some("off");
     let now = app.clock.now();
     let traffic = store(
         app.store
@@ -55,6 +69,16 @@ pub async fn overview(Operator(_): Operator, State(app): State<AppState>) -> Pag
          those are this gateway's since it started (<code>wsr_faults_total</code> in \
          <code>/metrics</code> has every gateway's).</p>",
     );
+    body.push_str(&if refreshing {
+        format!(
+            "<p>This page reloads itself every {REFRESH_SECONDS} s. {}</p>",
+            link("/console?refresh=off", "Stop reloading")
+        )
+    } else {
+        format!("<p>{}</p>", link("/console", "Reload every 30 s"))
+    });
+    let rates = store(app.store.rates(now).await)?;
+    body.push_str(&super::chart::rates_chart(&rates));
     body.push_str(&receiving(&traffic));
     body.push_str(&sending(&traffic, &in_doubt));
     body.push_str(&faults());
@@ -91,7 +115,13 @@ pub async fn overview(Operator(_): Operator, State(app): State<AppState>) -> Pag
         &["Subscription", "Waiting", "In flight", "Dead letters"],
         &subs,
     ));
-    shown("Overview", &body)
+    Ok(super::super::html::page_refreshing(
+        axum::http::StatusCode::OK,
+        "Overview",
+        &body,
+        true,
+        refreshing.then_some(REFRESH_SECONDS),
+    ))
 }
 
 /// The request-response channels (D16) and who answers each.
