@@ -383,7 +383,11 @@ pub async fn list_groups(
     let groups = app.store.groups(after, limit(&page)).await?;
     let next = groups.last().map(|(_, g)| g.group_id.as_str().to_owned());
     let next_partner = groups.last().map(|(p, _)| p.clone());
-    let groups = groups.iter().map(|(p, g)| group_view(p, g)).collect();
+    let policy = app.store.policy();
+    let groups = groups
+        .iter()
+        .map(|(p, g)| group_view(p, g, policy))
+        .collect();
     Ok(Json(GroupList {
         groups,
         next_after: next,
@@ -410,7 +414,7 @@ pub async fn get_group(
 ) -> Result<Json<GroupView>, Problem> {
     let partner = query.partner.unwrap_or_default();
     match app.store.group(&partner, &id).await? {
-        Some(g) => Ok(Json(group_view(&partner, &g))),
+        Some(g) => Ok(Json(group_view(&partner, &g, app.store.policy()))),
         None => Err(Problem(
             StatusCode::NOT_FOUND,
             "not-found",
@@ -491,6 +495,11 @@ pub struct GroupView {
     max_expiry: String,
     last_activity: String,
     terminated_at: Option<String>,
+    /// While open: when its time limit ends it (`groupExpiryTime` or the idle limit).
+    ends_at: Option<String>,
+    /// While open with messages buffered for a gap: when it is aborted unless the gap fills
+    /// (D7: the earliest of their ExpiryTime and its time limit).
+    aborts_at: Option<String>,
 }
 
 /// A message of a group that was faulted, and its WS-R fault code.
@@ -500,8 +509,15 @@ pub struct GroupFault {
     fault: &'static str,
 }
 
-fn group_view(partner: &str, g: &GroupState) -> GroupView {
+fn group_view(partner: &str, g: &GroupState, policy: &crate::rmp::group::Policy) -> GroupView {
+    let open = g.status == crate::rmp::group::GroupStatus::Open;
     GroupView {
+        ends_at: g
+            .time_limit(policy)
+            .filter(|_| open)
+            .as_ref()
+            .map(date_time_string),
+        aborts_at: g.aborts_at(policy).as_ref().map(date_time_string),
         partner: partner.to_owned(),
         group_id: g.group_id.as_str().to_owned(),
         channel: g.params.channel.clone(),

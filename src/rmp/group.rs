@@ -185,6 +185,20 @@ impl GroupState {
         }
     }
 
+    /// When the open group is aborted unless its gap fills (D7): the earliest of its buffered
+    /// messages' ExpiryTime and its time limit; `None` while nothing waits for a gap (then the
+    /// time limit only ends it, `time_limit`) or once it ended.
+    pub fn aborts_at(&self, policy: &Policy) -> Option<DateTime<Utc>> {
+        if self.status != GroupStatus::Open || self.buffered.is_empty() {
+            return None;
+        }
+        let earliest_buffered = self.buffered.values().map(|b| b.expiry).min();
+        [self.time_limit(policy), earliest_buffered]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
     /// The first moment the group state may be forgotten: after termination and once no
     /// message of the group can be accepted any more — its latest ExpiryTime plus the allowed
     /// clock skew (D3, D8) — so that a late duplicate is always still recognised.
@@ -293,5 +307,52 @@ pub fn sweep(state: &mut GroupState, now: DateTime<Utc>, policy: &Policy) -> Swe
     state.terminate(status, now);
     Swept::Changed {
         discarded: Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use chrono::TimeZone;
+
+    /// An ordered group with a gap says when it aborts: the earliest buffered ExpiryTime or
+    /// its time limit, whichever is first; nothing once the gap is gone or the group ended.
+    #[test]
+    fn a_group_with_a_gap_tells_when_it_aborts() {
+        let t0 = Utc
+            .with_ymd_and_hms(2030, 1, 1, 0, 0, 0)
+            .single()
+            .expect("t0");
+        let params = GroupParams {
+            channel: "c".into(),
+            sequenced: true,
+            ack_requested: true,
+            duplicate_elimination: true,
+            message_order: true,
+            limit: Some(GroupLimit::ExpiryTime(t0 + chrono::Duration::hours(2))),
+        };
+        let mut g = GroupState::new(GroupId::parse("mid:g@t").expect("id"), params, t0);
+        let policy = Policy::default();
+        assert_eq!(g.aborts_at(&policy), None, "no gap");
+        let buffered = |minutes| Buffered {
+            expiry: t0 + chrono::Duration::minutes(minutes),
+            bytes: 1,
+            reply: ReplyPattern::Response,
+        };
+        g.buffered.insert(3, buffered(90));
+        g.buffered.insert(2, buffered(30));
+        assert_eq!(
+            g.aborts_at(&policy),
+            Some(t0 + chrono::Duration::minutes(30))
+        );
+        g.buffered.clear();
+        g.buffered.insert(2, buffered(600));
+        assert_eq!(
+            g.aborts_at(&policy),
+            Some(t0 + chrono::Duration::hours(2)),
+            "the time limit first"
+        );
+        g.abort(t0);
+        assert_eq!(g.aborts_at(&policy), None, "ended");
     }
 }

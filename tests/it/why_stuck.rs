@@ -617,3 +617,72 @@ async fn the_overview_charts_the_last_hours_rates_and_reloads_itself() {
     assert!(!still.contains("http-equiv=\"refresh\""), "{still}");
     app.stop().await;
 }
+
+/// An inbound ordered group with a gap: the overview's "Buffered for a gap" count links to
+/// the groups that have one; the group says when it aborts unless the gap fills (console and
+/// API); the groups list filters by status.
+#[tokio::test]
+async fn a_stuck_ordered_group_says_when_it_aborts() {
+    use wsr_gateway::wsr::{GroupId, MessageId, ReplyPattern, Request, SequenceNum};
+    let app = spawn_app_with(|c| {
+        c.tokens = vec![ApiToken::plain(ADMIN, "ops", vec![Scope::Admin])];
+    })
+    .await;
+    let group = "mid:gap@why-stuck";
+    for number in [0, 2] {
+        let request = Request {
+            message_id: MessageId {
+                group_id: GroupId::parse(group).expect("group"),
+                sequence: Some(SequenceNum {
+                    number,
+                    last: false,
+                    group_limit: None,
+                }),
+            },
+            expiry_time: chrono::Utc::now() + chrono::Duration::hours(2),
+            reply_pattern: ReplyPattern::Response,
+            ack_requested: true,
+            duplicate_elimination: true,
+            message_order: true,
+        };
+        let xml = super::support::request_envelope(&request, "<o:Line xmlns:o=\"urn:o\"/>");
+        let answer = app
+            .post("/wsr/default", "text/xml; charset=utf-8", xml)
+            .await;
+        assert!(answer.status < 300, "{}", answer.body);
+    }
+    let shown = api(&app, &format!("/groups/{}", "mid%3Agap%40why-stuck")).await;
+    assert_eq!(shown["buffered"], json!([2]), "{shown}");
+    assert!(shown["aborts_at"].is_string(), "{shown}");
+    assert!(shown["ends_at"].is_string(), "{shown}");
+
+    let cookie = super::console_sign_out::sign_in(&app).await;
+    let (_, overview) = super::console_sign_out::get(&app, &cookie, "/console").await;
+    assert!(
+        overview.contains("href=\"/console/groups?buffered=yes&amp;partner=anonymous\">1</a>"),
+        "{overview}"
+    );
+    let (status, list) = super::console_sign_out::get(
+        &app,
+        &cookie,
+        "/console/groups?buffered=yes&partner=anonymous",
+    )
+    .await;
+    assert_eq!(status, 200, "{list}");
+    assert!(list.contains("mid:gap@why-stuck"), "{list}");
+    let (_, none) =
+        super::console_sign_out::get(&app, &cookie, "/console/groups?status=aborted").await;
+    assert!(!none.contains("mid:gap@why-stuck"), "{none}");
+    let (_, page) = super::console_sign_out::get(
+        &app,
+        &cookie,
+        "/console/group?partner=&id=mid%3Agap%40why-stuck",
+    )
+    .await;
+    let aborts = page
+        .split("<tr>")
+        .find(|r| r.contains("Aborts at"))
+        .unwrap_or_else(|| panic!("{page}"));
+    assert!(!aborts.contains("—"), "a time: {aborts}");
+    app.stop().await;
+}

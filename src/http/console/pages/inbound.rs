@@ -16,7 +16,7 @@ use super::{
     partner_filter, partner_shown, query, required, shown, store, text, when,
 };
 use crate::http::AppState;
-use crate::rmp::group::GroupState;
+use crate::rmp::group::{GroupState, GroupStatus};
 use crate::store::overview::Listed;
 use crate::store::{InboxEntry, InboxExcerpt, InboxFilter};
 use crate::wsr::datetime::parse_date_time;
@@ -25,6 +25,36 @@ use crate::wsr::datetime::parse_date_time;
 pub struct GroupsQuery {
     after: Option<String>,
     after_partner: Option<String>,
+    /// Only groups in this status (open, complete, expired, idle, aborted).
+    status: Option<String>,
+    /// `yes`: only groups with messages buffered for a gap.
+    buffered: Option<String>,
+    /// Only this partner's groups (`NO_PARTNER`: anonymous callers').
+    partner: Option<String>,
+}
+
+/// Store pages of groups a filtered list looks through at most per page it shows: the
+/// filters are applied to the groups read, so one page costs a bounded read however few
+/// match.
+const GROUP_PAGES_LOOKED_AT: usize = 10;
+
+/// The filters of the groups list.
+struct GroupFilter<'a> {
+    status: Option<GroupStatus>,
+    buffered: bool,
+    partner: Option<&'a str>,
+}
+
+impl GroupFilter<'_> {
+    fn keeps(&self, partner: &str, g: &GroupState) -> bool {
+        self.status.is_none_or(|s| g.status == s)
+            && (!self.buffered || !g.buffered.is_empty())
+            && self.partner.is_none_or(|p| p == partner)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.status.is_none() && !self.buffered && self.partner.is_none()
+    }
 }
 
 fn ranges(pairs: &[(u64, u64)]) -> String {
@@ -49,6 +79,33 @@ fn ranges(pairs: &[(u64, u64)]) -> String {
     }
 }
 
+/// The groups list's filter form, showing the filter in force.
+fn groups_form(filter: &GroupFilter<'_>, partner: Option<&str>) -> String {
+    let mut form = String::from(
+        "<form method=\"get\" action=\"/console/groups\"><label for=\"status\">Status</label>\
+         <select id=\"status\" name=\"status\"><option value=\"\">any</option>",
+    );
+    for s in ["open", "complete", "expired", "idle", "aborted"] {
+        let selected = if filter.status.map(GroupStatus::as_str) == Some(s) {
+            " selected"
+        } else {
+            ""
+        };
+        let _ = write!(form, "<option value=\"{s}\"{selected}>{s}</option>");
+    }
+    let checked = if filter.buffered { " checked" } else { "" };
+    let _ = write!(
+        form,
+        "</select><label><input type=\"checkbox\" name=\"buffered\" value=\"yes\"{checked}> \
+         with messages buffered for a gap</label>\
+         <label for=\"group-partner\">Partner</label>\
+         <input id=\"group-partner\" name=\"partner\" value=\"{}\" placeholder=\"{NO_PARTNER}\">\
+         <button type=\"submit\">Filter</button></form>",
+        esc(partner.unwrap_or(""))
+    );
+    form
+}
+
 fn group_href(partner: &str, group_id: &str) -> String {
     format!(
         "/console/group?partner={}&id={}",
@@ -70,12 +127,43 @@ pub async fn groups(
     let q = query(q)?;
     let after = text("after", &q.after)?;
     let after_partner = text("after_partner", &q.after_partner)?.unwrap_or("");
-    let list = store(
-        app.store
-            .groups(after.map(|g| (after_partner, g)), PAGE)
-            .await,
-    )?;
+    let status =
+        match text("status", &q.status)? {
+            None => None,
+            Some(s) => Some(GroupStatus::parse(s).ok_or_else(|| {
+                bad_request("status: one of open, complete, expired, idle, aborted")
+            })?),
+        };
+    let buffered = match text("buffered", &q.buffered)? {
+        None | Some("no") => false,
+        Some("yes") => true,
+        Some(_) => return Err(bad_request("buffered: yes or no")),
+    };
+    let partner = partner_filter(text("partner", &q.partner)?);
+    let filter = GroupFilter {
+        status,
+        buffered,
+        partner,
+    };
+    // Pages of the store until a page of matches, or the bounded look is used up.
+    let mut list: Vec<(String, GroupState)> = Vec::new();
+    let mut cursor: Option<(String, String)> =
+        after.map(|g| (after_partner.to_owned(), g.to_owned()));
+    let mut exhausted = false;
+    for _ in 0..GROUP_PAGES_LOOKED_AT {
+        let from = cursor.as_ref().map(|(p, g)| (p.as_str(), g.as_str()));
+        let read = store(app.store.groups(from, PAGE).await)?;
+        exhausted = (read.len() as i64) < PAGE;
+        if let Some((p, g)) = read.last() {
+            cursor = Some((p.clone(), g.group_id.as_str().to_owned()));
+        }
+        list.extend(read.into_iter().filter(|(p, g)| filter.keeps(p, g)));
+        if exhausted || list.len() as i64 >= PAGE || filter.is_empty() {
+            break;
+        }
+    }
     let mut body = String::from(GROUP_SEARCH);
+    body.push_str(&groups_form(&filter, q.partner.as_deref()));
     let rows: Vec<Vec<String>> = list
         .iter()
         .map(|(partner, g)| {
@@ -108,11 +196,14 @@ pub async fn groups(
         ],
         &rows,
     ));
-    if let (Some((partner, g)), true) = (list.last(), list.len() as i64 == PAGE) {
+    if let (Some((partner, group)), false) = (&cursor, exhausted) {
         let href = format!(
-            "/console/groups?after={}&after_partner={}",
-            query_value(g.group_id.as_str()),
-            query_value(partner)
+            "/console/groups?after={}&after_partner={}&status={}&buffered={}&partner={}",
+            query_value(group),
+            query_value(partner),
+            query_value(q.status.as_deref().unwrap_or("")),
+            if buffered { "yes" } else { "" },
+            query_value(q.partner.as_deref().unwrap_or("")),
         );
         let _ = write!(body, "<p>{}</p>", link(&href, "Next page"));
     }
@@ -145,11 +236,16 @@ pub async fn group(
         body.push_str(GROUP_SEARCH);
         return Err(html::page(StatusCode::NOT_FOUND, "Group not found", &body, true).into());
     };
-    let body = facts("Group", &group_facts(partner, &g));
+    let body = facts("Group", &group_facts(partner, &g, app.store.policy()));
     shown(&format!("Group {id}"), &body)
 }
 
-fn group_facts(partner: &str, g: &GroupState) -> Vec<(&'static str, String)> {
+fn group_facts(
+    partner: &str,
+    g: &GroupState,
+    policy: &crate::rmp::group::Policy,
+) -> Vec<(&'static str, String)> {
+    let open = g.status == crate::rmp::group::GroupStatus::Open;
     let buffered: Vec<String> = g
         .buffered
         .keys()
@@ -187,6 +283,17 @@ fn group_facts(partner: &str, g: &GroupState) -> Vec<(&'static str, String)> {
             },
         ),
         ("Buffered numbers", or_dash(buffered)),
+        (
+            "Aborts at (unless the gap fills)",
+            g.aborts_at(policy).as_ref().map_or("—".into(), when),
+        ),
+        (
+            "Ends at (its time limit)",
+            g.time_limit(policy)
+                .filter(|_| open)
+                .as_ref()
+                .map_or("—".into(), when),
+        ),
         ("Faults", or_dash(faults)),
         ("Kept at least until", when(&g.max_expiry)),
         ("Last activity", when(&g.last_activity)),

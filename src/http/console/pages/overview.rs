@@ -246,8 +246,20 @@ fn receiving_row(
             if floor { "≥ " } else { "" },
             r.received as f64 / RATE_WINDOW_SECONDS as f64
         ),
-        r.open_groups.to_string(),
-        r.buffered.to_string(),
+        link(
+            &format!(
+                "/console/groups?status=open&partner={}",
+                query_value(partner_query(&r.partner))
+            ),
+            &r.open_groups.to_string(),
+        ),
+        link(
+            &format!(
+                "/console/groups?buffered=yes&partner={}",
+                query_value(partner_query(&r.partner))
+            ),
+            &r.buffered.to_string(),
+        ),
         answered.to_string(),
     ]
 }
