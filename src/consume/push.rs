@@ -140,7 +140,7 @@ async fn worker(store: Store, clock: Arc<dyn Clock>, sub: Subscription, limits: 
         return;
     }
     let mut waker = Waker::for_fetching(&store, &clock);
-    let mut inflight: JoinSet<(Handed, Outcome)> = JoinSet::new();
+    let mut inflight: JoinSet<Pushed> = JoinSet::new();
     // The payload bytes of each post in flight, by its task.
     let mut sizes: HashMap<tokio::task::Id, usize> = HashMap::new();
     loop {
@@ -218,9 +218,9 @@ async fn worker(store: Store, clock: Arc<dyn Clock>, sub: Subscription, limits: 
         tokio::select! {
             Some(done) = inflight.join_next_with_id(), if !inflight.is_empty() => {
                 match done {
-                    Ok((task, (handed, outcome))) => {
+                    Ok((task, (handed, outcome, cause))) => {
                         sizes.remove(&task);
-                        settle(&store, &clock, &handed, outcome).await;
+                        settle(&store, &clock, &handed, outcome, cause).await;
                     }
                     Err(e) => {
                         sizes.remove(&e.id());
@@ -238,6 +238,30 @@ struct Webhook {
     owner: String,
 }
 
+/// What a push attempt came to: the message, its outcome, and what the endpoint answered (or
+/// why it did not), which a dead letter's reason names.
+type Pushed = (Handed, Outcome, String);
+
+/// How much of an endpoint's answer a dead letter's reason quotes.
+const ANSWER_QUOTED: usize = 200;
+
+/// An endpoint's answer as a dead letter's reason quotes it: its status and the beginning of
+/// its body (control characters as spaces).
+fn answered_with(answer: &crate::outbound::http_client::Heard) -> String {
+    let text = String::from_utf8_lossy(&answer.body);
+    let quoted: String = text
+        .chars()
+        .take(ANSWER_QUOTED)
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    let quoted = quoted.trim();
+    if quoted.is_empty() {
+        format!("HTTP {}", answer.status)
+    } else {
+        format!("HTTP {}: {quoted}", answer.status)
+    }
+}
+
 async fn post(
     client: reqwest::Client,
     store: Store,
@@ -245,9 +269,11 @@ async fn post(
     format: PushFormat,
     handed: Handed,
     answer_cap: usize,
-) -> (Handed, Outcome) {
+) -> Pushed {
     let failed = outcome_for(None);
     let Webhook { url, owner } = webhook;
+    let shown = redacted(&url);
+    let cause = |why: &str| format!("push to {shown}: {why}");
     // Only webhooks registered for the subscription's owner: a registration or grant
     // withdrawn since the subscription was created stops the pushing (the attempt fails and,
     // in the end, dead-letters).
@@ -256,11 +282,16 @@ async fn post(
         Ok(false) => {
             let url = redacted(&url);
             tracing::warn!(%url, %owner, "push endpoint is no longer registered for the subscription's owner; not sent");
-            return (handed, failed);
+            let why = cause("no longer registered for the subscription's owner");
+            return (handed, failed, why);
         }
         Err(e) => {
             tracing::error!(error = %e, "cannot check the push endpoint");
-            return (handed, failed);
+            return (
+                handed,
+                failed,
+                cause("the store could not check the endpoint"),
+            );
         }
     }
     let request = match format {
@@ -276,7 +307,8 @@ async fn post(
                 Ok(soap) => soap,
                 Err(why) => {
                     tracing::error!(offset = m.offset, %why, "message cannot be pushed as SOAP");
-                    return (handed, failed);
+                    let why = cause(&format!("cannot be pushed as SOAP: {why}"));
+                    return (handed, failed, why);
                 }
             };
             soap.headers
@@ -296,24 +328,31 @@ async fn post(
                     by_status,
                 ),
             };
-            return (handed, outcome);
+            let why = cause(&answered_with(&answer));
+            return (handed, outcome, why);
         }
         // Not followed: a failed attempt like any status that is not 2xx or 4xx.
         Err(AttemptFailure::Redirected(status)) => {
-            return (handed, outcome_for(StatusCode::from_u16(status).ok()));
+            let why = cause(&format!("HTTP {status}: a redirect, not followed"));
+            return (handed, outcome_for(StatusCode::from_u16(status).ok()), why);
         }
         Err(failure) => failure,
     };
-    let url = redacted(&url);
-    tracing::warn!(%url, subscription = handed.receipt.subscription, error = %failure, "push attempt failed");
+    tracing::warn!(url = %shown, subscription = handed.receipt.subscription, error = %failure, "push attempt failed");
     crate::metrics::push_failed();
-    (handed, failed)
+    (handed, failed, cause(&failure.to_string()))
 }
 
-async fn settle(store: &Store, clock: &Arc<dyn Clock>, handed: &Handed, outcome: Outcome) {
+async fn settle(
+    store: &Store,
+    clock: &Arc<dyn Clock>,
+    handed: &Handed,
+    outcome: Outcome,
+    cause: String,
+) {
     let label = outcome.label();
     match store
-        .settle(&handed.receipt, Some(outcome), clock.now())
+        .settle_by(&handed.receipt, Some(outcome), Some(cause), clock.now())
         .await
     {
         Ok(()) => crate::metrics::settled("push", label),

@@ -57,7 +57,7 @@ mod tests {
         let attempt = head.acquire("A", t0(), &policy());
         assert!(pending(&head));
         assert_eq!(after_finish(1, 3, Some(3)), None, "another message settled");
-        head.settle(attempt, "A", Outcome::Accepted, t0(), &policy())
+        head.settle(attempt, "A", Outcome::Accepted, t0(), &policy(), None)
             .expect("live");
         assert_eq!(head.state, State::Done);
         assert!(!pending(&head));

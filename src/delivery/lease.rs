@@ -11,6 +11,9 @@ use std::collections::BTreeSet;
 
 use chrono::{DateTime, Duration, Utc};
 
+/// The cause of an attempt whose lease ran out, as a dead letter's reason says it.
+pub const DEADLINE_PASSED: &str = "the ack deadline passed with no settle";
+
 /// AMQP outcomes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Outcome {
@@ -194,6 +197,9 @@ impl Lease {
     }
 
     /// Settles the live lease with an outcome.
+    ///
+    /// `by` says who settled and why, as a dead letter's reason names it (the principal, or
+    /// the push endpoint and what it answered); without it, the consumer.
     pub fn settle(
         &mut self,
         attempt: u32,
@@ -201,9 +207,10 @@ impl Lease {
         outcome: Outcome,
         now: DateTime<Utc>,
         policy: &Policy,
+        by: Option<&str>,
     ) -> Result<(), Stale> {
         self.live(attempt, consumer, now)?;
-        self.apply(consumer, outcome, now, policy);
+        self.apply(consumer, outcome, now, policy, by);
         Ok(())
     }
 
@@ -229,7 +236,7 @@ impl Lease {
                 }
             }
         };
-        self.apply(consumer, outcome, now, policy);
+        self.apply(consumer, outcome, now, policy, None);
         attempt
     }
 
@@ -251,6 +258,7 @@ impl Lease {
                 },
                 now,
                 policy,
+                Some(DEADLINE_PASSED),
             );
         }
     }
@@ -259,7 +267,7 @@ impl Lease {
     /// without waiting for the ack-wait and without counting the attempt.
     pub fn holder_gone(&mut self, gone: &str, now: DateTime<Utc>, policy: &Policy) {
         if matches!(&self.state, State::Acquired { consumer, .. } if consumer == gone) {
-            self.apply(gone, Outcome::Released, now, policy);
+            self.apply(gone, Outcome::Released, now, policy, None);
         }
     }
 
@@ -297,7 +305,16 @@ impl Lease {
         matches!(&self.state, State::Acquired { deadline, .. } if *deadline < now)
     }
 
-    fn apply(&mut self, consumer: &str, outcome: Outcome, now: DateTime<Utc>, policy: &Policy) {
+    /// `by`: who settled and why (`settle`), or what failed the attempt (`DEADLINE_PASSED`):
+    /// a dead letter's reason names it, so that the operator sees the cause, not a count.
+    fn apply(
+        &mut self,
+        consumer: &str,
+        outcome: Outcome,
+        now: DateTime<Utc>,
+        policy: &Policy,
+        by: Option<&str>,
+    ) {
         let mut avoid = match &mut self.state {
             State::Acquired { avoid, .. } | State::Available { avoid, .. } => std::mem::take(avoid),
             _ => BTreeSet::new(),
@@ -305,7 +322,7 @@ impl Lease {
         self.state = match outcome {
             Outcome::Accepted => State::Done,
             Outcome::Rejected => State::DeadLettered {
-                reason: format!("rejected by {consumer}"),
+                reason: format!("rejected by {}", by.unwrap_or(consumer)),
             },
             Outcome::Released => State::Available {
                 not_before: now,
@@ -325,8 +342,12 @@ impl Lease {
                     avoid.insert(consumer.to_owned());
                 }
                 if self.failures >= policy.max_deliveries {
+                    let last = by.map_or(String::new(), |why| format!("; the last: {why}"));
                     State::DeadLettered {
-                        reason: format!("{} failed deliveries (max_deliveries)", self.failures),
+                        reason: format!(
+                            "{} failed deliveries (max_deliveries){last}",
+                            self.failures
+                        ),
                     }
                 } else {
                     let wait = match delay {
@@ -385,7 +406,14 @@ pub(crate) mod tests {
         assert!(m.available_to("B", false, late + Duration::seconds(1)));
         let b = m.acquire("B", late + Duration::seconds(1), &p);
         assert_eq!((a, b), (1, 2));
-        let refused = m.settle(a, "A", Outcome::Accepted, late + Duration::seconds(2), &p);
+        let refused = m.settle(
+            a,
+            "A",
+            Outcome::Accepted,
+            late + Duration::seconds(2),
+            &p,
+            None,
+        );
         assert_eq!(refused.expect_err("stale").current_attempt, 2);
         let extend = m.extend(a, "A", late + Duration::seconds(2), &p);
         assert!(extend.is_err(), "A's old receipt cannot extend either");
@@ -398,8 +426,15 @@ pub(crate) mod tests {
             late + Duration::seconds(33),
             "the confirmed new deadline"
         );
-        m.settle(b, "B", Outcome::Accepted, late + Duration::seconds(4), &p)
-            .expect("B settles");
+        m.settle(
+            b,
+            "B",
+            Outcome::Accepted,
+            late + Duration::seconds(4),
+            &p,
+            None,
+        )
+        .expect("B settles");
         assert_eq!(m.state, State::Done);
     }
 
@@ -409,11 +444,18 @@ pub(crate) mod tests {
         let mut m = Lease::new(t0());
         let a = m.acquire("A", t0(), &p);
         let err = m
-            .settle(a, "A", Outcome::Accepted, t0() + Duration::seconds(31), &p)
+            .settle(
+                a,
+                "A",
+                Outcome::Accepted,
+                t0() + Duration::seconds(31),
+                &p,
+                None,
+            )
             .expect_err("late");
         assert!(err.reason.contains("deadline"), "{err}");
         assert!(
-            m.settle(a, "B", Outcome::Accepted, t0(), &p).is_err(),
+            m.settle(a, "B", Outcome::Accepted, t0(), &p, None).is_err(),
             "not B's attempt"
         );
     }
@@ -425,7 +467,7 @@ pub(crate) mod tests {
         let mut now = t0();
         for round in 1..=3u32 {
             let attempt = m.acquire("A", now, &p);
-            m.settle(attempt, "A", nack(), now, &p).expect("live");
+            m.settle(attempt, "A", nack(), now, &p, None).expect("live");
             if round < 3 {
                 assert!(
                     !m.available_to("A", false, now + Duration::seconds(10)),
@@ -451,7 +493,8 @@ pub(crate) mod tests {
         let mut m = Lease::new(t0());
         for _ in 0..5 {
             let a = m.acquire("A", t0(), &p);
-            m.settle(a, "A", Outcome::Released, t0(), &p).expect("live");
+            m.settle(a, "A", Outcome::Released, t0(), &p, None)
+                .expect("live");
         }
         assert_eq!(m.failures, 0);
         m.acquire("A", t0(), &p);
@@ -459,6 +502,26 @@ pub(crate) mod tests {
         assert!(
             m.available_to("B", false, t0() + Duration::seconds(1)),
             "well before the ack-wait"
+        );
+    }
+
+    /// A dead letter's reason says the cause of the last failure: a deadline that passed.
+    #[test]
+    fn a_lease_that_ran_out_max_times_says_so() {
+        let p = Policy {
+            max_deliveries: 1,
+            ..policy()
+        };
+        let mut m = Lease::new(t0());
+        m.acquire("A", t0(), &p);
+        m.expire(t0() + Duration::hours(1), &p);
+        assert_eq!(
+            m.state,
+            State::DeadLettered {
+                reason: format!(
+                    "1 failed deliveries (max_deliveries); the last: {DEADLINE_PASSED}"
+                )
+            }
         );
     }
 
@@ -470,7 +533,7 @@ pub(crate) mod tests {
         for _ in 0..3 {
             now += Duration::seconds(60);
             let attempt = m.acquire("A", now, &p);
-            m.settle(attempt, "A", nack(), now, &p).expect("live");
+            m.settle(attempt, "A", nack(), now, &p, None).expect("live");
         }
         assert_eq!(
             m.state,

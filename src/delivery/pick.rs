@@ -96,7 +96,7 @@ mod tests {
         let mut lease = Lease::new(t0());
         let attempt = lease.acquire(consumer, t0(), &policy());
         lease
-            .settle(attempt, consumer, nack(), t0(), &policy())
+            .settle(attempt, consumer, nack(), t0(), &policy(), None)
             .expect("live");
         lease
     }

@@ -59,12 +59,14 @@ pub struct Settled {
 
 /// Settles the attempt `receipt` names with `outcome` (`None`: the subscription's default
 /// outcome). A receipt whose attempt is not the live one is refused, naming the current one.
+/// `by`: who settled and why (`Lease::settle`).
 pub fn settle(
     rules: &Rules,
     lease: &mut Lease,
     receipt: &Receipt,
     outcome: Option<Outcome>,
     now: DateTime<Utc>,
+    by: Option<&str>,
 ) -> Result<Settled, Stale> {
     let outcome = outcome.unwrap_or_else(|| rules.default_outcome.outcome());
     lease.settle(
@@ -73,6 +75,7 @@ pub fn settle(
         outcome,
         now,
         &rules.policy(),
+        by,
     )?;
     Ok(Settled {
         wakes: matches!(lease.state, State::Available { .. }) || rules.ordering == Ordering::Group,
@@ -150,7 +153,8 @@ mod tests {
         let late = t0() + Duration::seconds(31);
         lease.expire(late, &r.policy());
         hand(&r, &mut lease, "B", late);
-        let refused = settle(&r, &mut lease, &receipt(1, "A"), None, late).expect_err("stale");
+        let refused =
+            settle(&r, &mut lease, &receipt(1, "A"), None, late, None).expect_err("stale");
         assert_eq!(refused.current_attempt, 2);
         assert!(refused.reason.contains("superseded"), "{refused}");
         assert!(matches!(&lease.state, State::Acquired { consumer, .. } if consumer == "B"));
@@ -161,12 +165,27 @@ mod tests {
         let r = rules(SettleMode::Unsettled, DefaultOutcome::Modified);
         let mut lease = Lease::new(t0());
         let first = hand(&r, &mut lease, "A", t0());
-        let again = settle(&r, &mut lease, &receipt(first.attempt, "A"), None, t0()).expect("live");
+        let again = settle(
+            &r,
+            &mut lease,
+            &receipt(first.attempt, "A"),
+            None,
+            t0(),
+            None,
+        )
+        .expect("live");
         assert!(again.wakes, "back for the others");
         let later = t0() + Duration::seconds(2);
         let second = hand(&r, &mut lease, "B", later);
-        let done =
-            settle(&r, &mut lease, &receipt(second.attempt, "B"), None, later).expect("live");
+        let done = settle(
+            &r,
+            &mut lease,
+            &receipt(second.attempt, "B"),
+            None,
+            later,
+            None,
+        )
+        .expect("live");
         assert!(!done.wakes);
         assert_eq!(
             lease.state,
@@ -182,7 +201,7 @@ mod tests {
         r.ordering = Ordering::Group;
         let mut lease = Lease::new(t0());
         let h = hand(&r, &mut lease, "A", t0());
-        let s = settle(&r, &mut lease, &receipt(h.attempt, "A"), None, t0()).expect("live");
+        let s = settle(&r, &mut lease, &receipt(h.attempt, "A"), None, t0(), None).expect("live");
         assert!(s.wakes);
         assert_eq!(lease.state, State::Done);
     }

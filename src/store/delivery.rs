@@ -121,7 +121,10 @@ pub enum DeadLetterChange {
 }
 
 /// One settle of a batch: the receipt and the outcome (`None`: the default outcome).
-pub type Settlement = (Receipt, Option<Outcome>);
+/// A settle: the attempt, its outcome (`None`: the subscription's default) and who settled
+/// and why — the principal, or the push endpoint and what it answered — which a dead
+/// letter's reason names.
+pub type Settlement = (Receipt, Option<Outcome>, Option<String>);
 
 /// Storage for delivery to applications. Every write is one transaction that decides on the
 /// rows it reads inside it; a refusal (not found, conflict, stale receipt) changes nothing.
@@ -227,8 +230,19 @@ pub trait DeliveryStore: Send + Sync {
         outcome: Option<Outcome>,
         now: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<(), DeliveryError>> {
+        self.settle_by(receipt, outcome, None, now)
+    }
+
+    /// `settle`, saying who settled and why (`Settlement`).
+    fn settle_by<'a>(
+        &'a self,
+        receipt: &'a Receipt,
+        outcome: Option<Outcome>,
+        by: Option<String>,
+        now: DateTime<Utc>,
+    ) -> StoreFuture<'a, Result<(), DeliveryError>> {
         Box::pin(async move {
-            let one = [(receipt.clone(), outcome)];
+            let one = [(receipt.clone(), outcome, by)];
             let mut results = self.settle_many(&one, now).await?;
             results.pop().unwrap_or(Ok(()))
         })

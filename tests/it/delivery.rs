@@ -298,7 +298,8 @@ async fn a_batch_of_settlements_answers_each_one_in_order() {
                 { "receipt": got[0]["receipt"], "outcome": "accepted" },
                 { "receipt": got[0]["receipt"], "outcome": "accepted" },
                 { "receipt": "1.1.31.32.00", "outcome": "accepted" },
-                { "receipt": got[1]["receipt"], "outcome": "rejected" },
+                { "receipt": got[1]["receipt"], "outcome": "rejected",
+                  "reason": "no such customer" },
                 { "receipt": got[2]["receipt"], "outcome": "bogus" },
             ] }),
         )
@@ -316,7 +317,13 @@ async fn a_batch_of_settlements_answers_each_one_in_order() {
     assert_eq!(results[4]["status"], 400, "unknown outcome");
     // The third is still leased and settles on its own.
     assert_eq!(api.accept(&got[2]).await.0, 200);
-    assert_eq!(dead_letters(&api, sub).await.len(), 1);
+    let dead = dead_letters(&api, sub).await;
+    assert_eq!(dead.len(), 1);
+    // Who rejected it (the principal, not a session id) and why.
+    assert_eq!(
+        dead[0]["reason"], "rejected by billing: no such customer",
+        "{dead:?}"
+    );
 }
 
 /// POSTs all the messages at once; their statuses and bodies, in order.
@@ -1061,10 +1068,15 @@ async fn push_accepts_on_2xx_rejects_on_4xx_retries_5xx_and_timeouts_with_backof
     );
     settled(&api, sub).await;
 
-    // The 200s accepted, the 400 dead-lettered.
+    // The 200s accepted, the 400 dead-lettered — its reason names the endpoint's answer.
     let dead = dead_letters(&api, sub).await;
     assert_eq!(dead.len(), 1);
     assert_eq!(dead[0]["offset"], rejected["offset"]);
+    let reason = dead[0]["reason"].as_str().expect("a reason");
+    assert!(
+        reason.starts_with("rejected by push to http://127.0.0.1:") && reason.contains("HTTP 400"),
+        "{reason}"
+    );
     app.clock.advance(Duration::seconds(60));
     assert!(hook.quiet(300).await, "nothing accepted comes again");
 }

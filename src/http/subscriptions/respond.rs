@@ -84,7 +84,7 @@ pub async fn respond(
     let now = app.clock.now();
     let settled = app
         .store
-        .settle_many(&[(receipt.clone(), Some(Outcome::Accepted))], now)
+        .settle_many(&[(receipt.clone(), Some(Outcome::Accepted), None)], now)
         .await?;
     let settled = matches!(settled.first(), Some(Ok(())));
     Ok(Json(RespondAnswer {

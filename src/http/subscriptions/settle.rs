@@ -57,9 +57,32 @@ struct SettleBody {
     #[serde(default)]
     undeliverable_here: bool,
     delay_ms: Option<u64>,
+    /// Why (at most 1 000 bytes, no control characters): a dead letter's reason names it,
+    /// after who settled.
+    reason: Option<String>,
 }
 
 impl SettleBody {
+    /// Who settled and why, as a dead letter's reason names it: the caller's principal and
+    /// the reason it gave.
+    fn by(&self, caller: &Caller) -> Result<String, Problem> {
+        let Some(reason) = self
+            .reason
+            .as_deref()
+            .map(str::trim)
+            .filter(|r| !r.is_empty())
+        else {
+            return Ok(caller.principal.clone());
+        };
+        if reason.len() > 1000 || reason.chars().any(char::is_control) {
+            return Err(Problem::field(
+                "reason",
+                "at most 1000 bytes, no control characters".to_owned(),
+            ));
+        }
+        Ok(format!("{}: {reason}", caller.principal))
+    }
+
     fn outcome(&self) -> Result<Option<Outcome>, Problem> {
         let modifiers = self.delivery_failed || self.undeliverable_here || self.delay_ms.is_some();
         let outcome = match self.outcome.as_deref() {
@@ -241,19 +264,20 @@ fn settlements(bytes: &Bytes) -> Result<(bool, Vec<SettleBody>), Problem> {
     Ok((true, batch.settlements))
 }
 
-/// A settlement checked: its genuine receipt, which `caller` may settle, and its outcome.
-type Checked = Result<(Receipt, Option<Outcome>), Problem>;
+/// A settlement checked: its genuine receipt, which `caller` may settle, its outcome, and who
+/// settled and why.
+type Checked = Result<(Receipt, Option<Outcome>, Option<String>), Problem>;
 
 /// Each settlement checked, in order; a subscription is read once for all of them.
 async fn check_all(app: &AppState, caller: &Caller, items: &[SettleBody]) -> Vec<Checked> {
     let mut known = HashMap::new();
     let mut checked = Vec::with_capacity(items.len());
     for item in items {
-        let check = match item.outcome() {
-            Ok(outcome) => receipt_for(app, caller, &item.receipt, &mut known)
+        let check = match (item.outcome(), item.by(caller)) {
+            (Ok(outcome), Ok(by)) => receipt_for(app, caller, &item.receipt, &mut known)
                 .await
-                .map(|r| (r, outcome)),
-            Err(p) => Err(p),
+                .map(|r| (r, outcome, Some(by))),
+            (Err(p), _) | (_, Err(p)) => Err(p),
         };
         checked.push(check);
     }
@@ -269,7 +293,7 @@ fn paired(
     let mut results = Vec::with_capacity(checked.len());
     for check in checked {
         results.push(match check {
-            Ok((receipt, outcome)) => match settled.next() {
+            Ok((receipt, outcome, _)) => match settled.next() {
                 Some(Ok(())) => {
                     crate::metrics::settled(
                         "pull",

@@ -356,10 +356,10 @@ async fn a_batch_of_settlements_answers_each_alone() {
         let answers = store
             .settle_many(
                 &[
-                    (got[0].receipt.clone(), None),
-                    (stale_one, None),
-                    (got[0].receipt.clone(), None),
-                    (got[1].receipt.clone(), Some(Outcome::Accepted)),
+                    (got[0].receipt.clone(), None, None),
+                    (stale_one, None, None),
+                    (got[0].receipt.clone(), None, None),
+                    (got[1].receipt.clone(), Some(Outcome::Accepted), None),
                 ],
                 t0(),
             )
@@ -604,8 +604,9 @@ async fn outcomes_release_back_off_avoid_and_dead_letter_with_the_reason() {
         );
         let by_b = store.fetch("b", take(10), later).await.expect("fetch");
         assert_eq!(offsets(&by_b), vec![first.message.offset], "{}", b.name);
+        let cause = "push to https://hooks.example/p: HTTP 503: busy";
         store
-            .settle(&by_b[0].receipt, Some(nack), later)
+            .settle_by(&by_b[0].receipt, Some(nack), Some(cause.into()), later)
             .await
             .expect("nack");
         let dead = store
@@ -615,8 +616,9 @@ async fn outcomes_release_back_off_avoid_and_dead_letter_with_the_reason() {
         assert_eq!(dead.len(), 1, "{}", b.name);
         assert_eq!(dead[0].offset, first.message.offset, "{}", b.name);
         assert_eq!(
-            dead[0].reason, "2 failed deliveries (max_deliveries)",
-            "{}",
+            dead[0].reason,
+            format!("2 failed deliveries (max_deliveries); the last: {cause}"),
+            "the cause of the last failure: {}",
             b.name
         );
         assert!(dead[0].message.is_some(), "{}", b.name);
@@ -628,7 +630,12 @@ async fn outcomes_release_back_off_avoid_and_dead_letter_with_the_reason() {
             .or(other.into_iter().next())
             .expect("the other message");
         let rejected = store
-            .settle(&second.receipt, Some(Outcome::Rejected), later)
+            .settle_by(
+                &second.receipt,
+                Some(Outcome::Rejected),
+                Some("billing: no such customer".into()),
+                later,
+            )
             .await;
         assert!(rejected.is_ok(), "{}: {rejected:?}", b.name);
         let dead = store
@@ -636,11 +643,10 @@ async fn outcomes_release_back_off_avoid_and_dead_letter_with_the_reason() {
             .await
             .expect("dead letters");
         assert_eq!(dead.len(), 2, "{}", b.name);
-        assert!(
-            dead[1].reason.starts_with("rejected by"),
-            "{}: {}",
-            b.name,
-            dead[1].reason
+        assert_eq!(
+            dead[1].reason, "rejected by billing: no such customer",
+            "who and why, not a session id: {}",
+            b.name
         );
         let backlog = store.backlog(sub.id).await.expect("backlog");
         assert_eq!(backlog.dead_letters, 2, "{}", b.name);

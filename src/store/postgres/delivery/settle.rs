@@ -32,7 +32,7 @@ pub(super) async fn settle_many(
     // ones in another order wait for each other instead of deadlocking.
     let named: BTreeSet<i64> = settlements
         .iter()
-        .filter_map(|(receipt, _)| receipt.subscription.parse::<i64>().ok())
+        .filter_map(|(receipt, _, _)| receipt.subscription.parse::<i64>().ok())
         .collect();
     let mut subs: HashMap<i64, Option<Subscription>> = HashMap::new();
     for sub_id in named {
@@ -47,7 +47,7 @@ pub(super) async fn settle_many(
     let mut changed: Vec<(i64, i64)> = Vec::new();
     let mut results = Vec::with_capacity(settlements.len());
     let mut wakes = false;
-    for (receipt, outcome) in settlements {
+    for (receipt, outcome, by) in settlements {
         let Ok(sub_id) = receipt.subscription.parse::<i64>() else {
             results.push(Err(not_found()));
             continue;
@@ -67,7 +67,14 @@ pub(super) async fn settle_many(
                 }
             },
         };
-        match settle::settle(&sub.rules, lease, receipt, outcome.clone(), now) {
+        match settle::settle(
+            &sub.rules,
+            lease,
+            receipt,
+            outcome.clone(),
+            now,
+            by.as_deref(),
+        ) {
             Ok(settled) => {
                 wakes |= settled.wakes;
                 changed.push(key);

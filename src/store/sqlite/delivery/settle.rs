@@ -40,7 +40,7 @@ pub(super) fn settle_many(
     let mut changed: Vec<(i64, i64)> = Vec::new();
     let mut results = Vec::with_capacity(settlements.len());
     let mut wakes = false;
-    for (receipt, outcome) in settlements {
+    for (receipt, outcome, by) in settlements {
         let Ok(sub_id) = receipt.subscription.parse::<i64>() else {
             results.push(Err(not_found()));
             continue;
@@ -64,7 +64,14 @@ pub(super) fn settle_many(
                 }
             },
         };
-        match settle::settle(&sub.rules, lease, receipt, outcome.clone(), now) {
+        match settle::settle(
+            &sub.rules,
+            lease,
+            receipt,
+            outcome.clone(),
+            now,
+            by.as_deref(),
+        ) {
             Ok(settled) => {
                 wakes |= settled.wakes;
                 changed.push(key);
