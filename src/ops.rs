@@ -111,6 +111,10 @@ pub enum SubsCommand {
         #[arg(long, default_value_t = 100)]
         limit: u32,
     },
+    /// Pause a push subscription (a broken webhook): nothing is POSTed until resumed.
+    Pause { id: i64 },
+    /// Resume a paused push subscription.
+    Resume { id: i64 },
     /// Deliver dead letters again (all, or the `--offsets` given).
     Replay {
         id: i64,
@@ -323,6 +327,16 @@ pub async fn subs(args: &OpsArgs, command: &SubsCommand) -> anyhow::Result<Strin
                 Shape::List("dead_letters", DEAD_LETTER_COLUMNS, *limit),
             )
         }
+        SubsCommand::Pause { id } => (
+            api.post(&["subscriptions", &id.to_string(), "pause"], &json!({}))
+                .await?,
+            Shape::One,
+        ),
+        SubsCommand::Resume { id } => (
+            api.post(&["subscriptions", &id.to_string(), "resume"], &json!({}))
+                .await?,
+            Shape::One,
+        ),
         SubsCommand::Replay { id, offsets } => {
             let body = if offsets.is_empty() {
                 json!({})

@@ -64,6 +64,71 @@ pub struct PushLimits {
     pub bytes_in_flight: usize,
 }
 
+/// How a push subscription's webhook is doing on this gateway: its last answer and failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PushHealth {
+    /// The last POST's HTTP status (`None`: no answer came).
+    pub last_status: Option<u16>,
+    pub last_at: chrono::DateTime<chrono::Utc>,
+    /// When a POST was last accepted.
+    pub last_success_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The last failed POST's cause (kept after a later success), and when.
+    pub last_error: Option<String>,
+    pub last_error_at: Option<chrono::DateTime<chrono::Utc>>,
+    pub failures_in_row: u64,
+}
+
+/// Push health by subscription, this process's: bounded by the push subscriptions there are
+/// (`max_subscriptions_per_principal` each), dropped with their worker's subscription.
+static PUSH_HEALTH: std::sync::Mutex<std::collections::BTreeMap<i64, PushHealth>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+
+/// Push subscription `id`'s health on this gateway, if it pushed here.
+pub fn health(id: i64) -> Option<PushHealth> {
+    PUSH_HEALTH
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .get(&id)
+        .cloned()
+}
+
+/// Notes one POST's result: accepted, or failed with `cause`.
+fn note_health(
+    id: i64,
+    status: Option<u16>,
+    outcome: &Outcome,
+    cause: &str,
+    at: chrono::DateTime<chrono::Utc>,
+) {
+    let mut all = PUSH_HEALTH.lock().unwrap_or_else(|p| p.into_inner());
+    let h = all.entry(id).or_insert(PushHealth {
+        last_status: None,
+        last_at: at,
+        last_success_at: None,
+        last_error: None,
+        last_error_at: None,
+        failures_in_row: 0,
+    });
+    h.last_status = status;
+    h.last_at = at;
+    if *outcome == Outcome::Accepted {
+        h.last_success_at = Some(at);
+        h.failures_in_row = 0;
+    } else {
+        h.last_error = Some(cause.to_owned());
+        h.last_error_at = Some(at);
+        h.failures_in_row = h.failures_in_row.saturating_add(1);
+    }
+}
+
+/// Forgets the health of push subscriptions that are gone.
+fn forget_health(kept: &[i64]) {
+    PUSH_HEALTH
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .retain(|id, _| kept.contains(id));
+}
+
 /// Keeps one worker running per push subscription.
 pub async fn run(store: Store, clock: Arc<dyn Clock>, limits: PushLimits) {
     let mut workers: HashMap<i64, JoinHandle<()>> = HashMap::new();
@@ -73,6 +138,13 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>, limits: PushLimits) {
         waker.mark();
         match store.push_subscriptions().await {
             Ok(subs) => {
+                // A paused subscription has no worker: its messages wait until it is resumed
+                // (what its worker held lapses back to the subscription).
+                forget_health(&subs.iter().map(|s| s.id).collect::<Vec<_>>());
+                let subs: Vec<Subscription> = subs
+                    .into_iter()
+                    .filter(|s| !s.rules.push_paused())
+                    .collect();
                 workers.retain(|id, w| {
                     let keep = !w.is_finished() && subs.iter().any(|s| s.id == *id);
                     if !keep {
@@ -101,6 +173,7 @@ async fn worker(store: Store, clock: Arc<dyn Clock>, sub: Subscription, limits: 
         url,
         concurrency,
         format,
+        ..
     } = sub.rules.mode.clone()
     else {
         return;
@@ -218,8 +291,9 @@ async fn worker(store: Store, clock: Arc<dyn Clock>, sub: Subscription, limits: 
         tokio::select! {
             Some(done) = inflight.join_next_with_id(), if !inflight.is_empty() => {
                 match done {
-                    Ok((task, (handed, outcome, cause))) => {
+                    Ok((task, (handed, outcome, cause, status))) => {
                         sizes.remove(&task);
+                        note_health(sub.id, status, &outcome, &cause, clock.now());
                         settle(&store, &clock, &handed, outcome, cause).await;
                     }
                     Err(e) => {
@@ -240,7 +314,7 @@ struct Webhook {
 
 /// What a push attempt came to: the message, its outcome, and what the endpoint answered (or
 /// why it did not), which a dead letter's reason names.
-type Pushed = (Handed, Outcome, String);
+type Pushed = (Handed, Outcome, String, Option<u16>);
 
 /// How much of an endpoint's answer a dead letter's reason quotes.
 const ANSWER_QUOTED: usize = 200;
@@ -283,15 +357,12 @@ async fn post(
             let url = redacted(&url);
             tracing::warn!(%url, %owner, "push endpoint is no longer registered for the subscription's owner; not sent");
             let why = cause("no longer registered for the subscription's owner");
-            return (handed, failed, why);
+            return (handed, failed, why, None);
         }
         Err(e) => {
             tracing::error!(error = %e, "cannot check the push endpoint");
-            return (
-                handed,
-                failed,
-                cause("the store could not check the endpoint"),
-            );
+            let why = cause("the store could not check the endpoint");
+            return (handed, failed, why, None);
         }
     }
     let request = match format {
@@ -308,7 +379,7 @@ async fn post(
                 Err(why) => {
                     tracing::error!(offset = m.offset, %why, "message cannot be pushed as SOAP");
                     let why = cause(&format!("cannot be pushed as SOAP: {why}"));
-                    return (handed, failed, why);
+                    return (handed, failed, why, None);
                 }
             };
             soap.headers
@@ -329,18 +400,19 @@ async fn post(
                 ),
             };
             let why = cause(&answered_with(&answer));
-            return (handed, outcome, why);
+            return (handed, outcome, why, Some(answer.status));
         }
         // Not followed: a failed attempt like any status that is not 2xx or 4xx.
         Err(AttemptFailure::Redirected(status)) => {
             let why = cause(&format!("HTTP {status}: a redirect, not followed"));
-            return (handed, outcome_for(StatusCode::from_u16(status).ok()), why);
+            let outcome = outcome_for(StatusCode::from_u16(status).ok());
+            return (handed, outcome, why, Some(status));
         }
         Err(failure) => failure,
     };
     tracing::warn!(url = %shown, subscription = handed.receipt.subscription, error = %failure, "push attempt failed");
     crate::metrics::push_failed();
-    (handed, failed, cause(&failure.to_string()))
+    (handed, failed, cause(&failure.to_string()), None)
 }
 
 async fn settle(

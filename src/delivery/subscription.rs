@@ -21,6 +21,10 @@ pub enum Mode {
         /// What is POSTed; rules stored before formats existed read as JSON.
         #[serde(default)]
         format: PushFormat,
+        /// Paused by its owner or an operator (a webhook that is broken): nothing is POSTed
+        /// until it is resumed; messages wait in the subscription meanwhile.
+        #[serde(default)]
+        paused: bool,
     },
 }
 
@@ -102,6 +106,22 @@ pub struct Rules {
 }
 
 impl Rules {
+    /// These rules with the push paused or resumed; a pull subscription has no push to pause.
+    pub fn with_push_paused(mut self, pause: bool) -> Result<Rules, String> {
+        match &mut self.mode {
+            Mode::Push { paused, .. } => {
+                *paused = pause;
+                Ok(self)
+            }
+            Mode::Pull => Err("a pull subscription has no push to pause or resume".to_owned()),
+        }
+    }
+
+    /// Whether it is a push subscription that is paused.
+    pub fn push_paused(&self) -> bool {
+        matches!(self.mode, Mode::Push { paused: true, .. })
+    }
+
     pub fn policy(&self) -> Policy {
         Policy {
             ack_wait: millis(self.ack_wait_ms),
@@ -219,6 +239,7 @@ impl CreateRequest {
                     url,
                     concurrency,
                     format: self.push_format.unwrap_or_default(),
+                    paused: false,
                 }
             }
             Some(other) => {

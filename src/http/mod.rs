@@ -178,6 +178,8 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
         .routes(guarded(CONSUME, routes!(s::list, s::create)))
         .routes(guarded(CONSUME, routes!(s::get, s::delete)))
         .routes(guarded(CONSUME, routes!(s::grant, s::revoke)))
+        .routes(guarded(CONSUME, routes!(s::pause)))
+        .routes(guarded(CONSUME, routes!(s::resume)))
         .routes(guarded(CONSUME, routes!(s::join)))
         .routes(guarded(CONSUME, routes!(s::dead_letters)))
         .routes(guarded(CONSUME, routes!(s::replay_dead_letters)))

@@ -113,6 +113,23 @@ pub enum DeliveryError {
     Store(#[from] StoreError),
 }
 
+/// The stored rules of subscription `id` (`None`: there is none) with its push paused or
+/// resumed, as stored again — one decision for both backends' `set_push_paused`.
+pub(in crate::store) fn rules_paused(
+    id: i64,
+    stored: Option<String>,
+    paused: bool,
+) -> Result<String, DeliveryError> {
+    let stored = stored.ok_or_else(|| DeliveryError::NotFound(format!("no subscription {id}")))?;
+    let rules: crate::delivery::subscription::Rules = serde_json::from_str(&stored)
+        .map_err(|e| StoreError::Corrupt(format!("subscription {id}'s rules: {e}")))?;
+    let rules = rules
+        .with_push_paused(paused)
+        .map_err(DeliveryError::Conflict)?;
+    serde_json::to_string(&rules)
+        .map_err(|e| DeliveryError::Store(StoreError::Corrupt(format!("rules: {e}"))))
+}
+
 /// What to do with dead letters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeadLetterChange {
@@ -169,6 +186,11 @@ pub trait DeliveryStore: Send + Sync {
     }
 
     /// Deletes a subscription with its sessions, leases and dead letters.
+    /// Pauses (or resumes) push subscription `id`: its rules say so, and the push
+    /// supervisor stops (starts) its worker. `NotFound` for no such subscription, `Conflict`
+    /// for a pull one.
+    fn set_push_paused(&self, id: i64, paused: bool) -> StoreFuture<'_, Result<(), DeliveryError>>;
+
     fn delete_subscription(&self, id: i64) -> StoreFuture<'_, Result<bool, DeliveryError>>;
 
     fn grant<'a>(&'a self, id: i64, principal: &'a str) -> StoreFuture<'a, Result<(), StoreError>>;

@@ -92,6 +92,8 @@ pub(crate) fn routes() -> Vec<(Method, &'static str, &'static str)> {
         (M::GET, "/api/v1/messages/x/attempts", produce_only),
         (M::POST, "/api/v1/messages/x/resend?limit=many", admin_only),
         (M::POST, "/api/v1/messages/x/fail", admin_only),
+        (M::POST, "/api/v1/messages/x/send-again", admin_only),
+        (M::GET, "/api/v1/partners?x=1", admin_only),
         (M::POST, "/api/v1/groups/%20/close", produce_only),
         (M::GET, "/api/v1/events?after=soon", produce_only),
         (M::GET, "/api/v1/callback-endpoints?x=1", admin_only),
@@ -107,6 +109,8 @@ pub(crate) fn routes() -> Vec<(Method, &'static str, &'static str)> {
         (M::POST, "/api/v1/subscriptions", consume_only),
         (M::GET, "/api/v1/subscriptions/NaN", consume_only),
         (M::DELETE, "/api/v1/subscriptions/NaN", consume_only),
+        (M::POST, "/api/v1/subscriptions/NaN/pause", consume_only),
+        (M::POST, "/api/v1/subscriptions/NaN/resume", consume_only),
         (M::PUT, "/api/v1/subscriptions/NaN/grants/x", consume_only),
         (
             M::DELETE,

@@ -619,15 +619,30 @@ async fn the_overview_counts_by_channel_and_partner_the_inbox_is_searched_and_me
     reject(&app, &receipt).await;
     let (_, page) = get(&app, &cookie, &format!("/console/subscription?id={sub_id}")).await;
     assert!(page.contains(">Purge 1</button>"), "{page}");
+    let sid = sub_id.to_string();
+    let purge = [("id", sid.as_str()), ("change", "purge"), ("offset", "1")];
+    // Without its confirmation a purge is not done; the page says why.
+    let r = post(&app, &cookie, "/console/subscription/dead-letters", &purge).await;
+    assert_eq!(r.status(), StatusCode::SEE_OTHER);
+    let back = r.headers()[LOCATION].to_str().expect("text").to_owned();
+    assert!(back.contains("&refused="), "{back}");
+    let (_, page) = get(&app, &cookie, &back).await;
+    assert!(page.contains("Not done: tick the confirmation"), "{page}");
+    assert_eq!(
+        app.store
+            .backlog(sub_id)
+            .await
+            .expect("backlog")
+            .dead_letters,
+        1
+    );
+    let mut confirmed = purge.to_vec();
+    confirmed.push(("confirm", "yes"));
     let r = post(
         &app,
         &cookie,
         "/console/subscription/dead-letters",
-        &[
-            ("id", &sub_id.to_string()),
-            ("change", "purge"),
-            ("offset", "1"),
-        ],
+        &confirmed,
     )
     .await;
     assert_eq!(r.status(), StatusCode::SEE_OTHER);

@@ -1068,6 +1068,17 @@ async fn push_accepts_on_2xx_rejects_on_4xx_retries_5xx_and_timeouts_with_backof
     );
     settled(&api, sub).await;
 
+    // The webhook's health, as the subscription tells it: its last answer and failures.
+    let (_, shown) = api.get(&format!("/api/v1/subscriptions/{sub}")).await;
+    let health = &shown["push_health"];
+    assert_eq!(health["last_status"], 200, "{shown}");
+    assert_eq!(health["failures_in_row"], 0, "{shown}");
+    assert!(
+        health["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("HTTP 408")),
+        "the last failure, kept after a success: {shown}"
+    );
     // The 200s accepted, the 400 dead-lettered — its reason names the endpoint's answer.
     let dead = dead_letters(&api, sub).await;
     assert_eq!(dead.len(), 1);
@@ -1315,4 +1326,46 @@ async fn leases_cursors_and_dead_letters_survive_sigkill() {
     assert_eq!(dead[0]["offset"], got[1]["offset"]);
     child.kill().expect("SIGKILL");
     child.wait().expect("reaped");
+}
+
+/// A push subscription whose webhook is broken can be paused: nothing is POSTed while it is,
+/// the messages wait, and a resume pushes them; a pull subscription has nothing to pause.
+#[tokio::test]
+async fn a_paused_push_subscription_holds_its_messages_until_resumed() {
+    let app = gateway().await;
+    let api = Api::of(&app, OWNER);
+    let mut hook = webhook(vec![], 0).await;
+    app.store
+        .add_endpoint(Endpoints::Push, None, &hook.url, app.clock.now_utc())
+        .await
+        .expect("register");
+    let sub = api
+        .create(json!({
+            "name": "paused", "filter": "default/#", "mode": "push", "push_url": hook.url,
+        }))
+        .await;
+    let (status, paused) = api
+        .post(&format!("/api/v1/subscriptions/{sub}/pause"), json!({}))
+        .await;
+    assert_eq!(status, 200, "{paused}");
+    assert_eq!(paused["paused"], true, "{paused}");
+    deliver_singletons(&app, "Order", 1).await;
+    assert!(hook.quiet(500).await, "nothing is pushed while paused");
+    let (status, resumed) = api
+        .post(&format!("/api/v1/subscriptions/{sub}/resume"), json!({}))
+        .await;
+    assert_eq!(status, 200, "{resumed}");
+    assert_eq!(resumed["paused"], false, "{resumed}");
+    assert_eq!(hook.next().await["topic"], "default/Order");
+    let pull = api
+        .create(json!({ "name": "pulled", "filter": "default/#" }))
+        .await;
+    let (status, problem) = api
+        .post(&format!("/api/v1/subscriptions/{pull}/pause"), json!({}))
+        .await;
+    assert_eq!(status, 409, "{problem}");
+    let (status, _) = api
+        .post("/api/v1/subscriptions/999999/pause", json!({}))
+        .await;
+    assert_eq!(status, 404);
 }

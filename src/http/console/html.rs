@@ -125,6 +125,36 @@ pub fn button_form(action: &str, label: &str, hidden: &[(&str, &str)]) -> String
     out
 }
 
+/// `button_form` for a destructive action: the button goes only with a ticked confirmation
+/// (`confirm=yes`, which the action checks too) — no script, no second page.
+pub fn confirmed_form(
+    action: &str,
+    label: &str,
+    hidden: &[(&str, &str)],
+    consequence: &str,
+) -> String {
+    let mut out = format!(
+        "<form method=\"post\" action=\"{}\" class=\"inline\">",
+        esc(action)
+    );
+    for (name, value) in hidden {
+        let _ = write!(
+            out,
+            "<input type=\"hidden\" name=\"{}\" value=\"{}\">",
+            esc(name),
+            esc(value)
+        );
+    }
+    let _ = write!(
+        out,
+        "<label><input type=\"checkbox\" name=\"confirm\" value=\"yes\" required> {}</label>\
+         <button type=\"submit\">{}</button></form>",
+        esc(consequence),
+        esc(label)
+    );
+    out
+}
+
 /// A notice shown above a page's content (a fixed text chosen by the handler).
 pub fn notice(text: &str) -> String {
     format!("<p class=\"notice\" role=\"status\">{}</p>", esc(text))

@@ -60,6 +60,7 @@ pub fn router() -> Router<AppState> {
             "/console/subscription/dead-letters",
             post(pages::change_dead_letters),
         )
+        .route("/console/subscription/push", post(pages::change_push))
         .route("/console/endpoints", get(pages::endpoints))
 }
 

@@ -140,7 +140,11 @@ pub async fn get(
     State(app): State<AppState>,
     ApiPath(id): ApiPath<i64>,
 ) -> Result<Json<Value>, Problem> {
-    let mut answer = subscription_json(&visible(&app, &caller, id).await?);
+    let sub = visible(&app, &caller, id).await?;
+    let mut answer = subscription_json(&sub);
+    if matches!(sub.rules.mode, Mode::Push { .. }) {
+        answer["push_health"] = push_health_json(crate::consume::push::health(id).as_ref());
+    }
     let backlog = app.store.backlog(id).await?;
     answer["backlog"] = json!({
         "waiting": backlog.waiting,
@@ -172,4 +176,77 @@ pub async fn delete(
     managed(&app, &caller, id).await?;
     app.store.delete_subscription(id).await?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// A push subscription's health on this gateway (`consume::push::health`): the last POST's
+/// status and when, the last failure and when, failures in a row.
+pub fn push_health_json(h: Option<&crate::consume::push::PushHealth>) -> Value {
+    match h {
+        None => json!({ "last_status": null, "last_at": null, "last_success_at": null,
+                        "last_error": null, "last_error_at": null, "failures_in_row": 0 }),
+        Some(h) => json!({
+            "last_status": h.last_status,
+            "last_at": date_time_string(&h.last_at),
+            "last_success_at": h.last_success_at.as_ref().map(date_time_string),
+            "last_error": h.last_error,
+            "last_error_at": h.last_error_at.as_ref().map(date_time_string),
+            "failures_in_row": h.failures_in_row,
+        }),
+    }
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/v1/subscriptions/{id}/pause",
+    tag = "consume",
+    summary = "Pause a push subscription: nothing is POSTed until it is resumed",
+    description = "For a webhook that is broken: messages wait in the subscription (and what \
+                   was in flight lapses back to it) instead of failing their deliveries \
+                   towards the dead letters. Its owner, or an operator.",
+    params(("id" = i64, Path, description = "The subscription's id")),
+    responses(
+        (status = 200, description = "Paused", body = SubscriptionSchema),
+        (status = 404, description = "No such subscription", body = ProblemBody),
+        (status = 409, description = "A pull subscription", body = ProblemBody),
+    )
+)]
+pub async fn pause(
+    Extension(caller): Extension<Caller>,
+    State(app): State<AppState>,
+    ApiPath(id): ApiPath<i64>,
+) -> Result<Json<Value>, Problem> {
+    set_paused(&app, &caller, id, true).await
+}
+
+#[utoipa::path(
+    post,
+    path = "/api/v1/subscriptions/{id}/resume",
+    tag = "consume",
+    summary = "Resume a paused push subscription",
+    params(("id" = i64, Path, description = "The subscription's id")),
+    responses(
+        (status = 200, description = "Resumed", body = SubscriptionSchema),
+        (status = 404, description = "No such subscription", body = ProblemBody),
+        (status = 409, description = "A pull subscription", body = ProblemBody),
+    )
+)]
+pub async fn resume(
+    Extension(caller): Extension<Caller>,
+    State(app): State<AppState>,
+    ApiPath(id): ApiPath<i64>,
+) -> Result<Json<Value>, Problem> {
+    set_paused(&app, &caller, id, false).await
+}
+
+async fn set_paused(
+    app: &AppState,
+    caller: &Caller,
+    id: i64,
+    paused: bool,
+) -> Result<Json<Value>, Problem> {
+    managed(app, caller, id).await?;
+    app.store.set_push_paused(id, paused).await?;
+    tracing::info!(principal = %caller.principal, subscription = id, paused, "push subscription paused or resumed");
+    let sub = visible(app, caller, id).await?;
+    Ok(Json(subscription_json(&sub)))
 }

@@ -19,7 +19,7 @@ pub use inbound::{group, groups, inbox, inbox_message, inbox_payload};
 pub use outbound::{envelope, fail, message, messages, resend, response, send_again};
 pub use overview::overview;
 pub use partners::partners;
-pub use subscriptions::{change_dead_letters, subscription, subscriptions};
+pub use subscriptions::{change_dead_letters, change_push, subscription, subscriptions};
 
 use std::fmt::Write as _;
 

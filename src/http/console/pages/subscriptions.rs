@@ -7,11 +7,11 @@ use axum::extract::{Form, Query, State};
 use axum::http::StatusCode;
 use serde::Deserialize;
 
-use super::super::html::{self, esc, facts, link, table};
+use super::super::html::{self, esc, facts, link, query_value, table};
 use super::super::{Acting, Operator};
 use super::{
     MAX_SUBSCRIPTIONS, PAGE, Page, bad_request, form, not_found, number, query, refused, see_other,
-    shown, store, unavailable, when,
+    shown, store, text, unavailable, when,
 };
 use crate::delivery::subscription::{Mode, PushFormat};
 use crate::http::AppState;
@@ -75,6 +75,8 @@ pub struct SubscriptionQuery {
     after: Option<String>,
     done: Option<String>,
     count: Option<String>,
+    /// Why the action just asked for was not done.
+    refused: Option<String>,
 }
 
 pub async fn subscription(
@@ -93,10 +95,101 @@ pub async fn subscription(
     let count = number("count", &q.count)?.unwrap_or(0);
     let members = store(app.store.members(id, app.clock.now(), MAX_MEMBERS).await)?;
     let mut body = done_notice(q.done.as_deref(), count);
+    if let Some(why) = text("refused", &q.refused)? {
+        body.push_str(&html::error(&format!("Not done: {why}")));
+    }
     body.push_str(&subscription_facts(&s, &b));
+    body.push_str(&push_section(&s));
     body.push_str(&members_table(&members));
     body.push_str(&dead_letters_section(id, &b, &letters));
     shown(&format!("Subscription {}", s.name), &body)
+}
+
+/// A push subscription's health on this gateway and its pause or resume button.
+fn push_section(s: &Subscription) -> String {
+    if !matches!(s.rules.mode, Mode::Push { .. }) {
+        return String::new();
+    }
+    let paused = s.rules.push_paused();
+    let h = crate::consume::push::health(s.id);
+    let mut body = String::from("<h2>Push</h2>");
+    body.push_str(&facts(
+        "Push health (this gateway)",
+        &[
+            ("State", if paused { "paused" } else { "pushing" }.into()),
+            (
+                "Last answer",
+                h.as_ref().map_or("—".into(), |h| {
+                    let status = h
+                        .last_status
+                        .map_or("no answer".into(), |s| format!("HTTP {s}"));
+                    format!("{status} ({})", when(&h.last_at))
+                }),
+            ),
+            (
+                "Last accepted",
+                h.as_ref()
+                    .and_then(|h| h.last_success_at.as_ref())
+                    .map_or("—".into(), when),
+            ),
+            (
+                "Last error",
+                h.as_ref()
+                    .and_then(|h| Some((h.last_error.as_ref()?, h.last_error_at.as_ref()?)))
+                    .map_or("—".into(), |(e, at)| format!("{} ({})", esc(e), when(at))),
+            ),
+            (
+                "Failing in a row",
+                h.as_ref().map_or(0, |h| h.failures_in_row).to_string(),
+            ),
+        ],
+    ));
+    let sid = s.id.to_string();
+    let (action, label) = if paused {
+        ("resume", "Resume pushing")
+    } else {
+        ("pause", "Pause pushing")
+    };
+    body.push_str(&html::button_form(
+        "/console/subscription/push",
+        label,
+        &[("id", &sid), ("change", action)],
+    ));
+    body
+}
+
+#[derive(Deserialize)]
+pub struct PushForm {
+    id: Option<String>,
+    change: Option<String>,
+}
+
+/// `/console/subscription/push`: pauses or resumes a push subscription.
+pub async fn change_push(
+    Acting(caller): Acting,
+    State(app): State<AppState>,
+    f: Result<Form<PushForm>, FormRejection>,
+) -> Page {
+    let f = form(f)?;
+    let id = number("id", &f.id)?.ok_or_else(|| bad_request("id: missing"))?;
+    let paused = match f.change.as_deref() {
+        Some("pause") => true,
+        Some("resume") => false,
+        _ => return Err(bad_request("change: pause or resume")),
+    };
+    let back = format!("/console/subscription?id={id}");
+    match app.store.set_push_paused(id, paused).await {
+        Ok(()) => {
+            tracing::info!(principal = %caller.principal, subscription = id, paused, "push subscription paused or resumed");
+            Ok(see_other(&back))
+        }
+        Err(DeliveryError::Store(e)) => Err(unavailable(&e)),
+        Err(DeliveryError::NotFound(why)) => Err(not_found(&why)),
+        Err(other) => Ok(see_other(&format!(
+            "{back}&refused={}",
+            query_value(&other.to_string())
+        ))),
+    }
 }
 
 /// The notice of a replay or purge just done (`done`), with how many it changed.
@@ -174,10 +267,11 @@ fn dead_letters_section(id: i64, b: &Backlog, letters: &[DeadLetter]) -> String 
             "Replay all dead letters",
             &[("id", &sid), ("change", "replay")],
         ));
-        body.push_str(&html::button_form(
+        body.push_str(&html::confirmed_form(
             "/console/subscription/dead-letters",
             "Purge all dead letters",
             &[("id", &sid), ("change", "purge")],
+            "purged for good: not delivered again",
         ));
     }
     let rows: Vec<Vec<String>> = letters
@@ -193,10 +287,11 @@ fn dead_letters_section(id: i64, b: &Backlog, letters: &[DeadLetter]) -> String 
                     "/console/subscription/dead-letters",
                     &format!("Replay {offset}"),
                     &[("id", &sid), ("change", "replay"), ("offset", &offset)],
-                ) + &html::button_form(
+                ) + &html::confirmed_form(
                     "/console/subscription/dead-letters",
                     &format!("Purge {offset}"),
                     &[("id", &sid), ("change", "purge"), ("offset", &offset)],
+                    "for good",
                 ),
             ]
         })
@@ -218,6 +313,8 @@ pub struct DeadLetterForm {
     id: Option<String>,
     change: Option<String>,
     offset: Option<String>,
+    /// `yes`: the purge's confirmation was ticked.
+    confirm: Option<String>,
 }
 
 pub async fn change_dead_letters(
@@ -237,6 +334,10 @@ pub async fn change_dead_letters(
         return Err(not_found(&format!("no subscription {id}")));
     }
     let back = format!("/console/subscription?id={id}");
+    if change == DeadLetterChange::Purge && f.confirm.as_deref() != Some("yes") {
+        let why = "tick the confirmation to purge: a purged dead letter is gone for good";
+        return Ok(see_other(&format!("{back}&refused={}", query_value(why))));
+    }
     let changed = app
         .store
         .change_dead_letters(id, offset.as_ref().map(|o| &o[..]), change, app.clock.now())

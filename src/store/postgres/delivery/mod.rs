@@ -274,6 +274,26 @@ impl DeliveryStore for PostgresStore {
         Box::pin(reads::push_subscriptions(&self.pool))
     }
 
+    fn set_push_paused(&self, id: i64, paused: bool) -> StoreFuture<'_, Result<(), DeliveryError>> {
+        Box::pin(async move {
+            transaction!(self, "set_push_paused", |conn| async move {
+                let stored: Option<String> =
+                    sqlx::query_scalar("SELECT rules FROM subscriptions WHERE id = $1 FOR UPDATE")
+                        .bind(id)
+                        .fetch_optional(&mut *conn)
+                        .await?;
+                let rules = crate::store::delivery::rules_paused(id, stored, paused)?;
+                sqlx::query("UPDATE subscriptions SET rules = $1 WHERE id = $2")
+                    .bind(rules)
+                    .bind(id)
+                    .execute(&mut *conn)
+                    .await?;
+                // The push supervisor starts or stops the subscription's worker.
+                Ok(((), true))
+            })
+        })
+    }
+
     fn delete_subscription(&self, id: i64) -> StoreFuture<'_, Result<bool, DeliveryError>> {
         Box::pin(async move {
             transaction!(self, "delete_subscription", |conn| async move {

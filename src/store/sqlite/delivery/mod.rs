@@ -149,6 +149,25 @@ impl DeliveryStore for SqliteStore {
         Box::pin(reads::push_subscriptions(&self.pool))
     }
 
+    fn set_push_paused(&self, id: i64, paused: bool) -> StoreFuture<'_, Result<(), DeliveryError>> {
+        Box::pin(self.delivery_change(move |conn| {
+            use rusqlite::OptionalExtension as _;
+            let stored: Option<String> = conn
+                .prepare_cached("SELECT rules FROM subscriptions WHERE id = ?1")
+                .map_err(StoreError::from)?
+                .query_row([id], |r| r.get(0))
+                .optional()
+                .map_err(StoreError::from)?;
+            let rules = crate::store::delivery::rules_paused(id, stored, paused)?;
+            conn.prepare_cached("UPDATE subscriptions SET rules = ?1 WHERE id = ?2")
+                .map_err(StoreError::from)?
+                .execute(rusqlite::params![rules, id])
+                .map_err(StoreError::from)?;
+            // The push supervisor starts or stops the subscription's worker.
+            Ok(((), true))
+        }))
+    }
+
     fn delete_subscription(&self, id: i64) -> StoreFuture<'_, Result<bool, DeliveryError>> {
         Box::pin(self.delivery_change(move |conn| {
             let removed = rows::remove_subscription(conn, id)?;
