@@ -136,11 +136,18 @@ fn subscription_messages(out: &mut String, subscriptions: &[SubscriptionStats]) 
     gauge_head(
         out,
         "wsr_store_subscription_messages",
-        "Messages of each subscription: waiting, in_flight, dead_letter (cluster-wide)",
+        "Messages of each subscription: waiting, in_flight, dead_letter, and unmatched (in the \
+         inbox past its cursor, not matched against its filter yet: matching is lazy, and some \
+         may not match; counted up to 100000) (cluster-wide)",
     );
-    let mut write = |name: &str, w: u64, f: u64, d: u64| {
+    let mut write = |name: &str, w: u64, f: u64, d: u64, u: u64| {
         let name = escape(name);
-        for (state, n) in [("waiting", w), ("in_flight", f), ("dead_letter", d)] {
+        for (state, n) in [
+            ("waiting", w),
+            ("in_flight", f),
+            ("dead_letter", d),
+            ("unmatched", u),
+        ] {
             let _ = writeln!(
                 out,
                 "wsr_store_subscription_messages{{subscription=\"{name}\",state=\"{state}\"}} {n}"
@@ -154,10 +161,17 @@ fn subscription_messages(out: &mut String, subscriptions: &[SubscriptionStats]) 
             sum(|x| x.waiting),
             sum(|x| x.in_flight),
             sum(|x| x.dead_letters),
+            sum(|x| x.unmatched),
         );
     } else {
         for sub in subscriptions {
-            write(&sub.name, sub.waiting, sub.in_flight, sub.dead_letters);
+            write(
+                &sub.name,
+                sub.waiting,
+                sub.in_flight,
+                sub.dead_letters,
+                sub.unmatched,
+            );
         }
     }
 }
@@ -190,6 +204,7 @@ mod tests {
             waiting,
             in_flight: 1,
             dead_letters: 0,
+            unmatched: 5,
         }
     }
 
@@ -208,6 +223,9 @@ mod tests {
         assert!(text.contains("wsr_store_groups{state=\"open\"} 2\n"));
         assert!(text.contains(
             "wsr_store_subscription_messages{subscription=\"a\\\"b\\\\c\\nd\",state=\"waiting\"} 4\n"
+        ));
+        assert!(text.contains(
+            "wsr_store_subscription_messages{subscription=\"a\\\"b\\\\c\\nd\",state=\"unmatched\"} 5\n"
         ));
         stats.subscriptions = (0..=MAX_SUBSCRIPTION_SERIES)
             .map(|i| sub(&format!("s{i}"), 2))

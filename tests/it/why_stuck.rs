@@ -686,3 +686,59 @@ async fn a_stuck_ordered_group_says_when_it_aborts() {
     assert!(!aborts.contains("—"), "a time: {aborts}");
     app.stop().await;
 }
+
+/// A subscription nobody has joined yet: matching is lazy, so its messages are not "waiting"
+/// yet — the subscriptions page, the overview and `/metrics` say how many are not matched yet.
+#[tokio::test]
+async fn a_subscription_nobody_joined_shows_its_unmatched_messages() {
+    use super::support::ClockExt as _;
+    let app = spawn_app_with(|c| {
+        c.tokens = vec![ApiToken::plain(ADMIN, "ops", vec![Scope::Admin])];
+    })
+    .await;
+    let r = app
+        .client
+        .post(app.url("/api/v1/subscriptions"))
+        .bearer_auth(ADMIN)
+        .json(&json!({ "name": "lazy-audit", "filter": "default/#" }))
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(r.status(), 201);
+    let in_an_hour = super::support::xs(app.clock.now_utc() + chrono::Duration::hours(1));
+    let xml =
+        std::fs::read_to_string(super::support::repo_root().join("examples/purchase-order.xml"))
+            .expect("example envelope")
+            .replace("2099-12-31T23:59:59Z", &in_an_hour);
+    let answer = app
+        .post("/wsr/default", "text/xml; charset=utf-8", xml)
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let metrics = app
+        .client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .expect("answers")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains(
+            "wsr_store_subscription_messages{subscription=\"lazy-audit\",state=\"unmatched\"} 1\n"
+        ),
+        "{metrics}"
+    );
+    let cookie = super::console_sign_out::sign_in(&app).await;
+    let (_, page) = super::console_sign_out::get(&app, &cookie, "/console/subscriptions").await;
+    let row = page
+        .split("<tr>")
+        .find(|r| r.contains("lazy-audit"))
+        .unwrap_or_else(|| panic!("{page}"));
+    let cells: Vec<&str> = row.split("<td>").skip(1).collect();
+    assert!(
+        cells[3].starts_with("0<") && cells[4].starts_with("1<"),
+        "waiting 0, not matched yet 1: {row}"
+    );
+    app.stop().await;
+}

@@ -105,6 +105,7 @@ pub async fn overview(
             vec![
                 esc(&s.name),
                 s.waiting.to_string(),
+                s.unmatched.to_string(),
                 s.in_flight.to_string(),
                 s.dead_letters.to_string(),
             ]
@@ -112,7 +113,13 @@ pub async fn overview(
         .collect();
     body.push_str(&table(
         "Subscriptions",
-        &["Subscription", "Waiting", "In flight", "Dead letters"],
+        &[
+            "Subscription",
+            "Waiting",
+            "Not matched yet (may not match its filter)",
+            "In flight",
+            "Dead letters",
+        ],
         &subs,
     ));
     Ok(super::super::html::page_refreshing(

@@ -42,6 +42,7 @@ pub async fn subscriptions(Operator(_): Operator, State(app): State<AppState>) -
                 } => "push (SOAP)",
             }),
             b.waiting.to_string(),
+            b.unmatched.to_string(),
             b.in_flight.to_string(),
             b.dead_letters.to_string(),
         ]);
@@ -54,6 +55,7 @@ pub async fn subscriptions(Operator(_): Operator, State(app): State<AppState>) -
             "Owner",
             "Mode",
             "Waiting",
+            "Not matched yet (may not match its filter)",
             "In flight",
             "Dead letters",
         ],
