@@ -56,6 +56,15 @@ impl Api {
             .await
     }
 
+    /// A POST without a body, its parameters in the query.
+    pub async fn post_query(
+        &self,
+        segments: &[&str],
+        query: &[(&str, String)],
+    ) -> anyhow::Result<Value> {
+        self.call(self.client.post(self.url(segments, query))).await
+    }
+
     pub async fn delete(&self, segments: &[&str], body: &Value) -> anyhow::Result<Value> {
         self.call(self.client.delete(self.url(segments, &[])).json(body))
             .await

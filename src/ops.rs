@@ -88,8 +88,16 @@ pub enum GroupsCommand {
         #[arg(long, default_value_t = 100)]
         limit: u32,
     },
-    /// One group: delivered ranges, buffered messages, faults.
+    /// One group: delivered ranges, buffered messages, faults, when it aborts.
     Show {
+        id: String,
+        /// Its partner (default: anonymous senders).
+        #[arg(long)]
+        partner: Option<String>,
+    },
+    /// Abort a stuck group (D7): its buffered messages are discarded, never delivered, and
+    /// every later message of it is refused with GroupAborted.
+    Abort {
         id: String,
         /// Its partner (default: anonymous senders).
         #[arg(long)]
@@ -301,6 +309,13 @@ pub async fn groups(args: &OpsArgs, command: &GroupsCommand) -> anyhow::Result<S
         GroupsCommand::Show { id, partner } => {
             let query: Vec<_> = partner.iter().map(|p| ("partner", p.clone())).collect();
             (api.get(&["groups", id], &query).await?, Shape::One)
+        }
+        GroupsCommand::Abort { id, partner } => {
+            let query: Vec<_> = partner.iter().map(|p| ("partner", p.clone())).collect();
+            (
+                api.post_query(&["groups", id, "abort"], &query).await?,
+                Shape::One,
+            )
         }
     };
     Ok(print(args.output, &answer, shape))

@@ -423,6 +423,52 @@ pub async fn get_group(
     }
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/groups/{id}/abort",
+    tag = "admin",
+    summary = "Abort a stuck received group (D7): its buffered messages are discarded",
+    description = "For an ordered group whose gap will not fill: what the gateway does itself \
+                   when a buffered message expires — the messages buffered for the gap are \
+                   discarded, never delivered (their senders are told `GroupAborted` by \
+                   callback where they asked for one), only the contiguous prefix from 0 stays \
+                   delivered, and every later message of the group gets `GroupAborted`.",
+    params(("id" = String, Path, description = "The groupId"), GroupQuery),
+    responses(
+        (status = 200, description = "Aborted; the group as it is now", body = GroupView),
+        (status = 404, description = "No such group of that partner", body = ProblemBody),
+        (status = 409, description = "It ended already, or is a singleton", body = ProblemBody),
+    )
+)]
+pub async fn abort_group(
+    axum::Extension(caller): axum::Extension<super::api::Caller>,
+    State(app): State<AppState>,
+    ApiPath(id): ApiPath<String>,
+    ApiQuery(query): ApiQuery<GroupQuery>,
+) -> Result<Json<GroupView>, Problem> {
+    let partner = query.partner.unwrap_or_default();
+    let not_found = || Problem(StatusCode::NOT_FOUND, "not-found", format!("no group {id}"));
+    if app.store.group(&partner, &id).await?.is_none() {
+        return Err(not_found());
+    }
+    if !app
+        .store
+        .abort_group(&partner, &id, app.clock.now())
+        .await?
+    {
+        return Err(Problem(
+            StatusCode::CONFLICT,
+            "conflict",
+            format!("group {id} has ended already (or is a singleton): nothing to abort"),
+        ));
+    }
+    tracing::info!(principal = %caller.principal, %partner, group_id = %id, "operator aborted a received group");
+    match app.store.group(&partner, &id).await? {
+        Some(g) => Ok(Json(group_view(&partner, &g, app.store.policy()))),
+        None => Err(not_found()),
+    }
+}
+
 #[derive(Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct InboxPage {

@@ -174,6 +174,7 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
         .routes(guarded(ADMIN, routes!(partners::list_partners)))
         .routes(guarded(ADMIN, routes!(a::list_groups)))
         .routes(guarded(ADMIN, routes!(a::get_group)))
+        .routes(guarded(ADMIN, routes!(a::abort_group)))
         .routes(guarded(ADMIN, routes!(a::read_inbox)))
         .routes(guarded(CONSUME, routes!(s::list, s::create)))
         .routes(guarded(CONSUME, routes!(s::get, s::delete)))

@@ -232,21 +232,48 @@ pub fn plan_sweep(mut state: GroupState, now: DateTime<Utc>, policy: &Policy) ->
             deadline: group_deadline(&state, policy, now),
             state,
         }),
-        Swept::Changed { discarded } => {
-            let callbacks = discarded
-                .iter()
-                .filter_map(|(n, b)| owed(b, Some(*n), Some(FaultCode::GroupAborted), now))
-                .collect();
-            SweepPlan::Changed {
-                discard: discarded.iter().map(|(n, _)| *n).collect(),
-                callbacks,
-                group: GroupWrite {
-                    deadline: group_deadline(&state, policy, now),
-                    state,
-                },
-            }
-        }
+        Swept::Changed { discarded } => changed(state, &discarded, now, policy),
         Swept::Purge => SweepPlan::Purge,
+    }
+}
+
+/// An operator's abort of an open sequenced group (a stuck ordered group, D7): what the
+/// sweep does when the gap outlives a buffered message — the buffered messages are
+/// discarded, never delivered, their senders told `GroupAborted` by callback where they asked
+/// for one, and every later message of the group gets `GroupAborted`. `None` for a group that
+/// ended or a singleton: there is nothing to abort.
+pub fn plan_abort(mut state: GroupState, now: DateTime<Utc>, policy: &Policy) -> Option<SweepPlan> {
+    if state.status != crate::rmp::group::GroupStatus::Open || !state.params.sequenced {
+        return None;
+    }
+    let kept = state.buffered.clone();
+    let discarded: Vec<(u64, crate::rmp::group::Buffered)> = state
+        .abort(now)
+        .into_iter()
+        .filter_map(|n| kept.get(&n).map(|b| (n, b.clone())))
+        .collect();
+    Some(changed(state, &discarded, now, policy))
+}
+
+/// The plan of a group that ended abnormally: discard what was buffered, owe its senders
+/// their `GroupAborted`, write the new state.
+fn changed(
+    state: GroupState,
+    discarded: &[(u64, crate::rmp::group::Buffered)],
+    now: DateTime<Utc>,
+    policy: &Policy,
+) -> SweepPlan {
+    let callbacks = discarded
+        .iter()
+        .filter_map(|(n, b)| owed(b, Some(*n), Some(FaultCode::GroupAborted), now))
+        .collect();
+    SweepPlan::Changed {
+        discard: discarded.iter().map(|(n, _)| *n).collect(),
+        callbacks,
+        group: GroupWrite {
+            deadline: group_deadline(&state, policy, now),
+            state,
+        },
     }
 }
 

@@ -41,6 +41,17 @@ pub trait ReceiverStore: Send + Sync {
     /// The sweeper says when it will wake next; commits with an earlier deadline wake it.
     fn sweeper_sleeps_until(&self, wakeup: DateTime<Utc>);
 
+    /// An operator's abort of `partner`'s open sequenced group `group_id` (a stuck ordered
+    /// group, D7, `receive_plan::plan_abort`): its buffered messages discarded with
+    /// `GroupAborted` owed to their senders, every later message `GroupAborted`. `false`: no
+    /// such group, or it ended already.
+    fn abort_group<'a>(
+        &'a self,
+        partner: &'a str,
+        group_id: &'a str,
+        now: DateTime<Utc>,
+    ) -> StoreFuture<'a, Result<bool, StoreError>>;
+
     /// `partner`'s group `group_id` ("" for an anonymous caller's).
     fn group<'a>(
         &'a self,

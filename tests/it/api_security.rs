@@ -104,6 +104,7 @@ pub(crate) fn routes() -> Vec<(Method, &'static str, &'static str)> {
         (M::DELETE, "/api/v1/push-endpoints?nourl=1", admin_only),
         (M::GET, "/api/v1/groups?limit=many", admin_only),
         (M::GET, "/api/v1/groups/x?limit=many", admin_only),
+        (M::POST, "/api/v1/groups/x/abort", admin_only),
         (M::GET, "/api/v1/inbox?after=soon", admin_only),
         (M::GET, "/api/v1/subscriptions?x=1", consume_only),
         (M::POST, "/api/v1/subscriptions", consume_only),

@@ -684,6 +684,41 @@ async fn a_stuck_ordered_group_says_when_it_aborts() {
         .find(|r| r.contains("Aborts at"))
         .unwrap_or_else(|| panic!("{page}"));
     assert!(!aborts.contains("—"), "a time: {aborts}");
+    assert!(page.contains("Abort the group"), "{page}");
+
+    // Aborted from the console (confirmed): the buffered message is discarded, the group is
+    // aborted, and a later message of it is refused with GroupAborted.
+    let form = "id=mid%3Agap%40why-stuck&partner=";
+    let abort = |body: String| {
+        app.client
+            .post(app.url("/console/group/abort"))
+            .header("cookie", &cookie)
+            .header("origin", format!("http://{}", app.addr))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+    };
+    let r = abort(form.to_owned()).await.expect("answers");
+    assert!(
+        r.url().as_str().contains("refused="),
+        "not without the confirmation: {}",
+        r.url()
+    );
+    let r = abort(format!("{form}&confirm=yes")).await.expect("answers");
+    assert!(r.url().as_str().contains("done=aborted"), "{}", r.url());
+    let shown = api(&app, "/groups/mid%3Agap%40why-stuck").await;
+    assert_eq!(shown["status"], "aborted", "{shown}");
+    assert_eq!(shown["buffered"], json!([]), "{shown}");
+    assert_eq!(shown["aborts_at"], Value::Null, "{shown}");
+    // The API refuses a second abort: there is nothing left to abort.
+    let r = app
+        .client
+        .post(app.url("/api/v1/groups/mid%3Agap%40why-stuck/abort"))
+        .bearer_auth(ADMIN)
+        .send()
+        .await
+        .expect("answers");
+    assert_eq!(r.status(), 409);
     app.stop().await;
 }
 

@@ -51,6 +51,7 @@ pub fn router() -> Router<AppState> {
         .route("/console/partners", get(pages::partners))
         .route("/console/groups", get(pages::groups))
         .route("/console/group", get(pages::group))
+        .route("/console/group/abort", post(pages::abort_group))
         .route("/console/inbox", get(pages::inbox))
         .route("/console/inbox/message", get(pages::inbox_message))
         .route("/console/inbox/message/payload", get(pages::inbox_payload))

@@ -14,7 +14,7 @@ use super::group_state;
 use crate::rmp::group::{GroupState, GroupStatus, Policy};
 use crate::rmp::quota::{SourceRates, SourceRoom};
 use crate::rmp::receive_plan::{
-    GroupWrite, OwedCallback, ReceivePlan, SweepPlan, plan_receive, plan_sweep,
+    GroupWrite, OwedCallback, ReceivePlan, SweepPlan, plan_abort, plan_receive, plan_sweep,
 };
 use crate::rmp::receiver::{Action, Incoming, starts_counted_group};
 use crate::store::error::StoreError;
@@ -365,15 +365,15 @@ impl<'c> Batch<'c> {
                     discard,
                     callbacks,
                 } => {
-                    discard_buffered(conn, &partner, &group_id, &discard, &mut freed)?;
-                    // Senders of discarded messages learn by callback in SOAP 1.1, the version
-                    // every peer accepts; their own version is not kept for buffered messages.
-                    for c in &callbacks {
-                        owe_callback(conn, &partner, &group_id, c, false, now_ms)?;
-                        self.effects.wakes.callbacks = true;
-                    }
-                    // The sweeper reads the next deadline itself after this pass.
-                    write_now(conn, id, &group, now_ms)?;
+                    let ended = Ended {
+                        id,
+                        partner: &partner,
+                        group_id: &group_id,
+                    };
+                    let wakes = &mut self.effects.wakes;
+                    ended.apply(
+                        conn, &group, &discard, &callbacks, now_ms, &mut freed, wakes,
+                    )?;
                     report.changed += 1;
                     report.discarded += discard.len();
                 }
@@ -401,6 +401,88 @@ impl<'c> Batch<'c> {
             .execute([now_ms])?;
         Ok(report)
     }
+}
+
+/// A group that ended abnormally (swept or aborted by an operator), as its row names it.
+struct Ended<'a> {
+    id: i64,
+    partner: &'a str,
+    group_id: &'a str,
+}
+
+impl Ended<'_> {
+    /// Writes a `SweepPlan::Changed`: the buffered messages discarded, their callbacks owed,
+    /// the group's new state.
+    #[allow(clippy::too_many_arguments)]
+    fn apply(
+        &self,
+        conn: &Connection,
+        group: &GroupWrite,
+        discard: &[u64],
+        callbacks: &[OwedCallback],
+        now_ms: i64,
+        freed: &mut UsageChanges,
+        wakes: &mut super::shared::Wakes,
+    ) -> Result<(), StoreError> {
+        discard_buffered(conn, self.partner, self.group_id, discard, freed)?;
+        // Senders of discarded messages learn by callback in SOAP 1.1, the version every
+        // peer accepts; their own version is not kept for buffered messages.
+        for c in callbacks {
+            owe_callback(conn, self.partner, self.group_id, c, false, now_ms)?;
+            wakes.callbacks = true;
+        }
+        // The sweeper reads the next deadline itself after its pass (and after an abort,
+        // `deadlines_changed` wakes it).
+        write_now(conn, self.id, group, now_ms)
+    }
+}
+
+/// An operator's abort of `partner`'s open sequenced group `group_id` (`plan_abort`), on the
+/// writer's connection with nothing staged: whether there was such a group to abort, and
+/// whom the commit wakes.
+pub(super) fn abort_group(
+    conn: &Connection,
+    partner: &str,
+    group_id: &str,
+    now: DateTime<Utc>,
+    policy: &Policy,
+) -> Result<(bool, super::shared::Wakes), StoreError> {
+    let mut wakes = super::shared::Wakes::NONE;
+    let row = conn
+        .prepare_cached(
+            "SELECT id, state, state_bin FROM groups WHERE partner = ?1 AND group_id = ?2",
+        )?
+        .query_row(params![partner, group_id], |r| {
+            Ok((
+                r.get::<_, i64>(0)?,
+                group_state::decode_row(r.get_ref(1)?, r.get_ref(2)?),
+            ))
+        })
+        .optional()?;
+    let Some((id, state)) = row else {
+        return Ok((false, wakes));
+    };
+    let state = state.map_err(StoreError::Corrupt)?;
+    let Some(SweepPlan::Changed {
+        group,
+        discard,
+        callbacks,
+    }) = plan_abort(state, now, policy)
+    else {
+        return Ok((false, wakes));
+    };
+    let mut freed = UsageChanges::default();
+    let ended = Ended {
+        id,
+        partner,
+        group_id,
+    };
+    let now_ms = millis(now);
+    ended.apply(
+        conn, &group, &discard, &callbacks, now_ms, &mut freed, &mut wakes,
+    )?;
+    write_usage(conn, &freed)?;
+    Ok((true, wakes))
 }
 
 /// Writes a swept group's state at once (the sweep runs alone, nothing staged).

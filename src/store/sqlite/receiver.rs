@@ -49,6 +49,21 @@ impl ReceiverStore for SqliteStore {
         })
     }
 
+    fn abort_group<'a>(
+        &'a self,
+        partner: &'a str,
+        group_id: &'a str,
+        now: DateTime<Utc>,
+    ) -> StoreFuture<'a, Result<bool, StoreError>> {
+        let (partner, group_id) = (partner.to_owned(), group_id.to_owned());
+        let policy = self.shared.policy.clone();
+        Box::pin(
+            self.keep(move |conn| {
+                super::batch::abort_group(conn, &partner, &group_id, now, &policy)
+            }),
+        )
+    }
+
     fn watch_delivery(&self, partner: &str, key: &MessageKey) -> oneshot::Receiver<()> {
         let (tx, rx) = oneshot::channel();
         let mut waiters = self

@@ -3,17 +3,17 @@
 
 use std::fmt::Write as _;
 
-use axum::extract::rejection::QueryRejection;
-use axum::extract::{Query, State};
+use axum::extract::rejection::{FormRejection, QueryRejection};
+use axum::extract::{Form, Query, State};
 use axum::http::StatusCode;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 
-use super::super::Operator;
 use super::super::html::{self, Stop, esc, facts, link, query_value, table};
+use super::super::{Acting, Operator};
 use super::{
-    HEAD_READ, MAX_ITEMS, NO_PARTNER, PAGE, Page, bad_request, excerpt_of_head, not_found, number,
-    partner_filter, partner_shown, query, required, shown, store, text, when,
+    HEAD_READ, MAX_ITEMS, NO_PARTNER, PAGE, Page, bad_request, excerpt_of_head, form, not_found,
+    number, partner_filter, partner_shown, query, required, see_other, shown, store, text, when,
 };
 use crate::http::AppState;
 use crate::rmp::group::{GroupState, GroupStatus};
@@ -214,6 +214,8 @@ pub async fn groups(
 pub struct GroupQuery {
     id: Option<String>,
     partner: Option<String>,
+    done: Option<String>,
+    refused: Option<String>,
 }
 
 pub async fn group(
@@ -236,8 +238,60 @@ pub async fn group(
         body.push_str(GROUP_SEARCH);
         return Err(html::page(StatusCode::NOT_FOUND, "Group not found", &body, true).into());
     };
-    let body = facts("Group", &group_facts(partner, &g, app.store.policy()));
+    let mut body = String::new();
+    if q.done.as_deref() == Some("aborted") {
+        body.push_str(&html::notice("The group was aborted."));
+    }
+    if let Some(why) = text("refused", &q.refused)? {
+        body.push_str(&html::error(&format!("Not done: {why}")));
+    }
+    body.push_str(&facts(
+        "Group",
+        &group_facts(partner, &g, app.store.policy()),
+    ));
+    if g.status == GroupStatus::Open && g.params.sequenced {
+        body.push_str("<h2>Operator actions</h2>");
+        body.push_str(&html::confirmed_form(
+            "/console/group/abort",
+            "Abort the group",
+            &[("id", id), ("partner", partner)],
+            "its buffered messages are discarded, never delivered; every later message of \
+             the group is refused with GroupAborted",
+        ));
+    }
     shown(&format!("Group {id}"), &body)
+}
+
+#[derive(Deserialize)]
+pub struct AbortForm {
+    id: Option<String>,
+    partner: Option<String>,
+    confirm: Option<String>,
+}
+
+/// `/console/group/abort`: an operator's abort of a stuck group (D7), confirmed.
+pub async fn abort_group(
+    Acting(caller): Acting,
+    State(app): State<AppState>,
+    f: Result<Form<AbortForm>, FormRejection>,
+) -> Page {
+    let f = form(f)?;
+    let id = required("id", &f.id)?;
+    let partner = text("partner", &f.partner)?.unwrap_or("");
+    let back = format!(
+        "/console/group?partner={}&id={}",
+        query_value(partner),
+        query_value(id)
+    );
+    let refused = |why: &str| Ok(see_other(&format!("{back}&refused={}", query_value(why))));
+    if f.confirm.as_deref() != Some("yes") {
+        return refused("tick the confirmation to abort the group");
+    }
+    if !store(app.store.abort_group(partner, id, app.clock.now()).await)? {
+        return refused("no such open group: it ended already, or is a singleton");
+    }
+    tracing::info!(principal = %caller.principal, %partner, group_id = %id, "operator aborted a received group");
+    Ok(see_other(&format!("{back}&done=aborted")))
 }
 
 fn group_facts(

@@ -15,7 +15,7 @@ mod partners;
 mod subscriptions;
 
 pub use endpoints::endpoints;
-pub use inbound::{group, groups, inbox, inbox_message, inbox_payload};
+pub use inbound::{abort_group, group, groups, inbox, inbox_message, inbox_payload};
 pub use outbound::{envelope, fail, message, messages, resend, response, send_again};
 pub use overview::overview;
 pub use partners::partners;

@@ -102,6 +102,15 @@ impl ReceiverStore for PostgresStore {
         Box::pin(async move { retrying(|| sweep::sweep_once(self, now)).await })
     }
 
+    fn abort_group<'a>(
+        &'a self,
+        partner: &'a str,
+        group_id: &'a str,
+        now: DateTime<Utc>,
+    ) -> StoreFuture<'a, Result<bool, StoreError>> {
+        Box::pin(async move { retrying(|| sweep::abort_once(self, partner, group_id, now)).await })
+    }
+
     fn watch_delivery(&self, partner: &str, key: &MessageKey) -> oneshot::Receiver<()> {
         self.shared.watch(partner, key)
     }

@@ -7,7 +7,7 @@ use sqlx::{PgConnection, Row};
 
 use super::callbacks::owe_callback;
 use crate::rmp::group::GroupState;
-use crate::rmp::receive_plan::{SweepPlan, plan_sweep};
+use crate::rmp::receive_plan::{SweepPlan, plan_abort, plan_sweep};
 use crate::store::postgres::PostgresStore;
 use crate::store::postgres::failure::Failure;
 use crate::store::postgres::group_state::{decode, encode};
@@ -156,6 +156,55 @@ pub(super) async fn sweep_once(
         store.shared.stored_bytes_freed();
     }
     Ok(report)
+}
+
+/// An operator's abort of `partner`'s group `group_id` (`plan_abort`), in one transaction
+/// under the group's lock — waited for: the writer holds it only for a batch. `false`: no
+/// such group, or nothing to abort (ended, a singleton).
+pub(super) async fn abort_once(
+    store: &PostgresStore,
+    partner: &str,
+    group_id: &str,
+    now: DateTime<Utc>,
+) -> Result<bool, Failure> {
+    let now_ms = millis(now);
+    let mut tx = store.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1 || chr(31) || $2, 0))")
+        .bind(partner)
+        .bind(group_id)
+        .execute(&mut *tx)
+        .await?;
+    let row = sqlx::query("SELECT id, state_bin FROM groups WHERE partner = $1 AND group_id = $2")
+        .bind(partner)
+        .bind(group_id)
+        .fetch_optional(&mut *tx)
+        .await?;
+    let Some(row) = row else { return Ok(false) };
+    let id: i64 = row.try_get(0)?;
+    let state = decode(row.try_get::<&[u8], _>(1)?).map_err(Failure::from)?;
+    let Some(plan) = plan_abort(state, now, &store.shared.policy) else {
+        return Ok(false);
+    };
+    let mut report = SweepReport::default();
+    let mut announcement = Announcement::default();
+    let mut freed = UsageChanges::default();
+    let due = (id, partner.to_owned(), group_id.to_owned());
+    apply_plan(
+        &mut tx,
+        &due,
+        plan,
+        now_ms,
+        &mut report,
+        &mut announcement,
+        &mut freed,
+    )
+    .await?;
+    change_usage(&mut tx, &freed).await?;
+    store.commit(tx, announcement).await?;
+    if !freed.is_empty() {
+        store.shared.stored_bytes_freed();
+    }
+    Ok(true)
 }
 
 /// A group whose deadline is due: its row id, partner and group id.
