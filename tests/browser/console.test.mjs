@@ -214,14 +214,34 @@ scopes = ["consume"]
     await page.getByText('The message was failed.').waitFor();
     assert.equal(await fact('state'), 'failed');
     assert.match(await fact('reason'), /failed by operator ops: partner down for maintenance/);
-    // The overview's counts follow: no longer in doubt, failed.
+    // The overview's counts follow: no longer in doubt, failed; its rates chart is there.
     await page.getByRole('link', { name: 'Overview' }).click();
     assert.equal(await sending(2), '0', 'none in doubt');
     assert.equal(await sending(3), '1', 'one failed');
+    assert.equal(await page.locator('svg.chart polyline').count(), 5, 'a line per rate');
+
+    // Send again: the failed message, found by its count, becomes a new message.
+    await page.locator('tr:has(th:text-is("anonymous")) td').nth(3).getByRole('link').click();
+    await page.getByRole('link', { name: messageId }).click();
+    await page.getByRole('button', { name: 'Send again' }).click();
+    await page.getByText('Sent again: this is the new message').waitFor();
+    const newId = (await heading()).replace('Outbound message ', '');
+    assert.notEqual(newId, messageId);
+    assert.match(await fact('submitted_at'), /^\d{4}-/);
+
+    // The partners view: the URL destination's failures, under the one name for no partner.
+    await page.getByRole('link', { name: 'Partners' }).click();
+    assert.equal(await heading(), 'Partners');
+    await eventually('the failed attempt is the partner view\'s last error', async () => {
+      await page.reload();
+      const row = page.locator('tr:has(th:text-is("anonymous"))');
+      return /HTTP 503/.test(await row.innerText());
+    });
+    await shot('partners');
 
     // The dead letter: replay it, and the count goes to 0.
     await page.getByRole('link', { name: 'Subscriptions' }).click();
-    assert.equal(await page.locator('tr:has(a:text-is("audit")) td').nth(5).innerText(), '1');
+    assert.equal(await page.locator('tr:has(a:text-is("audit")) td').nth(6).innerText(), '1', 'one dead letter');
     await page.getByRole('link', { name: 'audit' }).click();
     assert.equal(await fact('Dead letters'), '1');
     await shot('subscription');

@@ -224,6 +224,7 @@ pub async fn message(
     }
     let mut view = message_json(&m, app.polling());
     view["state"] = state_shown(&m).into();
+    view["partner"] = partner_shown(&m.partner).into();
     let rows: Vec<(&str, String)> = view
         .as_object()
         .map(|o| o.iter().map(|(k, v)| (k.as_str(), cell(v))).collect())
