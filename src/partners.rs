@@ -875,12 +875,12 @@ mod tests {
             ("", ""),
         ] {
             let before = verifier.hashes_computed();
-            let refused = basic(user, password).await;
-            assert_eq!(
-                refused,
-                Err(Unidentified::wrong("wrong credentials")),
-                "{user}:{password}"
-            );
+            let refused = basic(user, password).await.expect_err("refused");
+            assert_eq!(refused.why, "wrong credentials", "{user}:{password}");
+            // The refusal names the username tried, and the partner only when it is one's.
+            assert_eq!(refused.username.as_deref(), Some(user), "{user}:{password}");
+            let owner = (user == "acme").then(|| "acme".to_owned());
+            assert_eq!(refused.partner, owner, "{user}:{password}");
             assert_eq!(
                 verifier.hashes_computed(),
                 before + 1,

@@ -295,6 +295,11 @@ impl Lease {
         true
     }
 
+    /// Settled as done (accepted by an application, or a purged dead letter).
+    pub fn done(&self) -> bool {
+        matches!(self.state, State::Done)
+    }
+
     /// Settled or dead-lettered: nothing more happens to it (its group moves on).
     pub fn finished(&self) -> bool {
         matches!(self.state, State::Done | State::DeadLettered { .. })

@@ -37,6 +37,7 @@ const TABLES: &[&str] = &[
     "out_events",
     "out_attempts",
     "partner_health",
+    "minute_counts",
     "out_responses",
     "exchanges",
     "answer_quota",

@@ -163,7 +163,28 @@ pub struct Rates {
 }
 
 /// The series of `Rates`, in order.
-pub const RATE_SERIES: &[&str] = &["received", "sent", "acked", "failed", "faulted"];
+pub const RATE_SERIES: &[&str] = &[
+    "received",
+    "delivered",
+    "sent",
+    "acked",
+    "failed",
+    "faulted",
+];
+
+/// Adds `$4` to the `minute_counts` row of minute `$1`, series `$2`, gateway `$3` (one
+/// statement for both backends; SQLite reads `$n` as `?n`).
+pub(in crate::store) const COUNT_MINUTE_SQL: &str = "INSERT INTO minute_counts \
+     (minute, series, gateway, n) VALUES ($1, $2, $3, $4) ON CONFLICT (minute, series, gateway) \
+     DO UPDATE SET n = minute_counts.n + excluded.n";
+
+/// Minute counts older than this are deleted by the sweeper (the chart shows one hour).
+pub(in crate::store) const MINUTE_COUNTS_KEPT_MS: i64 = 2 * 3600 * 1000;
+
+/// The start (Unix ms) of the minute `at_ms` falls in.
+pub(in crate::store) fn minute_of(at_ms: i64) -> i64 {
+    at_ms.div_euclid(60_000) * 60_000
+}
 
 /// How many minutes a rate series spans.
 pub const RATE_MINUTES: usize = 60;
@@ -214,6 +235,14 @@ macro_rules! read_rates {
              WHERE received_at >= $1 ORDER BY received_at DESC LIMIT $2) recent GROUP BY 1",
         )
         .await?;
+        // Counted as they happen (`minute_counts`), summed over the gateways.
+        let delivered: Vec<(i64, i64)> = sqlx::query_as(
+            "SELECT minute / 60000, CAST(SUM(n) AS BIGINT) FROM minute_counts \
+             WHERE series = 'delivered' AND minute >= $1 GROUP BY minute",
+        )
+        .bind(since_minute)
+        .fetch_all(pool)
+        .await?;
         let sent = per_minute(
             "SELECT at / 60000, COUNT(*) FROM (SELECT at FROM out_attempts \
              WHERE kind = 'send' AND at >= $1 ORDER BY at DESC LIMIT $2) recent GROUP BY 1",
@@ -234,7 +263,7 @@ macro_rules! read_rates {
         let faulted = ended("faulted").await?;
         Ok($crate::store::overview::rates_of(
             since_minute,
-            vec![received, sent, acked, failed, faulted],
+            vec![received, (delivered, false), sent, acked, failed, faulted],
         ))
     }};
 }

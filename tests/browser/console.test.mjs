@@ -218,7 +218,7 @@ scopes = ["consume"]
     await page.getByRole('link', { name: 'Overview' }).click();
     assert.equal(await sending(2), '0', 'none in doubt');
     assert.equal(await sending(3), '1', 'one failed');
-    assert.equal(await page.locator('svg.chart polyline').count(), 5, 'a line per rate');
+    assert.equal(await page.locator('svg.chart polyline').count(), 6, 'a line per rate');
 
     // Send again: the failed message, found by its count, becomes a new message.
     await page.locator('tr:has(th:text-is("anonymous")) td').nth(3).getByRole('link').click();

@@ -39,6 +39,32 @@ async fn plain_soap_service() -> (String, Arc<AtomicUsize>) {
     (format!("{}/", serve_local(router).await), seen)
 }
 
+/// The body of an unauthenticated GET of `path`.
+async fn text_of(app: &TestApp, path: &str) -> String {
+    app.client
+        .get(app.url(path))
+        .send()
+        .await
+        .expect("answers")
+        .text()
+        .await
+        .expect("text")
+}
+
+/// The README's example purchase order, received at `/wsr/default` (expiring in an hour).
+async fn receive_the_example(app: &TestApp) {
+    use super::support::ClockExt as _;
+    let in_an_hour = super::support::xs(app.clock.now_utc() + chrono::Duration::hours(1));
+    let xml =
+        std::fs::read_to_string(super::support::repo_root().join("examples/purchase-order.xml"))
+            .expect("example envelope")
+            .replace("2099-12-31T23:59:59Z", &in_an_hour);
+    let answer = app
+        .post("/wsr/default", "text/xml; charset=utf-8", xml)
+        .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+}
+
 async fn api(app: &TestApp, path: &str) -> Value {
     let r = app
         .client
@@ -118,15 +144,7 @@ async fn a_partner_answering_200_without_acks_shows_its_cause_everywhere_after_o
     assert_eq!(acked["messages"], json!([]), "{acked}");
 
     // The metrics: the attempt counted by its result.
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .expect("answers")
-        .text()
-        .await
-        .expect("text");
+    let metrics = text_of(&app, "/metrics").await;
     assert!(
         metrics
             .lines()
@@ -379,15 +397,7 @@ async fn the_partners_view_tells_each_partners_health_and_refused_sign_ins() {
         "control characters removed: {anonymous}"
     );
 
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .expect("answers")
-        .text()
-        .await
-        .expect("text");
+    let metrics = text_of(&app, "/metrics").await;
     assert!(
         metrics.lines().any(|l| l.starts_with("wsr_auth_refusals_total{")
             && l.contains("partner=\"refusee\"")),
@@ -533,15 +543,7 @@ async fn a_failed_message_is_sent_again_as_a_new_one_linked_to_it() {
 #[tokio::test]
 async fn the_sign_in_page_says_when_no_admin_token_is_configured() {
     let app = spawn_app_with(|c| c.tokens.clear()).await;
-    let page = app
-        .client
-        .get(app.url("/console"))
-        .send()
-        .await
-        .expect("answers")
-        .text()
-        .await
-        .expect("text");
+    let page = text_of(&app, "/console").await;
     assert!(
         page.contains("No admin token is configured") && page.contains("WSR_ADMIN_TOKEN"),
         "{page}"
@@ -551,15 +553,7 @@ async fn the_sign_in_page_says_when_no_admin_token_is_configured() {
         c.tokens = vec![ApiToken::plain(ADMIN, "ops", vec![Scope::Admin])];
     })
     .await;
-    let page = app
-        .client
-        .get(app.url("/console"))
-        .send()
-        .await
-        .expect("answers")
-        .text()
-        .await
-        .expect("text");
+    let page = text_of(&app, "/console").await;
     assert!(!page.contains("No admin token is configured"), "{page}");
     app.stop().await;
 }
@@ -569,22 +563,44 @@ async fn the_sign_in_page_says_when_no_admin_token_is_configured() {
 /// itself unless the operator stops it.
 #[tokio::test]
 async fn the_overview_charts_the_last_hours_rates_and_reloads_itself() {
-    use super::support::ClockExt as _;
     let (plain, _) = plain_soap_service().await;
     let app = spawn_app_with(|c| {
         c.tokens = vec![ApiToken::plain(ADMIN, "ops", vec![Scope::Admin])];
         c.partners.insert_address("charted", plain.clone());
     })
     .await;
-    let in_an_hour = super::support::xs(app.clock.now_utc() + chrono::Duration::hours(1));
-    let xml =
-        std::fs::read_to_string(super::support::repo_root().join("examples/purchase-order.xml"))
-            .expect("example envelope")
-            .replace("2099-12-31T23:59:59Z", &in_an_hour);
-    let answer = app
-        .post("/wsr/default", "text/xml; charset=utf-8", xml)
-        .await;
-    assert_eq!(answer.status, 200, "{}", answer.body);
+    receive_the_example(&app).await;
+    // A message an application accepts: delivered.
+    let call = |path: &str, body: Value| {
+        let request = app
+            .client
+            .post(app.url(&format!("/api/v1{path}")))
+            .bearer_auth(ADMIN)
+            .json(&body);
+        async move {
+            let r = request.send().await.expect("answers");
+            assert!(r.status().is_success(), "{}", r.status());
+            r.json::<Value>().await.expect("JSON")
+        }
+    };
+    let sub = call(
+        "/subscriptions",
+        json!({ "name": "rated", "filter": "default/#", "start": "oldest" }),
+    )
+    .await;
+    let session = call(&format!("/subscriptions/{}/sessions", sub["id"]), json!({})).await;
+    let session = session["session"].as_str().expect("session").to_owned();
+    let fetched = call(
+        &format!("/sessions/{session}/fetch"),
+        json!({ "max": 1, "wait_ms": 5000 }),
+    )
+    .await;
+    let receipt = fetched["messages"][0]["receipt"].clone();
+    call(
+        "/settle",
+        json!({ "receipt": receipt, "outcome": "accepted" }),
+    )
+    .await;
     let id = submitted(&app, "charted").await;
     eventually("the attempt is noted", || async {
         let m = api(&app, &format!("/messages/{id}")).await;
@@ -599,7 +615,7 @@ async fn the_overview_charts_the_last_hours_rates_and_reloads_itself() {
         "{page}"
     );
     assert!(page.contains("<svg class=\"chart\""), "{page}");
-    assert_eq!(page.matches("<polyline").count(), 5, "{page}");
+    assert_eq!(page.matches("<polyline").count(), 6, "{page}");
     let this_minute = |name: &str| -> u64 {
         let row = page
             .split("<tr>")
@@ -612,6 +628,7 @@ async fn the_overview_charts_the_last_hours_rates_and_reloads_itself() {
             .unwrap_or_else(|| panic!("a count for {name}: {row}"))
     };
     assert!(this_minute("received") >= 1, "{page}");
+    assert_eq!(this_minute("delivered"), 1, "{page}");
     assert!(this_minute("sent") >= 1, "{page}");
     let (_, still) = super::console_sign_out::get(&app, &cookie, "/console?refresh=off").await;
     assert!(!still.contains("http-equiv=\"refresh\""), "{still}");
@@ -726,7 +743,6 @@ async fn a_stuck_ordered_group_says_when_it_aborts() {
 /// yet — the subscriptions page, the overview and `/metrics` say how many are not matched yet.
 #[tokio::test]
 async fn a_subscription_nobody_joined_shows_its_unmatched_messages() {
-    use super::support::ClockExt as _;
     let app = spawn_app_with(|c| {
         c.tokens = vec![ApiToken::plain(ADMIN, "ops", vec![Scope::Admin])];
     })
@@ -740,24 +756,8 @@ async fn a_subscription_nobody_joined_shows_its_unmatched_messages() {
         .await
         .expect("answers");
     assert_eq!(r.status(), 201);
-    let in_an_hour = super::support::xs(app.clock.now_utc() + chrono::Duration::hours(1));
-    let xml =
-        std::fs::read_to_string(super::support::repo_root().join("examples/purchase-order.xml"))
-            .expect("example envelope")
-            .replace("2099-12-31T23:59:59Z", &in_an_hour);
-    let answer = app
-        .post("/wsr/default", "text/xml; charset=utf-8", xml)
-        .await;
-    assert_eq!(answer.status, 200, "{}", answer.body);
-    let metrics = app
-        .client
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .expect("answers")
-        .text()
-        .await
-        .expect("text");
+    receive_the_example(&app).await;
+    let metrics = text_of(&app, "/metrics").await;
     assert!(
         metrics.contains(
             "wsr_store_subscription_messages{subscription=\"lazy-audit\",state=\"unmatched\"} 1\n"
@@ -774,6 +774,31 @@ async fn a_subscription_nobody_joined_shows_its_unmatched_messages() {
     assert!(
         cells[3].starts_with("0<") && cells[4].starts_with("1<"),
         "waiting 0, not matched yet 1: {row}"
+    );
+    app.stop().await;
+}
+
+/// `send --to NAME` with a partner that is not configured, where URL destinations are
+/// allowed: the refusal says it is not a configured partner, not that it "is not a URL".
+#[tokio::test]
+async fn an_unknown_partner_name_is_refused_as_such() {
+    let app = spawn_app_with(|c| {
+        c.tokens = vec![ApiToken::plain(ADMIN, "ops", vec![Scope::Admin])];
+        super::support::allow_loopback_urls(c);
+    })
+    .await;
+    let (status, problem) = super::support::submit_as(
+        &app,
+        ADMIN,
+        json!({ "destination": "acmee", "body": "<t:Order xmlns:t=\"urn:t\"/>" }),
+    )
+    .await;
+    assert_eq!(status, 400, "{problem}");
+    let reason = problem["reason"].as_str().expect("a reason");
+    assert!(
+        reason.contains("\"acmee\" is not a configured partner")
+            && !reason.contains("is not a URL"),
+        "{reason}"
     );
     app.stop().await;
 }

@@ -105,24 +105,7 @@ pub fn facts(caption: &str, rows: &[(&str, String)]) -> String {
 
 /// A POST form with one button and hidden fields (names and values escaped here).
 pub fn button_form(action: &str, label: &str, hidden: &[(&str, &str)]) -> String {
-    let mut out = format!(
-        "<form method=\"post\" action=\"{}\" class=\"inline\">",
-        esc(action)
-    );
-    for (name, value) in hidden {
-        let _ = write!(
-            out,
-            "<input type=\"hidden\" name=\"{}\" value=\"{}\">",
-            esc(name),
-            esc(value)
-        );
-    }
-    let _ = write!(
-        out,
-        "<button type=\"submit\">{}</button></form>",
-        esc(label)
-    );
-    out
+    post_form(action, label, hidden, None)
 }
 
 /// `button_form` for a destructive action: the button goes only with a ticked confirmation
@@ -132,6 +115,16 @@ pub fn confirmed_form(
     label: &str,
     hidden: &[(&str, &str)],
     consequence: &str,
+) -> String {
+    post_form(action, label, hidden, Some(consequence))
+}
+
+/// A POST form: hidden fields, the confirmation of `consequence` if one is asked, a button.
+fn post_form(
+    action: &str,
+    label: &str,
+    hidden: &[(&str, &str)],
+    consequence: Option<&str>,
 ) -> String {
     let mut out = format!(
         "<form method=\"post\" action=\"{}\" class=\"inline\">",
@@ -145,11 +138,16 @@ pub fn confirmed_form(
             esc(value)
         );
     }
+    if let Some(consequence) = consequence {
+        let _ = write!(
+            out,
+            "<label><input type=\"checkbox\" name=\"confirm\" value=\"yes\" required> {}</label>",
+            esc(consequence)
+        );
+    }
     let _ = write!(
         out,
-        "<label><input type=\"checkbox\" name=\"confirm\" value=\"yes\" required> {}</label>\
-         <button type=\"submit\">{}</button></form>",
-        esc(consequence),
+        "<button type=\"submit\">{}</button></form>",
         esc(label)
     );
     out

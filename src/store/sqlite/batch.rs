@@ -399,6 +399,8 @@ impl<'c> Batch<'c> {
             .execute([now_ms])?;
         conn.prepare_cached("DELETE FROM message_faults WHERE expiry < ?1")?
             .execute([now_ms])?;
+        conn.prepare_cached("DELETE FROM minute_counts WHERE minute < ?1")?
+            .execute([now_ms - crate::store::overview::MINUTE_COUNTS_KEPT_MS])?;
         Ok(report)
     }
 }

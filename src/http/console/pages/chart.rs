@@ -15,7 +15,9 @@ const BOTTOM: usize = 24;
 const TOP: usize = 8;
 
 /// One colour per series of `RATE_SERIES`, told apart in the legend by name as well.
-const COLOURS: &[&str] = &["#1f77b4", "#2ca02c", "#17becf", "#d62728", "#ff7f0e"];
+const COLOURS: &[&str] = &[
+    "#1f77b4", "#9467bd", "#2ca02c", "#17becf", "#d62728", "#ff7f0e",
+];
 
 /// The chart of `rates` (`RATE_SERIES`, per minute, oldest left) and its totals.
 pub fn rates_chart(rates: &Rates) -> String {
@@ -107,7 +109,7 @@ mod tests {
     fn a_chart_has_a_line_per_series_scaled_to_the_largest_count() {
         let mut series = vec![vec![0u64; 60]; RATE_SERIES.len()];
         series[0][59] = 30;
-        series[1][0] = 15;
+        series[2][0] = 15;
         let rates = Rates {
             since_minute: 0,
             series,

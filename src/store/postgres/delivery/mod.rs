@@ -418,10 +418,12 @@ impl DeliveryStore for PostgresStore {
         now: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<Vec<Result<(), DeliveryError>>, DeliveryError>> {
         Box::pin(async move {
+            let gateway = self.gateway();
             let settled = transaction!(self, "settle", |conn| settle::settle_many(
                 conn,
                 settlements,
-                now
+                now,
+                gateway
             ))?;
             self.shared.stored_bytes_freed();
             Ok(settled)

@@ -151,6 +151,10 @@ pub(super) async fn sweep_once(
         .bind(now_ms)
         .execute(&mut *tx)
         .await?;
+    sqlx::query("DELETE FROM minute_counts WHERE minute < $1")
+        .bind(now_ms - crate::store::overview::MINUTE_COUNTS_KEPT_MS)
+        .execute(&mut *tx)
+        .await?;
     store.commit(tx, announcement).await?;
     if !freed.is_empty() {
         store.shared.stored_bytes_freed();

@@ -15,6 +15,7 @@ use crate::delivery::settle;
 use crate::delivery::subscription::Ordering;
 use crate::store::StoreError;
 use crate::store::delivery::{DeadLetterChange, DeliveryError, Settlement, Subscription};
+use crate::store::overview::{COUNT_MINUTE_SQL, minute_of};
 
 fn not_found() -> DeliveryError {
     DeliveryError::NotFound("no such delivery".into())
@@ -88,8 +89,23 @@ pub(super) fn settle_many(
             by_sub.entry(key.0).or_default().push((key.1, lease));
         }
     }
+    let delivered = changed
+        .iter()
+        .filter(|key| leases.get(key).is_some_and(Lease::done))
+        .count();
     for (sub_id, leases) in by_sub {
         rows::save_leases(conn, sub_id, &leases, now)?;
+    }
+    if delivered > 0 {
+        // The overview's "delivered" per minute (`overview::read_rates!`); one gateway here.
+        static COUNT: std::sync::LazyLock<String> =
+            std::sync::LazyLock::new(|| COUNT_MINUTE_SQL.replace('$', "?"));
+        conn.prepare_cached(&COUNT)?.execute(params![
+            minute_of(crate::store::time::millis(now)),
+            "delivered",
+            "",
+            delivered as i64
+        ])?;
     }
     Ok((results, wakes))
 }
