@@ -436,6 +436,7 @@ pub async fn get_group(
     params(("id" = String, Path, description = "The groupId"), GroupQuery),
     responses(
         (status = 200, description = "Aborted; the group as it is now", body = GroupView),
+        (status = 400, description = "A parameter that does not parse", body = ProblemBody),
         (status = 404, description = "No such group of that partner", body = ProblemBody),
         (status = 409, description = "It ended already, or is a singleton", body = ProblemBody),
     )

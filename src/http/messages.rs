@@ -195,6 +195,7 @@ pub async fn get_message(
     params(("id" = String, Path, description = "The id the submit answered")),
     responses(
         (status = 200, description = "Its attempts, oldest first", body = super::openapi::AttemptList),
+        (status = 400, description = "A path that is not valid", body = ProblemBody),
         (status = 404, description = "No such message (or another principal's)", body = ProblemBody),
     )
 )]

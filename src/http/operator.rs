@@ -101,6 +101,7 @@ pub async fn fail(
     params(("id" = String, Path, description = "The message id")),
     responses(
         (status = 202, description = "The new message, stored; it is sent from here", body = super::messages::SubmitAnswer),
+        (status = 400, description = "A path that is not valid", body = ProblemBody),
         (status = 404, description = "No such message", body = ProblemBody),
         (status = 409, description = "Not failed or faulted, or its destination is no longer allowed", body = ProblemBody),
     )

@@ -206,6 +206,7 @@ pub fn push_health_json(h: Option<&crate::consume::push::PushHealth>) -> Value {
     params(("id" = i64, Path, description = "The subscription's id")),
     responses(
         (status = 200, description = "Paused", body = SubscriptionSchema),
+        (status = 400, description = "Not a subscription id", body = ProblemBody),
         (status = 404, description = "No such subscription", body = ProblemBody),
         (status = 409, description = "A pull subscription", body = ProblemBody),
     )
@@ -226,6 +227,7 @@ pub async fn pause(
     params(("id" = i64, Path, description = "The subscription's id")),
     responses(
         (status = 200, description = "Resumed", body = SubscriptionSchema),
+        (status = 400, description = "Not a subscription id", body = ProblemBody),
         (status = 404, description = "No such subscription", body = ProblemBody),
         (status = 409, description = "A pull subscription", body = ProblemBody),
     )
