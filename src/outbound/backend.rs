@@ -87,6 +87,12 @@ impl Backends {
                 continue;
             };
             let who = format!("channel {channel}: backend");
+            let has_ca = spec.tls.ca_file.is_some();
+            http_client::check_system_roots(std::iter::once((
+                who.clone(),
+                spec.url.as_str(),
+                has_ca,
+            )))?;
             let client = if spec.tls == PartnerTls::default() {
                 http_client::client(spec.timeout)
                     .with_context(|| format!("{who}: cannot build its HTTP client"))?

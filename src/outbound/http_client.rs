@@ -31,11 +31,59 @@ pub fn guarded_client(
 pub(crate) fn builder(timeout: Duration) -> reqwest::ClientBuilder {
     // No proxy from the environment (HTTP(S)_PROXY): it would take every call somewhere
     // nobody configured here, and the destination resolver would only ever see its name.
-    reqwest::Client::builder()
+    let builder = reqwest::Client::builder()
         .timeout(timeout)
         .redirect(reqwest::redirect::Policy::none())
         .no_proxy()
-        .tls_version_min(reqwest::tls::Version::TLS_1_2)
+        .tls_version_min(reqwest::tls::Version::TLS_1_2);
+    if system_roots() {
+        builder
+    } else {
+        // No system CA certificates (a minimal container): trust nothing by default rather
+        // than fail to start. What has its own `ca_file` adds it; an https call to anything
+        // else fails as an attempt, and what the configuration itself reaches over https
+        // without a `ca_file` is refused at start (`needing_system_roots`).
+        builder.tls_certs_only(Vec::new())
+    }
+}
+
+/// Whether the system's CA certificates could be loaded (asked once: the client verifier
+/// reads them when a client is built).
+pub fn system_roots() -> bool {
+    static LOADED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *LOADED.get_or_init(|| {
+        let loaded = reqwest::Client::builder().no_proxy().build().is_ok();
+        if !loaded {
+            tracing::warn!("no system CA certificates: https calls trust only the ca_file given for them (partners, backends); callbacks, webhooks, notify URLs and URL destinations over https will fail");
+        }
+        loaded
+    })
+}
+
+/// Refuses a start in which something the configuration reaches over https has no
+/// `ca_file` of its own while the system has no CA certificates (`targets`: who, its URL,
+/// whether it has a `ca_file`): it could never be reached, and should be said now.
+pub fn check_system_roots<'a>(
+    targets: impl Iterator<Item = (String, &'a str, bool)>,
+) -> anyhow::Result<()> {
+    if system_roots() {
+        return Ok(());
+    }
+    let https = |url: &str| {
+        url.get(..8)
+            .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
+    };
+    match targets
+        .into_iter()
+        .find(|(_, url, has_ca)| !has_ca && https(url))
+    {
+        None => Ok(()),
+        Some((who, url, _)) => anyhow::bail!(
+            "{who} is reached over https ({}) without a ca_file, and the system has no CA \
+             certificates: install them (Debian: ca-certificates) or give it a ca_file",
+            redacted(url)
+        ),
+    }
 }
 
 /// An answer read in full (within the cap).

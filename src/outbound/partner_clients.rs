@@ -71,6 +71,14 @@ impl PartnerClients {
         timeout: Duration,
         rules: Arc<DestinationRules>,
     ) -> anyhow::Result<PartnerClients> {
+        let targets = partners.iter().flat_map(|p| {
+            let has_ca = p.outbound.tls.ca_file.is_some();
+            [&p.outbound.address, &p.outbound.poll_address]
+                .into_iter()
+                .flatten()
+                .map(move |url| (format!("partner {}", p.name), url.as_str(), has_ca))
+        });
+        http_client::check_system_roots(targets)?;
         let shared = http_client::client(timeout).context("cannot build the HTTP client")?;
         let guarded = http_client::guarded_client(timeout, rules)
             .context("cannot build the HTTP client for URL destinations")?;

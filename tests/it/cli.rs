@@ -246,3 +246,65 @@ fn completions_into_a_closed_pipe_end_quietly() {
     assert!(out.status.success(), "{:?}: {stderr}", out.status);
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// Issue 34 (a minimal container): without system CA certificates the gateway still starts
+/// when nothing it is configured to reach needs them — and refuses to start, saying why, when
+/// a partner is reached over https without a `ca_file` of its own.
+#[test]
+fn the_gateway_starts_without_system_ca_certificates_unless_a_partner_needs_them() {
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let empty = dir.path().join("no-certs.pem");
+    std::fs::write(&empty, "").expect("an empty bundle");
+    let certs_dir = dir.path().join("no-certs");
+    std::fs::create_dir(&certs_dir).expect("an empty folder");
+    let gateway = |config: &str| {
+        let path = dir.path().join("gateway.toml");
+        std::fs::write(&path, config).expect("config");
+        let mut command = Command::new(env!("CARGO_BIN_EXE_wsr-gateway"));
+        for (key, _) in std::env::vars().filter(|(k, _)| k.starts_with("WSR_")) {
+            command.env_remove(key);
+        }
+        command
+            .args(["serve", "--config"])
+            .arg(&path)
+            // rustls-native-certs reads these instead of the system's bundle.
+            .env("SSL_CERT_FILE", &empty)
+            .env("SSL_CERT_DIR", &certs_dir)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starts")
+    };
+    let database = dir.path().join("gw.db");
+    let port = super::support::free_port();
+    let mut child = gateway(&format!(
+        "listen = \"127.0.0.1:{port}\"\ndatabase = {:?}\n",
+        database.display().to_string()
+    ));
+    let stdout = child.stdout.take().expect("stdout");
+    let listening = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .any(|l| l.contains("listening"));
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(listening, "it started without system CA certificates");
+
+    let child = gateway(&format!(
+        "listen = \"127.0.0.1:{port}\"\ndatabase = {:?}\n\n[partners.acme]\n\
+         address = \"https://acme.example.org/wsr\"\n",
+        database.display().to_string()
+    ));
+    let out = child.wait_with_output().expect("ends");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains(
+            "partner acme is reached over https (https://acme.example.org/wsr) without a ca_file"
+        ) && err.contains("ca-certificates"),
+        "{err}"
+    );
+}
