@@ -265,3 +265,42 @@ pub async fn status(api: &ApiArgs, id: &str) -> anyhow::Result<Value> {
         .get(&["messages", id], &[])
         .await
 }
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct HealthArgs {
+    /// The gateway's base URL.
+    #[arg(long, default_value = "http://127.0.0.1:8080", env = "WSR_API")]
+    pub api: String,
+    /// CA certificates (PEM) to check an https gateway against (a private CA).
+    #[arg(long, env = "WSR_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// How long to wait for the answer, in seconds.
+    #[arg(long, default_value_t = 5)]
+    pub timeout_seconds: u64,
+}
+
+/// `health`: the gateway's `/readyz` answer, `ready` when it is ready; an error (exit 1) with
+/// its reason when it is not, or cannot be reached.
+pub async fn health(args: &HealthArgs) -> anyhow::Result<String> {
+    let base = reqwest::Url::parse(&args.api)
+        .with_context(|| format!("{:?} is not a URL (e.g. http://127.0.0.1:8080)", args.api))?;
+    let url = base.join("/readyz").context("no /readyz under that URL")?;
+    let mut builder = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(args.timeout_seconds.max(1)))
+        .no_proxy();
+    if let Some(path) = &args.ca_file {
+        builder = crate::bench::trusting_ca_file(builder, path)?;
+    }
+    let client = builder.build().context("cannot build the HTTP client")?;
+    let answer = client
+        .get(url.clone())
+        .send()
+        .await
+        .with_context(|| format!("cannot reach {url}"))?;
+    let status = answer.status();
+    let text = answer.text().await.unwrap_or_default();
+    if !status.is_success() {
+        bail!("not ready ({status}): {}", text.trim());
+    }
+    Ok("ready".to_owned())
+}

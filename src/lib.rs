@@ -189,6 +189,7 @@ impl App {
                     http::slots::MAX_WAITING_FETCHES,
                 )),
                 admissions,
+                push_health: consume::push::PushHealthBook::default(),
             }),
         })
     }
@@ -258,6 +259,7 @@ impl App {
                 answer_cap: state.config.limits.max_bytes,
                 bytes_in_flight: state.config.delivery.max_push_bytes_in_flight,
             },
+            state.push_health.clone(),
         ));
         if let (Some(tls), Some(files)) = (&self.tls, &state.config.tls)
             && files.reload_check_seconds > 0

@@ -86,6 +86,9 @@ enum Command {
         #[command(subcommand)]
         command: EndpointsCommand,
     },
+    /// Ask a running gateway whether it is ready (`/readyz`): exit 0 when it is, 1 with the
+    /// reason when not — a container's HEALTHCHECK without curl.
+    Health(client::HealthArgs),
     /// Print a shell completion script: `wsr-gateway completions bash > /etc/bash_completion.d/wsr-gateway`.
     Completions {
         #[arg(value_enum)]
@@ -289,6 +292,7 @@ async fn run() -> anyhow::Result<()> {
         Command::Subs { ops, command } => out(&ops::subs(&ops, &command).await?),
         Command::Partners { ops } => out(&ops::partners(&ops).await?),
         Command::Endpoints { ops, command } => out(&ops::endpoints(&ops, &command).await?),
+        Command::Health(args) => out(&format!("{}\n", client::health(&args).await?)),
         Command::Completions { shell } => {
             // Written whole, then out: a reader that stops early (`| head`) closes the pipe,
             // which ends the command quietly instead of panicking inside the generator.

@@ -78,59 +78,63 @@ pub struct PushHealth {
     pub failures_in_row: u64,
 }
 
-/// Push health by subscription, this process's: bounded by the push subscriptions there are
-/// (`max_subscriptions_per_principal` each), dropped with their worker's subscription.
-static PUSH_HEALTH: std::sync::Mutex<std::collections::BTreeMap<i64, PushHealth>> =
-    std::sync::Mutex::new(std::collections::BTreeMap::new());
+/// Push health by subscription, as this gateway's pushes found it: shared by the push
+/// supervisor (which writes it) and the API and console (which read it). Bounded by the push
+/// subscriptions there are; a subscription's entry goes with it.
+#[derive(Debug, Clone, Default)]
+pub struct PushHealthBook(Arc<std::sync::Mutex<std::collections::BTreeMap<i64, PushHealth>>>);
 
-/// Push subscription `id`'s health on this gateway, if it pushed here.
-pub fn health(id: i64) -> Option<PushHealth> {
-    PUSH_HEALTH
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .get(&id)
-        .cloned()
-}
+impl PushHealthBook {
+    /// Push subscription `id`'s health on this gateway, if it pushed here.
+    pub fn get(&self, id: i64) -> Option<PushHealth> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
+    }
 
-/// Notes one POST's result: accepted, or failed with `cause`.
-fn note_health(
-    id: i64,
-    status: Option<u16>,
-    outcome: &Outcome,
-    cause: &str,
-    at: chrono::DateTime<chrono::Utc>,
-) {
-    let mut all = PUSH_HEALTH.lock().unwrap_or_else(|p| p.into_inner());
-    let h = all.entry(id).or_insert(PushHealth {
-        last_status: None,
-        last_at: at,
-        last_success_at: None,
-        last_error: None,
-        last_error_at: None,
-        failures_in_row: 0,
-    });
-    h.last_status = status;
-    h.last_at = at;
-    if *outcome == Outcome::Accepted {
-        h.last_success_at = Some(at);
-        h.failures_in_row = 0;
-    } else {
-        h.last_error = Some(cause.to_owned());
-        h.last_error_at = Some(at);
-        h.failures_in_row = h.failures_in_row.saturating_add(1);
+    /// Notes one POST's result: accepted, or failed with `cause`.
+    fn note(
+        &self,
+        id: i64,
+        status: Option<u16>,
+        outcome: &Outcome,
+        cause: &str,
+        at: chrono::DateTime<chrono::Utc>,
+    ) {
+        let mut all = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let h = all.entry(id).or_insert(PushHealth {
+            last_status: None,
+            last_at: at,
+            last_success_at: None,
+            last_error: None,
+            last_error_at: None,
+            failures_in_row: 0,
+        });
+        h.last_status = status;
+        h.last_at = at;
+        if *outcome == Outcome::Accepted {
+            h.last_success_at = Some(at);
+            h.failures_in_row = 0;
+        } else {
+            h.last_error = Some(cause.to_owned());
+            h.last_error_at = Some(at);
+            h.failures_in_row = h.failures_in_row.saturating_add(1);
+        }
+    }
+
+    /// Forgets the health of push subscriptions that are gone.
+    fn keep_only(&self, kept: &[i64]) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|id, _| kept.contains(id));
     }
 }
 
-/// Forgets the health of push subscriptions that are gone.
-fn forget_health(kept: &[i64]) {
-    PUSH_HEALTH
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .retain(|id, _| kept.contains(id));
-}
-
 /// Keeps one worker running per push subscription.
-pub async fn run(store: Store, clock: Arc<dyn Clock>, limits: PushLimits) {
+pub async fn run(store: Store, clock: Arc<dyn Clock>, limits: PushLimits, book: PushHealthBook) {
     let mut workers: HashMap<i64, JoinHandle<()>> = HashMap::new();
     // Subscriptions created or deleted wake us (their commits announce delivery changes).
     let mut waker = Waker::new(&store, &clock);
@@ -140,7 +144,7 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>, limits: PushLimits) {
             Ok(subs) => {
                 // A paused subscription has no worker: its messages wait until it is resumed
                 // (what its worker held lapses back to the subscription).
-                forget_health(&subs.iter().map(|s| s.id).collect::<Vec<_>>());
+                book.keep_only(&subs.iter().map(|s| s.id).collect::<Vec<_>>());
                 let subs: Vec<Subscription> = subs
                     .into_iter()
                     .filter(|s| !s.rules.push_paused())
@@ -154,7 +158,8 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>, limits: PushLimits) {
                 });
                 for sub in subs {
                     workers.entry(sub.id).or_insert_with(|| {
-                        tokio::spawn(worker(store.clone(), clock.clone(), sub, limits))
+                        let book = book.clone();
+                        tokio::spawn(worker(store.clone(), clock.clone(), sub, limits, book))
                     });
                 }
             }
@@ -168,7 +173,13 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>, limits: PushLimits) {
     }
 }
 
-async fn worker(store: Store, clock: Arc<dyn Clock>, sub: Subscription, limits: PushLimits) {
+async fn worker(
+    store: Store,
+    clock: Arc<dyn Clock>,
+    sub: Subscription,
+    limits: PushLimits,
+    book: PushHealthBook,
+) {
     let Mode::Push {
         url,
         concurrency,
@@ -293,7 +304,7 @@ async fn worker(store: Store, clock: Arc<dyn Clock>, sub: Subscription, limits: 
                 match done {
                     Ok((task, (handed, outcome, cause, status))) => {
                         sizes.remove(&task);
-                        note_health(sub.id, status, &outcome, &cause, clock.now());
+                        book.note(sub.id, status, &outcome, &cause, clock.now());
                         settle(&store, &clock, &handed, outcome, cause).await;
                     }
                     Err(e) => {

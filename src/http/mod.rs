@@ -86,6 +86,8 @@ pub struct AppContext {
     pub waiting_fetches: Arc<slots::KeyedSlots>,
     /// Subscriptions and sessions counted against their caps and created, one at a time.
     pub admissions: crate::consume::admit::Admissions,
+    /// What this gateway's pushes found of each push subscription's webhook.
+    pub push_health: crate::consume::push::PushHealthBook,
 }
 
 /// Who may call an `/api/v1` route.

@@ -308,3 +308,35 @@ fn the_gateway_starts_without_system_ca_certificates_unless_a_partner_needs_them
         "{err}"
     );
 }
+
+/// `wsr-gateway health` (a container's HEALTHCHECK, no curl): exit 0 "ready" while the
+/// gateway's `/readyz` says so, 1 with the reason when it cannot be reached.
+#[tokio::test]
+async fn health_asks_readyz() {
+    let app = super::support::spawn_app_with(|_| {}).await;
+    let run = |api: String| async move {
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_wsr-gateway"));
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("WSR_") {
+                command.env_remove(&name);
+            }
+        }
+        let out = command
+            .args(["health", "--api", &api])
+            .output()
+            .await
+            .expect("runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, err) = run(app.url("")).await;
+    assert_eq!((code, out.as_str()), (Some(0), "ready\n"), "{err}");
+    let closed = format!("http://127.0.0.1:{}", super::support::free_port());
+    let (code, _, err) = run(closed).await;
+    assert_eq!(code, Some(1));
+    assert!(err.contains("cannot reach"), "{err}");
+    app.stop().await;
+}

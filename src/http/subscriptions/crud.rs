@@ -143,7 +143,7 @@ pub async fn get(
     let sub = visible(&app, &caller, id).await?;
     let mut answer = subscription_json(&sub);
     if matches!(sub.rules.mode, Mode::Push { .. }) {
-        answer["push_health"] = push_health_json(crate::consume::push::health(id).as_ref());
+        answer["push_health"] = push_health_json(app.push_health.get(id).as_ref());
     }
     let backlog = app.store.backlog(id).await?;
     answer["backlog"] = json!({

@@ -101,19 +101,18 @@ pub async fn subscription(
         body.push_str(&html::error(&format!("Not done: {why}")));
     }
     body.push_str(&subscription_facts(&s, &b));
-    body.push_str(&push_section(&s));
+    body.push_str(&push_section(&s, app.push_health.get(s.id)));
     body.push_str(&members_table(&members));
     body.push_str(&dead_letters_section(id, &b, &letters));
     shown(&format!("Subscription {}", s.name), &body)
 }
 
 /// A push subscription's health on this gateway and its pause or resume button.
-fn push_section(s: &Subscription) -> String {
+fn push_section(s: &Subscription, h: Option<crate::consume::push::PushHealth>) -> String {
     if !matches!(s.rules.mode, Mode::Push { .. }) {
         return String::new();
     }
     let paused = s.rules.push_paused();
-    let h = crate::consume::push::health(s.id);
     let mut body = String::from("<h2>Push</h2>");
     body.push_str(&facts(
         "Push health (this gateway)",
