@@ -65,6 +65,27 @@ async fn receive_the_example(app: &TestApp) {
     assert_eq!(answer.status, 200, "{}", answer.body);
 }
 
+/// Message `id` once its first attempt's cause is kept (bounded by `eventually`).
+async fn with_cause(app: &TestApp, id: &str) -> Value {
+    eventually("the attempt's cause is kept", || async {
+        let m = api(app, &format!("/messages/{id}")).await;
+        m["last_error"].is_string().then_some(m)
+    })
+    .await
+}
+
+/// A gateway with an admin token and partner `name`, a plain SOAP service (200, no ack);
+/// how many requests that service took.
+async fn gateway_with_plain_partner(name: &'static str) -> (TestApp, Arc<AtomicUsize>) {
+    let (plain, served) = plain_soap_service().await;
+    let app = spawn_app_with(|c| {
+        c.tokens = vec![ApiToken::plain(ADMIN, "ops", vec![Scope::Admin])];
+        c.partners.insert_address(name, plain.clone());
+    })
+    .await;
+    (app, served)
+}
+
 async fn api(app: &TestApp, path: &str) -> Value {
     let r = app
         .client
@@ -96,18 +117,9 @@ async fn submitted(app: &TestApp, partner: &str) -> String {
 
 #[tokio::test]
 async fn a_partner_answering_200_without_acks_shows_its_cause_everywhere_after_one_attempt() {
-    let (plain, served) = plain_soap_service().await;
-    let app = spawn_app_with(|c| {
-        c.tokens = vec![ApiToken::plain(ADMIN, "ops", vec![Scope::Admin])];
-        c.partners.insert_address("plainsoap", plain.clone());
-    })
-    .await;
+    let (app, served) = gateway_with_plain_partner("plainsoap").await;
     let id = submitted(&app, "plainsoap").await;
-    let m = eventually("the attempt's cause is kept", || async {
-        let m = api(&app, &format!("/messages/{id}")).await;
-        m["last_error"].is_string().then_some(m)
-    })
-    .await;
+    let m = with_cause(&app, &id).await;
     // One send was enough (what follows it are polls: the message is in doubt).
     assert!(served.load(Ordering::SeqCst) >= 1);
     let cause = m["last_error"].as_str().expect("text");
@@ -327,11 +339,7 @@ async fn the_partners_view_tells_each_partners_health_and_refused_sign_ins() {
     })
     .await;
     let id = submitted(&app, "viewed").await;
-    eventually("the attempt is noted", || async {
-        let m = api(&app, &format!("/messages/{id}")).await;
-        m["last_error"].is_string().then_some(())
-    })
-    .await;
+    with_cause(&app, &id).await;
     let basic = |user: &str, password: &str| {
         format!(
             "Basic {}",
@@ -430,18 +438,9 @@ async fn the_partners_view_tells_each_partners_health_and_refused_sign_ins() {
 /// (resend it instead), through the API, the console and the CLI alike.
 #[tokio::test]
 async fn a_failed_message_is_sent_again_as_a_new_one_linked_to_it() {
-    let (plain, served) = plain_soap_service().await;
-    let app = spawn_app_with(|c| {
-        c.tokens = vec![ApiToken::plain(ADMIN, "ops", vec![Scope::Admin])];
-        c.partners.insert_address("again", plain.clone());
-    })
-    .await;
+    let (app, served) = gateway_with_plain_partner("again").await;
     let id = submitted(&app, "again").await;
-    eventually("the attempt is noted", || async {
-        let m = api(&app, &format!("/messages/{id}")).await;
-        m["last_error"].is_string().then_some(())
-    })
-    .await;
+    with_cause(&app, &id).await;
     let post = |path: String, body: Value| {
         let request = app
             .client
@@ -563,12 +562,7 @@ async fn the_sign_in_page_says_when_no_admin_token_is_configured() {
 /// itself unless the operator stops it.
 #[tokio::test]
 async fn the_overview_charts_the_last_hours_rates_and_reloads_itself() {
-    let (plain, _) = plain_soap_service().await;
-    let app = spawn_app_with(|c| {
-        c.tokens = vec![ApiToken::plain(ADMIN, "ops", vec![Scope::Admin])];
-        c.partners.insert_address("charted", plain.clone());
-    })
-    .await;
+    let (app, _) = gateway_with_plain_partner("charted").await;
     receive_the_example(&app).await;
     // A message an application accepts: delivered.
     let call = |path: &str, body: Value| {
@@ -602,11 +596,7 @@ async fn the_overview_charts_the_last_hours_rates_and_reloads_itself() {
     )
     .await;
     let id = submitted(&app, "charted").await;
-    eventually("the attempt is noted", || async {
-        let m = api(&app, &format!("/messages/{id}")).await;
-        m["last_error"].is_string().then_some(())
-    })
-    .await;
+    with_cause(&app, &id).await;
     let cookie = super::console_sign_out::sign_in(&app).await;
     let (status, page) = super::console_sign_out::get(&app, &cookie, "/console").await;
     assert_eq!(status, 200, "{page}");
