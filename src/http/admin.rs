@@ -463,7 +463,11 @@ pub async fn abort_group(
             format!("group {id} has ended already (or is a singleton): nothing to abort"),
         ));
     }
-    tracing::info!(principal = %caller.principal, %partner, group_id = %id, "operator aborted a received group");
+    let target = format!(
+        "{}/{id}",
+        crate::outbound::partner_report::shown_partner(&partner)
+    );
+    super::audit::note(&app, &caller.principal, "abort_group", &target, None).await;
     match app.store.group(&partner, &id).await? {
         Some(g) => Ok(Json(group_view(&partner, &g, app.store.policy()))),
         None => Err(not_found()),

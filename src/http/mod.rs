@@ -5,6 +5,7 @@
 
 mod admin;
 pub mod api;
+pub mod audit;
 pub mod auth;
 mod console;
 mod events;
@@ -174,6 +175,7 @@ fn api(state: &AppState) -> OpenApiRouter<AppState> {
             ),
         ))
         .routes(guarded(ADMIN, routes!(partners::list_partners)))
+        .routes(guarded(ADMIN, routes!(audit::list)))
         .routes(guarded(ADMIN, routes!(a::list_groups)))
         .routes(guarded(ADMIN, routes!(a::get_group)))
         .routes(guarded(ADMIN, routes!(a::abort_group)))

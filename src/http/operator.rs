@@ -44,13 +44,15 @@ pub struct FailRequest {
     )
 )]
 pub async fn resend(
+    Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
     ApiPath(id): ApiPath<String>,
 ) -> Result<Json<Value>, Problem> {
-    answer(
-        &app,
-        act(&app.store, &id, OperatorAction::Resend, app.clock.now()).await,
-    )
+    let outcome = act(&app.store, &id, OperatorAction::Resend, app.clock.now()).await;
+    if outcome.is_ok() {
+        super::audit::note(&app, &caller.principal, "resend", &id, None).await;
+    }
+    answer(&app, outcome)
 }
 
 /// Ends the message `failed` ("failed by operator NAME: REASON"), and the rest of its ordered
@@ -81,7 +83,12 @@ pub async fn fail(
         operator: &caller.principal,
         why: &request.reason,
     };
-    answer(&app, act(&app.store, &id, action, app.clock.now()).await)
+    let outcome = act(&app.store, &id, action, app.clock.now()).await;
+    if outcome.is_ok() {
+        let why = Some(request.reason.clone()).filter(|r| !r.trim().is_empty());
+        super::audit::note(&app, &caller.principal, "fail", &id, why).await;
+    }
+    answer(&app, outcome)
 }
 
 /// A failed or faulted message sent again as a new one: 202 with the new message's id (its
@@ -113,7 +120,11 @@ pub async fn send_again(
 ) -> Result<axum::response::Response, Problem> {
     let sending = super::messages::sending_of(&app);
     match operator::send_again(sending, &id, &caller.principal, app.clock.now()).await {
-        Ok(submitted) => Ok(super::messages::submitted_answer(&submitted)),
+        Ok(submitted) => {
+            let detail = Some(format!("as {}", submitted.id));
+            super::audit::note(&app, &caller.principal, "send_again", &id, detail).await;
+            Ok(super::messages::submitted_answer(&submitted))
+        }
         Err(SendAgainError::NotFound(id)) => Err(Problem(
             StatusCode::NOT_FOUND,
             "not-found",

@@ -152,6 +152,15 @@ pub async fn partner_reports(
     Ok(reports)
 }
 
+/// A partner as the store keeps it ("" for no partner), as every view names it.
+pub fn shown_partner(partner: &str) -> &str {
+    if partner.is_empty() {
+        ANONYMOUS
+    } else {
+        partner
+    }
+}
+
 /// A partner's name as the store keeps it ("" for `ANONYMOUS`).
 fn stored_name(name: &str) -> &str {
     if name == ANONYMOUS { "" } else { name }

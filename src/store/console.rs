@@ -1,5 +1,5 @@
-//! The console's sign-outs: sign-ins (the nonces their cookies carry) ended by Log out before
-//! their time. The cookie itself is checked without the store (`http::console::session`);
+//! What the store keeps of operators: the console's sign-outs — sign-ins (the nonces their
+//! cookies carry) ended by Log out before their time — and the audit trail of their actions. The cookie itself is checked without the store (`http::console::session`);
 //! only a sign-out is kept, in the store every gateway of a cluster reads, until the signed
 //! out cookie would have ended anyway.
 
@@ -25,11 +25,44 @@ pub trait ConsoleStore: Send + Sync {
     ) -> StoreFuture<'a, Result<bool, StoreError>>;
 
     /// Forgets the sign-outs of sign-ins that ended before `now` (their cookies are refused
-    /// as expired anyway); returns how many.
+    /// as expired anyway), and audit entries older than `AUDIT_KEPT_DAYS`; returns how many
+    /// sign-outs.
     fn purge_console_sign_outs<'a>(
         &'a self,
         now: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<u64, StoreError>>;
+
+    /// Adds an operator's action to the audit trail.
+    fn record_audit<'a>(&'a self, entry: &'a AuditEntry)
+    -> StoreFuture<'a, Result<(), StoreError>>;
+
+    /// The audit trail, newest first: at most `limit` entries before `before` (its `seq`;
+    /// `None`: from the newest).
+    fn audit_entries<'a>(
+        &'a self,
+        before: Option<i64>,
+        limit: i64,
+    ) -> StoreFuture<'a, Result<Vec<(i64, AuditEntry)>, StoreError>>;
+}
+
+/// How long the audit trail keeps an entry.
+pub const AUDIT_KEPT_DAYS: i64 = 400;
+
+/// The audit trail's write on both backends (`$n` placeholders; SQLite reads them as `?n`).
+pub(in crate::store) const RECORD_AUDIT_SQL: &str = "INSERT INTO audit_log \
+     (at, principal, action, target, detail) VALUES ($1, $2, $3, $4, $5)";
+
+/// One operator action: who (the principal of the token or console sign-in), when, what
+/// (`resend`, `fail`, `send_again`, `abort_group`, `pause_push`, `resume_push`,
+/// `replay_dead_letters`, `purge_dead_letters`, `add_endpoint`, `remove_endpoint`), on what
+/// (a message id, a group, a subscription, a URL without credentials) and its detail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditEntry {
+    pub at: DateTime<Utc>,
+    pub principal: String,
+    pub action: String,
+    pub target: String,
+    pub detail: Option<String>,
 }
 
 /// The read both backends share (one SQL text, `$n` placeholders).
@@ -51,3 +84,42 @@ macro_rules! console_reads {
     };
 }
 pub(in crate::store) use console_reads;
+
+/// The audit trail's read on either backend (one SQL text, `$n` placeholders).
+macro_rules! audit_reads {
+    () => {
+        fn audit_entries<'a>(
+            &'a self,
+            before: Option<i64>,
+            limit: i64,
+        ) -> $crate::store::StoreFuture<
+            'a,
+            Result<Vec<(i64, $crate::store::console::AuditEntry)>, $crate::store::StoreError>,
+        > {
+            Box::pin(async move {
+                let rows: Vec<(i64, i64, String, String, String, Option<String>)> = sqlx::query_as(
+                    "SELECT seq, at, principal, action, target, detail FROM audit_log \
+                         WHERE seq < $1 ORDER BY seq DESC LIMIT $2",
+                )
+                .bind(before.unwrap_or(i64::MAX))
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?;
+                Ok(rows
+                    .into_iter()
+                    .map(|(seq, at, principal, action, target, detail)| {
+                        let entry = $crate::store::console::AuditEntry {
+                            at: $crate::store::time::from_millis(at),
+                            principal,
+                            action,
+                            target,
+                            detail,
+                        };
+                        (seq, entry)
+                    })
+                    .collect())
+            })
+        }
+    };
+}
+pub(in crate::store) use audit_reads;

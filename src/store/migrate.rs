@@ -38,6 +38,8 @@ const TABLES: &[&str] = &[
     "out_attempts",
     "partner_health",
     "minute_counts",
+    // The operators' actions: an audit trail moves with the store.
+    "audit_log",
     "out_responses",
     "exchanges",
     "answer_quota",

@@ -94,6 +94,7 @@ pub(crate) fn routes() -> Vec<(Method, &'static str, &'static str)> {
         (M::POST, "/api/v1/messages/x/fail", admin_only),
         (M::POST, "/api/v1/messages/x/send-again", admin_only),
         (M::GET, "/api/v1/partners?x=1", admin_only),
+        (M::GET, "/api/v1/audit?before=soon", admin_only),
         (M::POST, "/api/v1/groups/%20/close", produce_only),
         (M::GET, "/api/v1/events?after=soon", produce_only),
         (M::GET, "/api/v1/callback-endpoints?x=1", admin_only),

@@ -172,6 +172,7 @@ const SECTIONS: &[(&str, &str)] = &[
     ("/console/inbox", "Inbox"),
     ("/console/subscriptions", "Subscriptions"),
     ("/console/endpoints", "Endpoints"),
+    ("/console/audit", "Audit"),
 ];
 
 /// A whole page: `title` (escaped here) and `body` (HTML). `signed_in` adds the navigation

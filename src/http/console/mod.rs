@@ -63,6 +63,7 @@ pub fn router() -> Router<AppState> {
         )
         .route("/console/subscription/push", post(pages::change_push))
         .route("/console/endpoints", get(pages::endpoints))
+        .route("/console/audit", get(pages::audit))
 }
 
 async fn stylesheet() -> Response {

@@ -248,7 +248,9 @@ async fn set_paused(
 ) -> Result<Json<Value>, Problem> {
     managed(app, caller, id).await?;
     app.store.set_push_paused(id, paused).await?;
-    tracing::info!(principal = %caller.principal, subscription = id, paused, "push subscription paused or resumed");
+    let action = if paused { "pause_push" } else { "resume_push" };
+    let target = format!("subscription {id}");
+    crate::http::audit::note(app, &caller.principal, action, &target, None).await;
     let sub = visible(app, caller, id).await?;
     Ok(Json(subscription_json(&sub)))
 }

@@ -175,5 +175,15 @@ async fn change_dead_letters(
         .store
         .change_dead_letters(id, selection.offsets.as_deref(), change, app.clock.now())
         .await?;
+    let action = match change {
+        DeadLetterChange::Replay => "replay_dead_letters",
+        DeadLetterChange::Purge => "purge_dead_letters",
+    };
+    let detail = Some(match &selection.offsets {
+        Some(offsets) => format!("{} offset(s): {changed} changed", offsets.len()),
+        None => format!("all: {changed} changed"),
+    });
+    let target = format!("subscription {id}");
+    crate::http::audit::note(&app, &caller.principal, action, &target, detail).await;
     Ok(changed)
 }

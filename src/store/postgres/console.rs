@@ -11,6 +11,24 @@ use crate::store::time::millis;
 
 impl ConsoleStore for PostgresStore {
     crate::store::console::console_reads!();
+    crate::store::console::audit_reads!();
+
+    fn record_audit<'a>(
+        &'a self,
+        entry: &'a crate::store::console::AuditEntry,
+    ) -> StoreFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            sqlx::query(crate::store::console::RECORD_AUDIT_SQL)
+                .bind(millis(entry.at))
+                .bind(&entry.principal)
+                .bind(&entry.action)
+                .bind(&entry.target)
+                .bind(&entry.detail)
+                .execute(&self.pool)
+                .await?;
+            Ok(())
+        })
+    }
 
     fn sign_out_console<'a>(
         &'a self,
@@ -40,6 +58,11 @@ impl ConsoleStore for PostgresStore {
                 .execute(&self.pool)
                 .await?
                 .rows_affected();
+            let kept_ms = crate::store::console::AUDIT_KEPT_DAYS * 86_400_000;
+            sqlx::query("DELETE FROM audit_log WHERE at < $1")
+                .bind(millis(now) - kept_ms)
+                .execute(&self.pool)
+                .await?;
             Ok(purged)
         })
     }

@@ -12,6 +12,27 @@ use crate::store::time::millis;
 
 impl ConsoleStore for SqliteStore {
     crate::store::console::console_reads!();
+    crate::store::console::audit_reads!();
+
+    fn record_audit<'a>(
+        &'a self,
+        entry: &'a crate::store::console::AuditEntry,
+    ) -> StoreFuture<'a, Result<(), StoreError>> {
+        let entry = entry.clone();
+        Box::pin(self.keep(move |conn| {
+            static INSERT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+                crate::store::console::RECORD_AUDIT_SQL.replace('$', "?")
+            });
+            conn.prepare_cached(&INSERT)?.execute(params![
+                millis(entry.at),
+                entry.principal,
+                entry.action,
+                entry.target,
+                entry.detail
+            ])?;
+            Ok(((), Wakes::NONE))
+        }))
+    }
 
     fn sign_out_console<'a>(
         &'a self,
@@ -43,6 +64,9 @@ impl ConsoleStore for SqliteStore {
                 let purged = conn
                     .prepare_cached("DELETE FROM console_signouts WHERE until < ?1")?
                     .execute(params![now])?;
+                let kept_ms = crate::store::console::AUDIT_KEPT_DAYS * 86_400_000;
+                conn.prepare_cached("DELETE FROM audit_log WHERE at < ?1")?
+                    .execute(params![now - kept_ms])?;
                 Ok((purged as u64, Wakes::NONE))
             })
             .await

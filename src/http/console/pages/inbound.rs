@@ -290,7 +290,8 @@ pub async fn abort_group(
     if !store(app.store.abort_group(partner, id, app.clock.now()).await)? {
         return refused("no such open group: it ended already, or is a singleton");
     }
-    tracing::info!(principal = %caller.principal, %partner, group_id = %id, "operator aborted a received group");
+    let target = format!("{}/{id}", partner_shown(partner));
+    crate::http::audit::note(&app, &caller.principal, "abort_group", &target, None).await;
     Ok(see_other(&format!("{back}&done=aborted")))
 }
 

@@ -6,6 +6,7 @@
 //! continued with `after`; a stored payload, envelope or response is shown as an `excerpt`
 //! of at most `MAX_SHOWN` bytes, with a link to its download (`html::attachment`).
 
+mod audit;
 mod chart;
 mod endpoints;
 mod inbound;
@@ -14,6 +15,7 @@ mod overview;
 mod partners;
 mod subscriptions;
 
+pub use audit::audit;
 pub use endpoints::endpoints;
 pub use inbound::{abort_group, group, groups, inbox, inbox_message, inbox_payload};
 pub use outbound::{envelope, fail, message, messages, resend, response, send_again};
@@ -61,11 +63,7 @@ const NO_PARTNER: &str = crate::metrics::ANONYMOUS;
 
 /// A partner as a `partner` query value (`NO_PARTNER` for "").
 fn partner_query(partner: &str) -> &str {
-    if partner.is_empty() {
-        NO_PARTNER
-    } else {
-        partner
-    }
+    crate::outbound::partner_report::shown_partner(partner)
 }
 
 /// A partner as the store keeps it, shown ("" is a caller or destination without a

@@ -14,8 +14,8 @@ use super::{
     partner_filter, partner_shown, query, required, see_other, shown, store, text, unavailable,
     when,
 };
-use crate::http::AppState;
 use crate::http::messages::IN_DOUBT;
+use crate::http::{AppState, audit};
 use crate::outbound::http_client::redacted;
 use crate::outbound::operator::{
     self, ActionError, OperatorAction, SendAgainError, act, check_reason,
@@ -394,13 +394,16 @@ pub struct ActionForm {
 }
 
 pub async fn resend(
-    Acting(_): Acting,
+    Acting(caller): Acting,
     State(app): State<AppState>,
     f: Result<Form<ActionForm>, FormRejection>,
 ) -> Page {
     let f = form(f)?;
     let id = required("id", &f.id)?;
     let outcome = act(&app.store, id, OperatorAction::Resend, app.clock.now()).await;
+    if outcome.is_ok() {
+        audit::note(&app, &caller.principal, "resend", id, None).await;
+    }
     acted(id, outcome, "resent")
 }
 
@@ -427,6 +430,9 @@ pub async fn fail(
         why,
     };
     let outcome = act(&app.store, id, action, app.clock.now()).await;
+    if outcome.is_ok() {
+        audit::note(&app, &caller.principal, "fail", id, Some(why.to_owned())).await;
+    }
     acted(id, outcome, "failed")
 }
 
@@ -441,10 +447,14 @@ pub async fn send_again(
     let id = required("id", &f.id)?;
     let sending = crate::http::messages::sending_of(&app);
     match operator::send_again(sending, id, &caller.principal, app.clock.now()).await {
-        Ok(new) => Ok(see_other(&format!(
-            "{}&done=sent_again",
-            message_href(&new.id)
-        ))),
+        Ok(new) => {
+            let detail = Some(format!("as {}", new.id));
+            audit::note(&app, &caller.principal, "send_again", id, detail).await;
+            Ok(see_other(&format!(
+                "{}&done=sent_again",
+                message_href(&new.id)
+            )))
+        }
         Err(SendAgainError::NotFound(_)) => Err(not_found(&format!("no outbound message {id}"))),
         Err(e @ (SendAgainError::Refused(_) | SendAgainError::Submit(_))) => {
             Ok(refused_at(&message_href(id), &e.to_string()))

@@ -181,7 +181,9 @@ pub async fn change_push(
     let back = format!("/console/subscription?id={id}");
     match app.store.set_push_paused(id, paused).await {
         Ok(()) => {
-            tracing::info!(principal = %caller.principal, subscription = id, paused, "push subscription paused or resumed");
+            let action = if paused { "pause_push" } else { "resume_push" };
+            let target = format!("subscription {id}");
+            crate::http::audit::note(&app, &caller.principal, action, &target, None).await;
             Ok(see_other(&back))
         }
         Err(DeliveryError::Store(e)) => Err(unavailable(&e)),
@@ -319,7 +321,7 @@ pub struct DeadLetterForm {
 }
 
 pub async fn change_dead_letters(
-    Acting(_): Acting,
+    Acting(caller): Acting,
     State(app): State<AppState>,
     f: Result<Form<DeadLetterForm>, FormRejection>,
 ) -> Page {
@@ -353,5 +355,15 @@ pub async fn change_dead_letters(
                 Some(&back),
             ),
         })?;
+    let action = match change {
+        DeadLetterChange::Replay => "replay_dead_letters",
+        DeadLetterChange::Purge => "purge_dead_letters",
+    };
+    let detail = Some(match offset {
+        Some([o]) => format!("offset {o}: {changed} changed"),
+        None => format!("all: {changed} changed"),
+    });
+    let target = format!("subscription {id}");
+    crate::http::audit::note(&app, &caller.principal, action, &target, detail).await;
     Ok(see_other(&format!("{back}&done={done}&count={changed}")))
 }
