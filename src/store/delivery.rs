@@ -137,6 +137,16 @@ pub enum DeadLetterChange {
     Purge,
 }
 
+impl DeadLetterChange {
+    /// Its name in the audit trail.
+    pub fn action(self) -> &'static str {
+        match self {
+            DeadLetterChange::Replay => "replay_dead_letters",
+            DeadLetterChange::Purge => "purge_dead_letters",
+        }
+    }
+}
+
 /// One settle of a batch: the receipt and the outcome (`None`: the default outcome).
 /// A settle: the attempt, its outcome (`None`: the subscription's default) and who settled
 /// and why — the principal, or the push endpoint and what it answered — which a dead

@@ -175,10 +175,7 @@ async fn change_dead_letters(
         .store
         .change_dead_letters(id, selection.offsets.as_deref(), change, app.clock.now())
         .await?;
-    let action = match change {
-        DeadLetterChange::Replay => "replay_dead_letters",
-        DeadLetterChange::Purge => "purge_dead_letters",
-    };
+    let action = change.action();
     let detail = Some(match &selection.offsets {
         Some(offsets) => format!("{} offset(s): {changed} changed", offsets.len()),
         None => format!("all: {changed} changed"),

@@ -355,10 +355,7 @@ pub async fn change_dead_letters(
                 Some(&back),
             ),
         })?;
-    let action = match change {
-        DeadLetterChange::Replay => "replay_dead_letters",
-        DeadLetterChange::Purge => "purge_dead_letters",
-    };
+    let action = change.action();
     let detail = Some(match offset {
         Some([o]) => format!("offset {o}: {changed} changed"),
         None => format!("all: {changed} changed"),
