@@ -242,12 +242,19 @@ scopes = ["consume"]
     // The dead letter: replay it, and the count goes to 0.
     await page.getByRole('link', { name: 'Subscriptions' }).click();
     assert.equal(await page.locator('tr:has(a:text-is("audit")) td').nth(6).innerText(), '1', 'one dead letter');
-    await page.getByRole('link', { name: 'audit' }).click();
+    await page.getByRole('link', { name: 'audit', exact: true }).click();
     assert.equal(await fact('Dead letters'), '1');
     await shot('subscription');
     await page.getByRole('button', { name: 'Replay all dead letters' }).click();
     await page.getByText('1 dead letter(s) replayed.').waitFor();
     assert.equal(await fact('Dead letters'), '0');
+
+    // The audit trail: the fail and the send again above, by the console's operator.
+    await page.getByRole('link', { name: 'Audit', exact: true }).click();
+    assert.equal(await heading(), 'Audit trail');
+    const trail = await page.locator('table').innerText();
+    assert.match(trail, /ops\s+send_again/);
+    assert.match(trail, /ops\s+fail\s+[^\n]*partner down for maintenance/);
 
     // Log out: the console asks for the token again.
     await page.getByRole('button', { name: 'Log out' }).click();
