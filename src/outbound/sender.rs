@@ -369,13 +369,7 @@ async fn send_noted(
     let note = match &outcome {
         Ok(verdict) => {
             crate::metrics::outbound_attempt(&m.partner, resend, verdict.name());
-            AttemptNote {
-                kind: AttemptKind::Send,
-                at: now,
-                status,
-                verdict: *verdict,
-                failure: None,
-            }
+            AttemptNote::answered(AttemptKind::Send, now, status, *verdict)
         }
         Err(failure) => {
             crate::metrics::outbound_attempt(&m.partner, resend, failure.result());
@@ -552,13 +546,9 @@ async fn poll_page(
         let notes: Vec<(String, AttemptNote)> = messages
             .iter()
             .map(|m| {
-                let note = AttemptNote {
-                    kind: AttemptKind::Poll,
-                    at: answered_at,
-                    status: Some(status),
-                    verdict: AttemptVerdict::said(&verdicts, None, &m.key()),
-                    failure: None,
-                };
+                let verdict = AttemptVerdict::said(&verdicts, None, &m.key());
+                let note =
+                    AttemptNote::answered(AttemptKind::Poll, answered_at, Some(status), verdict);
                 (m.id.clone(), note)
             })
             .collect();

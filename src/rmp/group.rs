@@ -192,6 +192,12 @@ impl GroupState {
         if self.status != GroupStatus::Open || self.buffered.is_empty() {
             return None;
         }
+        self.open_ends_at(policy)
+    }
+
+    /// While open: the first of its time limit and its buffered messages' ExpiryTime — when
+    /// the sweep next has something to do to it (`sweep`).
+    fn open_ends_at(&self, policy: &Policy) -> Option<DateTime<Utc>> {
         let earliest_buffered = self.buffered.values().map(|b| b.expiry).min();
         [self.time_limit(policy), earliest_buffered]
             .into_iter()
@@ -223,15 +229,10 @@ impl GroupState {
     /// message expiring (D7), or the purge.
     pub fn next_deadline(&self, policy: &Policy) -> Option<DateTime<Utc>> {
         match self.status {
-            GroupStatus::Open => {
-                let earliest_buffered = self.buffered.values().map(|b| b.expiry).min();
-                [self.time_limit(policy), earliest_buffered]
-                    .into_iter()
-                    .flatten()
-                    .min()
-                    // A singleton or group with nothing pending still has to be purged.
-                    .or(Some(self.no_longer_acceptable(policy)))
-            }
+            GroupStatus::Open => self
+                .open_ends_at(policy)
+                // A singleton or group with nothing pending still has to be purged.
+                .or(Some(self.no_longer_acceptable(policy))),
             _ => self.purge_at(policy),
         }
     }
@@ -244,13 +245,14 @@ impl GroupState {
     }
 
     /// Ends the group abnormally (D7): buffered messages are discarded, never delivered, and
-    /// they and every later message get `GroupAborted`. Returns the discarded numbers.
-    pub fn abort(&mut self, now: DateTime<Utc>) -> Vec<u64> {
-        let discarded: Vec<u64> = self.buffered.keys().copied().collect();
-        for n in &discarded {
+    /// they and every later message get `GroupAborted`. Returns the discarded messages (their
+    /// senders are owed the fault).
+    pub fn abort(&mut self, now: DateTime<Utc>) -> Vec<(u64, Buffered)> {
+        let discarded: Vec<(u64, Buffered)> =
+            std::mem::take(&mut self.buffered).into_iter().collect();
+        for (n, _) in &discarded {
             self.faults.insert(*n, FaultCode::GroupAborted);
         }
-        self.buffered.clear();
         self.status = GroupStatus::Open;
         self.terminate(GroupStatus::Aborted, now);
         discarded
@@ -292,12 +294,7 @@ pub fn sweep(state: &mut GroupState, now: DateTime<Utc>, policy: &Policy) -> Swe
         return Swept::Unchanged;
     }
     if !state.buffered.is_empty() {
-        let kept = state.buffered.clone();
         let discarded = state.abort(now);
-        let discarded = discarded
-            .into_iter()
-            .filter_map(|n| kept.get(&n).map(|b| (n, b.clone())))
-            .collect();
         return Swept::Changed { discarded };
     }
     let status = match state.params.limit {

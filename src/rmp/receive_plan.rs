@@ -246,12 +246,7 @@ pub fn plan_abort(mut state: GroupState, now: DateTime<Utc>, policy: &Policy) ->
     if state.status != crate::rmp::group::GroupStatus::Open || !state.params.sequenced {
         return None;
     }
-    let kept = state.buffered.clone();
-    let discarded: Vec<(u64, crate::rmp::group::Buffered)> = state
-        .abort(now)
-        .into_iter()
-        .filter_map(|n| kept.get(&n).map(|b| (n, b.clone())))
-        .collect();
+    let discarded = state.abort(now);
     Some(changed(state, &discarded, now, policy))
 }
 

@@ -232,6 +232,22 @@ pub struct AttemptNote {
 }
 
 impl AttemptNote {
+    /// An exchange that was answered (`status`), saying `verdict` of the message.
+    pub fn answered(
+        kind: AttemptKind,
+        at: DateTime<Utc>,
+        status: Option<u16>,
+        verdict: AttemptVerdict,
+    ) -> AttemptNote {
+        AttemptNote {
+            kind,
+            at,
+            status,
+            verdict,
+            failure: None,
+        }
+    }
+
     /// An exchange that came to nothing (`failure`), with the status of the answer if one
     /// came.
     pub fn failed(

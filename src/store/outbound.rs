@@ -410,6 +410,48 @@ impl AttemptHistory {
     }
 }
 
+/// `OutboundStore::out_attempts` and `partner_health` on either backend's pool (one SQL
+/// text each, `$n` placeholders).
+macro_rules! history_reads {
+    () => {
+        fn out_attempts<'a>(
+            &'a self,
+            id: &'a str,
+        ) -> $crate::store::StoreFuture<
+            'a,
+            Result<$crate::store::outbound::AttemptHistory, $crate::store::StoreError>,
+        > {
+            Box::pin(async move {
+                let rows: Vec<$crate::store::outbound::AttemptRow> =
+                    sqlx::query_as($crate::store::outbound::ATTEMPT_ROWS_SQL)
+                        .bind(id)
+                        .fetch_all(&self.pool)
+                        .await?;
+                $crate::store::outbound::AttemptHistory::from_rows(rows)
+            })
+        }
+
+        fn partner_health(
+            &self,
+        ) -> $crate::store::StoreFuture<
+            '_,
+            Result<Vec<$crate::store::outbound::PartnerHealth>, $crate::store::StoreError>,
+        > {
+            Box::pin(async move {
+                let rows: Vec<$crate::store::outbound::HealthRow> =
+                    sqlx::query_as($crate::store::outbound::HEALTH_ROWS_SQL)
+                        .fetch_all(&self.pool)
+                        .await?;
+                Ok(rows
+                    .into_iter()
+                    .map($crate::store::outbound::PartnerHealth::from_row)
+                    .collect())
+            })
+        }
+    };
+}
+pub(in crate::store) use history_reads;
+
 /// One state change.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OutEvent {

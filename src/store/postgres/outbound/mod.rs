@@ -22,8 +22,7 @@ use chrono::{DateTime, Utc};
 
 use crate::rmp::sender::{AttemptNote, OutState, Outbound};
 use crate::store::outbound::{
-    ATTEMPT_ROWS_SQL, AttemptHistory, AttemptRow, Due, HEALTH_ROWS_SQL, HealthRow, IdempotencyKey,
-    KeptResponse, OutEvent, OutFilter, OutMessage, OutboundStore, PartnerHealth, ReplySource,
+    Due, IdempotencyKey, KeptResponse, OutEvent, OutFilter, OutMessage, OutboundStore, ReplySource,
     Submission, SubmitError, Submitted,
 };
 use crate::store::postgres::{PostgresStore, retryable};
@@ -110,6 +109,8 @@ where
 }
 
 impl OutboundStore for PostgresStore {
+    crate::store::outbound::history_reads!();
+
     fn earlier_submission<'a>(
         &'a self,
         idem: &'a IdempotencyKey,
@@ -213,28 +214,6 @@ impl OutboundStore for PostgresStore {
         Box::pin(retrying(move || {
             write::record_attempts(self, partner, notes)
         }))
-    }
-
-    fn partner_health(&self) -> StoreFuture<'_, Result<Vec<PartnerHealth>, StoreError>> {
-        Box::pin(async move {
-            let rows: Vec<HealthRow> = sqlx::query_as(HEALTH_ROWS_SQL)
-                .fetch_all(&self.pool)
-                .await?;
-            Ok(rows.into_iter().map(PartnerHealth::from_row).collect())
-        })
-    }
-
-    fn out_attempts<'a>(
-        &'a self,
-        id: &'a str,
-    ) -> StoreFuture<'a, Result<AttemptHistory, StoreError>> {
-        Box::pin(async move {
-            let rows: Vec<AttemptRow> = sqlx::query_as(ATTEMPT_ROWS_SQL)
-                .bind(id)
-                .fetch_all(&self.pool)
-                .await?;
-            AttemptHistory::from_rows(rows)
-        })
     }
 
     fn save_outbound<'a>(

@@ -142,7 +142,6 @@ pub(super) async fn sweep_once(
         )
         .await?;
     }
-    change_usage(&mut tx, &freed).await?;
     sqlx::query("DELETE FROM pending_callbacks WHERE expiry < $1")
         .bind(now_ms)
         .execute(&mut *tx)
@@ -155,10 +154,7 @@ pub(super) async fn sweep_once(
         .bind(now_ms - crate::store::overview::MINUTE_COUNTS_KEPT_MS)
         .execute(&mut *tx)
         .await?;
-    store.commit(tx, announcement).await?;
-    if !freed.is_empty() {
-        store.shared.stored_bytes_freed();
-    }
+    commit_freeing(store, tx, announcement, &freed).await?;
     Ok(report)
 }
 
@@ -203,12 +199,24 @@ pub(super) async fn abort_once(
         &mut freed,
     )
     .await?;
-    change_usage(&mut tx, &freed).await?;
+    commit_freeing(store, tx, announcement, &freed).await?;
+    Ok(true)
+}
+
+/// Commits a sweep or an abort: the bytes it freed per source last (`change_usage` takes the
+/// usage rows after every other lock), then the quota view told.
+async fn commit_freeing(
+    store: &PostgresStore,
+    mut tx: sqlx::Transaction<'static, sqlx::Postgres>,
+    announcement: Announcement,
+    freed: &UsageChanges,
+) -> Result<(), Failure> {
+    change_usage(&mut tx, freed).await?;
     store.commit(tx, announcement).await?;
     if !freed.is_empty() {
         store.shared.stored_bytes_freed();
     }
-    Ok(true)
+    Ok(())
 }
 
 /// A group whose deadline is due: its row id, partner and group id.

@@ -16,8 +16,7 @@ use super::{SqliteStore, Wakes};
 use crate::rmp::replies::Verdicts;
 use crate::rmp::sender::{AttemptNote, OutState, Outbound};
 use crate::store::outbound::{
-    ATTEMPT_ROWS_SQL, AttemptHistory, AttemptRow, Due, HEALTH_ROWS_SQL, HealthRow, IdempotencyKey,
-    KeptResponse, OutEvent, OutFilter, OutMessage, OutboundStore, PartnerHealth, ReplySource,
+    Due, IdempotencyKey, KeptResponse, OutEvent, OutFilter, OutMessage, OutboundStore, ReplySource,
     Submission, SubmitError, Submitted,
 };
 use crate::store::{StoreError, StoreFuture};
@@ -38,6 +37,8 @@ impl SqliteStore {
 }
 
 impl OutboundStore for SqliteStore {
+    crate::store::outbound::history_reads!();
+
     fn earlier_submission<'a>(
         &'a self,
         idem: &'a IdempotencyKey,
@@ -154,28 +155,6 @@ impl OutboundStore for SqliteStore {
             write::record_attempts(conn, &partner, &notes)?;
             Ok(((), Wakes::NONE))
         }))
-    }
-
-    fn partner_health(&self) -> StoreFuture<'_, Result<Vec<PartnerHealth>, StoreError>> {
-        Box::pin(async move {
-            let rows: Vec<HealthRow> = sqlx::query_as(HEALTH_ROWS_SQL)
-                .fetch_all(&self.pool)
-                .await?;
-            Ok(rows.into_iter().map(PartnerHealth::from_row).collect())
-        })
-    }
-
-    fn out_attempts<'a>(
-        &'a self,
-        id: &'a str,
-    ) -> StoreFuture<'a, Result<AttemptHistory, StoreError>> {
-        Box::pin(async move {
-            let rows: Vec<AttemptRow> = sqlx::query_as(ATTEMPT_ROWS_SQL)
-                .bind(id)
-                .fetch_all(&self.pool)
-                .await?;
-            AttemptHistory::from_rows(rows)
-        })
     }
 
     fn save_outbound<'a>(
