@@ -7,6 +7,7 @@
 //! the pure rooms' (`rmp/`, `delivery/`).
 
 mod backend;
+pub mod check;
 mod config;
 pub mod console;
 pub mod delivery;
@@ -23,6 +24,7 @@ mod postgres;
 mod prefill;
 mod received;
 pub mod receiver;
+mod recover;
 pub mod source_usage;
 mod sqlite;
 mod stats;
@@ -36,6 +38,7 @@ mod wakes;
 pub use sqlite::group_json;
 
 pub use backend::Backend;
+pub use check::StoreCheck;
 pub use config::{Database, Durability, StoreConfig};
 pub use console::ConsoleStore;
 pub use delivery::DeliveryStore;
@@ -55,6 +58,7 @@ pub use received::{
     ReceivedMessage, SweepReport,
 };
 pub use receiver::ReceiverStore;
+pub use recover::{BackedUp, Restored, backup_store, check_store, restore_store};
 pub use sqlite::SqliteStore;
 pub use stats::{StoreStats, SubscriptionStats};
 #[cfg(feature = "test-hooks")]

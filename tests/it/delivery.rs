@@ -44,7 +44,7 @@ pub(crate) fn tokens() -> Vec<ApiToken> {
     ]
 }
 
-async fn gateway() -> TestApp {
+pub(crate) async fn gateway() -> TestApp {
     spawn_app_with(|c| {
         c.tokens = tokens();
         super::support::without_source_quota(c);
@@ -53,7 +53,7 @@ async fn gateway() -> TestApp {
 }
 
 /// A reliable message for channel `default` whose Body root is `root` (topic `default/{root}`).
-fn wsr_message(root: &str, group: &str, number: Option<u64>, ordered: bool) -> String {
+pub(crate) fn wsr_message(root: &str, group: &str, number: Option<u64>, ordered: bool) -> String {
     let request = wsr_request(group, number, ordered);
     let body = format!("<p:{root} xmlns:p=\"urn:p\">{group}#{number:?}</p:{root}>");
     write_envelope(
@@ -87,7 +87,7 @@ pub(crate) fn wsr_request(group: &str, number: Option<u64>, ordered: bool) -> Re
 }
 
 /// Delivers one message over WS-R and checks it was acked.
-async fn deliver(base: &str, client: &reqwest::Client, xml: String) {
+pub(crate) async fn deliver(base: &str, client: &reqwest::Client, xml: String) {
     let r = client
         .post(format!("{base}/wsr/default"))
         .header("content-type", "text/xml; charset=utf-8")
@@ -102,7 +102,7 @@ async fn deliver(base: &str, client: &reqwest::Client, xml: String) {
     assert!(!body.contains("Fault"), "{body}");
 }
 
-async fn deliver_to(app: &TestApp, xml: String) {
+pub(crate) async fn deliver_to(app: &TestApp, xml: String) {
     deliver(&app.url(""), &app.client, xml).await;
 }
 
@@ -207,7 +207,7 @@ impl Api {
         self.post("/api/v1/settle", body).await
     }
 
-    async fn accept(&self, message: &Value) -> (u16, Value) {
+    pub(crate) async fn accept(&self, message: &Value) -> (u16, Value) {
         self.settle(message, json!({ "outcome": "accepted" })).await
     }
 }

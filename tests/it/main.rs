@@ -6,6 +6,7 @@
 pub const BACKEND: test_database::TestBackend = test_database::TestBackend::Sqlite;
 
 mod api_security;
+mod backup;
 mod bench;
 mod bounded;
 mod chaos;
@@ -42,6 +43,7 @@ mod sender;
 mod soap_push;
 mod source_quota;
 mod sqlite_file;
+mod store_check;
 mod support;
 mod test_database;
 mod tls;

@@ -52,6 +52,8 @@ mod sender;
 mod soap_push;
 #[path = "../it/source_quota.rs"]
 mod source_quota;
+#[path = "../it/store_check.rs"]
+mod store_check;
 #[path = "../it/support.rs"]
 mod support;
 #[path = "../it/test_database.rs"]

@@ -17,6 +17,7 @@
 //! from this file, and nothing they import imports them back.
 
 mod backend;
+pub(crate) mod check;
 mod console;
 mod delivery;
 mod exchange;

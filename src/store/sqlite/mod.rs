@@ -15,8 +15,10 @@ use sqlx::sqlite::{
 use tokio::sync::{Notify, mpsc, watch};
 
 mod backend;
+pub(crate) mod backup;
 mod batch;
 mod change;
+pub(crate) mod check;
 mod checkpointer;
 mod console;
 mod delivery;
@@ -195,13 +197,45 @@ async fn lock_database(path: &std::path::Path) -> Result<std::fs::File, StoreErr
             path.display()
         )));
     }
-    // The lock sits beside the real file, so two gateways reaching one database by other
-    // names (a symlink, a bind mount) still meet at one lock.
-    let real = std::fs::canonicalize(path)
-        .map_err(|e| StoreError::Refused(format!("cannot resolve {}: {e}", path.display())))?;
+    hold_lock(path, Duration::from_secs(2)).await
+}
+
+/// `{file}.lock` for the database at `path`, beside the real file, so that two processes
+/// reaching one database by other names (a symlink, a bind mount) still meet at one lock. A
+/// file not there yet is named through its real directory.
+pub(crate) fn lock_path(path: &std::path::Path) -> Result<std::path::PathBuf, StoreError> {
+    let real = match std::fs::canonicalize(path) {
+        Ok(real) => real,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let dir = path.parent().filter(|d| !d.as_os_str().is_empty());
+            let dir =
+                std::fs::canonicalize(dir.unwrap_or(std::path::Path::new("."))).map_err(|e| {
+                    StoreError::Refused(format!("cannot resolve {}: {e}", path.display()))
+                })?;
+            let name = path
+                .file_name()
+                .ok_or_else(|| StoreError::Refused(format!("{} names no file", path.display())))?;
+            dir.join(name)
+        }
+        Err(e) => {
+            return Err(StoreError::Refused(format!(
+                "cannot resolve {}: {e}",
+                path.display()
+            )));
+        }
+    };
     let mut name = real.into_os_string();
     name.push(".lock");
-    let lock_path = std::path::PathBuf::from(name);
+    Ok(std::path::PathBuf::from(name))
+}
+
+/// Takes the exclusive hold on the database at `path` (its `lock_path`), waiting up to `wait`
+/// for a holder that is letting go; the hold lasts as long as the returned file.
+pub(crate) async fn hold_lock(
+    path: &std::path::Path,
+    wait: Duration,
+) -> Result<std::fs::File, StoreError> {
+    let lock_path = lock_path(path)?;
     let lock = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
@@ -211,7 +245,7 @@ async fn lock_database(path: &std::path::Path) -> Result<std::fs::File, StoreErr
         .map_err(|e| StoreError::Refused(format!("cannot open {}: {e}", lock_path.display())))?;
     // A store of this process that is shutting down lets go within moments; anyone else
     // keeps it.
-    let deadline = std::time::Instant::now() + Duration::from_secs(2);
+    let deadline = std::time::Instant::now() + wait;
     loop {
         match lock.try_lock() {
             Ok(()) => break,
@@ -235,6 +269,24 @@ async fn lock_database(path: &std::path::Path) -> Result<std::fs::File, StoreErr
         }
     }
     Ok(lock)
+}
+
+/// Refuses a file that is not a wsr-gateway store (by its application id), before anything
+/// reads our tables in it.
+pub(crate) async fn require_ours(
+    conn: &mut sqlx::sqlite::SqliteConnection,
+    path: &std::path::Path,
+) -> Result<(), StoreError> {
+    let id: i64 = sqlx::query_scalar("PRAGMA application_id")
+        .fetch_one(&mut *conn)
+        .await?;
+    if id != APPLICATION_ID {
+        return Err(StoreError::Refused(format!(
+            "{} is not a wsr-gateway database (application_id {id:#x})",
+            path.display()
+        )));
+    }
+    Ok(())
 }
 
 /// Refuses a database that is not ours before migrations add a single table to it: one with
