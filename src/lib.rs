@@ -190,6 +190,7 @@ impl App {
                 )),
                 admissions,
                 push_health: consume::push::PushHealthBook::default(),
+                audit_refusals: http::audit::RefusalLimiter::default(),
             }),
         })
     }
@@ -222,6 +223,7 @@ impl App {
         background.spawn(store::sweeper::run(
             state.store.clone(),
             state.clock.clone(),
+            state.config.audit_retention,
         ));
         background.spawn(outbound::callbacks::run(
             state.store.clone(),

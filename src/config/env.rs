@@ -127,6 +127,7 @@ impl FileConfig {
             }
             "WSR_LOG_FORMAT" => self.log_format = value.to_owned(),
             "WSR_METRICS_TOKEN" => self.metrics_token = Some(value.to_owned()),
+            "WSR_AUDIT_RETENTION_DAYS" => self.audit_retention_days = value.parse()?,
             _ => return Ok(false),
         }
         Ok(true)

@@ -153,6 +153,8 @@ pub struct FileConfig {
     pub inbox_retention_seconds: u64,
     /// `serve`'s log lines: "text" (default) or "json" (one object per line).
     pub log_format: String,
+    /// How long the audit trail of operators' actions keeps an entry, in days (1 to 36 500).
+    pub audit_retention_days: u64,
     /// When set, `/metrics` answers only `Authorization: Bearer <metrics_token>` (at least 16
     /// characters); unset, anyone who reaches the listener may scrape it, as `/healthz`.
     pub metrics_token: Option<String>,
@@ -219,6 +221,7 @@ impl Default for FileConfig {
             inbox_retention_seconds: 86_400,
             log_format: "text".into(),
             metrics_token: None,
+            audit_retention_days: 400,
         }
     }
 }

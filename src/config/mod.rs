@@ -95,6 +95,8 @@ pub struct Config {
     pub log_format: LogFormat,
     /// The bearer token `/metrics` requires, if any.
     pub metrics_token: Option<Secret>,
+    /// How long the audit trail keeps an entry.
+    pub audit_retention: chrono::Duration,
 }
 
 /// How `serve` writes its log lines.
@@ -174,6 +176,12 @@ impl FileConfig {
     fn check(mut self, base: Option<&Path>) -> anyhow::Result<Config> {
         let log_format = log_format(&self.log_format)?;
         let metrics_token = metrics_token(self.metrics_token.take())?;
+        if !(1..=36_500).contains(&self.audit_retention_days) {
+            bail!(
+                "audit_retention_days must be 1 to 36500, not {}",
+                self.audit_retention_days
+            );
+        }
         let durability = durability(&self.durability)?;
         let receiving = Receiving::check(&self)?;
         let reach = Reach::new(self.listen, self.allow_anonymous_beyond_loopback);
@@ -231,6 +239,7 @@ impl FileConfig {
             ),
             log_format,
             metrics_token,
+            audit_retention: chrono::Duration::days(self.audit_retention_days as i64),
         })
     }
 }

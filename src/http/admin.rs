@@ -1,21 +1,22 @@
 //! `/api/v1/*` for operators: callback endpoint registration, group inspection, and reading
 //! the inbox (until subscriptions replace it for applications). JSON, bearer tokens with scopes.
 
-use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
-use super::api::{ApiPath, ApiQuery, Problem, ProblemBody, json_body};
+use super::api::{ApiPath, ApiQuery, Caller, Problem, ProblemBody, json_body};
 use super::input;
 use super::openapi::InboxMessage;
 use crate::consume::view::message_json;
 use crate::endpoint::check_endpoint;
+use crate::outbound::http_client::redacted;
 use crate::rmp::group::GroupState;
 use crate::store::Endpoints;
 use crate::wsr::datetime::date_time_string;
@@ -89,8 +90,12 @@ macro_rules! endpoint_routes {
                 (status = 400, description = "Not a usable URL, or an unknown partner", body = ProblemBody),
             )
         )]
-        pub async fn $add(state: State<AppState>, bytes: Bytes) -> Result<Response, Problem> {
-            add_endpoint($kind, state, bytes).await
+        pub async fn $add(
+            caller: Extension<Caller>,
+            state: State<AppState>,
+            bytes: Bytes,
+        ) -> Result<Response, Problem> {
+            add_endpoint($kind, caller, state, bytes).await
         }
 
         #[utoipa::path(
@@ -109,11 +114,12 @@ macro_rules! endpoint_routes {
             )
         )]
         pub async fn $remove(
+            caller: Extension<Caller>,
             state: State<AppState>,
             uri: Uri,
             bytes: Bytes,
         ) -> Result<StatusCode, Problem> {
-            remove_endpoint($kind, state, uri, bytes).await
+            remove_endpoint($kind, caller, state, uri, bytes).await
         }
     };
 }
@@ -198,6 +204,7 @@ fn registrant(
 
 pub async fn add_endpoint(
     kind: Endpoints,
+    Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
     bytes: Bytes,
 ) -> Result<Response, Problem> {
@@ -213,6 +220,10 @@ pub async fn add_endpoint(
     } else {
         StatusCode::OK
     };
+    let detail = endpoint_audit_detail(kind, whose.as_deref(), created);
+    let action = endpoint_action(kind, "register");
+    let target = redacted(&body.url);
+    super::audit::note(&app, &caller.principal, &action, &target, detail).await;
     let answer = match kind {
         Endpoints::Callback => Registration {
             url: body.url,
@@ -273,6 +284,7 @@ pub async fn list_endpoints(
 /// request line: whatever could be registered can be removed).
 pub async fn remove_endpoint(
     kind: Endpoints,
+    Extension(caller): Extension<Caller>,
     State(app): State<AppState>,
     uri: Uri,
     body: Bytes,
@@ -320,6 +332,9 @@ pub async fn remove_endpoint(
         .remove_endpoint(kind, whose.as_deref(), &url)
         .await?
     {
+        let detail = endpoint_audit_detail(kind, whose.as_deref(), true);
+        let action = endpoint_action(kind, "unregister");
+        super::audit::note(&app, &caller.principal, &action, &redacted(&url), detail).await;
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(Problem(
@@ -328,6 +343,29 @@ pub async fn remove_endpoint(
             format!("{url} is not registered"),
         ))
     }
+}
+
+/// `register_callback_endpoint`, `unregister_push_endpoint`, … (the audit trail's words).
+fn endpoint_action(kind: Endpoints, verb: &str) -> String {
+    match kind {
+        Endpoints::Callback => format!("{verb}_callback_endpoint"),
+        Endpoints::Push => format!("{verb}_push_endpoint"),
+    }
+}
+
+/// For whom an endpoint was registered or unregistered, for the audit trail.
+fn endpoint_audit_detail(kind: Endpoints, whose: Option<&str>, changed: bool) -> Option<String> {
+    let whose = match (kind, whose) {
+        (Endpoints::Callback, Some(p)) if !p.is_empty() => format!("partner {p}"),
+        (Endpoints::Callback, _) => "anonymous partners".to_owned(),
+        (Endpoints::Push, Some(p)) => format!("principal {p}"),
+        (Endpoints::Push, None) => "every principal".to_owned(),
+    };
+    Some(if changed {
+        format!("for {whose}")
+    } else {
+        format!("for {whose} (registered already)")
+    })
 }
 
 #[derive(Deserialize, IntoParams)]

@@ -22,13 +22,45 @@ pub async fn note(
     target: &str,
     detail: Option<String>,
 ) {
-    tracing::info!(target: "wsr_gateway::audit", %principal, %action, %target, detail = detail.as_deref(), "operator action");
+    record(app, principal, action, target, detail, "done".to_owned()).await;
+}
+
+/// Records an action the gateway refused (a console sign-in with a wrong token), with why.
+/// Anyone can make these, so at most `REFUSALS_PER_MINUTE` a minute are written one by one;
+/// the next one written says how many were left out.
+pub async fn note_refused(app: &AppState, principal: &str, action: &str, target: &str, why: &str) {
+    let Some(left_out) = app.audit_refusals.admit(app.clock.now()) else {
+        return;
+    };
+    let detail = (left_out > 0)
+        .then(|| format!("{left_out} more refusals before this one were not recorded one by one"));
+    record(
+        app,
+        principal,
+        action,
+        target,
+        detail,
+        format!("refused: {why}"),
+    )
+    .await;
+}
+
+async fn record(
+    app: &AppState,
+    principal: &str,
+    action: &str,
+    target: &str,
+    detail: Option<String>,
+    result: String,
+) {
+    tracing::info!(target: "wsr_gateway::audit", %principal, %action, %target, detail = detail.as_deref(), %result, "operator action");
     let entry = AuditEntry {
         at: app.clock.now(),
         principal: principal.to_owned(),
         action: action.to_owned(),
         target: target.to_owned(),
         detail,
+        result,
     };
     if let Err(e) = app.store.record_audit(&entry).await {
         crate::store::health::log_store_failure("audit trail", &e);
@@ -44,6 +76,38 @@ pub struct AuditQuery {
     limit: Option<i64>,
 }
 
+/// Refusals written to the audit trail one by one, at most, per minute.
+pub const REFUSALS_PER_MINUTE: u32 = 20;
+
+/// Bounds the refusals a stranger can write to the trail (`note_refused`).
+#[derive(Default)]
+pub struct RefusalLimiter(std::sync::Mutex<RefusalWindow>);
+
+#[derive(Default)]
+struct RefusalWindow {
+    minute: i64,
+    written: u32,
+    left_out: u64,
+}
+
+impl RefusalLimiter {
+    /// `Some(left out since the last one written)` when this refusal may be written now.
+    pub fn admit(&self, now: chrono::DateTime<chrono::Utc>) -> Option<u64> {
+        let mut w = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let minute = now.timestamp().div_euclid(60);
+        if minute != w.minute {
+            w.minute = minute;
+            w.written = 0;
+        }
+        if w.written >= REFUSALS_PER_MINUTE {
+            w.left_out += 1;
+            return None;
+        }
+        w.written += 1;
+        Some(std::mem::take(&mut w.left_out))
+    }
+}
+
 /// One operator action.
 #[derive(Serialize, ToSchema)]
 pub struct AuditView {
@@ -52,11 +116,15 @@ pub struct AuditView {
     /// The principal of the token or console sign-in that did it.
     principal: String,
     /// `resend`, `fail`, `send_again`, `abort_group`, `pause_push`, `resume_push`,
-    /// `replay_dead_letters`, `purge_dead_letters`.
+    /// `replay_dead_letters`, `purge_dead_letters`, `register_callback_endpoint`,
+    /// `unregister_callback_endpoint`, `register_push_endpoint`, `unregister_push_endpoint`,
+    /// `grant`, `revoke`, `delete_subscription`, `console_sign_in`, `console_sign_out`.
     action: String,
     /// What it was done to: a message id, `partner/group id`, `subscription N`.
     target: String,
     detail: Option<String>,
+    /// `done`, or `refused: <why>` (a console sign-in with a token that is not an admin's).
+    result: String,
 }
 
 /// A page of the audit trail.
@@ -95,6 +163,7 @@ pub async fn list(
                 action: e.action,
                 target: e.target,
                 detail: e.detail,
+                result: e.result,
             })
             .collect(),
         next_before,

@@ -89,6 +89,8 @@ pub struct AppContext {
     pub admissions: crate::consume::admit::Admissions,
     /// What this gateway's pushes found of each push subscription's webhook.
     pub push_health: crate::consume::push::PushHealthBook,
+    /// Bounds the refused console sign-ins written to the audit trail.
+    pub audit_refusals: audit::RefusalLimiter,
 }
 
 /// Who may call an `/api/v1` route.

@@ -25,11 +25,12 @@ pub trait ConsoleStore: Send + Sync {
     ) -> StoreFuture<'a, Result<bool, StoreError>>;
 
     /// Forgets the sign-outs of sign-ins that ended before `now` (their cookies are refused
-    /// as expired anyway), and audit entries older than `AUDIT_KEPT_DAYS`; returns how many
+    /// as expired anyway), and audit entries from before `audit_before`; returns how many
     /// sign-outs.
     fn purge_console_sign_outs<'a>(
         &'a self,
         now: DateTime<Utc>,
+        audit_before: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<u64, StoreError>>;
 
     /// Adds an operator's action to the audit trail.
@@ -45,17 +46,13 @@ pub trait ConsoleStore: Send + Sync {
     ) -> StoreFuture<'a, Result<Vec<(i64, AuditEntry)>, StoreError>>;
 }
 
-/// How long the audit trail keeps an entry.
-pub const AUDIT_KEPT_DAYS: i64 = 400;
-
 /// The audit trail's write on both backends (`$n` placeholders; SQLite reads them as `?n`).
 pub(in crate::store) const RECORD_AUDIT_SQL: &str = "INSERT INTO audit_log \
-     (at, principal, action, target, detail) VALUES ($1, $2, $3, $4, $5)";
+     (at, principal, action, target, detail, result) VALUES ($1, $2, $3, $4, $5, $6)";
 
 /// One operator action: who (the principal of the token or console sign-in), when, what
-/// (`resend`, `fail`, `send_again`, `abort_group`, `pause_push`, `resume_push`,
-/// `replay_dead_letters`, `purge_dead_letters`, `add_endpoint`, `remove_endpoint`), on what
-/// (a message id, a group, a subscription, a URL without credentials) and its detail.
+/// (`http::audit::AuditView` lists the actions), on what (a message id, a group, a
+/// subscription, a URL without credentials), its detail, and what came of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditEntry {
     pub at: DateTime<Utc>,
@@ -63,6 +60,8 @@ pub struct AuditEntry {
     pub action: String,
     pub target: String,
     pub detail: Option<String>,
+    /// `done`, or `refused: <why>`.
+    pub result: String,
 }
 
 /// The read both backends share (one SQL text, `$n` placeholders).
@@ -97,8 +96,9 @@ macro_rules! audit_reads {
             Result<Vec<(i64, $crate::store::console::AuditEntry)>, $crate::store::StoreError>,
         > {
             Box::pin(async move {
-                let rows: Vec<(i64, i64, String, String, String, Option<String>)> = sqlx::query_as(
-                    "SELECT seq, at, principal, action, target, detail FROM audit_log \
+                type Row = (i64, i64, String, String, String, Option<String>, String);
+                let rows: Vec<Row> = sqlx::query_as(
+                    "SELECT seq, at, principal, action, target, detail, result FROM audit_log \
                          WHERE seq < $1 ORDER BY seq DESC LIMIT $2",
                 )
                 .bind(before.unwrap_or(i64::MAX))
@@ -107,13 +107,14 @@ macro_rules! audit_reads {
                 .await?;
                 Ok(rows
                     .into_iter()
-                    .map(|(seq, at, principal, action, target, detail)| {
+                    .map(|(seq, at, principal, action, target, detail, result)| {
                         let entry = $crate::store::console::AuditEntry {
                             at: $crate::store::time::from_millis(at),
                             principal,
                             action,
                             target,
                             detail,
+                            result,
                         };
                         (seq, entry)
                     })

@@ -25,7 +25,8 @@ const AFTER_ERROR: Duration = Duration::from_secs(1);
 /// purge only keeps bytes a little longer.
 const PURGE_ANSWERS_EVERY: Duration = Duration::from_secs(60);
 
-pub async fn run(store: Store, clock: Arc<dyn Clock>) {
+/// `audit_kept`: how long the audit trail keeps an entry (`audit_retention_days`).
+pub async fn run(store: Store, clock: Arc<dyn Clock>, audit_kept: chrono::Duration) {
     let mut answers_purged = tokio::time::Instant::now();
     loop {
         if answers_purged.elapsed() >= PURGE_ANSWERS_EVERY {
@@ -37,7 +38,11 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>) {
             // Kept a while past their sign-in's end: a gateway of the cluster whose clock is
             // behind the sweeper's must still find them while it takes the cookie as valid.
             let sign_outs_until = clock.now() - SIGN_OUT_SKEW;
-            match store.purge_console_sign_outs(sign_outs_until).await {
+            let audit_before = clock.now() - audit_kept;
+            match store
+                .purge_console_sign_outs(sign_outs_until, audit_before)
+                .await
+            {
                 Ok(n) => tracing::debug!(purged = n, "purged console sign-outs"),
                 Err(e) => tracing::error!(error = %e, "cannot purge console sign-outs"),
             }

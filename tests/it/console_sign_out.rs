@@ -13,7 +13,7 @@ use super::support::{ClockExt as _, TestApp, spawn_app_with};
 pub const ADMIN: &str = "sign-out-admin-token-0123456789";
 const FORM: &str = "application/x-www-form-urlencoded";
 
-async fn app() -> TestApp {
+pub async fn app() -> TestApp {
     spawn_app_with(|c| c.tokens = vec![ApiToken::plain(ADMIN, "ops", vec![Scope::Admin])]).await
 }
 
@@ -26,7 +26,7 @@ fn client() -> reqwest::Client {
 }
 
 /// A POST from the console's own pages (its Origin), with `cookie` if not empty.
-async fn post(app: &TestApp, cookie: &str, path: &str, body: &str) -> reqwest::Response {
+pub async fn post(app: &TestApp, cookie: &str, path: &str, body: &str) -> reqwest::Response {
     let mut request = client()
         .post(app.url(path))
         .header(ORIGIN, format!("http://{}", app.addr))
@@ -159,11 +159,20 @@ async fn a_sign_out_is_kept_until_its_sign_in_would_have_ended_then_purged() {
     assert!(app.store.console_signed_out(&nonce).await.expect("read"));
     let now = app.clock.now_utc();
     assert_eq!(
-        app.store.purge_console_sign_outs(now).await.expect("purge"),
+        app.store
+            .purge_console_sign_outs(now, now - Duration::days(400))
+            .await
+            .expect("purge"),
         0,
         "the sign-in has 12 hours to run"
     );
     assert!(app.store.console_signed_out(&nonce).await.expect("read"));
+    // The audit trail's sign-in and sign-out are kept within their retention.
+    let audited = |app: &TestApp| {
+        let store = app.store.clone();
+        async move { store.audit_entries(None, 10).await.expect("trail").len() }
+    };
+    assert_eq!(audited(&app).await, 2);
 
     // Past its 12 hours the cookie is refused as ended, and its sign-out can go.
     app.clock
@@ -174,10 +183,16 @@ async fn a_sign_out_is_kept_until_its_sign_in_would_have_ended_then_purged() {
     let later = app.clock.now_utc();
     assert_eq!(
         app.store
-            .purge_console_sign_outs(later)
+            .purge_console_sign_outs(later, later - Duration::hours(12))
             .await
             .expect("purge"),
         1
+    );
+    // Past the audit trail's retention (here 12 hours), its entries go too.
+    assert_eq!(
+        audited(&app).await,
+        0,
+        "entries older than the retention purged"
     );
     assert!(!app.store.console_signed_out(&nonce).await.expect("read"));
     let (status, _) = get(&app, &cookie, "/console").await;

@@ -6,6 +6,7 @@
 pub const BACKEND: test_database::TestBackend = test_database::TestBackend::Sqlite;
 
 mod api_security;
+mod audit;
 mod backup;
 mod bench;
 mod bounded;

@@ -535,8 +535,8 @@ async fn a_failed_message_is_sent_again_as_a_new_one_linked_to_it() {
     assert_eq!(code, 1, "not ended: refused");
     assert!(err.contains("409"), "{err}");
 
-    // Issue 34's audit trail: who failed and sent again what, newest first; a refused action
-    // left nothing.
+    // Issue 34's audit trail: who failed, signed in and sent again what, newest first; a
+    // refused action left nothing.
     let trail = api(&app, "/audit").await;
     let entries = trail["entries"].as_array().expect("entries");
     let actions: Vec<(&str, &str, &str)> = entries
@@ -553,13 +553,15 @@ async fn a_failed_message_is_sent_again_as_a_new_one_linked_to_it() {
         actions,
         vec![
             ("ops", "send_again", id.as_str()),
+            ("ops", "console_sign_in", "console"),
             ("ops", "send_again", id.as_str()),
             ("ops", "fail", id.as_str()),
         ],
         "{trail}"
     );
-    assert_eq!(entries[2]["detail"], "wrong path", "{trail}");
-    assert_eq!(entries[1]["detail"], format!("as {new_id}"), "{trail}");
+    assert_eq!(entries[3]["detail"], "wrong path", "{trail}");
+    assert_eq!(entries[2]["detail"], format!("as {new_id}"), "{trail}");
+    assert!(entries.iter().all(|e| e["result"] == "done"), "{trail}");
     let (_, page) = super::console_sign_out::get(&app, &cookie, "/console/audit").await;
     assert!(
         page.contains("<td>send_again</td>") && page.contains(&id),

@@ -12,6 +12,8 @@ pub const BACKEND: test_database::TestBackend = test_database::TestBackend::Post
 
 #[path = "../it/api_security.rs"]
 mod api_security;
+#[path = "../it/audit.rs"]
+mod audit;
 #[path = "../it/bounded.rs"]
 mod bounded;
 #[path = "../it/console_sign_out.rs"]

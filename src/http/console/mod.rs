@@ -270,11 +270,15 @@ async fn login(
     };
     let token = form.token.trim();
     if token.is_empty() || token.len() > MAX_TOKEN_BYTES {
-        return login_page(&app, StatusCode::UNAUTHORIZED, Some("unknown token".into()));
+        let why = "unknown token";
+        super::audit::note_refused(&app, "(unknown)", "console_sign_in", "console", why).await;
+        return login_page(&app, StatusCode::UNAUTHORIZED, Some(why.into()));
     }
     let configured = match authorized_token(&app, token, &[Scope::Admin]).await {
         Ok(configured) => configured,
         Err(super::api::Problem(_, _, why)) => {
+            // Who tried is unknown (a token that is not an admin's names nobody we trust).
+            super::audit::note_refused(&app, "(unknown)", "console_sign_in", "console", &why).await;
             return login_page(&app, StatusCode::UNAUTHORIZED, Some(why));
         }
     };
@@ -285,7 +289,14 @@ async fn login(
             Some("no randomness for a sign-in; try again".into()),
         );
     };
-    tracing::info!(principal = %configured.principal, "console sign-in");
+    super::audit::note(
+        &app,
+        &configured.principal,
+        "console_sign_in",
+        "console",
+        None,
+    )
+    .await;
     let signed = session::sign(&app.console_key, configured, &nonce, app.clock.now());
     let mut response = pages::see_other("/console");
     response.headers_mut().insert(
@@ -325,7 +336,14 @@ async fn logout(
                 true,
             );
         }
-        tracing::info!(principal = %signed_in.token.principal, "console sign-out");
+        super::audit::note(
+            &app,
+            &signed_in.token.principal,
+            "console_sign_out",
+            "console",
+            None,
+        )
+        .await;
     }
     let mut response = login_page(&app, StatusCode::OK, None);
     response

@@ -173,8 +173,18 @@ pub async fn delete(
     State(app): State<AppState>,
     ApiPath(id): ApiPath<i64>,
 ) -> Result<StatusCode, Problem> {
-    managed(&app, &caller, id).await?;
+    let sub = managed(&app, &caller, id).await?;
     app.store.delete_subscription(id).await?;
+    let target = format!("subscription {id}");
+    let detail = Some(format!("{} ({})", sub.name, sub.filter));
+    crate::http::audit::note(
+        &app,
+        &caller.principal,
+        "delete_subscription",
+        &target,
+        detail,
+    )
+    .await;
     Ok(StatusCode::NO_CONTENT)
 }
 

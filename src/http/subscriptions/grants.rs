@@ -30,6 +30,11 @@ pub async fn grant(
 ) -> Result<StatusCode, Problem> {
     managed(&app, &caller, id).await?;
     app.store.grant(id, &principal).await?;
+    let (target, detail) = (
+        format!("subscription {id}"),
+        Some(format!("to {principal}")),
+    );
+    crate::http::audit::note(&app, &caller.principal, "grant", &target, detail).await;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -55,6 +60,11 @@ pub async fn revoke(
 ) -> Result<StatusCode, Problem> {
     managed(&app, &caller, id).await?;
     if app.store.revoke(id, &principal, app.clock.now()).await? {
+        let (target, detail) = (
+            format!("subscription {id}"),
+            Some(format!("from {principal}")),
+        );
+        crate::http::audit::note(&app, &caller.principal, "revoke", &target, detail).await;
         Ok(StatusCode::NO_CONTENT)
     } else {
         Err(Problem(

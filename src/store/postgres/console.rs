@@ -24,6 +24,7 @@ impl ConsoleStore for PostgresStore {
                 .bind(&entry.action)
                 .bind(&entry.target)
                 .bind(&entry.detail)
+                .bind(&entry.result)
                 .execute(&self.pool)
                 .await?;
             Ok(())
@@ -51,6 +52,7 @@ impl ConsoleStore for PostgresStore {
     fn purge_console_sign_outs<'a>(
         &'a self,
         now: DateTime<Utc>,
+        audit_before: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<u64, StoreError>> {
         Box::pin(async move {
             let purged = sqlx::query("DELETE FROM console_signouts WHERE until < $1")
@@ -58,9 +60,8 @@ impl ConsoleStore for PostgresStore {
                 .execute(&self.pool)
                 .await?
                 .rows_affected();
-            let kept_ms = crate::store::console::AUDIT_KEPT_DAYS * 86_400_000;
             sqlx::query("DELETE FROM audit_log WHERE at < $1")
-                .bind(millis(now) - kept_ms)
+                .bind(millis(audit_before))
                 .execute(&self.pool)
                 .await?;
             Ok(purged)

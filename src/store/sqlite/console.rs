@@ -28,7 +28,8 @@ impl ConsoleStore for SqliteStore {
                 entry.principal,
                 entry.action,
                 entry.target,
-                entry.detail
+                entry.detail,
+                entry.result
             ])?;
             Ok(((), Wakes::NONE))
         }))
@@ -57,16 +58,16 @@ impl ConsoleStore for SqliteStore {
     fn purge_console_sign_outs<'a>(
         &'a self,
         now: DateTime<Utc>,
+        audit_before: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<u64, StoreError>> {
-        let now = millis(now);
+        let (now, audit_before) = (millis(now), millis(audit_before));
         Box::pin(async move {
             self.keep(move |conn| {
                 let purged = conn
                     .prepare_cached("DELETE FROM console_signouts WHERE until < ?1")?
                     .execute(params![now])?;
-                let kept_ms = crate::store::console::AUDIT_KEPT_DAYS * 86_400_000;
                 conn.prepare_cached("DELETE FROM audit_log WHERE at < ?1")?
-                    .execute(params![now - kept_ms])?;
+                    .execute(params![audit_before])?;
                 Ok((purged as u64, Wakes::NONE))
             })
             .await

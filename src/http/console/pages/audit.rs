@@ -34,16 +34,19 @@ pub async fn audit(
                 esc(&e.action),
                 esc(&e.target),
                 e.detail.as_deref().map_or("—".into(), esc),
+                esc(&e.result),
             ]
         })
         .collect();
-    let mut body = String::from(
-        "<p>Every change an operator asked for — through the console or the admin API — with \
-         who asked (the token's principal), when, and on what. Kept 400 days.</p>",
+    let mut body = format!(
+        "<p>Every change an operator asked for — through the console or the admin API — and \
+         every console sign-in, with who asked (the token's principal), when, on what and what \
+         came of it. Kept {} days (<code>audit_retention_days</code>).</p>",
+        app.config.audit_retention.num_days()
     );
     body.push_str(&table(
         "Operator actions, newest first",
-        &["#", "At", "Principal", "Action", "On", "Detail"],
+        &["#", "At", "Principal", "Action", "On", "Detail", "Result"],
         &rows,
     ));
     if let (Some((seq, _)), true) = (entries.last(), entries.len() as i64 == PAGE) {
