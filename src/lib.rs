@@ -23,6 +23,7 @@ pub mod secrets;
 pub mod store;
 pub mod wsr;
 pub mod wss;
+pub mod x509;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -169,6 +170,10 @@ impl App {
                 sessions_per_subscription: config.delivery.max_sessions_per_subscription,
             },
         );
+        let server_certificate = tls.as_ref().map(http::tls::Tls::reloader);
+        if let Some(not_after) = server_certificate.as_ref().and_then(|c| c.not_after()) {
+            tracing::info!(%not_after, "TLS certificate valid until");
+        }
         Ok(App {
             listener,
             addr,
@@ -191,6 +196,7 @@ impl App {
                 admissions,
                 push_health: consume::push::PushHealthBook::default(),
                 audit_refusals: http::audit::RefusalLimiter::default(),
+                server_certificate,
             }),
         })
     }

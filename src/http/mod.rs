@@ -89,6 +89,8 @@ pub struct AppContext {
     pub admissions: crate::consume::admit::Admissions,
     /// What this gateway's pushes found of each push subscription's webhook.
     pub push_health: crate::consume::push::PushHealthBook,
+    /// The listener's certificate, when it serves TLS (its expiry is a gauge of `/metrics`).
+    pub server_certificate: Option<tls::TlsReloader>,
     /// Bounds the refused console sign-ins written to the audit trail.
     pub audit_refusals: audit::RefusalLimiter,
 }

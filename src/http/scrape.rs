@@ -49,11 +49,21 @@ pub async fn scrape(State(app): State<AppState>, headers: HeaderMap) -> Response
             None
         }
     };
-    (
-        [(header::CONTENT_TYPE, TEXT_FORMAT)],
-        render(stats.as_ref()),
-    )
-        .into_response()
+    let mut text = render(stats.as_ref());
+    let not_after = app.server_certificate.as_ref().and_then(|c| c.not_after());
+    if let Some(not_after) = not_after {
+        gauge_head(
+            &mut text,
+            "wsr_tls_certificate_not_after_seconds",
+            "When the listener's TLS certificate expires (its notAfter), in Unix seconds",
+        );
+        let _ = writeln!(
+            text,
+            "wsr_tls_certificate_not_after_seconds{{certificate=\"server\"}} {}",
+            not_after.timestamp()
+        );
+    }
+    ([(header::CONTENT_TYPE, TEXT_FORMAT)], text).into_response()
 }
 
 /// The text of `/metrics`: the recorder's series, then the store's gauges (`None`: the store

@@ -186,6 +186,7 @@ impl TlsReloader {
             Ok(()) => tracing::info!(
                 certificate = %self.0.files.cert_file.display(),
                 sha256 = %self.fingerprint(),
+                not_after = ?self.not_after(),
                 "TLS certificate reloaded"
             ),
             Err(e) => tracing::warn!(
@@ -193,6 +194,15 @@ impl TlsReloader {
                 "TLS certificate not reloaded; still serving the previous one"
             ),
         }
+    }
+
+    /// When the leaf certificate being served now expires (its `notAfter`), if it can be read.
+    pub fn not_after(&self) -> Option<chrono::DateTime<chrono::Utc>> {
+        let current = self.0.current();
+        current
+            .end_entity_cert()
+            .ok()
+            .and_then(|c| crate::x509::not_after(c.as_ref()))
     }
 
     /// The SHA-256 (lowercase hex) of the leaf certificate being served now.

@@ -205,6 +205,26 @@ async fn https_serves_and_plain_http_does_not() {
         .expect("HTTPS answers");
     assert_eq!(answer.status(), 200);
     assert_eq!(answer.text().await.expect("body"), "ok\n");
+    // The certificate's expiry is a gauge (rcgen's default notAfter: 4096-01-01).
+    let metrics = client
+        .get(format!("https://localhost:{}/metrics", app.addr.port()))
+        .send()
+        .await
+        .expect("HTTPS answers")
+        .text()
+        .await
+        .expect("body");
+    let expires = chrono::NaiveDate::from_ymd_opt(4096, 1, 1)
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .expect("date")
+        .and_utc()
+        .timestamp();
+    assert!(
+        metrics.contains(&format!(
+            "wsr_tls_certificate_not_after_seconds{{certificate=\"server\"}} {expires}\n"
+        )),
+        "{metrics}"
+    );
     // Plain HTTP on the TLS port gets no HTTP answer, only a closed connection.
     let mut plain = TcpStream::connect(app.addr).await.expect("connect");
     plain.write_all(HEALTH).await.expect("write");
