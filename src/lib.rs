@@ -21,6 +21,7 @@ pub mod partners;
 pub mod rmp;
 pub mod secrets;
 pub mod store;
+pub mod telemetry;
 pub mod wsr;
 pub mod wss;
 pub mod x509;

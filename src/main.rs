@@ -241,9 +241,19 @@ impl Signals {
 /// Log lines waiting for the log thread before a request that logs waits too (README).
 const LOG_BACKLOG_LINES: usize = 128_000;
 
-/// Starts logging to standard output in `format`; the guard writes out what is left when it
-/// is dropped (at the end of `main`).
-fn init_logging(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuard {
+/// Starts logging to standard output in `format`, and exporting spans when `otlp` says where
+/// (inside the runtime: the exporter runs on it). The guard writes out what is left when it is
+/// dropped (at the end of `main`); the traces are shut down by `serve` when it stops.
+fn init_logging(
+    format: LogFormat,
+    otlp: Option<&wsr_gateway::telemetry::OtlpConfig>,
+) -> anyhow::Result<(
+    tracing_appender::non_blocking::WorkerGuard,
+    Option<wsr_gateway::telemetry::Traces>,
+)> {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
     // Never lossy: a full buffer (a stuck terminal or disk) slows requests down rather than
     // drop lines.
     let (log_writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
@@ -259,18 +269,38 @@ fn init_logging(format: LogFormat) -> tracing_appender::non_blocking::WorkerGuar
     if !asked_for_sqlx && let Ok(quiet) = "sqlx::postgres::notice=error".parse() {
         filter = filter.add_directive(quiet);
     }
-    let logs = tracing_subscriber::fmt()
-        .with_writer(log_writer)
-        .with_env_filter(filter);
+    type Filtered = tracing_subscriber::layer::Layered<
+        tracing_subscriber::EnvFilter,
+        tracing_subscriber::Registry,
+    >;
+    let mut layers: Vec<Box<dyn tracing_subscriber::Layer<Filtered> + Send + Sync>> = Vec::new();
+    let lines = tracing_subscriber::fmt::layer().with_writer(log_writer);
     match format {
-        LogFormat::Text => logs
-            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-            .init(),
+        LogFormat::Text => layers.push(
+            lines
+                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+                .boxed(),
+        ),
         // One object per line; the fields of the spans a line happened in (`request_id`)
         // are in its `span` and `spans`.
-        LogFormat::Json => logs.json().with_ansi(false).init(),
+        LogFormat::Json => layers.push(lines.json().with_ansi(false).boxed()),
     }
-    guard
+    let traces = match otlp {
+        Some(otlp) => {
+            let (spans, traces) = wsr_gateway::telemetry::layer(otlp)?;
+            layers.push(spans.boxed());
+            Some(traces)
+        }
+        None => None,
+    };
+    tracing_subscriber::registry()
+        .with(filter)
+        .with(layers)
+        .init();
+    if let Some(otlp) = otlp {
+        tracing::info!(endpoint = %otlp.endpoint, "exporting traces by OTLP");
+    }
+    Ok((guard, traces))
 }
 
 fn main() -> std::process::ExitCode {
@@ -311,7 +341,9 @@ async fn run() -> anyhow::Result<()> {
         }
         other => (other, None),
     };
-    let _log_guard = init_logging(config.as_ref().map_or(LogFormat::Text, |c| c.log_format));
+    let format = config.as_ref().map_or(LogFormat::Text, |c| c.log_format);
+    let otlp = config.as_ref().and_then(|c| c.otlp.as_ref());
+    let (_log_guard, traces) = init_logging(format, otlp)?;
     match command {
         Command::Serve { .. } => {
             let config = config.context("the configuration was read above")?;
@@ -319,9 +351,11 @@ async fn run() -> anyhow::Result<()> {
             let app = App::build(config).await?;
             let stop = signals.stopped(app.tls_reloader());
             tracing::info!(addr = %app.local_addr(), "wsr-gateway listening");
-            app.run_until(stop)
-                .await
-                .context("gateway stopped with an error")?;
+            let stopped = app.run_until(stop).await;
+            if let Some(traces) = traces {
+                traces.shutdown().await;
+            }
+            stopped.context("gateway stopped with an error")?;
             tracing::info!("wsr-gateway stopped");
             Ok(())
         }

@@ -128,6 +128,8 @@ impl FileConfig {
             "WSR_LOG_FORMAT" => self.log_format = value.to_owned(),
             "WSR_METRICS_TOKEN" => self.metrics_token = Some(value.to_owned()),
             "WSR_AUDIT_RETENTION_DAYS" => self.audit_retention_days = value.parse()?,
+            "WSR_OTLP_ENDPOINT" => self.otlp_endpoint = Some(value.to_owned()),
+            "WSR_OTLP_PROTOCOL" => self.otlp_protocol = value.to_owned(),
             _ => return Ok(false),
         }
         Ok(true)

@@ -155,6 +155,11 @@ pub struct FileConfig {
     pub log_format: String,
     /// How long the audit trail of operators' actions keeps an entry, in days (1 to 36 500).
     pub audit_retention_days: u64,
+    /// Traces: the OTLP/HTTP collector's traces URL (e.g. `http://collector:4318/v1/traces`).
+    /// Unset (the default): no spans are exported and nothing is contacted.
+    pub otlp_endpoint: Option<String>,
+    /// Traces: `http/protobuf` (default) or `http/json`.
+    pub otlp_protocol: String,
     /// When set, `/metrics` answers only `Authorization: Bearer <metrics_token>` (at least 16
     /// characters); unset, anyone who reaches the listener may scrape it, as `/healthz`.
     pub metrics_token: Option<String>,
@@ -222,6 +227,8 @@ impl Default for FileConfig {
             log_format: "text".into(),
             metrics_token: None,
             audit_retention_days: 400,
+            otlp_endpoint: None,
+            otlp_protocol: "http/protobuf".into(),
         }
     }
 }

@@ -97,6 +97,8 @@ pub struct Config {
     pub metrics_token: Option<Secret>,
     /// How long the audit trail keeps an entry.
     pub audit_retention: chrono::Duration,
+    /// Where spans are exported, if anywhere (`otlp_endpoint`).
+    pub otlp: Option<crate::telemetry::OtlpConfig>,
 }
 
 /// How `serve` writes its log lines.
@@ -176,6 +178,7 @@ impl FileConfig {
     fn check(mut self, base: Option<&Path>) -> anyhow::Result<Config> {
         let log_format = log_format(&self.log_format)?;
         let metrics_token = metrics_token(self.metrics_token.take())?;
+        let otlp = otlp(self.otlp_endpoint.take(), &self.otlp_protocol)?;
         if !(1..=36_500).contains(&self.audit_retention_days) {
             bail!(
                 "audit_retention_days must be 1 to 36500, not {}",
@@ -240,6 +243,7 @@ impl FileConfig {
             log_format,
             metrics_token,
             audit_retention: chrono::Duration::days(self.audit_retention_days as i64),
+            otlp,
         })
     }
 }
@@ -260,6 +264,25 @@ fn log_format(name: &str) -> anyhow::Result<LogFormat> {
         "json" => Ok(LogFormat::Json),
         other => bail!("log_format must be \"text\" or \"json\", not {other:?}"),
     }
+}
+
+/// `otlp_endpoint` and `otlp_protocol`: an absolute http(s) URL (the collector's traces path)
+/// and one of OTLP's two HTTP encodings.
+fn otlp(
+    endpoint: Option<String>,
+    protocol: &str,
+) -> anyhow::Result<Option<crate::telemetry::OtlpConfig>> {
+    let json = match protocol {
+        "http/protobuf" => false,
+        "http/json" => true,
+        other => bail!("otlp_protocol must be \"http/protobuf\" or \"http/json\", not {other:?}"),
+    };
+    let Some(endpoint) = endpoint.filter(|e| !e.is_empty()) else {
+        return Ok(None);
+    };
+    crate::endpoint::check_endpoint(&endpoint)
+        .map_err(|e| anyhow::anyhow!("otlp_endpoint: {e}"))?;
+    Ok(Some(crate::telemetry::OtlpConfig { endpoint, json }))
 }
 
 fn metrics_token(token: Option<String>) -> anyhow::Result<Option<Secret>> {

@@ -6,5 +6,6 @@ pub mod admit;
 pub mod maintain;
 pub mod pull;
 pub mod push;
+pub mod traced;
 pub mod view;
 pub mod wait;

@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument as _;
 
 use reqwest::StatusCode;
 use serde_json::json;
@@ -400,7 +401,14 @@ async fn post(
         }
     };
     crate::metrics::delivered("push", 1);
-    let failure = match exchange(request, answer_cap).await {
+    let span = crate::traced!("delivery.push", offset = handed.message.offset, url = %shown);
+    let span = super::traced::of_message(&store, span, &handed.message).await;
+    // The webhook may go on with the message's trace.
+    let request = match crate::telemetry::traceparent_of(&span) {
+        Some(traceparent) => request.header("traceparent", traceparent),
+        None => request,
+    };
+    let failure = match exchange(request, answer_cap).instrument(span).await {
         Ok(answer) => {
             let by_status = outcome_for(StatusCode::from_u16(answer.status).ok());
             let outcome = match format {

@@ -27,6 +27,8 @@ pub async fn layer(mut request: Request, next: Next) -> Response {
         request.headers_mut().insert(HEADER, v.clone());
     }
     let span = tracing::info_span!("request", request_id = %id);
+    // A caller's W3C trace goes on through us (traces exported only).
+    crate::telemetry::continue_from_headers(&span, request.headers());
     let mut response = next.run(request).instrument(span).await;
     if let Some(v) = value {
         response.headers_mut().insert(HEADER, v);

@@ -10,6 +10,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use chrono::{DateTime, Utc};
 use tokio::sync::oneshot;
+use tracing::Instrument as _;
 
 use super::callback::{self, Refused};
 use super::respond::{Asked, Responded};
@@ -192,7 +193,8 @@ impl Exchange<'_, '_> {
             }
         }
         let now = ctx.clock.now();
-        if let Some((code, reason)) = self.refusal(request, now) {
+        let refusal = crate::traced!("receive.decide").in_scope(|| self.refusal(request, now));
+        if let Some((code, reason)) = refusal {
             note.faulted(code);
             let keep_until = self.agreement.fault_kept_until(request.expiry_time, now);
             let pattern = &request.reply_pattern;
@@ -212,7 +214,15 @@ impl Exchange<'_, '_> {
         // A buffered Response-pattern message may be delivered while we wait (D6): watch
         // before submitting, so the delivery cannot slip by between the two.
         let hold = Hold::watch(ctx, partner, &key, request);
-        match ctx.store.receive(message).await {
+        let committed = ctx
+            .store
+            .receive(message)
+            .instrument(crate::traced!("receive.commit"))
+            .await;
+        if let Ok(received) = &committed {
+            keep_trace(ctx, partner, request, received).await;
+        }
+        match committed {
             Err(e) => {
                 note.verdict = Some("not stored".into());
                 store_failed(&key, &e)
@@ -329,6 +339,28 @@ impl Exchange<'_, '_> {
             ),
             answer: None,
         }
+    }
+}
+
+/// Keeps the trace context a stored (delivered or buffered) message came in with, while
+/// traces are exported, so that its fetch, settle or push joins this trace. Best effort: a
+/// context not kept is a new trace later, never a refused message.
+async fn keep_trace(ctx: Inbound<'_>, partner: &str, request: &Request, received: &Received) {
+    let stored = matches!(received.action, Action::Deliver | Action::Buffer);
+    let Some(traceparent) = crate::telemetry::current_traceparent().filter(|_| stored) else {
+        return;
+    };
+    let key = (
+        partner.to_owned(),
+        request.message_id.group_id.as_str().to_owned(),
+        crate::rmp::group::slot(request.key().number) as i64,
+    );
+    if let Err(e) = ctx
+        .store
+        .keep_message_trace(&key, &traceparent, ctx.clock.now())
+        .await
+    {
+        tracing::debug!(error = %e, "a message's trace context was not kept");
     }
 }
 

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+use tracing::Instrument as _;
 
 use super::http_client::{exchange, redacted};
 use super::partner_clients::PartnerClients;
@@ -95,9 +96,15 @@ async fn send_due(
         let request = client
             .for_callback(&partner, &endpoint)
             .post_soap(&endpoint, version, xml);
+        // In the trace of the (first) message it acknowledges, which the partner may go on.
+        let span = callback_span(store, &pending).await;
+        let request = match crate::telemetry::traceparent_of(&span) {
+            Some(traceparent) => request.header("traceparent", traceparent),
+            None => request,
+        };
         // A redirect is not followed (only the registered endpoint gets our acks, D10), and
         // the answer is read at most to the cap: both are failed attempts.
-        match exchange(request, policy.answer_cap).await {
+        match exchange(request, policy.answer_cap).instrument(span).await {
             Ok(answer) if (200..300).contains(&answer.status) => {
                 tracing::debug!(endpoint = %redacted(&endpoint), replies = ids.len(), "callback delivered");
                 let acks = pending.iter().filter(|p| p.reply.fault.is_none()).count();
@@ -137,4 +144,24 @@ pub fn envelope_for(version: SoapVersion, pending: &[PendingCallback]) -> Option
         },
         "",
     ))
+}
+
+/// A callback POST's span, a child of the trace its first acknowledged message came in on
+/// (traces exported only).
+async fn callback_span(store: &Store, pending: &[PendingCallback]) -> tracing::Span {
+    let span = crate::traced!("callback.send", replies = pending.len());
+    let Some(first) = pending.first().filter(|_| !span.is_none()) else {
+        return span;
+    };
+    let number = first.reply.range.map_or(0, |r| r.from() as i64);
+    let key = (
+        first.partner.clone(),
+        first.reply.group_id.as_str().to_owned(),
+        number,
+    );
+    let parent = store.message_trace(&key).await.unwrap_or_else(|e| {
+        tracing::debug!(error = %e, "a message's trace context could not be read");
+        None
+    });
+    crate::telemetry::span_for(span, parent.as_deref())
 }

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tracing::Instrument as _;
 
 use reqwest::header::CONTENT_TYPE;
 use tokio::task::JoinSet;
@@ -246,8 +247,16 @@ async fn attempt(
     let route = client.routes.for_message(&m.partner, &m.destination);
     let envelope = route.secured(envelope, m.version, now);
     let request = route.post_soap(&m.destination, m.version, envelope);
-    let heard = match exchange(request, client.cap).await {
-        Ok(answer) => answered(store, &m, answer, clock).await?,
+    // The attempt is a span of the trace the message was submitted in, and the partner may
+    // go on with it (`traceparent`).
+    let span = attempt_span(store, &m).await;
+    let request = match crate::telemetry::traceparent_of(&span) {
+        Some(traceparent) => request.header("traceparent", traceparent),
+        None => request,
+    };
+    let exchanged = exchange(request, client.cap).instrument(span.clone()).await;
+    let heard = match exchanged {
+        Ok(answer) => answered(store, &m, answer, clock).instrument(span).await?,
         Err(failure) => {
             if let AttemptFailure::TooLarge { limit } = failure {
                 tracing::warn!(id = %m.id, limit, "the partner's answer is longer than max_message_bytes: a business response in it is not kept");
@@ -278,6 +287,19 @@ async fn attempt(
     }
     notify(store, client, &finished).await;
     Ok(())
+}
+
+/// An attempt's span, in the trace its message was submitted in (traces exported only).
+async fn attempt_span(store: &Store, m: &OutMessage) -> tracing::Span {
+    let span = crate::traced!("outbound.attempt", id = %m.id, attempt = m.outbound.attempts + 1);
+    if span.is_none() {
+        return span;
+    }
+    let parent = store.out_trace(&m.id).await.unwrap_or_else(|e| {
+        tracing::debug!(error = %e, "a message's trace context could not be read");
+        None
+    });
+    crate::telemetry::span_for(span, parent.as_deref())
 }
 
 /// What a partner's answer to an attempt says. Its business response, if it carries one, is
@@ -523,7 +545,8 @@ async fn poll_page(
         let xml = route.secured(xml, version, asked_at);
         let request = route.post_soap(route.poll_target(&destination), version, xml);
         let asked: Vec<String> = messages.iter().map(|m| m.id.clone()).collect();
-        let (status, ct, body) = match exchange(request, client.cap).await {
+        let span = crate::traced!("outbound.poll", partner = %partner, messages = asked.len());
+        let (status, ct, body) = match exchange(request, client.cap).instrument(span).await {
             Ok(answer) => (answer.status, answer.content_type, answer.body),
             Err(failure) => {
                 crate::metrics::outbound_poll(&partner, false);

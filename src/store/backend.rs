@@ -14,12 +14,19 @@ use super::outbound::OutboundStore;
 use super::overview::{InboxFilter, InboxPage, Member, Rates, Traffic};
 use super::receiver::ReceiverStore;
 use super::stats::StoreStats;
+use super::traces::TraceStore;
 use crate::rmp::group::Policy;
 
 /// A storage backend: the three storage traits and the lifecycle operations. `Store` holds
 /// one as `Arc<dyn Backend>`.
 pub trait Backend:
-    ReceiverStore + DeliveryStore + OutboundStore + ExchangeStore + ConsoleStore + NonceStore
+    ReceiverStore
+    + DeliveryStore
+    + OutboundStore
+    + ExchangeStore
+    + ConsoleStore
+    + NonceStore
+    + TraceStore
 {
     fn policy(&self) -> &Policy;
 

@@ -57,6 +57,9 @@ const TABLES: &[&str] = &[
     "source_usage",
     // UsernameToken nonces used within their window: a replay stays refused after the move.
     "used_nonces",
+    // Trace contexts of messages still being worked on, when traces are exported.
+    "message_traces",
+    "out_traces",
 ];
 
 /// Tables that must be empty in the target: a database already in use is not written to.

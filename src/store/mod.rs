@@ -33,6 +33,7 @@ pub mod sweeper;
 #[cfg(feature = "test-hooks")]
 mod test_hooks;
 pub(in crate::store) mod time;
+pub mod traces;
 mod wakes;
 
 pub use sqlite::group_json;
@@ -63,6 +64,7 @@ pub use sqlite::SqliteStore;
 pub use stats::{StoreStats, SubscriptionStats};
 #[cfg(feature = "test-hooks")]
 pub use test_hooks::TestHooks;
+pub use traces::TraceStore;
 
 use std::sync::Arc;
 

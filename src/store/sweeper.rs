@@ -46,6 +46,13 @@ pub async fn run(store: Store, clock: Arc<dyn Clock>, audit_kept: chrono::Durati
                 Ok(n) => tracing::debug!(purged = n, "purged console sign-outs"),
                 Err(e) => tracing::error!(error = %e, "cannot purge console sign-outs"),
             }
+            match store
+                .purge_traces(clock.now() - super::traces::TRACES_KEPT)
+                .await
+            {
+                Ok(n) => tracing::debug!(purged = n, "purged trace contexts"),
+                Err(e) => tracing::error!(error = %e, "cannot purge trace contexts"),
+            }
             match store.purge_nonces(clock.now()).await {
                 Ok(n) => tracing::debug!(purged = n, "purged used nonces"),
                 Err(e) => tracing::error!(error = %e, "cannot purge used nonces"),

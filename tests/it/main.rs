@@ -48,6 +48,7 @@ mod store_check;
 mod support;
 mod test_database;
 mod tls;
+mod traces;
 mod unstorable_input;
 mod username_token;
 mod valid;

@@ -34,6 +34,7 @@ mod shared;
 mod tasks;
 #[cfg(feature = "test-hooks")]
 mod test_hooks;
+mod traces;
 mod usage;
 mod writer;
 

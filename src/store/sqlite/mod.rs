@@ -35,6 +35,7 @@ mod receiver;
 mod shared;
 #[cfg(feature = "test-hooks")]
 mod test_hooks;
+mod traces;
 mod writer;
 
 use self::group_state::decode_stored;
