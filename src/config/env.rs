@@ -13,6 +13,7 @@ pub const CLIENT_VARIABLES: &[&str] = &[
     "WSR_CONFIG",
     "WSR_API",
     "WSR_TOKEN",
+    "WSR_CA_FILE",
     "WSR_BENCH_TOKEN",
     "WSR_BENCH_AUTHORIZATION",
 ];
