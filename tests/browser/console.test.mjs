@@ -249,12 +249,15 @@ scopes = ["consume"]
     await page.getByText('1 dead letter(s) replayed.').waitFor();
     assert.equal(await fact('Dead letters'), '0');
 
-    // The audit trail: the fail and the send again above, by the console's operator.
+    // The audit trail: the sign-in, the fail, the send again and the replay above, by the
+    // console's operator, each with its result.
     await page.getByRole('link', { name: 'Audit', exact: true }).click();
     assert.equal(await heading(), 'Audit trail');
     const trail = await page.locator('table').innerText();
-    assert.match(trail, /ops\s+send_again/);
+    assert.match(trail, /ops\s+send_again[^\n]*\sdone/);
     assert.match(trail, /ops\s+fail\s+[^\n]*partner down for maintenance/);
+    assert.match(trail, /ops\s+replay_dead_letters\s+subscription \d+/);
+    assert.match(trail, /ops\s+console_sign_in\s+console[^\n]*\sdone/);
 
     // Log out: the console asks for the token again.
     await page.getByRole('button', { name: 'Log out' }).click();
