@@ -203,6 +203,33 @@ pub const SQL_CHECKS: &[(&str, &str, &str)] = &[
     ),
 ];
 
+/// Feeds `$checker` the inbox and buffered rows of one backend's transaction (`$tx`): the
+/// same SQL on both (`"offset"` quoted); only the group rows are read by each backend itself,
+/// since their state is stored differently.
+macro_rules! feed_messages {
+    ($tx:expr, $checker:expr) => {{
+        use futures_util::TryStreamExt as _;
+        {
+            let mut inbox = sqlx::query_as::<_, (i64, String, String, Option<i64>, i64)>(
+                "SELECT \"offset\", partner, group_id, number, expiry FROM inbox \
+                 ORDER BY \"offset\"",
+            )
+            .fetch(&mut *$tx);
+            while let Some((offset, partner, group_id, number, expiry)) = inbox.try_next().await? {
+                $checker.inbox(offset, &partner, &group_id, number, expiry);
+            }
+        }
+        let mut buffered = sqlx::query_as::<_, (String, String, i64)>(
+            "SELECT partner, group_id, number FROM buffered ORDER BY partner, group_id, number",
+        )
+        .fetch(&mut *$tx);
+        while let Some((partner, group_id, number)) = buffered.try_next().await? {
+            $checker.buffered(&partner, &group_id, number);
+        }
+    }};
+}
+pub(in crate::store) use feed_messages;
+
 /// Runs `SQL_CHECKS` on one backend's transaction (`$tx`, a `&mut` connection), with its
 /// offset counter's subquery, into `$report`. A macro because the two drivers' row and
 /// executor types differ while the code does not.

@@ -8,7 +8,7 @@ use futures_util::TryStreamExt as _;
 use sqlx::Connection as _;
 use sqlx::postgres::{PgConnectOptions, PgConnection};
 
-use crate::store::check::{Checker, StoreCheck, run_sql_checks};
+use crate::store::check::{Checker, StoreCheck, feed_messages, run_sql_checks};
 use crate::store::config::Database;
 use crate::store::error::StoreError;
 
@@ -52,24 +52,7 @@ pub(crate) async fn check(database: &Database, now_ms: i64) -> Result<StoreCheck
             checker.group(id, partner, group_id, state);
         }
     }
-    {
-        let mut inbox = sqlx::query_as::<_, (i64, String, String, Option<i64>, i64)>(
-            "SELECT \"offset\", partner, group_id, number, expiry FROM inbox ORDER BY \"offset\"",
-        )
-        .fetch(&mut *tx);
-        while let Some((offset, partner, group_id, number, expiry)) = inbox.try_next().await? {
-            checker.inbox(offset, &partner, &group_id, number, expiry);
-        }
-    }
-    {
-        let mut buffered = sqlx::query_as::<_, (String, String, i64)>(
-            "SELECT partner, group_id, number FROM buffered ORDER BY partner, group_id, number",
-        )
-        .fetch(&mut *tx);
-        while let Some((partner, group_id, number)) = buffered.try_next().await? {
-            checker.buffered(&partner, &group_id, number);
-        }
-    }
+    feed_messages!(tx, checker);
     let mut report = checker.finish();
     run_sql_checks!(
         tx,

@@ -7,7 +7,7 @@ use sqlx::Connection as _;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteConnection};
 
 use super::group_state::decode_stored;
-use crate::store::check::{Checker, StoreCheck, run_sql_checks};
+use crate::store::check::{Checker, StoreCheck, feed_messages, run_sql_checks};
 use crate::store::error::StoreError;
 
 /// Opens `path` for reading without creating it, changing its journal mode or running
@@ -52,24 +52,7 @@ pub(crate) async fn check(path: &std::path::Path, now_ms: i64) -> Result<StoreCh
             checker.group(id, partner, group_id, decode_stored(&json, bin.as_deref()));
         }
     }
-    {
-        let mut inbox = sqlx::query_as::<_, (i64, String, String, Option<i64>, i64)>(
-            "SELECT offset, partner, group_id, number, expiry FROM inbox ORDER BY offset",
-        )
-        .fetch(&mut *tx);
-        while let Some((offset, partner, group_id, number, expiry)) = inbox.try_next().await? {
-            checker.inbox(offset, &partner, &group_id, number, expiry);
-        }
-    }
-    {
-        let mut buffered = sqlx::query_as::<_, (String, String, i64)>(
-            "SELECT partner, group_id, number FROM buffered ORDER BY partner, group_id, number",
-        )
-        .fetch(&mut *tx);
-        while let Some((partner, group_id, number)) = buffered.try_next().await? {
-            checker.buffered(&partner, &group_id, number);
-        }
-    }
+    feed_messages!(tx, checker);
     let mut report = checker.finish();
     run_sql_checks!(
         tx,
