@@ -104,7 +104,6 @@ where
 /// An INFO span of the message path when traces are exported, else `Span::none()` (free):
 /// the log lines need none of these, and a message should not pay for them when nobody
 /// collects them.
-#[macro_export]
 macro_rules! traced {
     ($name:literal $(, $($fields:tt)*)?) => {
         if $crate::telemetry::enabled() {
@@ -114,6 +113,7 @@ macro_rules! traced {
         }
     };
 }
+pub(crate) use traced;
 
 /// A span of work done for one stored message (`parent`: its kept trace context), e.g. its
 /// fetch or an attempt to send it: a child of the span the message came in on.

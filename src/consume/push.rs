@@ -401,7 +401,8 @@ async fn post(
         }
     };
     crate::metrics::delivered("push", 1);
-    let span = crate::traced!("delivery.push", offset = handed.message.offset, url = %shown);
+    let span =
+        crate::telemetry::traced!("delivery.push", offset = handed.message.offset, url = %shown);
     let span = super::traced::of_message(&store, span, &handed.message).await;
     // The webhook may go on with the message's trace.
     let request = match crate::telemetry::traceparent_of(&span) {

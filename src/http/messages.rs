@@ -113,7 +113,7 @@ pub async fn submit(
         operator: caller.admin,
     };
     let now = app.clock.now();
-    let span = crate::traced!("outbound.submit");
+    let span = crate::telemetry::traced!("outbound.submit");
     let submitted = submit::submit(sending_of(&app), raw, submitter, idempotency, now)
         .instrument(span.clone())
         .await

@@ -28,7 +28,7 @@ pub async fn receive(
     SoapBody(body): SoapBody,
 ) -> Response {
     let access = access.map(|a| a.0).unwrap_or_default();
-    let read = crate::traced!("receive.read")
+    let read = crate::telemetry::traced!("receive.read")
         .in_scope(|| read_message(content_type(&headers), &body, &app.config.limits));
     let ctx = inbound_of(&app);
     let peer = peer.map(|p| p.0.0);
@@ -54,7 +54,7 @@ pub async fn receive(
         *n = outcome.note;
         n.partner = partner;
     });
-    crate::traced!("receive.answer").in_scope(|| render(outcome.version, outcome.answer))
+    crate::telemetry::traced!("receive.answer").in_scope(|| render(outcome.version, outcome.answer))
 }
 
 /// Who the request is once its envelope is read (D14): what HTTP proved, or the partner its

@@ -193,7 +193,8 @@ impl Exchange<'_, '_> {
             }
         }
         let now = ctx.clock.now();
-        let refusal = crate::traced!("receive.decide").in_scope(|| self.refusal(request, now));
+        let refusal =
+            crate::telemetry::traced!("receive.decide").in_scope(|| self.refusal(request, now));
         if let Some((code, reason)) = refusal {
             note.faulted(code);
             let keep_until = self.agreement.fault_kept_until(request.expiry_time, now);
@@ -217,7 +218,7 @@ impl Exchange<'_, '_> {
         let committed = ctx
             .store
             .receive(message)
-            .instrument(crate::traced!("receive.commit"))
+            .instrument(crate::telemetry::traced!("receive.commit"))
             .await;
         if let Ok(received) = &committed {
             keep_trace(ctx, partner, request, received).await;

@@ -149,7 +149,7 @@ pub fn envelope_for(version: SoapVersion, pending: &[PendingCallback]) -> Option
 /// A callback POST's span, a child of the trace its first acknowledged message came in on
 /// (traces exported only).
 async fn callback_span(store: &Store, pending: &[PendingCallback]) -> tracing::Span {
-    let span = crate::traced!("callback.send", replies = pending.len());
+    let span = crate::telemetry::traced!("callback.send", replies = pending.len());
     let Some(first) = pending.first().filter(|_| !span.is_none()) else {
         return span;
     };

@@ -291,7 +291,7 @@ async fn attempt(
 
 /// An attempt's span, in the trace its message was submitted in (traces exported only).
 async fn attempt_span(store: &Store, m: &OutMessage) -> tracing::Span {
-    let span = crate::traced!("outbound.attempt", id = %m.id, attempt = m.outbound.attempts + 1);
+    let span = crate::telemetry::traced!("outbound.attempt", id = %m.id, attempt = m.outbound.attempts + 1);
     if span.is_none() {
         return span;
     }
@@ -545,7 +545,8 @@ async fn poll_page(
         let xml = route.secured(xml, version, asked_at);
         let request = route.post_soap(route.poll_target(&destination), version, xml);
         let asked: Vec<String> = messages.iter().map(|m| m.id.clone()).collect();
-        let span = crate::traced!("outbound.poll", partner = %partner, messages = asked.len());
+        let span =
+            crate::telemetry::traced!("outbound.poll", partner = %partner, messages = asked.len());
         let (status, ct, body) = match exchange(request, client.cap).instrument(span).await {
             Ok(answer) => (answer.status, answer.content_type, answer.body),
             Err(failure) => {

@@ -84,7 +84,8 @@ pub async fn fetch(
     crate::metrics::delivered("pull", handed.len());
     for h in &handed {
         let m = &h.message;
-        let span = crate::traced!("delivery.fetch", offset = m.offset, session = %session);
+        let span =
+            crate::telemetry::traced!("delivery.fetch", offset = m.offset, session = %session);
         // A mark in each message's own trace: handed out here, now.
         drop(crate::consume::traced::of_message(&app.store, span, m).await);
     }

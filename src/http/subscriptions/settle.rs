@@ -237,7 +237,7 @@ pub async fn settle(
     // One span per settlement, in the trace of the message it settles, lasting the commit.
     let mut spans = Vec::new();
     for (receipt, _, _) in &valid {
-        let span = crate::traced!("delivery.settle", offset = receipt.offset);
+        let span = crate::telemetry::traced!("delivery.settle", offset = receipt.offset);
         spans.push(crate::consume::traced::of_offset(&app.store, span, receipt.offset).await);
     }
     let settled = app.store.settle_many(&valid, app.clock.now()).await?;
