@@ -50,6 +50,15 @@ pub async fn scrape(State(app): State<AppState>, headers: HeaderMap) -> Response
         }
     };
     let mut text = render(stats.as_ref());
+    // What /readyz would answer now (its probe is rate-limited in the store), for the alert
+    // on a gateway that answers but cannot take messages.
+    let ready = app.store.readiness().await.is_ok();
+    gauge(
+        &mut text,
+        "wsr_ready",
+        "1 when this gateway is ready (/readyz: its store can commit)",
+        u8::from(ready),
+    );
     let not_after = app.server_certificate.as_ref().and_then(|c| c.not_after());
     if let Some(not_after) = not_after {
         gauge_head(

@@ -40,9 +40,19 @@ async fn readyz_is_503_with_the_reason_while_the_store_cannot_commit() {
     let (status, reason) = readyz(&app).await;
     assert_eq!(status, 503, "{reason}");
     assert!(reason.contains("full"), "{reason}");
+    // The same for the alert rule WsrGatewayNotReady.
+    let metrics = |app: &super::support::TestApp| {
+        let (client, url) = (app.client.clone(), app.url("/metrics"));
+        async move {
+            let r = client.get(url).send().await.expect("scrape");
+            r.text().await.expect("text")
+        }
+    };
+    assert!(metrics(&app).await.contains("\nwsr_ready 0\n"));
     app.store.cap_database_size(false).await.expect("uncap");
     acked(&app, "mid:room-again@test").await;
     assert_eq!(readyz(&app).await.0, 200);
+    assert!(metrics(&app).await.contains("\nwsr_ready 1\n"));
     app.stop().await;
 }
 
