@@ -138,7 +138,7 @@ fn postgres_backends(database: &str) -> Vec<u32> {
 }
 
 /// The processes whose command name (`/proc/{pid}/comm`) is `name`.
-fn processes_named(name: &str) -> impl Iterator<Item = u32> + '_ {
+pub fn processes_named(name: &str) -> impl Iterator<Item = u32> + '_ {
     std::fs::read_dir("/proc")
         .into_iter()
         .flatten()

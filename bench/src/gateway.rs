@@ -122,7 +122,7 @@ impl Gateway {
             .try_clone()
             .with_context(|| format!("opening {} twice", log.display()))?;
 
-        let mut cmd = Command::new(bin);
+        let mut cmd = crate::pin::server_command(bin);
         cmd.arg("serve")
             .arg("--config")
             .arg(&config)

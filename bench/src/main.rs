@@ -26,6 +26,7 @@ mod cpu;
 mod gateway;
 mod jetstream;
 mod load;
+mod pin;
 mod postgres;
 mod rabbit;
 mod rr;
@@ -102,6 +103,16 @@ struct Cli {
     /// The large-message phase: the payload in MiB.
     #[arg(long, default_value_t = 100)]
     large_mib: usize,
+    /// Each system under test on one core (`--server-cpu`) and the load on another
+    /// (`--client-cpu`): the gateway children, and for the run the machine's nats-server,
+    /// RabbitMQ and PostgreSQL (their affinity restored afterwards). Each row is then a
+    /// per-core figure.
+    #[arg(long)]
+    pin: bool,
+    #[arg(long, default_value_t = 0, requires = "pin")]
+    server_cpu: usize,
+    #[arg(long, default_value_t = 1, requires = "pin")]
+    client_cpu: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -206,6 +217,15 @@ fn progress(msg: impl AsRef<str>) {
 }
 
 async fn run_all(cli: &Cli) -> anyhow::Result<Report> {
+    // Dropped at the end, on an error and on Ctrl-C (this future is then dropped): the
+    // machine's servers get their CPUs back.
+    let _restore = match cli.pin {
+        true => Some(pin::start(pin::Cores {
+            server: cli.server_cpu,
+            client: cli.client_cpu,
+        })?),
+        false => None,
+    };
     let mut reports = Vec::with_capacity(cli.runs);
     for n in 0..cli.runs {
         if cli.runs > 1 {
@@ -257,16 +277,26 @@ fn median(mut reports: Vec<Report>) -> Report {
 async fn run(cli: &Cli, first: bool) -> anyhow::Result<Report> {
     let params = cli.params()?;
     let bin = cli.gateway_bin();
+    let pinned = match pin::cores() {
+        Some(c) => format!(
+            "; pinned: servers on CPU {}, the load on CPU {}",
+            c.server, c.client
+        ),
+        None => String::new(),
+    };
     let mut report = Report {
         heading: format!(
-            "Closed loop: C={} workers, one operation outstanding each; D={} s per phase; {}-byte payload; {} cores",
+            "Closed loop: C={} workers, one operation outstanding each; D={} s per phase; {}-byte payload; {} cores{pinned}",
             params.connections,
             params.duration.as_secs(),
             params.payload,
-            std::thread::available_parallelism().map_or(0, |n| n.get()),
+            pin::machine_cpus(),
         ),
         ..Report::default()
     };
+    if pin::cores().is_some() && cli.wants(Phase::Ceiling) {
+        report.notes.push("Pinned: the HTTP ceiling's trivial server runs inside this tool, on the load's CPU (it shares it with the client).".into());
+    }
     for key in RowKey::ALL {
         report.set(key, Outcome::Skipped);
     }

@@ -73,6 +73,9 @@ impl SoapBackend {
             .name(THREAD_NAME.into())
             .spawn(move || runtime.block_on(accept(listener, stopped)))
             .context("the SOAP backend's thread")?;
+        // Its runtime's threads are the server's: on the server core when pinned. They exist
+        // once the runtime is built (the accept thread above is named alike).
+        crate::pin::own_threads_to_server(THREAD_NAME)?;
         Ok(SoapBackend { addr, stop, thread })
     }
 
