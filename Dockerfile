@@ -55,6 +55,9 @@ USER 10001:10001
 # `wsr-gateway health` asks WSR_API's /readyz (a client variable: `serve` ignores it). Set it
 # to where the gateway listens if WSR_LISTEN moves it.
 ENV WSR_API=http://127.0.0.1:8080
+# The configuration for the store commands run in the container (`podman exec … backup`,
+# `check-store`): they read its `database`.
+ENV WSR_CONFIG=/etc/wsr-gateway/gateway.toml
 EXPOSE 8080
 # SIGTERM drains: no new connections, requests in flight answered (at most 5 s), the writer
 # commits what it holds, exit 0. Give it that long (`podman stop -t 30`).
