@@ -91,8 +91,10 @@ pub(super) fn check(
 
 fn check_one(t: TokenConfig, base: Option<&Path>) -> anyhow::Result<ApiToken> {
     let who = format!("token of {}", t.principal);
+    // The setting's own name after the token's, so that errors read "token of app:
+    // token_env: … is not set".
     let inline = load_secret(
-        &who,
+        &format!("{who}: token"),
         base,
         t.token.as_deref(),
         t.token_file.as_deref(),
