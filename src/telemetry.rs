@@ -115,11 +115,35 @@ macro_rules! traced {
 }
 pub(crate) use traced;
 
-/// A span of work done for one stored message (`parent`: its kept trace context), e.g. its
-/// fetch or an attempt to send it: a child of the span the message came in on.
-pub fn span_for(span: tracing::Span, parent: Option<&str>) -> tracing::Span {
-    continue_trace(&span, parent, None);
+/// A span of work done for one stored message, e.g. its fetch or an attempt to send it: made
+/// a child of the trace context `parent` reads (the one the message came in with, kept by the
+/// store). `parent` is not even polled while traces are off (`span` is then `Span::none()`);
+/// a context that cannot be read leaves `span` a trace of its own.
+pub async fn child_of<E: std::fmt::Display>(
+    span: tracing::Span,
+    parent: impl std::future::Future<Output = Result<Option<String>, E>>,
+) -> tracing::Span {
+    if span.is_none() {
+        return span;
+    }
+    let parent = parent.await.unwrap_or_else(|e| {
+        tracing::debug!(error = %e, "a message's trace context could not be read");
+        None
+    });
+    continue_trace(&span, parent.as_deref(), None);
     span
+}
+
+/// `request` carrying `span`'s `traceparent` (when traces are exported), so that the peer —
+/// a partner, a webhook, a callback endpoint — may go on with the trace.
+pub fn with_traceparent(
+    request: reqwest::RequestBuilder,
+    span: &tracing::Span,
+) -> reqwest::RequestBuilder {
+    match traceparent_of(span) {
+        Some(traceparent) => request.header("traceparent", traceparent),
+        None => request,
+    }
 }
 
 /// Whether spans are exported (and trace contexts worth keeping).

@@ -405,10 +405,7 @@ async fn post(
         crate::telemetry::traced!("delivery.push", offset = handed.message.offset, url = %shown);
     let span = super::traced::of_message(&store, span, &handed.message).await;
     // The webhook may go on with the message's trace.
-    let request = match crate::telemetry::traceparent_of(&span) {
-        Some(traceparent) => request.header("traceparent", traceparent),
-        None => request,
-    };
+    let request = crate::telemetry::with_traceparent(request, &span);
     let failure = match exchange(request, answer_cap).instrument(span).await {
         Ok(answer) => {
             let by_status = outcome_for(StatusCode::from_u16(answer.status).ok());

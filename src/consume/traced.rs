@@ -4,33 +4,35 @@
 
 use tracing::Span;
 
+use crate::store::traces::message_key;
 use crate::store::{InboxEntry, Store};
+use crate::telemetry::{child_of, traced};
 
 /// `span` made a child of the trace `message` came in on, when one was kept.
 pub async fn of_message(store: &Store, span: Span, message: &InboxEntry) -> Span {
-    if span.is_none() {
-        return span;
-    }
-    let key = (
-        message.partner.clone(),
-        message.group_id.clone(),
-        message.number.map_or(0, |n| n as i64),
-    );
-    let parent = store.message_trace(&key).await.unwrap_or_else(|e| {
-        tracing::debug!(error = %e, "a message's trace context could not be read");
-        None
-    });
-    crate::telemetry::span_for(span, parent.as_deref())
+    let key = message_key(&message.partner, &message.group_id, message.number);
+    child_of(span, store.message_trace(&key)).await
 }
 
-/// `span` made a child of the trace of the message at inbox `offset`, when one was kept.
-pub async fn of_offset(store: &Store, span: Span, offset: i64) -> Span {
-    if span.is_none() {
-        return span;
+/// Marks in each handed-out message's own trace that `session` fetched it, now.
+pub async fn fetched<'a>(
+    store: &Store,
+    session: &str,
+    messages: impl Iterator<Item = &'a InboxEntry>,
+) {
+    for m in messages {
+        let span = traced!("delivery.fetch", offset = m.offset, session = %session);
+        drop(of_message(store, span, m).await);
     }
-    let parent = store.offset_trace(offset).await.unwrap_or_else(|e| {
-        tracing::debug!(error = %e, "a message's trace context could not be read");
-        None
-    });
-    crate::telemetry::span_for(span, parent.as_deref())
+}
+
+/// One span per settled message, in the trace of the message it settles; they end when the
+/// caller drops them (after the commit).
+pub async fn settling(store: &Store, offsets: impl Iterator<Item = i64>) -> Vec<Span> {
+    let mut spans = Vec::new();
+    for offset in offsets {
+        let span = traced!("delivery.settle", offset = offset);
+        spans.push(child_of(span, store.offset_trace(offset)).await);
+    }
+    spans
 }

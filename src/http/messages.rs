@@ -10,7 +10,6 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Json};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tracing::Instrument as _;
 use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
@@ -113,23 +112,12 @@ pub async fn submit(
         operator: caller.admin,
     };
     let now = app.clock.now();
-    let span = crate::telemetry::traced!("outbound.submit");
     let submitted = submit::submit(sending_of(&app), raw, submitter, idempotency, now)
-        .instrument(span.clone())
         .await
         .map_err(|refusal| match refusal {
             Refusal::Invalid { field, reason } => invalid(&field, reason),
             Refusal::Store(e) => submit_problem(e),
         })?;
-    // Its attempts, in the background, join this trace (traces exported only).
-    if let Some(traceparent) = crate::telemetry::traceparent_of(&span)
-        && let Err(e) = app
-            .store
-            .keep_out_trace(&submitted.id, &traceparent, now)
-            .await
-    {
-        tracing::debug!(error = %e, "a submitted message's trace context was not kept");
-    }
     Ok(submitted_answer(&submitted))
 }
 

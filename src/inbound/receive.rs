@@ -351,10 +351,10 @@ async fn keep_trace(ctx: Inbound<'_>, partner: &str, request: &Request, received
     let Some(traceparent) = crate::telemetry::current_traceparent().filter(|_| stored) else {
         return;
     };
-    let key = (
-        partner.to_owned(),
-        request.message_id.group_id.as_str().to_owned(),
-        crate::rmp::group::slot(request.key().number) as i64,
+    let key = crate::store::traces::message_key(
+        partner,
+        request.message_id.group_id.as_str(),
+        request.key().number,
     );
     if let Err(e) = ctx
         .store

@@ -11,6 +11,7 @@ use super::http_client::{exchange, redacted};
 use super::partner_clients::PartnerClients;
 use crate::clock::Clock;
 use crate::rmp::replies::Replies;
+use crate::store::traces::message_key;
 use crate::store::{PendingCallback, Store};
 use crate::wsr::{Headers, SoapVersion, write_envelope};
 
@@ -98,10 +99,7 @@ async fn send_due(
             .post_soap(&endpoint, version, xml);
         // In the trace of the (first) message it acknowledges, which the partner may go on.
         let span = callback_span(store, &pending).await;
-        let request = match crate::telemetry::traceparent_of(&span) {
-            Some(traceparent) => request.header("traceparent", traceparent),
-            None => request,
-        };
+        let request = crate::telemetry::with_traceparent(request, &span);
         // A redirect is not followed (only the registered endpoint gets our acks, D10), and
         // the answer is read at most to the cap: both are failed attempts.
         match exchange(request, policy.answer_cap).instrument(span).await {
@@ -150,18 +148,10 @@ pub fn envelope_for(version: SoapVersion, pending: &[PendingCallback]) -> Option
 /// (traces exported only).
 async fn callback_span(store: &Store, pending: &[PendingCallback]) -> tracing::Span {
     let span = crate::telemetry::traced!("callback.send", replies = pending.len());
-    let Some(first) = pending.first().filter(|_| !span.is_none()) else {
+    let Some(first) = pending.first() else {
         return span;
     };
-    let number = first.reply.range.map_or(0, |r| r.from() as i64);
-    let key = (
-        first.partner.clone(),
-        first.reply.group_id.as_str().to_owned(),
-        number,
-    );
-    let parent = store.message_trace(&key).await.unwrap_or_else(|e| {
-        tracing::debug!(error = %e, "a message's trace context could not be read");
-        None
-    });
-    crate::telemetry::span_for(span, parent.as_deref())
+    let number = first.reply.range.map(|r| r.from());
+    let key = message_key(&first.partner, first.reply.group_id.as_str(), number);
+    crate::telemetry::child_of(span, store.message_trace(&key)).await
 }

@@ -250,10 +250,7 @@ async fn attempt(
     // The attempt is a span of the trace the message was submitted in, and the partner may
     // go on with it (`traceparent`).
     let span = attempt_span(store, &m).await;
-    let request = match crate::telemetry::traceparent_of(&span) {
-        Some(traceparent) => request.header("traceparent", traceparent),
-        None => request,
-    };
+    let request = crate::telemetry::with_traceparent(request, &span);
     let exchanged = exchange(request, client.cap).instrument(span.clone()).await;
     let heard = match exchanged {
         Ok(answer) => answered(store, &m, answer, clock).instrument(span).await?,
@@ -292,14 +289,7 @@ async fn attempt(
 /// An attempt's span, in the trace its message was submitted in (traces exported only).
 async fn attempt_span(store: &Store, m: &OutMessage) -> tracing::Span {
     let span = crate::telemetry::traced!("outbound.attempt", id = %m.id, attempt = m.outbound.attempts + 1);
-    if span.is_none() {
-        return span;
-    }
-    let parent = store.out_trace(&m.id).await.unwrap_or_else(|e| {
-        tracing::debug!(error = %e, "a message's trace context could not be read");
-        None
-    });
-    crate::telemetry::span_for(span, parent.as_deref())
+    crate::telemetry::child_of(span, store.out_trace(&m.id)).await
 }
 
 /// What a partner's answer to an attempt says. Its business response, if it carries one, is

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::Value;
+use tracing::Instrument as _;
 
 use super::destination::{DestinationRules, check_destination};
 use crate::partners::Partners;
@@ -19,6 +20,7 @@ use crate::store::outbound::{
     IdempotencyKey, OutMessage, SentAgain, Submission, SubmitError, Submitted,
 };
 use crate::store::{Store, StoreError};
+use crate::telemetry::traced;
 use crate::wsr::{
     GroupId, Headers, Limits, ReplyPattern, ReplyTo, SoapVersion, read_envelope, write_envelope,
 };
@@ -123,14 +125,24 @@ pub async fn submit(
     {
         return Ok(earlier);
     }
+    let span = traced!("outbound.submit");
     let request: SubmitRequest =
         serde_json::from_value(request).map_err(|e| refuse("body", e.to_string()))?;
-    let submission = prepare(sending, request, submitter, idempotency, now).await?;
-    sending
-        .store
-        .submit(submission, now)
-        .await
-        .map_err(Refusal::Store)
+    let store = sending.store;
+    let submitted = async {
+        let submission = prepare(sending, request, submitter, idempotency, now).await?;
+        store.submit(submission, now).await.map_err(Refusal::Store)
+    }
+    .instrument(span.clone())
+    .await?;
+    // Its attempts, in the background, join this trace (traces exported only). Best effort:
+    // a context not kept makes them a trace of their own, nothing more.
+    if let Some(traceparent) = crate::telemetry::traceparent_of(&span)
+        && let Err(e) = store.keep_out_trace(&submitted.id, &traceparent, now).await
+    {
+        tracing::debug!(error = %e, "a submitted message's trace context was not kept");
+    }
+    Ok(submitted)
 }
 
 /// Checks `request` field by field, in the order an application reads the answer, and makes

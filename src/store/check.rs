@@ -262,7 +262,7 @@ struct KeptGroup {
 pub struct Checker {
     now_ms: i64,
     groups: HashMap<(String, String), KeptGroup>,
-    pub report: StoreCheck,
+    report: StoreCheck,
 }
 
 impl Checker {

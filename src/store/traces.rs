@@ -16,6 +16,17 @@ pub const TRACES_KEPT: chrono::Duration = chrono::Duration::days(7);
 /// A received message as the trace table names it: (partner, group id, slot).
 pub type MessageKey = (String, String, i64);
 
+/// The key of `partner`'s message `number` of `group_id` (`None`: a singleton, slot 0, as its
+/// group state counts it).
+pub fn message_key(partner: &str, group_id: &str, number: Option<u64>) -> MessageKey {
+    (
+        partner.to_owned(),
+        group_id.to_owned(),
+        // A u64 kept bit for bit in the i64 column, as the other tables keep numbers.
+        crate::rmp::group::slot(number) as i64,
+    )
+}
+
 pub trait TraceStore: Send + Sync {
     /// Keeps the `traceparent` a received message came in with (the first one kept stays).
     fn keep_message_trace<'a>(

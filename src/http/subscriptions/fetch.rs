@@ -82,13 +82,7 @@ pub async fn fetch(
     let take = Take::pull(max, app.config.delivery.max_fetch_bytes);
     let handed = fetch_waiting(&app.store, &app.clock, &session, take, wait).await?;
     crate::metrics::delivered("pull", handed.len());
-    for h in &handed {
-        let m = &h.message;
-        let span =
-            crate::telemetry::traced!("delivery.fetch", offset = m.offset, session = %session);
-        // A mark in each message's own trace: handed out here, now.
-        drop(crate::consume::traced::of_message(&app.store, span, m).await);
-    }
+    crate::consume::traced::fetched(&app.store, &session, handed.iter().map(|h| &h.message)).await;
     let messages = handed
         .iter()
         .map(|h| HandedView {

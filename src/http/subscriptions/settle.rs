@@ -234,12 +234,9 @@ pub async fn settle(
         .filter_map(|c| c.as_ref().ok())
         .cloned()
         .collect();
-    // One span per settlement, in the trace of the message it settles, lasting the commit.
-    let mut spans = Vec::new();
-    for (receipt, _, _) in &valid {
-        let span = crate::telemetry::traced!("delivery.settle", offset = receipt.offset);
-        spans.push(crate::consume::traced::of_offset(&app.store, span, receipt.offset).await);
-    }
+    // In each settled message's trace, lasting the commit.
+    let offsets = valid.iter().map(|(receipt, _, _)| receipt.offset);
+    let spans = crate::consume::traced::settling(&app.store, offsets).await;
     let settled = app.store.settle_many(&valid, app.clock.now()).await?;
     drop(spans);
     let results = paired(checked, settled);
