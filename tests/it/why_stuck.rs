@@ -368,7 +368,12 @@ async fn the_partners_view_tells_each_partners_health_and_refused_sign_ins() {
             .unwrap_or_else(|| panic!("{name} listed: {listed}"))
     };
     let viewed = partner("viewed");
-    assert_eq!(viewed["failures_in_row"], 1, "{viewed}");
+    // The attempt failed; the polls that follow it (every 100 ms, to the same service) fail as
+    // well, so under load the count may already be past one when it is read.
+    assert!(
+        viewed["failures_in_row"].as_u64().is_some_and(|n| n >= 1),
+        "{viewed}"
+    );
     assert!(
         viewed["last_error"]
             .as_str()
