@@ -133,8 +133,7 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(body_limit))
         // Outermost: every answer, a guard's 401 included, carries the request id, and
         // everything logged while handling it is inside its span.
-        .layer(axum::middleware::from_fn(timed))
-        .layer(axum::middleware::from_fn(request_id::layer))
+        .layer(axum::middleware::from_fn(framed))
         .with_state(state)
 }
 
@@ -219,9 +218,11 @@ async fn require(
     }
 }
 
-/// Records the request's latency by route pattern (never the path: it holds ids), method and
-/// status class, until the response head.
-async fn timed(request: Request, next: Next) -> Response {
+/// Around every route: the request id and its span (`request_id::layer`), and the request's
+/// latency by route pattern (never the path: it holds ids), method and status class, until the
+/// response head. One layer rather than two: a `Router`'s layers wrap each route, and every
+/// layer clones the whole stack beneath it for each request.
+async fn framed(request: Request, next: Next) -> Response {
     let started = std::time::Instant::now();
     let route = request
         .extensions()
@@ -235,7 +236,7 @@ async fn timed(request: Request, next: Next) -> Response {
         axum::http::Method::HEAD => "HEAD",
         _ => "other",
     };
-    let response = next.run(request).await;
+    let response = request_id::layer(request, next).await;
     crate::metrics::http_request(route, method, response.status().as_u16(), started.elapsed());
     response
 }

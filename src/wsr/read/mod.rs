@@ -183,10 +183,7 @@ pub fn read_envelope<'a>(bytes: &'a [u8], limits: &Limits) -> Result<Envelope<'a
 /// than tab, CR, LF, and U+FFFE/U+FFFF. One pass over the bytes, before any parsing.
 fn check_characters(text: &str) -> Result<(), Defect> {
     let bytes = text.as_bytes();
-    if let Some(at) = bytes
-        .iter()
-        .position(|&b| b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r'))
-    {
+    if let Some(at) = first_control_character(bytes) {
         return Err(invalid(format!(
             "control character U+{:04X} at byte {at}, which XML does not allow",
             bytes[at]
@@ -201,6 +198,34 @@ fn check_characters(text: &str) -> Result<(), Defect> {
         }
     }
     Ok(())
+}
+
+/// Where the first control character other than tab, CR and LF is. Eight bytes at a time:
+/// a word with no byte below 0x20 (most of a document) is passed with a few instructions, and
+/// only words holding one (line ends, mostly) are looked at byte by byte.
+fn first_control_character(bytes: &[u8]) -> Option<usize> {
+    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
+    const SPACES: u64 = u64::from_ne_bytes([0x20; 8]);
+    let control = |b: u8| b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r');
+    let mut words = bytes.chunks_exact(8);
+    let mut at = 0;
+    for word in words.by_ref() {
+        let mut lanes = [0u8; 8];
+        lanes.copy_from_slice(word);
+        let x = u64::from_ne_bytes(lanes);
+        // Some byte is below 0x20 ("has less than": no borrow crosses a byte unless one is).
+        if x.wrapping_sub(SPACES) & !x & HIGHS != 0
+            && let Some(i) = word.iter().position(|&b| control(b))
+        {
+            return Some(at + i);
+        }
+        at += 8;
+    }
+    words
+        .remainder()
+        .iter()
+        .position(|&b| control(b))
+        .map(|i| at + i)
 }
 
 fn invalid(reason: impl Into<String>) -> Defect {
@@ -456,4 +481,41 @@ impl<'a> EnvelopeReader<'a, '_> {
 
 fn xml_name(e: &xml::Elem<'_>) -> String {
     excerpt(e.start.name().as_ref()).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::first_control_character;
+
+    /// The byte-by-byte rule the word-at-a-time scan must agree with.
+    fn plainly(bytes: &[u8]) -> Option<usize> {
+        bytes
+            .iter()
+            .position(|&b| b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r'))
+    }
+
+    #[test]
+    fn the_word_scan_finds_what_the_byte_scan_finds_at_every_position() {
+        let base = "<a>caf\u{e9} \u{20ac}\u{10348}\t\r\nz</a>"
+            .repeat(3)
+            .into_bytes();
+        assert_eq!(first_control_character(&base), None);
+        for len in 0..base.len() {
+            assert_eq!(first_control_character(&base[..len]), plainly(&base[..len]));
+            for bad in [0x00, 0x01, 0x08, 0x0b, 0x0c, 0x1f] {
+                let mut with = base[..len].to_vec();
+                with.push(bad);
+                with.extend_from_slice(&base[len..]);
+                assert_eq!(
+                    first_control_character(&with),
+                    Some(len),
+                    "{bad:#x} at {len}"
+                );
+                assert_eq!(first_control_character(&with), plainly(&with));
+            }
+        }
+        // Bytes at 0x20 and above, high bytes among them, never alarm.
+        let high: Vec<u8> = (0x20..=0xff).collect();
+        assert_eq!(first_control_character(&high), None);
+    }
 }
