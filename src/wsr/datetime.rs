@@ -163,16 +163,17 @@ pub fn format_date_time(t: &DateTime<Utc>, out: &mut String) {
         out.push('-');
     }
     push_padded(out, year.unsigned_abs(), 4);
-    out.push('-');
-    push_padded(out, t.month(), 2);
-    out.push('-');
-    push_padded(out, t.day(), 2);
-    out.push('T');
-    push_padded(out, t.hour(), 2);
-    out.push(':');
-    push_padded(out, t.minute(), 2);
-    out.push(':');
-    push_padded(out, t.second(), 2);
+    let fields = [
+        ('-', t.month()),
+        ('-', t.day()),
+        ('T', t.hour()),
+        (':', t.minute()),
+        (':', t.second()),
+    ];
+    for (separator, value) in fields {
+        out.push(separator);
+        push_padded(out, value, 2);
+    }
     push_fraction(t.timestamp_subsec_nanos(), out);
     out.push('Z');
 }
