@@ -51,9 +51,9 @@ load() {
         -c 16 --mode "$mode" --consumers 2 --batch 32 "$@"
 }
 load -d 4 > /dev/null
-callgrind_control -z $gateway > /dev/null
+callgrind_control -z $gateway > /dev/null 2>&1
 load -d 15 --json > "$dir/bench.json"
-callgrind_control -d $gateway > /dev/null
+callgrind_control -d $gateway > /dev/null 2>&1
 kill $gateway
 wait $gateway 2>/dev/null || true
 trap - EXIT
