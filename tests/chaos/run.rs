@@ -1080,6 +1080,20 @@ async fn drive(
                 continue;
             };
             let status = answer.status();
+            if status.as_u16() == 429 {
+                // The drivers share one source address, and a gateway slowed by a restart
+                // can hold the source's whole share of requests in flight: lawful, and a
+                // well-behaved client waits as told and sends again (the key keeps it safe).
+                let wait = answer
+                    .headers()
+                    .get("retry-after")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .unwrap_or(1)
+                    .min(10);
+                tokio::time::sleep(Duration::from_secs(wait)).await;
+                continue;
+            }
             let body: Value = answer.json().await.unwrap_or(Value::Null);
             if status.as_u16() == 202 {
                 group_id = body["group_id"].as_str().map(str::to_owned);

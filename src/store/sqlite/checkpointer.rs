@@ -4,15 +4,15 @@
 //! WAL holds N pages" after a commit and goes on with the next batch; this thread copies the
 //! WAL back into the database meanwhile, on the other core.
 //!
-//! It checkpoints each time the WAL has grown by `CHECKPOINT_AT` pages, not after every commit: a page
-//! that many commits rewrite (the inbox's last page, a busy group's row, the B-tree pages new
-//! groups land in) is then copied into the database once, not once per commit, and the
-//! database file is synced a few times a second instead of once per commit (in os mode the
-//! checkpointer was a fifth of the gateway's CPU). A PASSIVE checkpoint never blocks the
-//! writer; when it copied everything, the writer's next commit starts the WAL over. When the
-//! WAL has grown past `RESTART_ABOVE` pages anyway (readers kept old pages needed), one RESTART
-//! checkpoint waits for the writer's current transaction and lets the WAL start over, so it
-//! stays bounded.
+//! It checkpoints each time the WAL has grown by `CHECKPOINT_AT` pages, not after every
+//! commit: a page that many commits rewrite (the inbox's last page, a busy group's row, the
+//! B-tree pages new groups land in) is then copied into the database once, not once per
+//! commit, and the database file is synced a few times a second instead of once per commit
+//! (in os mode the checkpointer was a fifth of the gateway's CPU). A PASSIVE checkpoint never
+//! blocks the writer; when it copied everything, the writer's next commit starts the WAL over.
+//! When the WAL has grown past `RESTART_ABOVE` pages anyway (readers kept old pages needed),
+//! one RESTART checkpoint waits for the writer's current transaction and lets the WAL start
+//! over, so it stays bounded.
 
 use std::cell::Cell;
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
@@ -56,7 +56,7 @@ impl Checkpoints {
     /// Under steady load the WAL rarely starts over between two checkpoints (the writer has
     /// committed again before the checkpoint copied everything), so "the WAL holds
     /// `CHECKPOINT_AT` pages" stays true after the first one: asking after every commit then
-    /// made SQLite sort the WAL's frame index once per commit — a sixth of the gateway's
+    /// made SQLite sort the WAL's frame index once per commit — a fifth of the gateway's
     /// instructions per message — and copy the hot pages once per commit again.
     pub(super) fn committed(&self, wal_pages: i64) {
         if wal_pages < self.asked_at.get() {
