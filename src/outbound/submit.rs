@@ -129,20 +129,26 @@ pub async fn submit(
     let request: SubmitRequest =
         serde_json::from_value(request).map_err(|e| refuse("body", e.to_string()))?;
     let store = sending.store;
-    let submitted = async {
+    async {
         let submission = prepare(sending, request, submitter, idempotency, now).await?;
+        // Kept before the message is stored: the sender may attempt it the moment it is.
+        keep_trace(store, &span, &submission.id, now).await;
         store.submit(submission, now).await.map_err(Refusal::Store)
     }
     .instrument(span.clone())
-    .await?;
-    // Its attempts, in the background, join this trace (traces exported only). Best effort:
-    // a context not kept makes them a trace of their own, nothing more.
-    if let Some(traceparent) = crate::telemetry::traceparent_of(&span)
-        && let Err(e) = store.keep_out_trace(&submitted.id, &traceparent, now).await
+    .await
+}
+
+/// Keeps the trace context of `span` for message `id`, so that its attempts, in the
+/// background, join this trace (traces exported only). Best effort: a context not kept makes
+/// them a trace of their own, nothing more; one kept for a submit that then fails is purged
+/// with the rest after `TRACES_KEPT`.
+async fn keep_trace(store: &Store, span: &tracing::Span, id: &str, now: DateTime<Utc>) {
+    if let Some(traceparent) = crate::telemetry::traceparent_of(span)
+        && let Err(e) = store.keep_out_trace(id, &traceparent, now).await
     {
         tracing::debug!(error = %e, "a submitted message's trace context was not kept");
     }
-    Ok(submitted)
 }
 
 /// Checks `request` field by field, in the order an application reads the answer, and makes
@@ -402,9 +408,10 @@ impl Grouping {
 }
 
 /// A message id: a UUID v7 — time-ordered, so listings sort by submission, and with 74 random
-/// bits from the OS, so ids are unique across processes and hosts (two containerised gateways
-/// are both pid 1) and a partner cannot guess a neighbour of one it saw. Our groupIds are made
-/// from it (`send_group::our_group_id`).
+/// bits from a cryptographic generator the OS seeds (uuid's `fast-rng`), so ids are unique
+/// across processes and hosts (two containerised gateways are both pid 1) and a partner
+/// cannot guess a neighbour of one it saw. Our groupIds are made from it
+/// (`send_group::our_group_id`).
 fn new_id(now: DateTime<Utc>) -> String {
     let millis = u64::try_from(now.timestamp_millis()).unwrap_or(0);
     let ts = uuid::Timestamp::from_unix(

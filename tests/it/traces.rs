@@ -156,10 +156,6 @@ async fn one_trace_from_a_partners_post_to_the_settle_and_from_a_submit_to_the_p
         );
     }
 
-    // A third attempt starts only after the second one ended, so both their spans are closed
-    // (and queued for export) by then; a SIGTERM during the second could cut it unfinished.
-    let _ = partner.next_post().await;
-
     // SIGTERM: the gateway drains and sends the spans still queued.
     let pid = child.id().to_string();
     let killed = std::process::Command::new("kill")
