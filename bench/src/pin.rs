@@ -67,11 +67,12 @@ pub fn start(cores: Cores) -> anyhow::Result<Restore> {
     for name in EXTERNAL_SERVERS {
         for pid in crate::cpu::processes_named(name) {
             let mask = mask_of(pid).with_context(|| format!("reading {name} {pid}'s affinity"))?;
-            set(pid, cores.server).with_context(|| format!("pinning {name} {pid}"))?;
+            set(pid, cores.server, Threads::All)
+                .with_context(|| format!("pinning {name} {pid}"))?;
             restore.masks.push((pid, mask));
         }
     }
-    set(std::process::id(), cores.client).context("pinning this process")?;
+    set(std::process::id(), cores.client, Threads::All).context("pinning this process")?;
     let _ = PINNED.set(cores);
     Ok(restore)
 }
@@ -108,21 +109,26 @@ pub fn own_threads_to_server(name: &str) -> anyhow::Result<()> {
         let named = std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
             .is_ok_and(|comm| comm.trim_end() == name);
         if named {
-            // One thread: without -a.
-            run(StdCommand::new("taskset").args([
-                "-p",
-                "-c",
-                &cores.server.to_string(),
-                &tid.to_string(),
-            ]))?;
+            set(tid, cores.server, Threads::One)?;
         }
     }
     Ok(())
 }
 
-/// Every thread of `pid` onto `cpu`.
-fn set(pid: u32, cpu: usize) -> anyhow::Result<()> {
-    run(StdCommand::new("taskset").args(["-a", "-p", "-c", &cpu.to_string(), &pid.to_string()]))
+/// Whether `set` moves a process with all its threads or one thread (a task id).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Threads {
+    All,
+    One,
+}
+
+/// `id` (every thread of a process, or one thread) onto `cpu`.
+fn set(id: u32, cpu: usize, threads: Threads) -> anyhow::Result<()> {
+    let mut taskset = StdCommand::new("taskset");
+    if threads == Threads::All {
+        taskset.arg("-a");
+    }
+    run(taskset.args(["-p", "-c", &cpu.to_string(), &id.to_string()]))
 }
 
 /// `pid`'s affinity mask, as `taskset -p` prints it (hex).

@@ -271,19 +271,16 @@ impl Report {
 
         out.push('\n');
         let rate = |k: RowKey| self.outcome(k).rate();
-        let p99 = |k: RowKey| {
+        // A row's figure when it measured something useful.
+        let figure = |k: RowKey, pick: fn(&Figures) -> Option<f64>| {
             self.outcome(k)
                 .figures()
-                .map(|f| f.p99_ms)
+                .and_then(pick)
                 .filter(|v| v.is_finite() && *v > 0.0)
         };
+        let p99 = |k: RowKey| figure(k, |f| Some(f.p99_ms));
+        let cpu = |k: RowKey| figure(k, |f| f.server_cpu_us);
         let throughput = |num: RowKey, den: RowKey| (rate(num), rate(den));
-        let cpu = |k: RowKey| {
-            self.outcome(k)
-                .figures()
-                .and_then(|f| f.server_cpu_us)
-                .filter(|v| v.is_finite() && *v > 0.0)
-        };
         let cpu_per_message = |num: RowKey, den: RowKey| (cpu(num), cpu(den));
         let ratio = |(a, b): (Option<f64>, Option<f64>)| match (a, b) {
             (Some(a), Some(b)) => format!("{:.2}", a / b),

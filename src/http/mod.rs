@@ -218,7 +218,7 @@ async fn require(
     }
 }
 
-/// Around every route: the request id and its span (`request_id::layer`), and the request's
+/// Around every route: the request id and its span (`request_id::within`), and the request's
 /// latency by route pattern (never the path: it holds ids), method and status class, until the
 /// response head. One layer rather than two: a `Router`'s layers wrap each route, and every
 /// layer clones the whole stack beneath it for each request.
@@ -236,7 +236,7 @@ async fn framed(request: Request, next: Next) -> Response {
         axum::http::Method::HEAD => "HEAD",
         _ => "other",
     };
-    let response = request_id::layer(request, next).await;
+    let response = request_id::within(request, next).await;
     crate::metrics::http_request(route, method, response.status().as_u16(), started.elapsed());
     response
 }

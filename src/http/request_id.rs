@@ -15,7 +15,9 @@ pub const HEADER: &str = "x-request-id";
 /// one cannot bloat every log line of its request.
 const MAX_LEN: usize = 128;
 
-pub async fn layer(mut request: Request, next: Next) -> Response {
+/// Runs `next` with the request's id in its headers, its span around it, and the id in the
+/// response (called by `http::framed`, the one layer around every route).
+pub async fn within(mut request: Request, next: Next) -> Response {
     let id = request
         .headers()
         .get(HEADER)

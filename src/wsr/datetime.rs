@@ -178,45 +178,43 @@ pub fn format_date_time(t: &DateTime<Utc>, out: &mut String) {
     out.push('Z');
 }
 
-/// `value` in decimal, zero-padded to at least `width` digits.
+/// `value` in decimal, zero-padded to at least `width` digits (at most 10).
 fn push_padded(out: &mut String, value: u32, width: usize) {
-    let mut digits = [b'0'; 10];
-    let mut at = digits.len();
-    let mut rest = value;
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    for _ in digits.len() - at..width {
-        out.push('0');
-    }
-    for d in &digits[at..] {
-        out.push(char::from(*d));
-    }
+    let digits = decimal::<10>(value);
+    let significant = digits
+        .iter()
+        .position(|d| *d != b'0')
+        .unwrap_or(digits.len() - 1);
+    push_ascii(out, &digits[significant.min(digits.len() - width)..]);
 }
 
+/// Nanoseconds as `.` and up to nine fraction digits, trailing zeros left out; nothing for 0.
 fn push_fraction(nanos: u32, out: &mut String) {
     if nanos == 0 {
         return;
     }
-    let mut digits = [b'0'; 9];
-    let mut rest = nanos;
-    for d in digits.iter_mut().rev() {
-        *d = b'0' + (rest % 10) as u8;
-        rest /= 10;
-    }
+    let digits = decimal::<9>(nanos);
     let kept = digits
         .iter()
         .rposition(|d| *d != b'0')
         .map_or(0, |last| last + 1);
     out.push('.');
-    for d in &digits[..kept] {
-        out.push(char::from(*d));
+    push_ascii(out, &digits[..kept]);
+}
+
+/// The last `N` decimal digits of `value`, zero-padded, most significant first.
+fn decimal<const N: usize>(value: u32) -> [u8; N] {
+    let mut digits = [b'0'; N];
+    let mut rest = value;
+    for d in digits.iter_mut().rev() {
+        *d = b'0' + (rest % 10) as u8;
+        rest /= 10;
     }
+    digits
+}
+
+fn push_ascii(out: &mut String, digits: &[u8]) {
+    out.extend(digits.iter().map(|d| char::from(*d)));
 }
 
 /// Up to nine digits are kept (nanoseconds); further digits cannot be represented and are cut.
