@@ -229,6 +229,9 @@ async fn copy_table(
         .map(|(name, _)| {
             if groups && name == "state_bin" {
                 "state, state_bin".to_owned()
+            } else if table == "inbox" && name == "consumed" {
+                // SQLite keeps which messages are consumed beside the inbox (0029).
+                "EXISTS (SELECT 1 FROM inbox_consumed c WHERE c.offset = inbox.offset)".to_owned()
             } else {
                 format!("\"{name}\"")
             }

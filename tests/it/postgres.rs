@@ -229,3 +229,67 @@ async fn a_console_sign_out_moves_into_postgres_with_the_store() {
     assert!(new.console_signed_out(nonce).await.expect("read"));
     assert!(!new.console_signed_out("another").await.expect("read"));
 }
+
+/// `migrate-store` carries which inbox messages are consumed (SQLite keeps them beside the
+/// inbox, PostgreSQL in its `consumed` column): a message every subscription settled stays
+/// consumed, one still waiting does not, so the purge after the move frees neither twice.
+#[tokio::test]
+async fn consumed_messages_move_into_postgres_as_consumed() {
+    use crate::contract::receiver::{message, text};
+    use chrono::{Duration, Utc};
+    use wsr_gateway::delivery::fetch::Take;
+    use wsr_gateway::delivery::lease::Outcome;
+    use wsr_gateway::delivery::subscription::CreateRequest;
+    use wsr_gateway::store::Store;
+    use wsr_gateway::wsr::ReplyPattern;
+
+    let dir = tempfile::tempdir().expect("temp dir");
+    let sqlite = StoreConfig {
+        database: Database::Sqlite(dir.path().join("old.db")),
+        durability: Durability::Full,
+        policy: Default::default(),
+    };
+    let (settled, waiting) = {
+        let old = Store::open(&sqlite).await.expect("sqlite");
+        let request: CreateRequest = serde_json::from_value(
+            serde_json::json!({ "name": "moving", "filter": "#", "start": "oldest" }),
+        )
+        .expect("create request");
+        let now = Utc::now();
+        let sub = old
+            .create_subscription(&request.check().expect("valid"), "app", now)
+            .await
+            .expect("create")
+            .0;
+        for id in ["mid:first@consumed", "mid:second@consumed"] {
+            old.receive(message(id, None, ReplyPattern::Response, text("<c/>")))
+                .await
+                .expect("stored");
+        }
+        let now = now + Duration::seconds(1);
+        old.join(sub.id, "m", "app", Duration::hours(1), now)
+            .await
+            .expect("join");
+        let got = old
+            .fetch("m", Take::pull(1, usize::MAX), now)
+            .await
+            .expect("fetch");
+        assert_eq!(got.len(), 1);
+        old.settle(&got[0].receipt, Some(Outcome::Accepted), now)
+            .await
+            .expect("settle");
+        let inbox = old.inbox(0, 10).await.expect("inbox");
+        (inbox[0].offset, inbox[1].offset)
+    };
+    let db = TestDatabase::create().await;
+    wsr_gateway::store::migrate_store(&sqlite, &db.config())
+        .await
+        .expect("migrated");
+    let mut conn = db.connect().await;
+    let consumed: Vec<(i64, bool)> =
+        sqlx::query_as("SELECT \"offset\", consumed FROM inbox ORDER BY \"offset\"")
+            .fetch_all(&mut conn)
+            .await
+            .expect("read");
+    assert_eq!(consumed, vec![(settled, true), (waiting, false)]);
+}

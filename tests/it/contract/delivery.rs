@@ -681,6 +681,57 @@ async fn outcomes_release_back_off_avoid_and_dead_letter_with_the_reason() {
     }
 }
 
+/// Of the messages a fetch matches, those its bounds (count, bytes) do not admit wait for the
+/// next fetch: none is lost, none handed out twice, all in offset order, and the backlog
+/// counts them waiting meanwhile.
+#[tokio::test]
+async fn matched_messages_a_fetch_does_not_take_wait_for_the_next() {
+    for b in backends().await {
+        let store = &b.store;
+        let sub = create(store, &pull("bounded")).await;
+        join(store, sub.id, "m", secs(3600)).await;
+        singletons(store, 5, t0()).await;
+        let inbox: Vec<i64> = store
+            .inbox(0, 100)
+            .await
+            .expect("inbox")
+            .iter()
+            .map(|e| e.offset)
+            .collect();
+        let expected = inbox[inbox.len() - 5..].to_vec();
+        let mut handed = Vec::new();
+        // A byte budget of 1: the first message only (a fetch always admits one).
+        let first = store
+            .fetch("m", Take::pull(10, 1), t0())
+            .await
+            .expect("fetch");
+        assert_eq!(first.len(), 1, "{}", b.name);
+        handed.extend(offsets(&first));
+        let backlog = store.backlog(sub.id).await.expect("backlog");
+        assert_eq!(
+            (backlog.waiting, backlog.in_flight),
+            (4, 1),
+            "{}: the other four wait",
+            b.name
+        );
+        let second = store.fetch("m", take(2), t0()).await.expect("fetch");
+        assert_eq!(second.len(), 2, "{}", b.name);
+        handed.extend(offsets(&second));
+        let rest = store.fetch("m", take(10), t0()).await.expect("fetch");
+        handed.extend(offsets(&rest));
+        assert_eq!(handed, expected, "{}: each once, in order", b.name);
+        assert!(
+            store
+                .fetch("m", take(10), t0())
+                .await
+                .expect("fetch")
+                .is_empty(),
+            "{}",
+            b.name
+        );
+    }
+}
+
 #[tokio::test]
 async fn settled_mode_is_never_left_acquired() {
     for b in backends().await {

@@ -1,6 +1,8 @@
 //! A fetch inside one change: renew the member, lapse what is overdue, match new inbox
 //! messages against the filter, read the candidates page by page, let `delivery::fetch` plan
-//! what each page hands out, and write the plan (leases, group affinity) back.
+//! what each page hands out, and write the plan (leases, group affinity) back. A lease row is
+//! written once per change it sees: a newly matched message of a subscription without ordering
+//! gets its row as handed out (or as waiting, if this fetch leaves it), not both.
 
 use std::collections::BTreeSet;
 
@@ -34,7 +36,7 @@ pub(super) fn fetch(
     let sub = rows::subscription_by_id(conn, session.subscription_id)?
         .ok_or_else(|| DeliveryError::NotFound("the subscription was deleted".into()))?;
     lapsed += sessions::lapse_leases(conn, Some(sub.id), now)?;
-    match_new_messages(conn, &sub)?;
+    let mut fresh = match_new_messages(conn, &sub)?;
 
     let live: BTreeSet<String> = conn
         .prepare_cached("SELECT id FROM sessions WHERE subscription_id = ?1")?
@@ -47,7 +49,8 @@ pub(super) fn fetch(
     let mut handed = Vec::new();
     let mut released = false;
     'pages: for _ in 0..fetch::CANDIDATE_PAGES {
-        let (candidates, groups) = candidates(conn, &sub, now, after, page)?;
+        let (mut candidates, mut groups) = candidates(conn, &sub, now, after, page)?;
+        fresh.extend_page(&mut candidates, &mut groups, after, page);
         let want = budget.wanted();
         let plan = fetch::plan_page(
             sub.id,
@@ -59,8 +62,13 @@ pub(super) fn fetch(
             now,
         );
         for out in plan {
-            match hand_out(conn, sub.id, out, &mut budget, now)? {
+            let offset = out.offset;
+            let first_write = fresh.contains(offset);
+            match hand_out(conn, sub.id, out, first_write, &mut budget, now)? {
                 HandedOut::Message(h, was_released) => {
+                    if first_write {
+                        fresh.written(offset);
+                    }
                     released |= was_released;
                     handed.push(*h);
                 }
@@ -73,7 +81,85 @@ pub(super) fn fetch(
             None => break,
         }
     }
+    fresh.store_untaken(conn, sub.id)?;
     Ok((handed, lapsed > 0 || released))
+}
+
+/// Messages this fetch matched for a subscription without ordering, whose leases are not
+/// written yet: each is written once, as handed out or — if this fetch does not take it — as
+/// waiting when the fetch ends, instead of being written waiting and at once rewritten as
+/// handed out. Their offsets are beyond every lease row of the subscription (the cursor only
+/// moves forward), so they follow its waiting rows in offset order.
+#[derive(Default)]
+struct Fresh {
+    /// In offset order.
+    matched: Vec<FreshMessage>,
+}
+
+struct FreshMessage {
+    offset: i64,
+    received_at: DateTime<Utc>,
+    /// Handed out by this fetch, its lease row inserted.
+    written: bool,
+}
+
+impl Fresh {
+    /// Completes a `page` of stored candidates beyond `after` with fresh ones, when the
+    /// stored ones ran out before the page was full.
+    fn extend_page(
+        &self,
+        candidates: &mut Vec<Candidate>,
+        groups: &mut Vec<Option<String>>,
+        after: i64,
+        page: i64,
+    ) {
+        let room = usize::try_from(page)
+            .unwrap_or(0)
+            .saturating_sub(candidates.len());
+        let beyond = self
+            .matched
+            .iter()
+            .filter(|m| !m.written && m.offset > after)
+            .take(room);
+        for m in beyond {
+            candidates.push(Candidate {
+                offset: m.offset,
+                lease: Lease::new(m.received_at),
+                affinity: None,
+                group_busy: false,
+            });
+            groups.push(None);
+        }
+    }
+
+    fn position(&self, offset: i64) -> Option<usize> {
+        self.matched
+            .binary_search_by_key(&offset, |m| m.offset)
+            .ok()
+    }
+
+    /// Whether `offset` is a fresh message whose lease row is still to be inserted.
+    fn contains(&self, offset: i64) -> bool {
+        self.position(offset)
+            .and_then(|i| self.matched.get(i))
+            .is_some_and(|m| !m.written)
+    }
+
+    /// `offset` was handed out and its lease row inserted.
+    fn written(&mut self, offset: i64) {
+        if let Some(m) = self.position(offset).and_then(|i| self.matched.get_mut(i)) {
+            m.written = true;
+        }
+    }
+
+    /// Writes the leases of the fresh messages the fetch did not hand out, as waiting.
+    fn store_untaken(self, conn: &Connection, subscription: i64) -> Result<(), StoreError> {
+        for m in self.matched.into_iter().filter(|m| !m.written) {
+            let lease = Lease::new(m.received_at);
+            rows::insert_lease(conn, subscription, m.offset, None, &lease, m.received_at)?;
+        }
+        Ok(())
+    }
 }
 
 /// One page of waiting messages due by `now` beyond `after`, in offset order, with their
@@ -136,12 +222,14 @@ enum HandedOut {
     OverBudget,
 }
 
-/// Writes one hand-out of the plan (its lease, and the group it binds to the member) if the
-/// fetch's `budget` admits its message.
+/// Writes one hand-out of the plan (its lease — inserted when `first_write`, a fresh
+/// message's — and the group it binds to the member) if the fetch's `budget` admits its
+/// message.
 fn hand_out(
     conn: &Connection,
     subscription: i64,
     out: HandOut,
+    first_write: bool,
     budget: &mut Budget,
     now: DateTime<Utc>,
 ) -> Result<HandedOut, StoreError> {
@@ -157,7 +245,11 @@ fn hand_out(
     if !budget.admit(message.payload.len()) {
         return Ok(HandedOut::OverBudget);
     }
-    rows::save_leases(conn, subscription, &[(offset, &out.lease)], now)?;
+    if first_write {
+        rows::insert_lease(conn, subscription, offset, None, &out.lease, now)?;
+    } else {
+        rows::save_leases(conn, subscription, &[(offset, &out.lease)], now)?;
+    }
     if let Some(group) = &out.binds_group {
         conn.prepare_cached(
             "INSERT INTO group_affinity (subscription_id, group_key, consumer) \
@@ -173,9 +265,10 @@ fn hand_out(
     Ok(HandedOut::Message(Box::new(handed), out.released))
 }
 
-/// Matches inbox messages beyond the subscription's cursor against its filter and gives each
-/// match a lease (and, ordering = group, its group a head), then moves the cursor past them.
-fn match_new_messages(conn: &Connection, sub: &Subscription) -> Result<(), StoreError> {
+/// Matches inbox messages beyond the subscription's cursor against its filter, then moves the
+/// cursor past them. ordering = group: each match gets its lease row (and its group a head)
+/// here; otherwise the matches are answered `Fresh`, their rows written by the fetch.
+fn match_new_messages(conn: &Connection, sub: &Subscription) -> Result<Fresh, StoreError> {
     let filter = Filter::parse(&sub.filter)
         .map_err(|e| StoreError::Corrupt(format!("subscription {} filter: {e}", sub.id)))?;
     let grouped = sub.rules.ordering == Ordering::Group;
@@ -193,24 +286,25 @@ fn match_new_messages(conn: &Connection, sub: &Subscription) -> Result<(), Store
         })?
         .collect::<rusqlite::Result<_>>()?;
     let Some(last) = rows.last().map(|r| r.0) else {
-        return Ok(());
+        return Ok(Fresh::default());
     };
     let mut matched = Vec::new();
+    let mut fresh = Fresh::default();
     for (offset, topic, group_key, received_at) in &rows {
-        if filter.matches(topic) {
-            let group = grouped.then_some(group_key.as_str());
-            let lease = Lease::new(from_millis(*received_at));
-            rows::insert_lease(
-                conn,
-                sub.id,
-                *offset,
-                group,
-                &lease,
-                from_millis(*received_at),
-            )?;
-            if let Some(group) = group {
-                matched.push((*offset, group));
-            }
+        if !filter.matches(topic) {
+            continue;
+        }
+        let received_at = from_millis(*received_at);
+        if grouped {
+            let lease = Lease::new(received_at);
+            rows::insert_lease(conn, sub.id, *offset, Some(group_key), &lease, received_at)?;
+            matched.push((*offset, group_key.as_str()));
+        } else {
+            fresh.matched.push(FreshMessage {
+                offset: *offset,
+                received_at,
+                written: false,
+            });
         }
     }
     // A group with nothing pending gets its first new message as head.
@@ -220,5 +314,5 @@ fn match_new_messages(conn: &Connection, sub: &Subscription) -> Result<(), Store
     }
     conn.prepare_cached("UPDATE subscriptions SET cursor = ?2 WHERE id = ?1")?
         .execute(params![sub.id, last])?;
-    Ok(())
+    Ok(fresh)
 }

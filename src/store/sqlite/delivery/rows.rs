@@ -225,15 +225,18 @@ fn release_consumed(
     };
     let mut freed = UsageChanges::default();
     for offset in settled.filter(|o| *o <= min_cursor) {
-        let gone: Option<(String, i64)> = conn
+        let done: Option<(String, i64)> = conn
             .prepare_cached(
-                "UPDATE inbox SET consumed = 1 WHERE offset = ?1 AND consumed = 0 \
+                "SELECT source, size FROM inbox WHERE offset = ?1 \
+                 AND NOT EXISTS (SELECT 1 FROM inbox_consumed c WHERE c.offset = ?1) \
                  AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.offset = ?1 \
-                 AND d.state <> 'done') RETURNING source, size",
+                 AND d.state <> 'done')",
             )?
             .query_row([offset], |r| Ok((r.get(0)?, r.get(1)?)))
             .optional()?;
-        if let Some((source, size)) = gone {
+        if let Some((source, size)) = done {
+            conn.prepare_cached("INSERT INTO inbox_consumed (offset) VALUES (?1)")?
+                .execute([offset])?;
             freed.freed(&source, u64::try_from(size).unwrap_or(0));
         }
     }

@@ -279,15 +279,16 @@ fn purge_inbox(
                 now,
                 retention,
             ) {
-                // A consumed message's bytes were freed when it was consumed.
                 let gone: Option<(String, i64)> = conn
-                    .prepare_cached(
-                        "DELETE FROM inbox WHERE offset = ?1 \
-                         RETURNING source, CASE consumed WHEN 0 THEN size ELSE 0 END",
-                    )?
+                    .prepare_cached("DELETE FROM inbox WHERE offset = ?1 RETURNING source, size")?
                     .query_row([offset], |r| Ok((r.get(0)?, r.get(1)?)))
                     .optional()?;
-                if let Some((source, size)) = gone {
+                let consumed = conn
+                    .prepare_cached("DELETE FROM inbox_consumed WHERE offset = ?1")?
+                    .execute([offset])?
+                    == 1;
+                // A consumed message's bytes were freed when it was consumed.
+                if let (Some((source, size)), false) = (gone, consumed) {
                     freed.freed(&source, u64::try_from(size).unwrap_or(0));
                 }
                 conn.prepare_cached("DELETE FROM deliveries WHERE offset = ?1")?
