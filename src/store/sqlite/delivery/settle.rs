@@ -29,6 +29,35 @@ fn lease_at(conn: &Connection, sub_id: i64, offset: i64) -> Result<Option<LeaseR
         .optional()?)
 }
 
+/// The lease rows the `settlements` name, read with one statement per subscription rather
+/// than one per receipt: a consumer settles its fetch's batch at once.
+fn named_leases(
+    conn: &Connection,
+    settlements: &[Settlement],
+) -> Result<HashMap<(i64, i64), LeaseRow>, StoreError> {
+    let mut offsets: HashMap<i64, Vec<i64>> = HashMap::new();
+    for (receipt, ..) in settlements {
+        if let Ok(sub_id) = receipt.subscription.parse::<i64>() {
+            offsets.entry(sub_id).or_default().push(receipt.offset);
+        }
+    }
+    // Driven by the offsets named, one key lookup each: `offset IN (…)` lets the planner walk
+    // every lease of the subscription instead (it cannot tell how few the list holds).
+    let mut read = conn.prepare_cached(
+        "SELECT d.offset, d.state, d.attempt, d.failures, d.consumer, d.due, d.avoid,          d.reason, d.group_key FROM json_each(?2) AS j CROSS JOIN deliveries AS d          WHERE d.subscription_id = ?1 AND d.offset = j.value",
+    )?;
+    let mut found = HashMap::new();
+    for (sub_id, offsets) in offsets {
+        let offsets = serde_json::Value::from(offsets).to_string();
+        let rows = read.query_map(params![sub_id, offsets], |r| LeaseRow::read(r, 0))?;
+        for row in rows {
+            let row = row?;
+            found.insert((sub_id, row.offset), row);
+        }
+    }
+    Ok(found)
+}
+
 /// The body of `settle_many`: settlements apply in order (the same receipt twice counts
 /// once); each answers alone; with whether others may now take something.
 pub(super) fn settle_many(
@@ -37,6 +66,7 @@ pub(super) fn settle_many(
     now: DateTime<Utc>,
 ) -> Result<(Vec<Result<(), DeliveryError>>, bool), StoreError> {
     let mut subs: HashMap<i64, Option<Subscription>> = HashMap::new();
+    let mut named = named_leases(conn, settlements)?;
     let mut leases: HashMap<(i64, i64), Lease> = HashMap::new();
     let mut changed: Vec<(i64, i64)> = Vec::new();
     let mut results = Vec::with_capacity(settlements.len());
@@ -57,7 +87,7 @@ pub(super) fn settle_many(
         let key = (sub_id, receipt.offset);
         let lease = match leases.entry(key) {
             Entry::Occupied(known) => known.into_mut(),
-            Entry::Vacant(slot) => match lease_at(conn, sub_id, receipt.offset)? {
+            Entry::Vacant(slot) => match named.remove(&key) {
                 Some(row) => slot.insert(row.lease()?),
                 None => {
                     results.push(Err(not_found()));
