@@ -276,11 +276,8 @@ fn init_logging(
     let mut layers: Vec<Box<dyn tracing_subscriber::Layer<Filtered> + Send + Sync>> = Vec::new();
     let lines = tracing_subscriber::fmt::layer().with_writer(log_writer);
     match format {
-        LogFormat::Text => layers.push(
-            lines
-                .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-                .boxed(),
-        ),
+        // Plain text, on a terminal too: no colours (see Cargo.toml).
+        LogFormat::Text => layers.push(lines.with_ansi(false).boxed()),
         // One object per line; the fields of the spans a line happened in (`request_id`)
         // are in its `span` and `spans`.
         LogFormat::Json => layers.push(lines.json().with_ansi(false).boxed()),

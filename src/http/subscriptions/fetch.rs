@@ -125,11 +125,83 @@ struct HandedSchema {
 }
 
 /// One handed-out message: the message, and what settling it takes.
-#[derive(Serialize)]
+/// Serialized by hand: the message's fields, then the hand-out's, in one object.
 struct HandedView<'a> {
-    #[serde(flatten)]
     message: MessageView<'a>,
     receipt: String,
     attempt: u32,
     deadline: Option<String>,
+}
+
+impl Serialize for HandedView<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct as _;
+        let mut s = serializer.serialize_struct("HandedView", MessageView::FIELDS + 3)?;
+        self.message.serialize_fields(&mut s)?;
+        s.serialize_field("receipt", &self.receipt)?;
+        s.serialize_field("attempt", &self.attempt)?;
+        s.serialize_field("deadline", &self.deadline)?;
+        s.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::{TimeZone, Utc};
+    use serde_json::json;
+
+    use super::*;
+    use crate::store::InboxEntry;
+
+    fn entry(namespaces: &str) -> InboxEntry {
+        let at = Utc
+            .with_ymd_and_hms(2026, 12, 6, 10, 0, 0)
+            .single()
+            .expect("a time");
+        InboxEntry {
+            offset: 7,
+            partner: "acme".into(),
+            channel: "orders".into(),
+            topic: "orders/PO".into(),
+            group_id: "mid:1@acme".into(),
+            number: Some(3),
+            payload: "<PO a=\"1\"/>".into(),
+            namespaces: namespaces.into(),
+            received_at: at,
+            expiry: at + chrono::Duration::hours(1),
+        }
+    }
+
+    #[test]
+    fn a_handed_message_is_one_flat_object_with_its_receipt() {
+        let e = entry(r#"[["p","urn:po"]]"#);
+        let handed = HandedView {
+            message: MessageView::of(&e),
+            receipt: "r".into(),
+            attempt: 2,
+            deadline: None,
+        };
+        let written = serde_json::to_value(&handed).expect("serialized");
+        assert_eq!(
+            written,
+            json!({
+                "offset": 7, "partner": "acme", "channel": "orders", "topic": "orders/PO",
+                "group_id": "mid:1@acme", "number": 3, "payload": "<PO a=\"1\"/>",
+                "namespaces": [["p", "urn:po"]], "received_at": "2026-12-06T10:00:00Z",
+                "expiry": "2026-12-06T11:00:00Z", "receipt": "r", "attempt": 2,
+                "deadline": null
+            })
+        );
+        assert_eq!(
+            serde_json::to_value(MessageView::of(&e)).expect("serialized")["namespaces"],
+            json!([["p", "urn:po"]])
+        );
+    }
+
+    #[test]
+    fn namespaces_that_are_not_json_are_null() {
+        let e = entry("not json");
+        let written = serde_json::to_value(MessageView::of(&e)).expect("serialized");
+        assert_eq!(written["namespaces"], serde_json::Value::Null);
+    }
 }
