@@ -174,6 +174,17 @@ pub struct SweepReport {
     pub discarded: usize,
 }
 
+/// A stored payload as text: the UTF-8 the request carried (SQLite keeps big payloads as
+/// BLOBs, small ones as TEXT; PostgreSQL as bytea). Checked by `from_utf8`, which runs a word
+/// at a time over ASCII, where `from_utf8_lossy` decodes byte by byte even when nothing is
+/// lost.
+pub(in crate::store) fn payload_text(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => text.to_owned(),
+        Err(_) => String::from_utf8_lossy(bytes).into_owned(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Payload;

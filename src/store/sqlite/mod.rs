@@ -143,16 +143,10 @@ macro_rules! select_inbox {
 }
 pub(in crate::store) use select_inbox;
 
-/// A stored payload as text: big payloads are BLOBs (incremental blob I/O), small ones TEXT;
-/// both hold the UTF-8 the request carried.
-pub(in crate::store) fn payload_text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
 /// An inbox row read with `select_inbox!`.
 pub(in crate::store) fn inbox_from_row(r: &sqlx::sqlite::SqliteRow) -> InboxEntry {
     InboxEntry {
-        payload: payload_text(r.get::<&[u8], _>(5)),
+        payload: crate::store::received::payload_text(r.get::<&[u8], _>(5)),
         ..inbox_from_row_without_payload(r)
     }
 }

@@ -38,7 +38,7 @@ pub(in crate::store) const SELECT_INBOX: &str = "SELECT \"offset\", channel, top
 /// An inbox row read with `SELECT_INBOX`.
 pub(in crate::store) fn inbox_entry(r: &PgRow) -> Result<InboxEntry, sqlx::Error> {
     Ok(InboxEntry {
-        payload: String::from_utf8_lossy(r.try_get::<&[u8], _>(5)?).into_owned(),
+        payload: crate::store::received::payload_text(r.try_get::<&[u8], _>(5)?),
         ..inbox_entry_without_payload(r)?
     })
 }

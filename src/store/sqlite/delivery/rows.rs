@@ -10,9 +10,10 @@ use rusqlite::{Connection, OptionalExtension, Row, params};
 use crate::delivery::group;
 use crate::delivery::lease::{Lease, State};
 use crate::store::delivery::{Session, Subscription};
+use crate::store::received::payload_text;
 use crate::store::source_usage::UsageChanges;
 use crate::store::sqlite::batch::write_usage;
-use crate::store::sqlite::{payload_text, select_inbox};
+use crate::store::sqlite::select_inbox;
 use crate::store::time::{from_millis, millis};
 use crate::store::{InboxEntry, StoreError};
 
