@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, params};
 
-use super::rows::{self, LEASE_COLUMNS, LeaseRow};
+use super::rows::{self, LEASE_COLUMNS, LeaseRow, lease_columns};
 use super::sessions;
 use crate::delivery::fetch::{self, Budget, HandOut, Take};
 use crate::delivery::filter::Filter;
@@ -173,8 +173,10 @@ fn candidates(
     page: i64,
 ) -> Result<(Vec<Candidate>, Vec<Option<String>>), StoreError> {
     let sql = if sub.rules.ordering == Ordering::Group {
-        "SELECT d.offset, d.state, d.attempt, d.failures, d.consumer, d.due, d.avoid, d.reason, \
-         d.group_key, a.consumer, EXISTS (SELECT 1 FROM deliveries e \
+        concat!(
+            "SELECT ",
+            lease_columns!("d."),
+            ", a.consumer, EXISTS (SELECT 1 FROM deliveries e \
            WHERE e.subscription_id = ?1 AND e.group_key = h.group_key AND e.state = 'acquired') \
          FROM group_heads h \
          JOIN deliveries d ON d.subscription_id = h.subscription_id AND d.offset = h.head \
@@ -182,11 +184,15 @@ fn candidates(
          ON a.subscription_id = h.subscription_id AND a.group_key = h.group_key \
          WHERE h.subscription_id = ?1 AND h.head > ?4 AND d.state = 'available' AND d.due <= ?2 \
          ORDER BY h.head LIMIT ?3"
+        )
     } else {
-        "SELECT d.offset, d.state, d.attempt, d.failures, d.consumer, d.due, d.avoid, d.reason, \
-         d.group_key, NULL, 0 FROM deliveries d \
-         WHERE d.subscription_id = ?1 AND d.state = 'available' AND d.due <= ?2 \
-         AND d.offset > ?4 ORDER BY d.offset LIMIT ?3"
+        concat!(
+            "SELECT ",
+            lease_columns!("d."),
+            ", NULL, 0 FROM deliveries d \
+             WHERE d.subscription_id = ?1 AND d.state = 'available' AND d.due <= ?2 \
+             AND d.offset > ?4 ORDER BY d.offset LIMIT ?3"
+        )
     };
     let rows: Vec<(LeaseRow, Option<String>, bool)> = conn
         .prepare_cached(sql)?

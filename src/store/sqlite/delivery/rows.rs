@@ -17,12 +17,41 @@ use crate::store::sqlite::select_inbox;
 use crate::store::time::{from_millis, millis};
 use crate::store::{InboxEntry, StoreError};
 
+/// The columns `LeaseRow::read` takes, each after `$table` (`""`, or an alias and a dot for
+/// queries that join other tables).
+macro_rules! lease_columns {
+    ($table:literal) => {
+        concat!(
+            $table,
+            "offset, ",
+            $table,
+            "state, ",
+            $table,
+            "attempt, ",
+            $table,
+            "failures, ",
+            $table,
+            "consumer, ",
+            $table,
+            "due, ",
+            $table,
+            "avoid, ",
+            $table,
+            "reason, ",
+            $table,
+            "group_key"
+        )
+    };
+}
+pub(super) use lease_columns;
+
 /// `SELECT` of lease rows followed by `$rest`; `LeaseRow::read(row, 0)` reads them.
 macro_rules! select_lease {
     ($rest:literal) => {
         concat!(
-            "SELECT offset, state, attempt, failures, consumer, due, avoid, reason, group_key \
-             FROM deliveries ",
+            "SELECT ",
+            crate::store::sqlite::delivery::rows::lease_columns!(""),
+            " FROM deliveries ",
             $rest
         )
     };

@@ -7,7 +7,7 @@ use std::collections::hash_map::Entry;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::rows::{self, LeaseRow, select_lease};
+use super::rows::{self, LeaseRow, lease_columns, select_lease};
 use crate::delivery::group;
 use crate::delivery::lease::Lease;
 use crate::delivery::receipt::Receipt;
@@ -43,9 +43,12 @@ fn named_leases(
     }
     // Driven by the offsets named, one key lookup each: `offset IN (…)` lets the planner walk
     // every lease of the subscription instead (it cannot tell how few the list holds).
-    let mut read = conn.prepare_cached(
-        "SELECT d.offset, d.state, d.attempt, d.failures, d.consumer, d.due, d.avoid,          d.reason, d.group_key FROM json_each(?2) AS j CROSS JOIN deliveries AS d          WHERE d.subscription_id = ?1 AND d.offset = j.value",
-    )?;
+    let mut read = conn.prepare_cached(concat!(
+        "SELECT ",
+        lease_columns!("d."),
+        " FROM json_each(?2) AS j CROSS JOIN deliveries AS d \
+         WHERE d.subscription_id = ?1 AND d.offset = j.value"
+    ))?;
     let mut found = HashMap::new();
     for (sub_id, offsets) in offsets {
         let offsets = serde_json::Value::from(offsets).to_string();
