@@ -157,12 +157,31 @@ pub fn source_of(peer: Option<SocketAddr>) -> String {
     };
     // An IPv4 address written as IPv6 (`::ffff:192.0.2.7`) is that IPv4 address.
     match addr.ip().to_canonical() {
-        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V4(v4) => dotted_quad(v4),
         IpAddr::V6(v6) => {
             let s = v6.segments();
             format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
         }
     }
+}
+
+/// `a.b.c.d`, as `Ipv4Addr`'s `Display` writes it, without `core::fmt` (which buffers the
+/// address to pad it): every anonymous request names its source, some twice.
+fn dotted_quad(v4: std::net::Ipv4Addr) -> String {
+    let mut text = String::with_capacity(15);
+    for (i, octet) in v4.octets().into_iter().enumerate() {
+        if i > 0 {
+            text.push('.');
+        }
+        if octet >= 100 {
+            text.push(char::from(b'0' + octet / 100));
+        }
+        if octet >= 10 {
+            text.push(char::from(b'0' + octet / 10 % 10));
+        }
+        text.push(char::from(b'0' + octet % 10));
+    }
+    text
 }
 
 /// The agreement a channel holds `caller` to, or `None` for a channel that does not exist:
@@ -210,6 +229,19 @@ mod tests {
         );
         assert_eq!(of("[::ffff:192.0.2.7]:80"), "192.0.2.7");
         assert_eq!(source_of(None), "");
+    }
+
+    #[test]
+    fn an_ipv4_source_is_written_as_display_writes_it() {
+        for octets in [
+            [0, 0, 0, 0],
+            [255, 255, 255, 255],
+            [9, 10, 99, 100],
+            [127, 0, 0, 1],
+        ] {
+            let v4 = std::net::Ipv4Addr::from(octets);
+            assert_eq!(dotted_quad(v4), v4.to_string());
+        }
     }
 
     #[test]

@@ -281,13 +281,14 @@ fn match_new_messages(conn: &Connection, sub: &Subscription) -> Result<Fresh, St
     let cursor: i64 = conn
         .prepare_cached("SELECT cursor FROM subscriptions WHERE id = ?1")?
         .query_row([sub.id], |r| r.get(0))?;
-    // The ordering group is the sender's: (partner, group id), as one opaque key.
-    let rows: Vec<(i64, String, String, i64)> = conn
+    // The ordering group is the sender's: (partner, group id), as one opaque key — built only
+    // for a subscription that orders by it.
+    let rows: Vec<(i64, String, Option<String>, i64)> = conn
         .prepare_cached(
-            "SELECT offset, topic, json_array(partner, group_id), received_at FROM inbox \
-             WHERE offset > ?1 ORDER BY offset LIMIT ?2",
+            "SELECT offset, topic, CASE WHEN ?3 THEN json_array(partner, group_id) END, \
+             received_at FROM inbox WHERE offset > ?1 ORDER BY offset LIMIT ?2",
         )?
-        .query_map(params![cursor, MATCH_BATCH], |r| {
+        .query_map(params![cursor, MATCH_BATCH, grouped], |r| {
             Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
         })?
         .collect::<rusqlite::Result<_>>()?;
@@ -301,7 +302,7 @@ fn match_new_messages(conn: &Connection, sub: &Subscription) -> Result<Fresh, St
             continue;
         }
         let received_at = from_millis(*received_at);
-        if grouped {
+        if let Some(group_key) = group_key {
             let lease = Lease::new(received_at);
             rows::insert_lease(conn, sub.id, *offset, Some(group_key), &lease, received_at)?;
             matched.push((*offset, group_key.as_str()));
