@@ -10,8 +10,10 @@
 //! group id, message id or URL. Callers and destinations without a partner are `anonymous`
 //! (`ANONYMOUS`: the one name of "no partner" everywhere, the console and CLI included).
 
-use std::collections::BTreeMap;
-use std::sync::{Mutex, OnceLock};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::sync::{LazyLock, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -152,18 +154,66 @@ fn describe() {
     );
 }
 
+/// The handles of one metric by the values of its labels, kept once registered. Registering
+/// (`metrics::counter!` and the like) builds the key, copies it with every label value and
+/// looks it up in the recorder's registry on every call: about ten allocations for each
+/// message received, fetched or settled. A kept handle costs one lookup and, once its label
+/// set was seen, no allocation. Label sets are as bounded as the metrics' own.
+struct Kept<H> {
+    handles: LazyLock<RwLock<HashMap<String, H>>>,
+}
+
+thread_local! {
+    /// The lookup key being built, reused: the label values, each after its length.
+    static KEY: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+impl<H: Clone> Kept<H> {
+    const fn new() -> Kept<H> {
+        Kept {
+            handles: LazyLock::new(|| RwLock::new(HashMap::new())),
+        }
+    }
+
+    /// The handle of the series `labels` name, registered by `register` the first time.
+    fn get(&self, labels: &[&str], register: impl FnOnce() -> H) -> H {
+        KEY.with_borrow_mut(|key| {
+            key.clear();
+            for value in labels {
+                // The length first: no two label sets spell the same key. (Writing to a
+                // `String` cannot fail.)
+                let _ = write!(key, "{}:", value.len());
+                key.push_str(value);
+            }
+            let known = self.handles.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(handle) = known.get(key.as_str()) {
+                return handle.clone();
+            }
+            drop(known);
+            // Our recorder first, so that no handle of the no-op one is kept.
+            let _ = handle();
+            let mut handles = self.handles.write().unwrap_or_else(|e| e.into_inner());
+            handles.entry(key.clone()).or_insert_with(register).clone()
+        })
+    }
+}
+
 /// The label value of a partner: its configured name, or `anonymous`.
-pub fn partner(name: Option<&str>) -> String {
+pub fn partner(name: Option<&str>) -> &str {
     match name {
-        Some(n) if !n.is_empty() => n.to_owned(),
-        _ => ANONYMOUS.to_owned(),
+        Some(n) if !n.is_empty() => n,
+        _ => ANONYMOUS,
     }
 }
 
 /// One received message or poll at `/wsr/{channel}` (`verdict`: `delivered`, `buffered`,
 /// `duplicate`, `fault`, `poll`, `not_stored`), and its fault code if it got one.
 pub fn received(channel: &str, partner: &str, verdict: &'static str, fault: Option<&'static str>) {
-    metrics::counter!(RECEIVED, "channel" => channel.to_owned(), "partner" => partner.to_owned(), "verdict" => verdict).increment(1);
+    static KEPT: Kept<metrics::Counter> = Kept::new();
+    KEPT.get(&[channel, partner, verdict], || {
+        metrics::counter!(RECEIVED, "channel" => channel.to_owned(), "partner" => partner.to_owned(), "verdict" => verdict)
+    })
+    .increment(1);
     if let Some(code) = fault {
         metrics::counter!(FAULTS, "channel" => channel.to_owned(), "partner" => partner.to_owned(), "code" => code).increment(1);
         let mut answered = FAULTS_ANSWERED.lock().unwrap_or_else(|e| e.into_inner());
@@ -214,7 +264,7 @@ pub fn held_back(
     quota: &'static str,
     at: DateTime<Utc>,
 ) -> bool {
-    metrics::counter!(HELD_BACK, "channel" => channel.to_owned(), "partner" => self::partner(Some(partner)), "quota" => quota).increment(1);
+    metrics::counter!(HELD_BACK, "channel" => channel.to_owned(), "partner" => self::partner(Some(partner)).to_owned(), "quota" => quota).increment(1);
     let mut held = HELD_BACK_SOURCES.lock().unwrap_or_else(|e| e.into_inner());
     if held.len() >= MAX_HELD_BACK_SOURCES && !held.contains_key(source) {
         let oldest = held
@@ -229,7 +279,7 @@ pub fn held_back(
         .entry(source.to_owned())
         .or_insert_with(|| HeldBackSource {
             source: source.to_owned(),
-            partner: self::partner(Some(partner)),
+            partner: self::partner(Some(partner)).to_owned(),
             channel: channel.to_owned(),
             quota,
             count: 0,
@@ -338,12 +388,18 @@ pub fn held_back_sources() -> Vec<HeldBackSource> {
 /// `n` acks sent by `pattern` (`response`, `callback`, `poll`).
 pub fn acks_sent(pattern: &'static str, n: u64) {
     if n > 0 {
-        metrics::counter!(ACKS_SENT, "pattern" => pattern).increment(n);
+        static KEPT: Kept<metrics::Counter> = Kept::new();
+        KEPT.get(
+            &[pattern],
+            || metrics::counter!(ACKS_SENT, "pattern" => pattern),
+        )
+        .increment(n);
     }
 }
 
 pub fn callback_failed(partner: &str) {
-    metrics::counter!(CALLBACK_FAILURES, "partner" => self::partner(Some(partner))).increment(1);
+    metrics::counter!(CALLBACK_FAILURES, "partner" => self::partner(Some(partner)).to_owned())
+        .increment(1);
 }
 
 /// The label value of the partner an outbound message goes to: `url` for a URL destination.
@@ -380,13 +436,20 @@ pub fn outbound_in_doubt(n: usize) {
 /// `n` messages handed out (`mode`: `pull` or `push`).
 pub fn delivered(mode: &'static str, n: usize) {
     if n > 0 {
-        metrics::counter!(DELIVERIES, "mode" => mode).increment(n as u64);
+        static KEPT: Kept<metrics::Counter> = Kept::new();
+        KEPT.get(&[mode], || metrics::counter!(DELIVERIES, "mode" => mode))
+            .increment(n as u64);
     }
 }
 
 /// A delivery settled (`outcome`: accepted, rejected, released, modified, or `default`).
 pub fn settled(mode: &'static str, outcome: &'static str) {
-    metrics::counter!(SETTLES, "mode" => mode, "outcome" => outcome).increment(1);
+    static KEPT: Kept<metrics::Counter> = Kept::new();
+    KEPT.get(
+        &[mode, outcome],
+        || metrics::counter!(SETTLES, "mode" => mode, "outcome" => outcome),
+    )
+    .increment(1);
 }
 
 /// A request (or a TLS connection) the listener refused: its class full, or its source's share
@@ -409,12 +472,24 @@ pub fn backend_call(channel: &str, outcome: &'static str, took: Duration) {
 
 /// One group-commit batch of `jobs` that took `took` (`backend`: `sqlite` or `postgres`).
 pub fn writer_batch(backend: &'static str, jobs: usize, took: Duration) {
-    metrics::histogram!(WRITER_BATCH_SIZE, "backend" => backend).record(jobs as f64);
-    metrics::histogram!(WRITER_COMMIT_SECONDS, "backend" => backend).record(took.as_secs_f64());
+    static SIZES: Kept<metrics::Histogram> = Kept::new();
+    static COMMITS: Kept<metrics::Histogram> = Kept::new();
+    SIZES
+        .get(
+            &[backend],
+            || metrics::histogram!(WRITER_BATCH_SIZE, "backend" => backend),
+        )
+        .record(jobs as f64);
+    COMMITS
+        .get(
+            &[backend],
+            || metrics::histogram!(WRITER_COMMIT_SECONDS, "backend" => backend),
+        )
+        .record(took.as_secs_f64());
 }
 
 /// One HTTP request: `route` is the router's pattern (`/wsr/{channel}`), never the path.
-pub fn http_request(route: String, method: &'static str, status: u16, took: Duration) {
+pub fn http_request(route: &str, method: &'static str, status: u16, took: Duration) {
     let class = match status {
         100..=199 => "1xx",
         200..=299 => "2xx",
@@ -422,8 +497,11 @@ pub fn http_request(route: String, method: &'static str, status: u16, took: Dura
         400..=499 => "4xx",
         _ => "5xx",
     };
-    metrics::histogram!(HTTP_SECONDS, "route" => route, "method" => method, "status" => class)
-        .record(took.as_secs_f64());
+    static KEPT: Kept<metrics::Histogram> = Kept::new();
+    KEPT.get(&[route, method, class], || {
+        metrics::histogram!(HTTP_SECONDS, "route" => route.to_owned(), "method" => method, "status" => class)
+    })
+    .record(took.as_secs_f64());
 }
 
 #[cfg(test)]
@@ -435,6 +513,29 @@ mod tests {
         assert_eq!(partner(None), ANONYMOUS);
         assert_eq!(partner(Some("")), ANONYMOUS);
         assert_eq!(partner(Some("acme")), "acme");
+    }
+
+    #[test]
+    fn kept_handles_count_each_label_set_apart() {
+        let rendered = || handle().expect("our recorder").render();
+        let series = |channel: &str, partner: &str| {
+            format!(
+                "{RECEIVED}{{channel=\"{channel}\",partner=\"{partner}\",verdict=\"delivered\"}}"
+            )
+        };
+        // Spelt one after the other, both label sets read "kept-unitxp".
+        received("kept-unitx", "p", "delivered", None);
+        received("kept-unitx", "p", "delivered", None);
+        received("kept-unit", "xp", "delivered", None);
+        let text = rendered();
+        assert!(
+            text.contains(&format!("{} 2", series("kept-unitx", "p"))),
+            "{text}"
+        );
+        assert!(
+            text.contains(&format!("{} 1", series("kept-unit", "xp"))),
+            "{text}"
+        );
     }
 
     #[test]

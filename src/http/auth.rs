@@ -113,7 +113,7 @@ pub async fn guard(
         // configured one (an unknown channel is a 404 before): a bounded label.
         crate::metrics::received(
             &channel,
-            &crate::metrics::partner(partner.as_deref()),
+            crate::metrics::partner(partner.as_deref()),
             verdict,
             note.fault.map(crate::wsr::FaultCode::local_name),
         );

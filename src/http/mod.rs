@@ -224,10 +224,11 @@ async fn require(
 /// layer clones the whole stack beneath it for each request.
 async fn framed(request: Request, next: Next) -> Response {
     let started = std::time::Instant::now();
+    // A shared pattern (cloning it copies no text).
     let route = request
         .extensions()
         .get::<axum::extract::MatchedPath>()
-        .map_or_else(|| "unmatched".to_owned(), |p| p.as_str().to_owned());
+        .cloned();
     let method = match *request.method() {
         axum::http::Method::GET => "GET",
         axum::http::Method::POST => "POST",
@@ -237,6 +238,7 @@ async fn framed(request: Request, next: Next) -> Response {
         _ => "other",
     };
     let response = request_id::within(request, next).await;
+    let route = route.as_ref().map_or("unmatched", |p| p.as_str());
     crate::metrics::http_request(route, method, response.status().as_u16(), started.elapsed());
     response
 }
