@@ -274,7 +274,9 @@ fn init_logging(
         tracing_subscriber::Registry,
     >;
     let mut layers: Vec<Box<dyn tracing_subscriber::Layer<Filtered> + Send + Sync>> = Vec::new();
-    let lines = tracing_subscriber::fmt::layer().with_writer(log_writer);
+    let lines = tracing_subscriber::fmt::layer()
+        .with_timer(wsr_gateway::log_time::LineTime)
+        .with_writer(log_writer);
     match format {
         // Plain text, on a terminal too: no colours (see Cargo.toml).
         LogFormat::Text => layers.push(lines.with_ansi(false).boxed()),
