@@ -3,14 +3,20 @@
 
 /// `bytes` as lowercase hex, two digits a byte.
 pub fn lower_hex(bytes: &[u8]) -> String {
+    let mut text = String::with_capacity(bytes.len() * 2);
+    push_lower_hex(&mut text, bytes);
+    text
+}
+
+/// Appends `bytes` as lowercase hex to `text`.
+pub fn push_lower_hex(text: &mut String, bytes: &[u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    // Bytes first, then one check that they are text: pushing each digit as a `char` encoded
-    // it as UTF-8 one at a time (three receipts' worth of hex for every message fetched).
-    let mut text = Vec::with_capacity(bytes.len() * 2);
+    text.reserve(bytes.len() * 2);
     for b in bytes {
-        text.extend_from_slice(&[DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 0x0f)]]);
+        // Both digits are ASCII: pushed as `char`s they take the one-byte path.
+        text.push(char::from(DIGITS[usize::from(b >> 4)]));
+        text.push(char::from(DIGITS[usize::from(b & 0x0f)]));
     }
-    String::from_utf8(text).expect("hex digits are ASCII")
 }
 
 /// The bytes `text` spells in hex (either case), if it is hex of at most `max_bytes` bytes.

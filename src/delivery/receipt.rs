@@ -6,7 +6,9 @@
 
 use aws_lc_rs::hmac;
 
-use crate::hex::lower_hex;
+use std::fmt::Write as _;
+
+use crate::hex::push_lower_hex;
 
 /// What a receipt names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,15 +39,18 @@ impl ReceiptKey {
 impl Receipt {
     /// The token handed to the consumer: `{offset}.{attempt}.{hex subscription}.{hex consumer}.{hex mac}`.
     pub fn sign(&self, key: &ReceiptKey) -> String {
-        let body = format!(
-            "{}.{}.{}.{}",
-            self.offset,
-            self.attempt,
-            lower_hex(self.subscription.as_bytes()),
-            lower_hex(self.consumer.as_bytes())
-        );
-        let tag = hmac::sign(&key.0, body.as_bytes());
-        format!("{body}.{}", lower_hex(tag.as_ref()))
+        // One string, written in place: a fetch signs a receipt for every message it hands
+        // out. (Writing to a `String` cannot fail.)
+        let hex_len = 2 * (self.subscription.len() + self.consumer.len() + 32);
+        let mut token = String::with_capacity(hex_len + 32);
+        let _ = write!(token, "{}.{}.", self.offset, self.attempt);
+        push_lower_hex(&mut token, self.subscription.as_bytes());
+        token.push('.');
+        push_lower_hex(&mut token, self.consumer.as_bytes());
+        let tag = hmac::sign(&key.0, token.as_bytes());
+        token.push('.');
+        push_lower_hex(&mut token, tag.as_ref());
+        token
     }
 
     /// Checks a token and returns what it names.

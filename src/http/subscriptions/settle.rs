@@ -319,7 +319,7 @@ fn paired(
 /// One settlement's answer: 200 settled, or the refusal with its status.
 fn one_answer(mut results: Vec<Result<Receipt, Refusal>>) -> Response {
     match results.pop() {
-        Some(Ok(receipt)) => Json(settled_json(&receipt)).into_response(),
+        Some(Ok(receipt)) => Json(Settled::of(&receipt)).into_response(),
         Some(Err((status, body))) => (status, Json(body)).into_response(),
         None => StatusCode::NO_CONTENT.into_response(),
     }
@@ -327,17 +327,30 @@ fn one_answer(mut results: Vec<Result<Receipt, Refusal>>) -> Response {
 
 /// A batch's answer: 200 with one result per settlement, a refusal carrying its status.
 fn batch_answer(results: Vec<Result<Receipt, Refusal>>) -> Response {
-    let results: Vec<Value> = results
+    /// One result as `BatchResult` describes it: a settlement serialized as it is (not built
+    /// as a `Value` map first: a batch answers one per message settled), a refusal as its
+    /// problem body with the status added.
+    #[derive(Serialize)]
+    #[serde(untagged)]
+    enum Written {
+        Settled(Settled),
+        Refused(Value),
+    }
+    #[derive(Serialize)]
+    struct Answer {
+        results: Vec<Written>,
+    }
+    let results = results
         .into_iter()
         .map(|r| match r {
-            Ok(receipt) => settled_json(&receipt),
+            Ok(receipt) => Written::Settled(Settled::of(&receipt)),
             Err((status, mut body)) => {
                 body["status"] = json!(status.as_u16());
-                body
+                Written::Refused(body)
             }
         })
         .collect();
-    Json(json!({ "results": results })).into_response()
+    Json(Answer { results }).into_response()
 }
 
 /// A settle's answer: one settlement's, or a batch's.
@@ -349,12 +362,14 @@ enum SettleAnswer {
     Batch(BatchAnswer),
 }
 
-fn settled_json(receipt: &Receipt) -> Value {
-    json!(Settled {
-        offset: receipt.offset,
-        attempt: receipt.attempt,
-        settled: true
-    })
+impl Settled {
+    fn of(receipt: &Receipt) -> Settled {
+        Settled {
+            offset: receipt.offset,
+            attempt: receipt.attempt,
+            settled: true,
+        }
+    }
 }
 
 #[derive(Deserialize, ToSchema)]
