@@ -4,9 +4,9 @@
 //! another consumer's. Whether the attempt is still the current one is the store's question;
 //! this module only says whether the token is genuine and what it names.
 
-use aws_lc_rs::hmac;
-
 use std::fmt::Write as _;
+
+use aws_lc_rs::hmac;
 
 use crate::hex::push_lower_hex;
 
