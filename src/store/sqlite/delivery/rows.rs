@@ -227,13 +227,22 @@ pub(super) fn save_leases(
             reason
         ])?;
     }
-    for (offset, lease) in leases {
-        if lease.finished() {
+    let mut finished = leases.iter().filter(|(_, l)| l.finished()).peekable();
+    // Only `ordering = group` keeps heads: asked once, not once per message finished.
+    if finished.peek().is_some() && has_group_heads(conn, subscription_id)? {
+        for (offset, _) in finished {
             advance_head(conn, subscription_id, *offset)?;
         }
     }
     let settled = leases.iter().filter(|(_, l)| l.state == State::Done);
     release_consumed(conn, settled.map(|(offset, _)| *offset))
+}
+
+/// Whether the subscription has any group head (only `ordering = group` has them).
+fn has_group_heads(conn: &Connection, subscription_id: i64) -> Result<bool, StoreError> {
+    Ok(conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM group_heads WHERE subscription_id = ?1)")?
+        .query_row([subscription_id], |r| r.get(0))?)
 }
 
 /// Of the messages just settled, those every subscription has now matched and settled are
@@ -253,22 +262,31 @@ fn release_consumed(
     let Some(min_cursor) = min_cursor else {
         return Ok(());
     };
+    let mut matched_by_all: Vec<i64> = settled.filter(|o| *o <= min_cursor).collect();
+    // Each once: a message is marked consumed once.
+    matched_by_all.sort_unstable();
+    matched_by_all.dedup();
+    if matched_by_all.is_empty() {
+        return Ok(());
+    }
+    // One statement for the whole batch, driven by its offsets (one key lookup each), rather
+    // than one per message settled.
+    let offsets = serde_json::Value::from(matched_by_all).to_string();
+    let consumed: Vec<(i64, String, i64)> = conn
+        .prepare_cached(
+            "SELECT i.offset, i.source, i.size FROM json_each(?1) AS j CROSS JOIN inbox AS i \
+             WHERE i.offset = j.value \
+             AND NOT EXISTS (SELECT 1 FROM inbox_consumed c WHERE c.offset = i.offset) \
+             AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.offset = i.offset \
+             AND d.state <> 'done')",
+        )?
+        .query_map([&offsets], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))?
+        .collect::<rusqlite::Result<_>>()?;
     let mut freed = UsageChanges::default();
-    for offset in settled.filter(|o| *o <= min_cursor) {
-        let done: Option<(String, i64)> = conn
-            .prepare_cached(
-                "SELECT source, size FROM inbox WHERE offset = ?1 \
-                 AND NOT EXISTS (SELECT 1 FROM inbox_consumed c WHERE c.offset = ?1) \
-                 AND NOT EXISTS (SELECT 1 FROM deliveries d WHERE d.offset = ?1 \
-                 AND d.state <> 'done')",
-            )?
-            .query_row([offset], |r| Ok((r.get(0)?, r.get(1)?)))
-            .optional()?;
-        if let Some((source, size)) = done {
-            conn.prepare_cached("INSERT INTO inbox_consumed (offset) VALUES (?1)")?
-                .execute([offset])?;
-            freed.freed(&source, u64::try_from(size).unwrap_or(0));
-        }
+    let mut mark = conn.prepare_cached("INSERT INTO inbox_consumed (offset) VALUES (?1)")?;
+    for (offset, source, size) in consumed {
+        mark.execute([offset])?;
+        freed.freed(&source, u64::try_from(size).unwrap_or(0));
     }
     write_usage(conn, &freed)
 }
