@@ -34,12 +34,8 @@ pub fn from_hex(text: &str, max_bytes: usize) -> Option<Vec<u8>> {
 
 /// The value of one hex digit.
 fn nibble(digit: u8) -> Option<u8> {
-    match digit {
-        b'0'..=b'9' => Some(digit - b'0'),
-        b'a'..=b'f' => Some(digit - b'a' + 10),
-        b'A'..=b'F' => Some(digit - b'A' + 10),
-        _ => None,
-    }
+    // At most 15 for radix 16.
+    char::from(digit).to_digit(16).map(|v| v as u8)
 }
 
 #[cfg(test)]

@@ -9,35 +9,40 @@ use std::fmt::{self, Write as _};
 use tracing_subscriber::fmt::format::Writer;
 use tracing_subscriber::fmt::time::FormatTime;
 
+use crate::wsr::datetime::push_decimal;
+
 /// The log lines' timer (`fmt::layer().with_timer(LineTime)`).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct LineTime;
 
 thread_local! {
-    /// The second last written on this thread, and its text up to the fraction.
+    /// The second last written on this thread, and its line time: the text up to the fraction
+    /// is kept for the second, the fraction written after it for each line.
     static SECOND: RefCell<(i64, String)> = const { RefCell::new((i64::MIN, String::new())) };
 }
+
+/// `.uuuuuuZ`: what each line adds to its second's text.
+const FRACTION_LEN: usize = 8;
 
 impl FormatTime for LineTime {
     fn format_time(&self, w: &mut Writer<'_>) -> fmt::Result {
         let now = chrono::Utc::now();
         let second = now.timestamp();
         // A leap second's microseconds run past a million; the line shows its last one.
-        let mut micros = now.timestamp_subsec_micros().min(999_999);
+        let micros = now.timestamp_subsec_micros().min(999_999);
         SECOND.with_borrow_mut(|(written, text)| {
-            if *written != second {
+            if *written == second {
+                text.truncate(text.len() - FRACTION_LEN);
+            } else {
                 text.clear();
                 write!(text, "{}", now.format("%Y-%m-%dT%H:%M:%S"))?;
                 *written = second;
             }
+            text.push('.');
+            push_decimal(text, micros, 6);
+            text.push('Z');
             w.write_str(text)
-        })?;
-        let mut fraction = *b".000000Z";
-        for digit in fraction[1..7].iter_mut().rev() {
-            *digit = b'0' + (micros % 10) as u8;
-            micros /= 10;
-        }
-        w.write_str(std::str::from_utf8(&fraction).map_err(|_| fmt::Error)?)
+        })
     }
 }
 

@@ -173,13 +173,7 @@ fn dotted_quad(v4: std::net::Ipv4Addr) -> String {
         if i > 0 {
             text.push('.');
         }
-        if octet >= 100 {
-            text.push(char::from(b'0' + octet / 100));
-        }
-        if octet >= 10 {
-            text.push(char::from(b'0' + octet / 10 % 10));
-        }
-        text.push(char::from(b'0' + octet % 10));
+        crate::wsr::datetime::push_decimal(&mut text, u32::from(octet), 1);
     }
     text
 }

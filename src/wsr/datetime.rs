@@ -165,7 +165,7 @@ pub fn format_date_time(t: &DateTime<Utc>, out: &mut String) {
     if year < 0 {
         out.push('-');
     }
-    push_padded(out, year.unsigned_abs(), 4);
+    push_decimal(out, year.unsigned_abs(), 4);
     let fields = [
         ('-', date.month()),
         ('-', date.day()),
@@ -175,14 +175,16 @@ pub fn format_date_time(t: &DateTime<Utc>, out: &mut String) {
     ];
     for (separator, value) in fields {
         out.push(separator);
-        push_padded(out, value, 2);
+        push_decimal(out, value, 2);
     }
     push_fraction(t.timestamp_subsec_nanos(), out);
     out.push('Z');
 }
 
-/// `value` in decimal, zero-padded to at least `width` digits (at most 10).
-fn push_padded(out: &mut String, value: u32, width: usize) {
+/// Appends `value` in decimal, zero-padded to at least `width` digits (at most 10), without
+/// `core::fmt`: the digit writer of the gateway's per-message text (xs:dateTime fields, log
+/// lines' time, IPv4 sources).
+pub fn push_decimal(out: &mut String, value: u32, width: usize) {
     // Only as many divisions as there are digits: most fields are two.
     let mut digits = [b'0'; 10];
     let mut first = digits.len();
@@ -192,7 +194,9 @@ fn push_padded(out: &mut String, value: u32, width: usize) {
         digits[first] = b'0' + (rest % 10) as u8;
         rest /= 10;
     }
-    push_ascii(out, &digits[first..]);
+    for d in &digits[first..] {
+        out.push(char::from(*d));
+    }
 }
 
 /// Nanoseconds as `.` and up to nine fraction digits, trailing zeros left out; nothing for 0.
@@ -200,30 +204,13 @@ fn push_fraction(nanos: u32, out: &mut String) {
     if nanos == 0 {
         return;
     }
-    let digits = decimal::<9>(nanos);
-    let kept = digits
-        .iter()
-        .rposition(|d| *d != b'0')
-        .map_or(0, |last| last + 1);
+    let (mut kept, mut width) = (nanos, 9);
+    while kept % 10 == 0 {
+        kept /= 10;
+        width -= 1;
+    }
     out.push('.');
-    push_ascii(out, &digits[..kept]);
-}
-
-/// The last `N` decimal digits of `value`, zero-padded, most significant first.
-fn decimal<const N: usize>(value: u32) -> [u8; N] {
-    let mut digits = [b'0'; N];
-    let mut rest = value;
-    for d in digits.iter_mut().rev() {
-        *d = b'0' + (rest % 10) as u8;
-        rest /= 10;
-    }
-    digits
-}
-
-fn push_ascii(out: &mut String, digits: &[u8]) {
-    for d in digits {
-        out.push(char::from(*d));
-    }
+    push_decimal(out, kept, width);
 }
 
 /// Up to nine digits are kept (nanoseconds); further digits cannot be represented and are cut.

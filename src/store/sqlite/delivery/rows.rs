@@ -245,6 +245,12 @@ fn has_group_heads(conn: &Connection, subscription_id: i64) -> Result<bool, Stor
         .query_row([subscription_id], |r| r.get(0))?)
 }
 
+/// Offsets as the JSON array a statement driven by them reads with `json_each`: one key
+/// lookup per offset, where `offset IN (…)` let the planner walk a whole index instead.
+pub(super) fn json_offsets(offsets: Vec<i64>) -> String {
+    serde_json::Value::from(offsets).to_string()
+}
+
 /// Of the messages just settled, those every subscription has now matched and settled are
 /// consumed: their bytes are freed for their sources' storage quota (D13). A message some
 /// subscription has not yet matched stays counted until it is purged.
@@ -271,7 +277,7 @@ fn release_consumed(
     }
     // One statement for the whole batch, driven by its offsets (one key lookup each), rather
     // than one per message settled.
-    let offsets = serde_json::Value::from(matched_by_all).to_string();
+    let offsets = json_offsets(matched_by_all);
     let consumed: Vec<(i64, String, i64)> = conn
         .prepare_cached(
             "SELECT i.offset, i.source, i.size FROM json_each(?1) AS j CROSS JOIN inbox AS i \

@@ -51,7 +51,7 @@ fn named_leases(
     ))?;
     let mut found = HashMap::new();
     for (sub_id, offsets) in offsets {
-        let offsets = serde_json::Value::from(offsets).to_string();
+        let offsets = rows::json_offsets(offsets);
         let rows = read.query_map(params![sub_id, offsets], |r| LeaseRow::read(r, 0))?;
         for row in rows {
             let row = row?;
