@@ -249,16 +249,18 @@ pub async fn settle(
 
 /// The request's settlements, and whether it was a batch (`{settlements: […]}`).
 fn settlements(bytes: &Bytes) -> Result<(bool, Vec<SettleBody>), Problem> {
-    let value: Value = body(bytes)?;
-    let batch = value.get("settlements").is_some();
-    let malformed = |e: serde_json::Error| Problem::field("body", e.to_string());
-    if !batch {
-        return Ok((
-            false,
-            vec![serde_json::from_value(value).map_err(malformed)?],
-        ));
+    /// Only whether the body names `settlements`: read without building anything, so the
+    /// body is then read once into what it is, not first into a `Value` tree and again out
+    /// of it (a consumer's batch settles a page of messages per request).
+    #[derive(Deserialize)]
+    struct Shape {
+        settlements: Option<serde::de::IgnoredAny>,
     }
-    let batch: SettleBatch = serde_json::from_value(value).map_err(malformed)?;
+    let shape: Shape = body(bytes)?;
+    if shape.settlements.is_none() {
+        return Ok((false, vec![body(bytes)?]));
+    }
+    let batch: SettleBatch = body(bytes)?;
     if batch.settlements.len() > MAX_SETTLEMENTS {
         return Err(Problem::field(
             "settlements",

@@ -162,6 +162,31 @@ impl Fresh {
     }
 }
 
+/// A page of group heads waiting and due (`?1` subscription, `?2` now, `?3` page size, `?4`
+/// after this offset), each with its group's member and whether another of its messages is
+/// leased.
+pub(super) const GROUP_HEAD_CANDIDATES: &str = concat!(
+    "SELECT ",
+    lease_columns!("d."),
+    ", a.consumer, EXISTS (SELECT 1 FROM deliveries e \
+     WHERE e.subscription_id = ?1 AND e.group_key = h.group_key AND e.state = 'acquired') \
+     FROM group_heads h \
+     JOIN deliveries d ON d.subscription_id = h.subscription_id AND d.offset = h.head \
+     LEFT JOIN group_affinity a \
+     ON a.subscription_id = h.subscription_id AND a.group_key = h.group_key \
+     WHERE h.subscription_id = ?1 AND h.head > ?4 AND d.state = 'available' AND d.due <= ?2 \
+     ORDER BY h.head LIMIT ?3"
+);
+
+/// A page of waiting messages due (parameters as `GROUP_HEAD_CANDIDATES`), in offset order.
+pub(super) const WAITING_CANDIDATES: &str = concat!(
+    "SELECT ",
+    lease_columns!("d."),
+    ", NULL, 0 FROM deliveries d \
+     WHERE d.subscription_id = ?1 AND d.state = 'available' AND d.due <= ?2 \
+     AND d.offset > ?4 ORDER BY d.offset LIMIT ?3"
+);
+
 /// One page of waiting messages due by `now` beyond `after`, in offset order, with their
 /// groups. ordering = group: each group's head only, with its affinity and whether another
 /// message of the group is leased (`pick` decides what that means).
@@ -173,26 +198,9 @@ fn candidates(
     page: i64,
 ) -> Result<(Vec<Candidate>, Vec<Option<String>>), StoreError> {
     let sql = if sub.rules.ordering == Ordering::Group {
-        concat!(
-            "SELECT ",
-            lease_columns!("d."),
-            ", a.consumer, EXISTS (SELECT 1 FROM deliveries e \
-           WHERE e.subscription_id = ?1 AND e.group_key = h.group_key AND e.state = 'acquired') \
-         FROM group_heads h \
-         JOIN deliveries d ON d.subscription_id = h.subscription_id AND d.offset = h.head \
-         LEFT JOIN group_affinity a \
-         ON a.subscription_id = h.subscription_id AND a.group_key = h.group_key \
-         WHERE h.subscription_id = ?1 AND h.head > ?4 AND d.state = 'available' AND d.due <= ?2 \
-         ORDER BY h.head LIMIT ?3"
-        )
+        GROUP_HEAD_CANDIDATES
     } else {
-        concat!(
-            "SELECT ",
-            lease_columns!("d."),
-            ", NULL, 0 FROM deliveries d \
-             WHERE d.subscription_id = ?1 AND d.state = 'available' AND d.due <= ?2 \
-             AND d.offset > ?4 ORDER BY d.offset LIMIT ?3"
-        )
+        WAITING_CANDIDATES
     };
     let rows: Vec<(LeaseRow, Option<String>, bool)> = conn
         .prepare_cached(sql)?

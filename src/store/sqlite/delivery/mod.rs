@@ -4,6 +4,8 @@
 //! statements; a refusal rolls back. Reads that decide nothing use the read pool.
 
 mod fetch;
+#[cfg(test)]
+mod plans;
 mod reads;
 mod rows;
 mod sessions;

@@ -153,6 +153,16 @@ pub(super) async fn backlog(
     })
 }
 
+/// The earliest lease deadline, session expiry, idle subscription and inbox message. Leases
+/// are indexed by subscription (`deliveries_acquired`): the earliest deadline of each, then the
+/// earliest of those.
+pub(super) const EARLIEST_OF_ALL: &str = "SELECT (SELECT MIN((SELECT MIN(d.due) \
+     FROM deliveries d WHERE d.subscription_id = s.id AND d.state = 'acquired')) \
+     FROM subscriptions s), \
+     (SELECT MIN(expires_at) FROM sessions), \
+     (SELECT MIN(idle_since) FROM subscriptions WHERE idle_since IS NOT NULL), \
+     (SELECT MIN(received_at) FROM inbox)";
+
 pub(super) async fn deadlines(
     pool: &SqlitePool,
     subscription_id: Option<i64>,
@@ -160,14 +170,7 @@ pub(super) async fn deadlines(
 ) -> Result<Deadlines, StoreError> {
     let at = |ms: Option<i64>| ms.map(from_millis);
     let Some(sub) = subscription_id else {
-        let row = sqlx::query(
-            "SELECT (SELECT MIN(due) FROM deliveries WHERE state = 'acquired'), \
-             (SELECT MIN(expires_at) FROM sessions), \
-             (SELECT MIN(idle_since) FROM subscriptions WHERE idle_since IS NOT NULL), \
-             (SELECT MIN(received_at) FROM inbox)",
-        )
-        .fetch_one(pool)
-        .await?;
+        let row = sqlx::query(EARLIEST_OF_ALL).fetch_one(pool).await?;
         return Ok(Deadlines {
             backoff_ends: None,
             lease_deadline: at(row.get(0)),

@@ -162,23 +162,40 @@ pub(super) fn revoke(
     Ok((done == 1, !sessions.is_empty()))
 }
 
+/// Leases of subscription `?2` past their deadline `?1`, with their subscription.
+pub(super) const OVERDUE_OF_ONE: &str = concat!(
+    "SELECT subscription_id, ",
+    rows::lease_columns!(""),
+    " FROM deliveries WHERE subscription_id = ?2 AND state = 'acquired' AND due < ?1 \
+     LIMIT 10000"
+);
+
+/// Leases of every subscription past their deadline `?1`: leases are indexed by subscription
+/// and deadline (`deliveries_acquired`), so they are looked up one subscription at a time.
+pub(super) const OVERDUE_OF_ALL: &str = concat!(
+    "SELECT d.subscription_id, ",
+    rows::lease_columns!("d."),
+    " FROM subscriptions s CROSS JOIN deliveries d \
+     ON d.subscription_id = s.id AND d.state = 'acquired' AND d.due < ?1 LIMIT 10000"
+);
+
 /// Leases whose deadline passed without a settle: failed attempts (`Lease::expire`).
 pub(super) fn lapse_leases(
     conn: &Connection,
     subscription: Option<i64>,
     now: DateTime<Utc>,
 ) -> Result<usize, StoreError> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT subscription_id, offset, state, attempt, failures, consumer, due, avoid, reason, \
-         group_key FROM deliveries WHERE state = 'acquired' AND due < ?1 \
-         AND (?2 IS NULL OR subscription_id = ?2) LIMIT 10000",
-    )?;
-    let overdue: Vec<(i64, rows::LeaseRow)> = stmt
-        .query_map(params![millis(now), subscription], |r| {
-            Ok((r.get(0)?, rows::LeaseRow::read(r, 1)?))
-        })?
-        .collect::<rusqlite::Result<_>>()?;
-    drop(stmt);
+    let read = |r: &rusqlite::Row| Ok((r.get(0)?, rows::LeaseRow::read(r, 1)?));
+    let overdue: Vec<(i64, rows::LeaseRow)> = match subscription {
+        Some(id) => conn
+            .prepare_cached(OVERDUE_OF_ONE)?
+            .query_map(params![millis(now), id], read)?
+            .collect::<rusqlite::Result<_>>()?,
+        None => conn
+            .prepare_cached(OVERDUE_OF_ALL)?
+            .query_map(params![millis(now)], read)?
+            .collect::<rusqlite::Result<_>>()?,
+    };
     let mut policies: HashMap<i64, Option<Policy>> = HashMap::new();
     let mut lapsed = 0;
     for (sub_id, row) in overdue {
