@@ -15,7 +15,7 @@ pub mod endpoint;
 pub mod hex;
 pub mod http;
 pub mod inbound;
-pub mod log_time;
+pub mod log_lines;
 pub mod metrics;
 pub mod outbound;
 pub mod partners;

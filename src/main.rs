@@ -241,6 +241,9 @@ impl Signals {
 /// Log lines waiting for the log thread before a request that logs waits too (README).
 const LOG_BACKLOG_LINES: usize = 128_000;
 
+/// The log thread writes out up to this much at once: the lines of one linger under load.
+const LOG_WRITE_BYTES: usize = 64 * 1024;
+
 /// Starts logging to standard output in `format`, and exporting spans when `otlp` says where
 /// (inside the runtime: the exporter runs on it). The guard writes out what is left when it is
 /// dropped (at the end of `main`); the traces are shut down by `serve` when it stops.
@@ -260,7 +263,10 @@ fn init_logging(
         .buffered_lines_limit(LOG_BACKLOG_LINES)
         .lossy(false)
         .thread_name("wsr-log")
-        .finish(std::io::BufWriter::new(std::io::stdout()));
+        .finish(wsr_gateway::log_lines::Lingering::new(
+            std::io::BufWriter::with_capacity(LOG_WRITE_BYTES, std::io::stdout()),
+            wsr_gateway::log_lines::LINGER,
+        ));
     let mut filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // The PostgreSQL driver's notices ("relation … already exists, skipping") are for whoever
@@ -275,7 +281,7 @@ fn init_logging(
     >;
     let mut layers: Vec<Box<dyn tracing_subscriber::Layer<Filtered> + Send + Sync>> = Vec::new();
     let lines = tracing_subscriber::fmt::layer()
-        .with_timer(wsr_gateway::log_time::LineTime)
+        .with_timer(wsr_gateway::log_lines::LineTime)
         .with_writer(log_writer);
     match format {
         // Plain text, on a terminal too: no colours (see Cargo.toml).
