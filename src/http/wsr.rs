@@ -27,6 +27,8 @@ pub async fn receive(
     headers: HeaderMap,
     SoapBody(body): SoapBody,
 ) -> Response {
+    // From here until its message is handed to the store, a commit may wait for it.
+    let arriving = app.store.arriving();
     let access = access.map(|a| a.0).unwrap_or_default();
     let read = crate::telemetry::traced!("receive.read")
         .in_scope(|| read_message(content_type(&headers), &body, &app.config.limits));
@@ -47,6 +49,7 @@ pub async fn receive(
         body: &body,
         version_hint: version_hint(&headers),
         soap_action: soap_action(&headers),
+        arriving: &arriving,
     };
     let outcome = inbound::receive::receive(ctx, &sender, &channel, &agreement, posted, read).await;
     access.note(|n| {

@@ -20,6 +20,7 @@ use crate::rmp::agreement::Agreement;
 use crate::rmp::receive_plan::FAULT_NOTICE_RETENTION;
 use crate::rmp::receiver::{Action, AnswerRoute, Verdict, answer_route, may_hold};
 use crate::rmp::replies::{Replies, ReplyItem, reply_for};
+use crate::store::receiver::Arriving;
 use crate::store::{Payload, Received, ReceivedMessage, StoreError};
 use crate::wsr::{
     Defect, Envelope, FaultCode, FaultRoute, MessageKey, ReplyPattern, Request, SeqRange,
@@ -40,6 +41,9 @@ pub struct Posted<'a> {
     /// The partner's SOAPAction (SOAP 1.1's header, SOAP 1.2's `action` parameter), passed
     /// on to a request-response channel's backend.
     pub soap_action: Option<&'a str>,
+    /// Counts the request as on its way to the store until its message is handed over, or
+    /// it is clear that none will be.
+    pub arriving: &'a Arriving,
 }
 
 /// A request as read (or the defect found reading it), sent by `sender` to `channel` under
@@ -57,6 +61,7 @@ pub async fn receive(
     let env = match read {
         Ok(env) => env,
         Err(defect) => {
+            posted.arriving.arrived();
             note.faulted(defect.code);
             let answer = answer_defect(ctx, sender.partner(), version_hint, &defect).await;
             return Outcome {
@@ -75,6 +80,7 @@ pub async fn receive(
         env: &env,
     };
     let answer = exchange.answer(&mut note).await;
+    exchange.posted.arriving.arrived();
     // Every fault answered is noted (the access line's verdict, the fault counter), whichever
     // path decided it: one rule here rather than one call at each refusal.
     match &answer {
@@ -203,10 +209,12 @@ impl Exchange<'_, '_> {
             let fault = (code, reason);
             return by_reply_pattern(ctx, partner, version, &key, pattern, fault, keep_until).await;
         }
-        if let Some(op) = ctx.config.operations.get(self.channel)
-            && let Some(routed) = self.request_response(op, request, note).await
-        {
-            return routed;
+        if let Some(op) = ctx.config.operations.get(self.channel) {
+            // A call to the service takes far longer than any commit should wait.
+            self.posted.arriving.arrived();
+            if let Some(routed) = self.request_response(op, request, note).await {
+                return routed;
+            }
         }
         // Made after a request-response channel's wait (delivered long ago, or expired while
         // it waited for its gap): stamped now, so a request that expired meanwhile is faulted,
@@ -215,6 +223,7 @@ impl Exchange<'_, '_> {
         // A buffered Response-pattern message may be delivered while we wait (D6): watch
         // before submitting, so the delivery cannot slip by between the two.
         let hold = Hold::watch(ctx, partner, &key, request);
+        self.posted.arriving.arrived();
         let committed = ctx
             .store
             .receive(message)

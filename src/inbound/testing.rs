@@ -77,10 +77,12 @@ impl Rig {
         let body = Bytes::copy_from_slice(bytes);
         let read = read_message(None, &body, &self.config.limits);
         let sender = Sender::default();
+        let arriving = crate::store::ReceiverStore::arriving(&*self.store);
         let posted = super::receive::Posted {
             body: &body,
             version_hint: SoapVersion::Soap11,
             soap_action: None,
+            arriving: &arriving,
         };
         super::receive::receive(self.ctx(), &sender, "default", agreement, posted, read).await
     }

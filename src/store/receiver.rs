@@ -2,6 +2,9 @@
 //! ordered buffer's waiters, poll answers, the callback queue, registered endpoints, and the
 //! reads of groups and the inbox. Every backend implements it; callers hold `Store`.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
 use chrono::{DateTime, Utc};
 use tokio::sync::{Notify, oneshot};
 
@@ -14,7 +17,59 @@ use crate::rmp::group::GroupState;
 use crate::rmp::replies::ReplyItem;
 use crate::wsr::{FaultCode, MessageKey, RefToMessageIds, Response};
 
+/// A received request on its way to `ReceiverStore::receive`: read, being decided, not yet
+/// handed to the store. While such requests exist, a group commit about to start may wait a
+/// moment for their messages to join it (SQLite's writer: one `fsync` for all of them instead
+/// of one per few). The token says so until `arrived` is called or it is dropped — whichever
+/// comes first, on every way out of the request.
+#[derive(Debug)]
+pub struct Arriving {
+    count: Option<Arc<AtomicUsize>>,
+    arrived: AtomicBool,
+}
+
+impl Arriving {
+    /// A request no commit waits for (a backend that does not batch this way).
+    pub fn uncounted() -> Arriving {
+        Arriving {
+            count: None,
+            arrived: AtomicBool::new(true),
+        }
+    }
+
+    /// A request counted in `count` until it arrives.
+    pub fn counted(count: &Arc<AtomicUsize>) -> Arriving {
+        count.fetch_add(1, Ordering::Relaxed);
+        Arriving {
+            count: Some(count.clone()),
+            arrived: AtomicBool::new(false),
+        }
+    }
+
+    /// The request's message is about to be handed to the store — or none will be: no commit
+    /// should wait for it any longer.
+    pub fn arrived(&self) {
+        if !self.arrived.swap(true, Ordering::Relaxed)
+            && let Some(count) = &self.count
+        {
+            count.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for Arriving {
+    fn drop(&mut self) {
+        self.arrived();
+    }
+}
+
 pub trait ReceiverStore: Send + Sync {
+    /// A token for a received request from the moment it is read until its message is handed
+    /// to `receive` (see `Arriving`).
+    fn arriving(&self) -> Arriving {
+        Arriving::uncounted()
+    }
+
     /// Decides, stores and commits one reliable message; the verdict is durable when this
     /// returns.
     fn receive<'a>(
@@ -196,4 +251,34 @@ pub trait ReceiverStore: Send + Sync {
         ids: &'a [i64],
         next: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<(), StoreError>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_counts_as_arriving_until_it_arrives_or_is_dropped_and_only_once() {
+        let count = Arc::new(AtomicUsize::new(0));
+        let handed_over = Arriving::counted(&count);
+        let refused = Arriving::counted(&count);
+        assert_eq!(count.load(Ordering::Relaxed), 2);
+        handed_over.arrived();
+        handed_over.arrived();
+        assert_eq!(count.load(Ordering::Relaxed), 1);
+        drop(handed_over);
+        assert_eq!(
+            count.load(Ordering::Relaxed),
+            1,
+            "arrived already: not counted again"
+        );
+        drop(refused);
+        assert_eq!(
+            count.load(Ordering::Relaxed),
+            0,
+            "a way out without arriving"
+        );
+        Arriving::uncounted().arrived();
+        assert_eq!(count.load(Ordering::Relaxed), 0);
+    }
 }

@@ -102,6 +102,7 @@ impl SqliteStore {
             probe: tokio::sync::Mutex::new(None),
             deliveries_changed: watch::channel(0).0,
             inbox_appended: watch::channel(0).0,
+            arriving: Arc::default(),
             _lock: lock,
         });
         let (jobs, rx) = mpsc::channel(4 * MAX_BATCH);

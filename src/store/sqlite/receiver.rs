@@ -19,11 +19,15 @@ use crate::store::future::StoreFuture;
 use crate::store::received::{
     Endpoints, InboxEntry, InboxExcerpt, PendingCallback, Received, ReceivedMessage, SweepReport,
 };
-use crate::store::receiver::ReceiverStore;
+use crate::store::receiver::{Arriving, ReceiverStore};
 use crate::store::time::{from_millis, millis};
 use crate::wsr::{FaultCode, GroupId, MessageKey, RefToMessageIds, Response, SeqRange};
 
 impl ReceiverStore for SqliteStore {
+    fn arriving(&self) -> Arriving {
+        Arriving::counted(&self.shared.arriving)
+    }
+
     fn receive<'a>(
         &'a self,
         message: ReceivedMessage,

@@ -2,8 +2,8 @@
 //! the test hooks, health, the group key index. It uses no other file of the backend but that
 //! index (a leaf itself).
 
-use std::sync::Mutex;
-use std::sync::atomic::AtomicI64;
+use std::sync::atomic::{AtomicI64, AtomicUsize};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::{Notify, watch};
 
@@ -48,6 +48,9 @@ pub(in crate::store) struct Shared {
     pub(in crate::store) deliveries_changed: watch::Sender<u64>,
     /// Bumped after a commit that appended inbox messages; fetches wait on it too.
     pub(in crate::store) inbox_appended: watch::Sender<u64>,
+    /// Received requests read and being decided, whose messages the next commit may wait for
+    /// (`Arriving`, the writer's group commit).
+    pub(in crate::store) arriving: Arc<AtomicUsize>,
 }
 
 impl Shared {
