@@ -21,45 +21,23 @@ for tool in taskset curl python3; do
 done
 [ -x "$bin" ] || { echo "no gateway binary at $bin (cargo build --release)" >&2; exit 2; }
 
-dir=$(mktemp -d /tmp/wsr-cpu-XXXXXX)
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-token=cpu-per-message-consumer-token-0123456789
-cat > "$dir/gateway.toml" <<TOML
-listen = "127.0.0.1:$port"
-database = "$dir/gateway.db"
-durability = "full"
-max_stored_bytes_per_source = 0
-max_messages_per_second_per_source = 0
-
-[[tokens]]
-token = "$token"
-principal = "bench"
-scopes = ["consume"]
-TOML
-
-taskset -c 0 "$bin" serve --config "$dir/gateway.toml" > "$dir/gateway.log" 2>&1 &
-gateway=$!
-trap 'kill $gateway 2>/dev/null || true' EXIT
-for _ in $(seq 1 100); do
-    curl -sf "http://127.0.0.1:$port/healthz" > /dev/null && break
-    kill -0 $gateway 2>/dev/null || { cat "$dir/gateway.log" >&2; exit 1; }
-    sleep 0.2
-done
-
-load() {
-    WSR_BENCH_TOKEN=$token taskset -c 1 "$bin" bench --url "http://127.0.0.1:$port/wsr/default" \
-        -c "$connections" --mode "$mode" --consumers 2 --batch 32 "$@"
-}
+source "$(dirname "$0")/fixture.sh"
+fixture_config cpu
+fixture_serve taskset -c 0
+load_launcher="taskset -c 1"
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$gateway/stat"; }
-load -d 3 > /dev/null
-batches_before=$(curl -s "http://127.0.0.1:$port/metrics" | grep -E '^wsr_writer_batch_size_(sum|count)' | awk '{print $2}' | paste -sd' ')
+# The writer's batches so far: "jobs commits".
+batches() {
+    curl -s "http://127.0.0.1:$port/metrics" | grep -E '^wsr_writer_batch_size_(sum|count)' \
+        | awk '{print $2}' | paste -sd' '
+}
+fixture_load -d 3 > /dev/null
+batches_before=$(batches)
 before=$(cpu_ticks)
-load -d 10 --json > "$dir/bench.json"
+fixture_load -d 10 --json > "$dir/bench.json"
 after=$(cpu_ticks)
-batches_after=$(curl -s "http://127.0.0.1:$port/metrics" | grep -E '^wsr_writer_batch_size_(sum|count)' | awk '{print $2}' | paste -sd' ')
-kill $gateway
-wait $gateway 2>/dev/null || true
-trap - EXIT
+batches_after=$(batches)
+fixture_stop
 
 python3 - "$dir/bench.json" "$before" "$after" "$(getconf CLK_TCK)" "$batches_before" "$batches_after" <<'PY'
 import json, sys

@@ -20,43 +20,15 @@ for tool in valgrind callgrind_control curl python3; do
 done
 [ -x "$bin" ] || { echo "no gateway binary at $bin (cargo build --release)" >&2; exit 2; }
 
-dir=$(mktemp -d /tmp/wsr-instructions-XXXXXX)
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-token=instructions-consumer-token-0123456789
-cat > "$dir/gateway.toml" <<EOF
-listen = "127.0.0.1:$port"
-database = "$dir/gateway.db"
-durability = "full"
-max_stored_bytes_per_source = 0
-max_messages_per_second_per_source = 0
-
-[[tokens]]
-token = "$token"
-principal = "bench"
-scopes = ["consume"]
-EOF
-
-valgrind --tool=callgrind --callgrind-out-file="$dir/callgrind.out" --dump-instr=no \
-    "$bin" serve --config "$dir/gateway.toml" > "$dir/gateway.log" 2>&1 &
-gateway=$!
-trap 'kill $gateway 2>/dev/null || true' EXIT
-for _ in $(seq 1 120); do
-    curl -sf "http://127.0.0.1:$port/healthz" > /dev/null && break
-    kill -0 $gateway 2>/dev/null || { cat "$dir/gateway.log" >&2; exit 1; }
-    sleep 1
-done
-
-load() {
-    WSR_BENCH_TOKEN=$token "$bin" bench --url "http://127.0.0.1:$port/wsr/default" \
-        -c 16 --mode "$mode" --consumers 2 --batch 32 "$@"
-}
-load -d 4 > /dev/null
+source "$(dirname "$0")/fixture.sh"
+fixture_config instructions
+fixture_serve valgrind --tool=callgrind --callgrind-out-file="$dir/callgrind.out" \
+    --dump-instr=no
+fixture_load -d 4 > /dev/null
 callgrind_control -z $gateway > /dev/null 2>&1
-load -d 15 --json > "$dir/bench.json"
+fixture_load -d 15 --json > "$dir/bench.json"
 callgrind_control -d $gateway > /dev/null 2>&1
-kill $gateway
-wait $gateway 2>/dev/null || true
-trap - EXIT
+fixture_stop
 
 python3 - "$dir" <<'EOF'
 import glob, json, sys

@@ -1,0 +1,54 @@
+# The fresh gateway the per-message scripts measure (`instructions-per-message.sh`,
+# `cpu-per-message.sh`), sourced by them: a SQLite store with `durability = "full"`, no
+# per-source quotas and a consumer token for `e2e`, on a free port, loaded by
+# `wsr-gateway bench` with 16 workers unless $connections says otherwise.
+#
+#   fixture_config NAME              writes $dir/gateway.toml; sets $dir, $port, $token
+#   fixture_serve LAUNCHER...        runs `LAUNCHER... $bin serve` on it and waits for
+#                                    /healthz; sets $gateway
+#   fixture_load BENCH_ARGS...       `$load_launcher $bin bench` against it in mode $mode
+#   fixture_stop                     stops it
+
+fixture_config() {
+    local name=$1
+    dir=$(mktemp -d "/tmp/wsr-$name-XXXXXX")
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    token=$name-consumer-token-0123456789
+    cat > "$dir/gateway.toml" <<TOML
+listen = "127.0.0.1:$port"
+database = "$dir/gateway.db"
+durability = "full"
+max_stored_bytes_per_source = 0
+max_messages_per_second_per_source = 0
+
+[[tokens]]
+token = "$token"
+principal = "bench"
+scopes = ["consume"]
+TOML
+}
+
+fixture_serve() {
+    "$@" "$bin" serve --config "$dir/gateway.toml" > "$dir/gateway.log" 2>&1 &
+    gateway=$!
+    trap 'kill $gateway 2>/dev/null || true' EXIT
+    for _ in $(seq 1 240); do
+        curl -sf "http://127.0.0.1:$port/healthz" > /dev/null && return 0
+        kill -0 $gateway 2>/dev/null || { cat "$dir/gateway.log" >&2; exit 1; }
+        sleep 0.5
+    done
+    echo "the gateway did not answer /healthz; its log: $dir/gateway.log" >&2
+    exit 1
+}
+
+fixture_load() {
+    WSR_BENCH_TOKEN=$token ${load_launcher:-} "$bin" bench \
+        --url "http://127.0.0.1:$port/wsr/default" -c "${connections:-16}" --mode "$mode" \
+        --consumers 2 --batch 32 "$@"
+}
+
+fixture_stop() {
+    kill $gateway
+    wait $gateway 2>/dev/null || true
+    trap - EXIT
+}
