@@ -85,7 +85,7 @@ impl SqliteStore {
             .connect_with(options.clone())
             .await?;
         claim_database(&pool, path).await?;
-        sqlx::migrate!("./migrations/sqlite").run(&pool).await?;
+        MIGRATIONS.run(&pool).await?;
         let writer = writer::open_writer_connection(path, config.durability)?;
         let groups = group_index::GroupIndex::load(&writer)?;
         let shared = Arc::new(Shared {
@@ -114,6 +114,9 @@ impl SqliteStore {
         Ok(SqliteStore { pool, jobs, shared })
     }
 }
+
+/// The schema's migrations (`migrations/sqlite/`), embedded in the binary.
+static MIGRATIONS: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
 /// A group row's state from its `state` (JSON of old rows) and `state_bin` columns, at
 /// `first` and `first + 1`.

@@ -8,23 +8,18 @@ use rusqlite::Connection;
 
 use super::{fetch, reads, sessions};
 use crate::store::config::Durability;
+use crate::store::sqlite::MIGRATIONS;
 use crate::store::sqlite::writer::open_writer_connection;
 
-/// A store with every migration applied, on the writer's connection settings.
+/// A store with every migration applied — the set `SqliteStore::open` runs —
+/// on the writer's connection settings.
 fn migrated() -> (tempfile::TempDir, Connection) {
     let dir = tempfile::tempdir().expect("dir");
     let conn =
         open_writer_connection(&dir.path().join("plans.db"), Durability::Full).expect("open");
-    let folder = concat!(env!("CARGO_MANIFEST_DIR"), "/migrations/sqlite");
-    let mut files: Vec<_> = std::fs::read_dir(folder)
-        .expect("migrations")
-        .map(|e| e.expect("entry").path())
-        .collect();
-    files.sort();
-    for file in files {
-        let sql = std::fs::read_to_string(&file).expect("migration");
-        conn.execute_batch(&sql)
-            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    for migration in MIGRATIONS.iter() {
+        conn.execute_batch(migration.sql.as_str())
+            .unwrap_or_else(|e| panic!("{}: {e}", migration.description));
     }
     (dir, conn)
 }
