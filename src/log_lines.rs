@@ -79,10 +79,6 @@ impl<W: io::Write> io::Write for Lingering<W> {
         self.inner.write(buf)
     }
 
-    fn write_all(&mut self, buf: &[u8]) -> io::Result<()> {
-        self.inner.write_all(buf)
-    }
-
     fn flush(&mut self) -> io::Result<()> {
         self.inner.flush()?;
         std::thread::sleep(self.linger);
