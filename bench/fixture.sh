@@ -3,11 +3,19 @@
 # per-source quotas and a consumer token for `e2e`, on a free port, loaded by
 # `wsr-gateway bench` with 16 workers unless $connections says otherwise.
 #
+#   fixture_needs TOOL...            exits 2 unless each TOOL is on PATH and $bin runs
 #   fixture_config NAME              writes $dir/gateway.toml; sets $dir, $port, $token
 #   fixture_serve LAUNCHER...        runs `LAUNCHER... $bin serve` on it and waits for
 #                                    /healthz; sets $gateway
 #   fixture_load BENCH_ARGS...       `$load_launcher $bin bench` against it in mode $mode
 #   fixture_stop                     stops it
+
+fixture_needs() {
+    for tool in "$@"; do
+        command -v "$tool" >/dev/null || { echo "needs $tool" >&2; exit 2; }
+    done
+    [ -x "$bin" ] || { echo "no gateway binary at $bin (cargo build --release)" >&2; exit 2; }
+}
 
 fixture_config() {
     local name=$1

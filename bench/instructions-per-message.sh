@@ -15,12 +15,8 @@ set -euo pipefail
 
 bin=${1:-target/release/wsr-gateway}
 mode=${2:-response}
-for tool in valgrind callgrind_control curl python3; do
-    command -v "$tool" >/dev/null || { echo "needs $tool" >&2; exit 2; }
-done
-[ -x "$bin" ] || { echo "no gateway binary at $bin (cargo build --release)" >&2; exit 2; }
-
 source "$(dirname "$0")/fixture.sh"
+fixture_needs valgrind callgrind_control curl python3
 fixture_config instructions
 fixture_serve valgrind --tool=callgrind --callgrind-out-file="$dir/callgrind.out" \
     --dump-instr=no

@@ -18,12 +18,8 @@ set -euo pipefail
 bin=${1:-target/release/wsr-gateway}
 mode=${2:-response}
 connections=${3:-16}
-for tool in strace taskset curl python3; do
-    command -v "$tool" >/dev/null || { echo "needs $tool" >&2; exit 2; }
-done
-[ -x "$bin" ] || { echo "no gateway binary at $bin (cargo build --release)" >&2; exit 2; }
-
 source "$(dirname "$0")/fixture.sh"
+fixture_needs strace taskset curl python3
 fixture_config syscalls
 fixture_serve taskset -c 0
 load_launcher="taskset -c 1"
