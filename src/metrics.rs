@@ -11,7 +11,7 @@
 //! (`ANONYMOUS`: the one name of "no partner" everywhere, the console and CLI included).
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::{LazyLock, Mutex, OnceLock, RwLock};
 use std::time::Duration;
@@ -158,9 +158,11 @@ fn describe() {
 /// (`metrics::counter!` and the like) builds the key, copies it with every label value and
 /// looks it up in the recorder's registry on every call: about ten allocations for each
 /// message received, fetched or settled. A kept handle costs one lookup and, once its label
-/// set was seen, no allocation. Label sets are as bounded as the metrics' own.
+/// set was seen, no allocation. Label sets are as bounded as the metrics' own, and made of
+/// configured names (partners, channels, routes) and fixed words, so they hash with foldhash:
+/// SipHash's defence against chosen keys buys nothing here, on several lookups a message.
 struct Kept<H> {
-    handles: LazyLock<RwLock<HashMap<String, H>>>,
+    handles: LazyLock<RwLock<foldhash::HashMap<String, H>>>,
 }
 
 thread_local! {
@@ -171,7 +173,7 @@ thread_local! {
 impl<H: Clone> Kept<H> {
     const fn new() -> Kept<H> {
         Kept {
-            handles: LazyLock::new(|| RwLock::new(HashMap::new())),
+            handles: LazyLock::new(|| RwLock::new(foldhash::HashMap::default())),
         }
     }
 

@@ -3,8 +3,9 @@
 //! within each class of the listener. A slot per holding, given back when it is dropped.
 //! Counting only; it never reads requests.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
+
+use foldhash::{HashMap, HashMapExt as _};
 
 /// Open `/api/v1/events` streams allowed per key; one more is refused with 429.
 pub const MAX_EVENT_STREAMS: usize = 8;
@@ -13,7 +14,10 @@ pub const MAX_EVENT_STREAMS: usize = 8;
 /// refused with 429, so one token cannot hold the waiting requests' whole budget.
 pub const MAX_WAITING_FETCHES: usize = 32;
 
-/// What each key holds now.
+/// What each key holds now. Only keys holding something have an entry (a slot given back to
+/// zero takes its key's entry with it), so the map is no larger than what is held at once —
+/// bounded by the limits it enforces — and it hashes with foldhash rather than SipHash: every
+/// request takes and gives back a slot or two.
 #[derive(Debug)]
 pub struct KeyedSlots {
     max: usize,

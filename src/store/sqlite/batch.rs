@@ -3,7 +3,7 @@
 //! and the receive and sweep plans (`rmp::receive_plan`) are applied with primitive statements
 //! on the writer's own connection, all prepared once and cached.
 
-use std::collections::HashMap;
+use foldhash::{HashMap, HashMapExt as _};
 
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, OptionalExtension, params};
@@ -65,7 +65,9 @@ pub(super) struct Batch<'c> {
     conn: &'c Connection,
     index: &'c GroupIndex,
     /// By partner, then group id (two partners' groups of one id are two groups): looked up
-    /// by `&str` without building a key.
+    /// by `&str` without building a key. This batch's maps hash with foldhash, not SipHash:
+    /// they hold at most one batch's groups, so keys chosen to collide could only slow one
+    /// batch, and a group is looked up several times per message.
     groups: HashMap<String, HashMap<String, Slot>>,
     /// Groups this batch opened and has not written yet, per source (the quota's count).
     opened_unwritten: HashMap<String, u64>,
