@@ -12,13 +12,13 @@
 //! The hash is SipHash under a key drawn at start (`RandomState`), so a partner cannot choose
 //! group ids that collide; a collision only costs one more row read. The maps from those keys
 //! hash them again with foldhash: a key is already a secret-keyed hash, so nothing a partner
-//! chooses can make them collide, and SipHash twice per lookup was paid for every message.
+//! chooses can make them collide, and hashing it with SipHash again cost every message twice.
 
 use std::collections::hash_map::RandomState;
-
-use foldhash::HashMap;
 use std::hash::BuildHasher;
 use std::sync::{Mutex, MutexGuard};
+
+use foldhash::HashMap;
 
 use crate::store::error::StoreError;
 
