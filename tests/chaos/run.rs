@@ -271,6 +271,8 @@ struct Proc {
     child: Option<Child>,
     /// When it was killed, each time.
     killed_at: Vec<Instant>,
+    /// When it was started, each time.
+    started_at: Vec<Instant>,
 }
 
 impl Proc {
@@ -283,6 +285,7 @@ impl Proc {
             log: dir.join(format!("{name}.log")),
             child: None,
             killed_at: Vec::new(),
+            started_at: Vec::new(),
         }
     }
 
@@ -336,6 +339,7 @@ impl Proc {
         tokio::spawn(drain(lines, log.try_clone().await?));
         tokio::spawn(drain(BufReader::new(stderr).lines(), log));
         self.child = Some(child);
+        self.started_at.push(Instant::now());
         Ok(())
     }
 
@@ -957,6 +961,11 @@ pub async fn run(args: RunArgs) -> Result<bool> {
     facts.b_kills = b_gateways
         .iter()
         .flat_map(|b| &b.killed_at)
+        .map(|at| at.saturating_duration_since(epoch))
+        .collect();
+    facts.b_starts = b_gateways
+        .iter()
+        .flat_map(|b| &b.started_at)
         .map(|at| at.saturating_duration_since(epoch))
         .collect();
     facts.exchanges = match &postgres {
