@@ -23,7 +23,7 @@ use self::ops::{EndpointsCommand, GroupsCommand, MessagesCommand, OpsArgs, SubsC
 /// requests at once, each allocating and then freeing dozens of blocks of the same few sizes:
 /// glibc's per-thread cache (7 blocks a size) overflowed on every request into its locked,
 /// consolidating slow paths — 18 % of the gateway's instructions per message
-/// (`bench/instructions-per-message.sh`: 187.6 k with glibc, 165.7 k with this). `no_thp`:
+/// (`bench/instructions-per-message.sh`: 187.6 k with glibc, 165.4 k with this). `no_thp`:
 /// without it mimalloc's arenas were backed by transparent huge pages, which took an idle
 /// gateway from 25 to 45 MB resident.
 #[global_allocator]

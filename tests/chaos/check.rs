@@ -895,13 +895,18 @@ mod tests {
         );
     }
 
+    /// The backend reads the `i`th call again, `at_secs` into the run, as call `serial`.
+    fn call_again(f: &mut Facts, i: usize, at_secs: u64, serial: u64) {
+        let mut again = f.rr_calls[i].clone();
+        again.at = Duration::from_secs(at_secs);
+        again.serial = serial;
+        f.rr_calls.push(again);
+    }
+
     #[test]
     fn a_second_call_is_lawful_only_under_retry_after_a_kill_with_the_same_headers() {
         let mut f = clean_rr();
-        let mut again = f.rr_calls[0].clone();
-        again.at = Duration::from_secs(5);
-        again.serial = 5;
-        f.rr_calls.push(again);
+        call_again(&mut f, 0, 5, 5);
         assert_eq!(check(&f).rr_extra_calls, 1, "no kill in between");
         f.b_kills.push(Duration::from_secs(3));
         let s = check(&f);
@@ -909,10 +914,7 @@ mod tests {
         f.rr_calls[2].number = Some("1".into());
         assert_eq!(check(&f).rr_extra_calls, 1, "other idempotency headers");
         let mut f = clean_rr();
-        let mut again = f.rr_calls[1].clone();
-        again.at = Duration::from_secs(15);
-        again.serial = 6;
-        f.rr_calls.push(again);
+        call_again(&mut f, 1, 15, 6);
         f.b_kills.push(Duration::from_secs(12));
         assert_eq!(check(&f).rr_extra_calls, 1, "never again under fail");
     }
@@ -920,10 +922,7 @@ mod tests {
     #[test]
     fn a_call_read_after_its_gateway_was_killed_may_be_made_again_by_the_next_one() {
         let mut f = clean_rr();
-        let mut again = f.rr_calls[0].clone();
-        again.at = Duration::from_secs(5);
-        again.serial = 5;
-        f.rr_calls.push(again);
+        call_again(&mut f, 0, 5, 5);
         // Killed before the backend read the first call (at 1 s): not between the two reads.
         f.b_kills.push(Duration::from_millis(500));
         assert_eq!(

@@ -958,16 +958,16 @@ pub async fn run(args: RunArgs) -> Result<bool> {
     read_app_db(&app_db, &mut facts).await?;
     facts.rr_calls = rr_backend.calls();
     facts.rr_answers = read_answer_log(&answer_log)?;
-    facts.b_kills = b_gateways
-        .iter()
-        .flat_map(|b| &b.killed_at)
-        .map(|at| at.saturating_duration_since(epoch))
-        .collect();
-    facts.b_starts = b_gateways
-        .iter()
-        .flat_map(|b| &b.started_at)
-        .map(|at| at.saturating_duration_since(epoch))
-        .collect();
+    // The B gateways' kills and starts on the backend's clock.
+    let b_times = |times: fn(&Proc) -> &[Instant]| -> Vec<Duration> {
+        b_gateways
+            .iter()
+            .flat_map(times)
+            .map(|at| at.saturating_duration_since(epoch))
+            .collect()
+    };
+    facts.b_kills = b_times(|b| &b.killed_at);
+    facts.b_starts = b_times(|b| &b.started_at);
     facts.exchanges = match &postgres {
         Some(dbs) => read_exchanges_postgres(&dbs.url(&dbs.b)?).await?,
         None => read_exchanges(&dir.join("b.db")).await?,
