@@ -285,7 +285,7 @@ impl App {
         let store = state.store.clone();
         http::serve::serve(
             self.listener,
-            http::router(state),
+            http::Gateway::new(state),
             edge,
             shutdown,
             SHUTDOWN_GRACE,

@@ -1,15 +1,15 @@
 //! The partners' guard (D14) in front of `/wsr/{channel}` and `/wsr/_callback`: the request is
 //! identified from its `Authorization` header and its connection's client certificate before
 //! any of its body is read, refused with 401 (`WWW-Authenticate`) or 403, and otherwise handed
-//! on with its `Caller`. The same layer writes the access log: one line per request, with what
+//! on with its `Caller` (`guarded`). The same call writes the access log: one line per request, with what
 //! the handler noted of it (`AccessNote`).
 
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::http::{HeaderValue, StatusCode, header};
-use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
@@ -62,12 +62,23 @@ impl Access {
     }
 }
 
-/// The guard: see the module comment.
-pub async fn guard(
-    State((app, door)): State<(AppState, Door)>,
-    mut request: Request,
-    next: Next,
-) -> Response {
+/// What the guard hands the handler of a request it let in.
+pub struct Admitted {
+    pub admission: Admission,
+    /// Where the handler notes what it decided, for the access line.
+    pub access: Access,
+    /// The channel the path names ("" on the callback route), as the guard checked it.
+    pub channel: String,
+}
+
+/// The guard (see the module comment) around `handler`, which runs only if the request is let
+/// in. A plain call rather than a middleware layer: `/wsr` is the gateway's hot path, and a
+/// layer costs a boxed future and a clone of the route beneath it on every request.
+pub async fn guarded<F, Fut>(app: &AppState, door: Door, request: Request, handler: F) -> Response
+where
+    F: FnOnce(Request, Admitted) -> Fut,
+    Fut: Future<Output = Response>,
+{
     let started = Instant::now();
     let channel = channel_of(door, &request);
     let access = Access::default();
@@ -79,7 +90,7 @@ pub async fn guard(
         certificate: certificate.as_ref(),
     };
     let peer_addr = request.extensions().get::<PeerAddr>().map(|p| p.0);
-    let decided = admit(&app, door, &channel, presented, peer_addr).await;
+    let decided = admit(app, door, &channel, presented, peer_addr).await;
     let (response, partner) = match decided {
         // Refused before its body was read: the connection cannot be reused for a next
         // request (its body would be read as one), so the answer says it is closed.
@@ -94,13 +105,15 @@ pub async fn guard(
         }
         Ok((caller, token_required)) => {
             let partner = caller.partner.clone();
-            request.extensions_mut().insert(caller.clone());
-            request.extensions_mut().insert(Admission {
-                caller,
-                token_required,
-            });
-            request.extensions_mut().insert(access.clone());
-            (next.run(request).await, partner)
+            let admitted = Admitted {
+                admission: Admission {
+                    caller,
+                    token_required,
+                },
+                access: access.clone(),
+                channel: channel.clone(),
+            };
+            (handler(request, admitted).await, partner)
         }
     };
     let note = access.taken();

@@ -3,9 +3,10 @@
 //! response's `X-Request-Id`, and carried by a tracing span around the request, so that every
 //! log line the request causes names it.
 
+use std::future::Future;
+
 use axum::extract::Request;
 use axum::http::HeaderValue;
-use axum::middleware::Next;
 use axum::response::Response;
 use tracing::Instrument as _;
 
@@ -15,9 +16,13 @@ pub const HEADER: &str = "x-request-id";
 /// one cannot bloat every log line of its request.
 const MAX_LEN: usize = 128;
 
-/// Runs `next` with the request's id in its headers, its span around it, and the id in the
-/// response (called by `http::framed`, the one layer around every route).
-pub async fn within(mut request: Request, next: Next) -> Response {
+/// Runs `handler` with the request's id in its headers, its span around it, and the id in the
+/// response (called by `http::framed`, around every request).
+pub async fn within<F, Fut>(mut request: Request, handler: F) -> Response
+where
+    F: FnOnce(Request) -> Fut,
+    Fut: Future<Output = Response>,
+{
     let id = request
         .headers()
         .get(HEADER)
@@ -31,7 +36,7 @@ pub async fn within(mut request: Request, next: Next) -> Response {
     let span = tracing::info_span!("request", request_id = %id);
     // A caller's W3C trace goes on through us (traces exported only).
     crate::telemetry::continue_from_headers(&span, request.headers());
-    let mut response = next.run(request).instrument(span).await;
+    let mut response = handler(request).instrument(span).await;
     if let Some(v) = value {
         response.headers_mut().insert(HEADER, v);
     }

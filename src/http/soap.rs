@@ -106,25 +106,8 @@ pub fn fault(
     )
 }
 
-/// A SOAP request's body, read by `read_body` up to `max_message_bytes`: how `/wsr/{channel}`
-/// and `/wsr/_callback` take their bodies, so memory follows the bytes received on both.
-pub struct SoapBody(pub axum::body::Bytes);
-
-impl axum::extract::FromRequest<super::AppState> for SoapBody {
-    type Rejection = Response;
-
-    async fn from_request(
-        request: axum::extract::Request,
-        app: &super::AppState,
-    ) -> Result<SoapBody, Response> {
-        let (parts, body) = request.into_parts();
-        read_body(&parts.headers, body, app.config.limits.max_bytes)
-            .await
-            .map(SoapBody)
-    }
-}
-
-/// Reads a request body into one buffer, copying each byte at most once. A body that arrives
+/// Reads a request body into one buffer, copying each byte at most once (how `/wsr/{channel}`
+/// and `/wsr/_callback` take their bodies, so memory follows the bytes received on both). A body that arrives
 /// in one piece is kept as it came (no copy). Otherwise the pieces are appended to one buffer
 /// reserved from the announced Content-Length, which is trusted only up to `limit` + 1 (more is
 /// refused before a byte is read); without one the buffer grows with the bytes received. The

@@ -3,14 +3,16 @@
 //! parse → call a service (`inbound::receive`; the store's `apply_replies`) → render
 //! (`http/soap.rs`), with what the service decided noted for the access log.
 
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::body::Bytes;
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 
 use super::AppState;
-use super::auth::{Access, Admission};
+use super::auth::{Access, Admission, Admitted};
 use super::serve::PeerAddr;
-use super::soap::{self, SoapBody, content_type, soap_action, version_hint};
+use super::soap::{self, content_type, read_body, soap_action, version_hint};
 use crate::inbound::receive::Posted;
 use crate::inbound::security::{self, TokenRefusal};
 use crate::inbound::{self, Answer, Inbound, Sender};
@@ -18,25 +20,26 @@ use crate::partners::Caller;
 use crate::store::outbound::ReplySource;
 use crate::wsr::{FaultCode, SoapVersion, read_message, write_must_understand_fault};
 
-pub async fn receive(
-    State(app): State<AppState>,
-    Path(channel): Path<String>,
-    peer: Option<axum::Extension<PeerAddr>>,
-    admission: Option<axum::Extension<Admission>>,
-    access: Option<axum::Extension<Access>>,
-    headers: HeaderMap,
-    SoapBody(body): SoapBody,
-) -> Response {
+/// `POST /wsr/{channel}`, once the guard let it in (`auth::guarded`).
+pub async fn receive(app: &AppState, request: Request, admitted: Admitted) -> Response {
+    let Admitted {
+        admission,
+        access,
+        channel,
+    } = admitted;
+    let (parts, body) = match read_request(app, request).await {
+        Ok(read) => read,
+        Err(refused) => return refused,
+    };
+    let headers = &parts.headers;
     // From here until its message is handed to the store, a commit may wait for it.
     let arriving = app.store.arriving();
-    let access = access.map(|a| a.0).unwrap_or_default();
     let read = crate::telemetry::traced!("receive.read")
-        .in_scope(|| read_message(content_type(&headers), &body, &app.config.limits));
-    let ctx = inbound_of(&app);
-    let peer = peer.map(|p| p.0.0);
+        .in_scope(|| read_message(content_type(headers), &body, &app.config.limits));
+    let ctx = inbound_of(app);
+    let peer = parts.extensions.get::<PeerAddr>().map(|p| p.0);
     let token = read.as_ref().ok().and_then(|env| env.security.as_ref());
-    let caller = match envelope_caller(&app, Some(&channel), peer, admission, token, &access).await
-    {
+    let caller = match envelope_caller(app, Some(&channel), peer, admission, token, &access).await {
         Ok(caller) => caller,
         Err(refused) => return refused,
     };
@@ -47,8 +50,8 @@ pub async fn receive(
     let sender = Sender::new(caller, peer);
     let posted = Posted {
         body: &body,
-        version_hint: version_hint(&headers),
-        soap_action: soap_action(&headers),
+        version_hint: version_hint(headers),
+        soap_action: soap_action(headers),
         arriving: &arriving,
     };
     let outcome = inbound::receive::receive(ctx, &sender, &channel, &agreement, posted, read).await;
@@ -60,6 +63,14 @@ pub async fn receive(
     crate::telemetry::traced!("receive.answer").in_scope(|| render(outcome.version, outcome.answer))
 }
 
+/// A SOAP request's head, and its body read whole by `read_body` up to `max_message_bytes`
+/// (so memory follows the bytes received); `Err` is the answer refusing the body.
+async fn read_request(app: &AppState, request: Request) -> Result<(Parts, Bytes), Response> {
+    let (parts, body) = request.into_parts();
+    let body = read_body(&parts.headers, body, app.config.limits.max_bytes).await?;
+    Ok((parts, body))
+}
+
 /// Who the request is once its envelope is read (D14): what HTTP proved, or the partner its
 /// UsernameToken proves (then named in the access line) — checked before anything of the
 /// message is acted on; `Err` is the answer refusing it.
@@ -67,14 +78,14 @@ async fn envelope_caller(
     app: &AppState,
     route: Option<&str>,
     peer: Option<std::net::SocketAddr>,
-    admission: Option<axum::Extension<Admission>>,
+    admission: Admission,
     token: Option<&crate::wsr::UsernameToken>,
     access: &Access,
 ) -> Result<Caller, Response> {
     let Admission {
         caller,
         token_required,
-    } = admission.map(|a| a.0).unwrap_or_default();
+    } = admission;
     let ctx = inbound_of(app);
     match security::caller_of(ctx, route, peer, caller, token_required, token).await {
         Ok(caller) => {
@@ -155,26 +166,26 @@ fn render(version: SoapVersion, answer: Answer) -> Response {
 }
 
 /// `POST /wsr/_callback`: acks and faults partners send for our Callback-pattern messages.
-pub async fn callback(
-    State(app): State<AppState>,
-    peer: Option<axum::Extension<PeerAddr>>,
-    admission: Option<axum::Extension<Admission>>,
-    access: Option<axum::Extension<Access>>,
-    headers: HeaderMap,
-    SoapBody(body): SoapBody,
-) -> Response {
-    let access = access.map(|a| a.0).unwrap_or_default();
-    let env = match read_message(content_type(&headers), &body, &app.config.limits) {
+pub async fn callback(app: &AppState, request: Request, admitted: Admitted) -> Response {
+    let Admitted {
+        admission, access, ..
+    } = admitted;
+    let (parts, body) = match read_request(app, request).await {
+        Ok(read) => read,
+        Err(refused) => return refused,
+    };
+    let headers = &parts.headers;
+    let env = match read_message(content_type(headers), &body, &app.config.limits) {
         Ok(env) => env,
         Err(defect) => {
             access.note(|n| n.verdict = Some(defect.code.local_name().to_owned()));
-            return soap::fault(version_hint(&headers), defect.code, &defect.reason, None);
+            return soap::fault(version_hint(headers), defect.code, &defect.reason, None);
         }
     };
     // A UsernameToken in the envelope (D14), as on the channels.
-    let peer = peer.map(|p| p.0.0);
+    let peer = parts.extensions.get::<PeerAddr>().map(|p| p.0);
     let token = env.security.as_ref();
-    let caller = match envelope_caller(&app, None, peer, admission, token, &access).await {
+    let caller = match envelope_caller(app, None, peer, admission, token, &access).await {
         Ok(caller) => caller,
         Err(refused) => return refused,
     };

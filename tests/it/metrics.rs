@@ -167,12 +167,6 @@ async fn a_metrics_token_guards_the_scrape() {
 #[tokio::test]
 async fn every_answer_carries_a_request_id() {
     let app = spawn(|_| {}).await;
-    let id = |r: &reqwest::Response| {
-        r.headers()
-            .get("x-request-id")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-    };
     let made = app
         .client
         .get(app.url("/healthz"))
@@ -205,6 +199,88 @@ async fn every_answer_carries_a_request_id() {
     );
 }
 
+/// The request id an answer carries.
+fn id(answer: &reqwest::Response) -> Option<String> {
+    answer
+        .headers()
+        .get("x-request-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+}
+
 fn uuid_like(s: &str) -> bool {
     s.len() == 36 && s.chars().filter(|c| *c == '-').count() == 4
+}
+
+/// A partner's POST to `/wsr/…` is served past the router (`http::Gateway`), everything else
+/// through it: both ways frame the answer (request id, latency by route pattern), and what the
+/// fast way does not take is answered as the router's routes answer it.
+#[tokio::test]
+async fn partners_routes_are_framed_alike_whichever_way_a_request_goes() {
+    let app = spawn(|_| {}).await;
+    let xml = request_envelope(
+        &request(&app, "mid:framed@test", None, Duration::hours(1)),
+        "<p:Order xmlns:p=\"urn:p\">framed</p:Order>",
+    );
+    let post = |path: &str, body: String| {
+        app.client
+            .post(app.url(path))
+            .header("Content-Type", SoapVersion::Soap11.content_type())
+            .header("X-Request-Id", "partner-7")
+            .body(body)
+            .send()
+    };
+    let route = |text: &str, route: &str, status: &str| {
+        sample(
+            text,
+            "wsr_http_request_duration_seconds_count",
+            &[("route", route), ("method", "POST"), ("status", status)],
+        )
+    };
+    let before = text(&app).await;
+    let taken = post(&format!("/wsr/{CHANNEL}"), xml.clone())
+        .await
+        .expect("post");
+    assert_eq!(taken.status(), 200);
+    assert_eq!(id(&taken).as_deref(), Some("partner-7"));
+    let callback = post("/wsr/_callback", "not xml".into())
+        .await
+        .expect("post");
+    assert_eq!(callback.status(), 500, "a SOAP fault for an unreadable ack");
+    assert_eq!(id(&callback).as_deref(), Some("partner-7"));
+    // Left to the router: another method, another path, an escaped channel.
+    let get = app
+        .client
+        .get(app.url(&format!("/wsr/{CHANNEL}")))
+        .send()
+        .await
+        .expect("get");
+    assert_eq!(get.status(), 405);
+    assert_eq!(
+        get.headers().get("allow").map(|v| v.as_bytes()),
+        Some(&b"POST"[..])
+    );
+    assert!(id(&get).is_some());
+    for path in [
+        format!("/wsr/{CHANNEL}/more"),
+        "/wsr/".to_owned(),
+        "/wsr/metrics%2Dprobe".to_owned(),
+        "/wsr/no-such-channel".to_owned(),
+    ] {
+        let answer = post(&path, xml.clone()).await.expect("post");
+        assert_eq!(answer.status(), 404, "{path}");
+        assert_eq!(id(&answer).as_deref(), Some("partner-7"), "{path}");
+    }
+    // Counted by route pattern both ways (the recorder is the process's: other tests count
+    // too, hence at least). The escaped channel and the unknown one are the router's and the
+    // fast way's 404s.
+    let after = text(&app).await;
+    for (pattern, status, count) in [
+        ("/wsr/{channel}", "2xx", 1.0),
+        ("/wsr/_callback", "5xx", 1.0),
+        ("/wsr/{channel}", "4xx", 2.0),
+    ] {
+        let counted = route(&after, pattern, status) - route(&before, pattern, status);
+        assert!(counted >= count, "{pattern} {status}: {counted}\n{after}");
+    }
 }

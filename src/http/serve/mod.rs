@@ -32,7 +32,6 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
 use axum::body::Body;
 use axum::http::{HeaderValue, Request, Response, StatusCode, header};
 use axum::response::IntoResponse as _;
@@ -132,11 +131,38 @@ fn refusal(refused: Refused) -> axum::response::Response {
     }
 }
 
+/// What `serve` hands each request to: the gateway's `http::Gateway`, or any `Router`.
+pub trait Handler:
+    tower::Service<
+        Request<Body>,
+        Response = Response<Body>,
+        Error = Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<S> Handler for S where
+    S: tower::Service<
+            Request<Body>,
+            Response = Response<Body>,
+            Error = Infallible,
+            Future: Send + 'static,
+        > + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
 /// Serves `router` on `listener` until `shutdown` completes, then stops accepting, lets every
 /// connection finish the request it is handling (at most `grace`) and returns.
 pub async fn serve(
     listener: TcpListener,
-    router: Router,
+    router: impl Handler,
     edge: impl Into<Edge>,
     shutdown: impl Future<Output = ()> + Send + 'static,
     grace: Duration,
@@ -254,7 +280,7 @@ async fn connection(
     stream: TcpStream,
     peer: PeerAddr,
     _permit: OwnedSemaphorePermit,
-    router: Router,
+    router: impl Handler,
     limits: Arc<Limits>,
     mut stop: watch::Receiver<bool>,
 ) {
@@ -301,7 +327,7 @@ async fn http<IO>(
     io: IO,
     peer: PeerAddr,
     certificate: Option<ClientCertificate>,
-    router: Router,
+    router: impl Handler,
     limits: Arc<Limits>,
     watch: Arc<Watch>,
     mut stop: watch::Receiver<bool>,
@@ -375,7 +401,7 @@ fn note_client(
 /// One request: the in-flight cap, the watched body in, the watched body out.
 async fn handle(
     request: Request<Incoming>,
-    router: Router,
+    router: impl Handler,
     limits: Arc<Limits>,
     watch: Arc<Watch>,
 ) -> Result<Response<Body>, Infallible> {
