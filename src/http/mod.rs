@@ -147,8 +147,9 @@ pub fn router(state: AppState) -> Router {
 /// The gateway's HTTP service, as the listener (`serve`) calls it. A partner's `POST /wsr/…`
 /// (one request per message: the gateway's hot path) goes straight to its handler, framed and
 /// guarded as in the router; every other request goes through the router. Through the router
-/// such a request cost about 10 boxed futures and 14 clones of boxed services (its layers, the
-/// guard's middleware, the extractors), a tenth of the gateway's instructions per message.
+/// such a request cost 10 boxed futures and 14 clones of boxed services (its layers, the guard's
+/// middleware, the extractors): going past it saves 38 of a message's 130 allocations and 2.4 %
+/// of its instructions (`bench/instructions-per-message.sh`).
 #[derive(Clone)]
 pub struct Gateway {
     app: AppState,
