@@ -1,8 +1,8 @@
 //! The partners' guard (D14) in front of `/wsr/{channel}` and `/wsr/_callback`: the request is
 //! identified from its `Authorization` header and its connection's client certificate before
 //! any of its body is read, refused with 401 (`WWW-Authenticate`) or 403, and otherwise handed
-//! on with its `Caller` (`guarded`). The same call writes the access log: one line per request, with what
-//! the handler noted of it (`AccessNote`).
+//! on with its `Caller` (`guarded`). The same call writes the access log: one line per request,
+//! with what the handler noted of it (`AccessNote`).
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};

@@ -115,13 +115,13 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         // Mostly taken by `Gateway` before the router; here for the rest (see `partner_door`).
         .route(
-            "/wsr/_callback",
+            CALLBACK_ROUTE,
             post(|State(app): State<AppState>, request: Request| {
                 partner_post(app, Door::Callback, request)
             }),
         )
         .route(
-            "/wsr/{channel}",
+            CHANNEL_ROUTE,
             post(|State(app): State<AppState>, request: Request| {
                 partner_post(app, Door::Channel, request)
             }),
@@ -143,6 +143,11 @@ pub fn router(state: AppState) -> Router {
         .layer(axum::middleware::from_fn(framed_route))
         .with_state(state)
 }
+
+/// The partners' route patterns: the router's routes, and the latency label of a request that
+/// `Gateway` takes past the router (the same label either way).
+const CHANNEL_ROUTE: &str = "/wsr/{channel}";
+const CALLBACK_ROUTE: &str = "/wsr/_callback";
 
 /// The gateway's HTTP service, as the listener (`serve`) calls it. A partner's `POST /wsr/…`
 /// (one request per message: the gateway's hot path) goes straight to its handler, framed and
@@ -181,8 +186,8 @@ impl tower::Service<Request> for Gateway {
         let app = self.app.clone();
         Either::Right(Box::pin(async move {
             let route = match door {
-                Door::Channel => "/wsr/{channel}",
-                Door::Callback => "/wsr/_callback",
+                Door::Channel => CHANNEL_ROUTE,
+                Door::Callback => CALLBACK_ROUTE,
             };
             Ok(framed(route, request, |request| partner_post(app, door, request)).await)
         }))
@@ -297,7 +302,9 @@ async fn require(
     }
 }
 
-/// The router's layer around every route: `framed`, with the route's pattern.
+/// The router's layer around every route: `framed`, with the route's pattern. One layer rather
+/// than two: a `Router`'s layers wrap each route, and every layer clones the whole stack
+/// beneath it for each request.
 async fn framed_route(request: Request, next: Next) -> Response {
     // A shared pattern (cloning it copies no text).
     let route = request
@@ -310,8 +317,7 @@ async fn framed_route(request: Request, next: Next) -> Response {
 
 /// Around every request: the request id and its span (`request_id::within`), and the request's
 /// latency by route pattern (never the path: it holds ids), method and status class, until the
-/// response head. One layer rather than two: a `Router`'s layers wrap each route, and every
-/// layer clones the whole stack beneath it for each request.
+/// response head.
 async fn framed<F, Fut>(route: &str, request: Request, handler: F) -> Response
 where
     F: FnOnce(Request) -> Fut,

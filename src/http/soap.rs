@@ -107,8 +107,8 @@ pub fn fault(
 }
 
 /// Reads a request body into one buffer, copying each byte at most once (how `/wsr/{channel}`
-/// and `/wsr/_callback` take their bodies, so memory follows the bytes received on both). A body that arrives
-/// in one piece is kept as it came (no copy). Otherwise the pieces are appended to one buffer
+/// and `/wsr/_callback` take their bodies, so memory follows the bytes received on both). A
+/// body that arrives in one piece is kept as it came (no copy). Otherwise the pieces are appended to one buffer
 /// reserved from the announced Content-Length, which is trusted only up to `limit` + 1 (more is
 /// refused before a byte is read); without one the buffer grows with the bytes received. The
 /// reservation is address space: resident memory still follows the bytes that actually
