@@ -217,7 +217,14 @@ fn uuid_like(s: &str) -> bool {
 /// fast way does not take is answered as the router's routes answer it.
 #[tokio::test]
 async fn partners_routes_are_framed_alike_whichever_way_a_request_goes() {
-    let app = spawn(|_| {}).await;
+    // A channel of its own: the received-messages counter is the process's, and another test
+    // counts exactly what reaches `CHANNEL`.
+    const FRAMED: &str = "framed-probe";
+    let app = spawn(|c| {
+        c.channels.insert(FRAMED.into(), Agreement::everything());
+        c.anonymous_channels.insert(FRAMED.into());
+    })
+    .await;
     let xml = request_envelope(
         &request(&app, "mid:framed@test", None, Duration::hours(1)),
         "<p:Order xmlns:p=\"urn:p\">framed</p:Order>",
@@ -238,7 +245,7 @@ async fn partners_routes_are_framed_alike_whichever_way_a_request_goes() {
         )
     };
     let before = text(&app).await;
-    let taken = post(&format!("/wsr/{CHANNEL}"), xml.clone())
+    let taken = post(&format!("/wsr/{FRAMED}"), xml.clone())
         .await
         .expect("post");
     assert_eq!(taken.status(), 200);
@@ -251,7 +258,7 @@ async fn partners_routes_are_framed_alike_whichever_way_a_request_goes() {
     // Left to the router: another method, another path, an escaped channel.
     let get = app
         .client
-        .get(app.url(&format!("/wsr/{CHANNEL}")))
+        .get(app.url(&format!("/wsr/{FRAMED}")))
         .send()
         .await
         .expect("get");
@@ -262,9 +269,9 @@ async fn partners_routes_are_framed_alike_whichever_way_a_request_goes() {
     );
     assert!(id(&get).is_some());
     for path in [
-        format!("/wsr/{CHANNEL}/more"),
+        format!("/wsr/{FRAMED}/more"),
         "/wsr/".to_owned(),
-        "/wsr/metrics%2Dprobe".to_owned(),
+        "/wsr/framed%2Dprobe".to_owned(),
         "/wsr/no-such-channel".to_owned(),
     ] {
         let answer = post(&path, xml.clone()).await.expect("post");
