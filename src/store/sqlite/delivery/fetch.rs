@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use chrono::{DateTime, Utc};
 use rusqlite::{Connection, params};
 
-use super::rows::{self, LEASE_COLUMNS, LeaseRow, lease_columns};
+use super::rows::{self, LEASE_COLUMNS, LeaseRow, NewLease, lease_columns};
 use super::sessions;
 use crate::delivery::fetch::{self, Budget, HandOut, Take};
 use crate::delivery::filter::Filter;
@@ -36,7 +36,7 @@ pub(super) fn fetch(
     let sub = rows::subscription_by_id(conn, session.subscription_id)?
         .ok_or_else(|| DeliveryError::NotFound("the subscription was deleted".into()))?;
     lapsed += sessions::lapse_leases(conn, Some(sub.id), now)?;
-    let mut fresh = match_new_messages(conn, &sub)?;
+    let mut fresh = match_new_messages(conn, &sub, now)?;
 
     let live: BTreeSet<String> = conn
         .prepare_cached("SELECT id FROM sessions WHERE subscription_id = ?1")?
@@ -61,10 +61,12 @@ pub(super) fn fetch(
             want,
             now,
         );
+        let mut writes = LeaseWrites::default();
+        let mut over_budget = false;
         for out in plan {
             let offset = out.offset;
             let first_write = fresh.contains(offset);
-            match hand_out(conn, sub.id, out, first_write, &mut budget, now)? {
+            match hand_out(conn, sub.id, out, first_write, &mut budget, &mut writes)? {
                 HandedOut::Message(h, was_released) => {
                     if first_write {
                         fresh.written(offset);
@@ -73,15 +75,23 @@ pub(super) fn fetch(
                     handed.push(*h);
                 }
                 HandedOut::Missing => {}
-                HandedOut::OverBudget => break 'pages,
+                HandedOut::OverBudget => {
+                    over_budget = true;
+                    break;
+                }
             }
+        }
+        // Written before the next page reads what is waiting.
+        writes.write(conn, sub.id, now)?;
+        if over_budget {
+            break 'pages;
         }
         match fetch::next_page(&candidates, page, budget.count(), take.max) {
             Some(last) => after = last,
             None => break,
         }
     }
-    fresh.store_untaken(conn, sub.id)?;
+    fresh.store_untaken(conn, sub.id, now)?;
     Ok((handed, lapsed > 0 || released))
 }
 
@@ -153,12 +163,44 @@ impl Fresh {
     }
 
     /// Writes the leases of the fresh messages the fetch did not hand out, as waiting.
-    fn store_untaken(self, conn: &Connection, subscription: i64) -> Result<(), StoreError> {
-        for m in self.matched.into_iter().filter(|m| !m.written) {
-            let lease = Lease::new(m.received_at);
-            rows::insert_lease(conn, subscription, m.offset, None, &lease, m.received_at)?;
-        }
-        Ok(())
+    fn store_untaken(
+        self,
+        conn: &Connection,
+        subscription: i64,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let untaken: Vec<(i64, Lease)> = self
+            .matched
+            .into_iter()
+            .filter(|m| !m.written)
+            .map(|m| (m.offset, Lease::new(m.received_at)))
+            .collect();
+        let new: Vec<NewLease<'_>> = untaken.iter().map(|(o, l)| (*o, None, l)).collect();
+        rows::insert_leases(conn, subscription, &new, now)
+    }
+}
+
+/// The leases one page of a fetch hands out, written together when the page is done: one
+/// statement per chunk of them rather than one per message (`rows::in_chunks`).
+#[derive(Default)]
+struct LeaseWrites {
+    /// Fresh messages' leases, their rows still to be inserted.
+    inserted: Vec<(i64, Lease)>,
+    /// Leases whose rows exist.
+    saved: Vec<(i64, Lease)>,
+}
+
+impl LeaseWrites {
+    fn write(
+        self,
+        conn: &Connection,
+        subscription: i64,
+        now: DateTime<Utc>,
+    ) -> Result<(), StoreError> {
+        let new: Vec<NewLease<'_>> = self.inserted.iter().map(|(o, l)| (*o, None, l)).collect();
+        rows::insert_leases(conn, subscription, &new, now)?;
+        let saved: Vec<(i64, &Lease)> = self.saved.iter().map(|(o, l)| (*o, l)).collect();
+        rows::save_leases(conn, subscription, &saved, now)
     }
 }
 
@@ -236,16 +278,16 @@ enum HandedOut {
     OverBudget,
 }
 
-/// Writes one hand-out of the plan (its lease — inserted when `first_write`, a fresh
-/// message's — and the group it binds to the member) if the fetch's `budget` admits its
-/// message.
+/// Takes one hand-out of the plan if the fetch's `budget` admits its message: its lease goes
+/// to the page's `writes` (to be inserted when `first_write`, a fresh message's), the group
+/// it binds to the member is written at once.
 fn hand_out(
     conn: &Connection,
     subscription: i64,
     out: HandOut,
     first_write: bool,
     budget: &mut Budget,
-    now: DateTime<Utc>,
+    writes: &mut LeaseWrites,
 ) -> Result<HandedOut, StoreError> {
     let offset = out.offset;
     let Some(message) = rows::inbox_entry(conn, offset)? else {
@@ -260,9 +302,9 @@ fn hand_out(
         return Ok(HandedOut::OverBudget);
     }
     if first_write {
-        rows::insert_lease(conn, subscription, offset, None, &out.lease, now)?;
+        writes.inserted.push((offset, out.lease));
     } else {
-        rows::save_leases(conn, subscription, &[(offset, &out.lease)], now)?;
+        writes.saved.push((offset, out.lease));
     }
     if let Some(group) = &out.binds_group {
         conn.prepare_cached(
@@ -282,7 +324,11 @@ fn hand_out(
 /// Matches inbox messages beyond the subscription's cursor against its filter, then moves the
 /// cursor past them. ordering = group: each match gets its lease row (and its group a head)
 /// here; otherwise the matches are answered `Fresh`, their rows written by the fetch.
-fn match_new_messages(conn: &Connection, sub: &Subscription) -> Result<Fresh, StoreError> {
+fn match_new_messages(
+    conn: &Connection,
+    sub: &Subscription,
+    now: DateTime<Utc>,
+) -> Result<Fresh, StoreError> {
     let filter = Filter::parse(&sub.filter)
         .map_err(|e| StoreError::Corrupt(format!("subscription {} filter: {e}", sub.id)))?;
     let grouped = sub.rules.ordering == Ordering::Group;
@@ -304,6 +350,7 @@ fn match_new_messages(conn: &Connection, sub: &Subscription) -> Result<Fresh, St
         return Ok(Fresh::default());
     };
     let mut matched = Vec::new();
+    let mut grouped_leases = Vec::new();
     let mut fresh = Fresh::default();
     for (offset, topic, group_key, received_at) in &rows {
         if !filter.matches(topic) {
@@ -311,8 +358,7 @@ fn match_new_messages(conn: &Connection, sub: &Subscription) -> Result<Fresh, St
         }
         let received_at = from_millis(*received_at);
         if let Some(group_key) = group_key {
-            let lease = Lease::new(received_at);
-            rows::insert_lease(conn, sub.id, *offset, Some(group_key), &lease, received_at)?;
+            grouped_leases.push((*offset, group_key.as_str(), Lease::new(received_at)));
             matched.push((*offset, group_key.as_str()));
         } else {
             fresh.matched.push(FreshMessage {
@@ -322,6 +368,11 @@ fn match_new_messages(conn: &Connection, sub: &Subscription) -> Result<Fresh, St
             });
         }
     }
+    let new: Vec<NewLease<'_>> = grouped_leases
+        .iter()
+        .map(|(offset, group, lease)| (*offset, Some(*group), lease))
+        .collect();
+    rows::insert_leases(conn, sub.id, &new, now)?;
     // A group with nothing pending gets its first new message as head.
     for (group, first) in group::first_of_each(matched) {
         let head = group::head_with(rows::head(conn, sub.id, group)?, first);

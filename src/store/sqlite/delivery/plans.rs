@@ -6,7 +6,7 @@
 
 use rusqlite::Connection;
 
-use super::{fetch, reads, sessions};
+use super::{fetch, reads, rows, sessions};
 use crate::store::config::Durability;
 use crate::store::sqlite::MIGRATIONS;
 use crate::store::sqlite::writer::open_writer_connection;
@@ -114,5 +114,23 @@ fn a_subscriptions_leases_are_looked_up_by_the_index_of_their_state() {
     ];
     for (sql, index) in shapes {
         assert_uses(&conn, &sql, index);
+    }
+}
+
+#[test]
+fn a_batch_of_leases_is_saved_by_key_one_lookup_per_row() {
+    let (_dir, conn) = migrated();
+    for sql in rows::SAVE_LEASES.iter() {
+        // The planner could as well walk the subscription's every lease and probe the values
+        // for each: the values must drive, each row finding its lease by the primary key.
+        let plan = plan(&conn, sql);
+        let search = plan.find("SEARCH deliveries USING");
+        let values = plan.find("SCAN ");
+        assert!(
+            plan.contains("(subscription_id=? AND offset=?)")
+                && !plan.contains("SCAN deliveries")
+                && matches!((values, search), (Some(v), Some(s)) if v < s),
+            "{sql}\nshould walk the values and find each lease by its key:\n{plan}"
+        );
     }
 }
