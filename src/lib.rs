@@ -152,7 +152,9 @@ impl App {
             .receipt_secret()
             .await
             .context("cannot read the receipt key")?;
-        let receipts = Arc::new(ReceiptKey::new(&secret));
+        let receipts = Arc::new(
+            ReceiptKey::new(&secret).map_err(|_| anyhow::anyhow!("cannot make the receipt key"))?,
+        );
         let console_key = Arc::new(http::ConsoleKey::derive(&secret));
         let listener = TcpListener::bind(config.listen)
             .await

@@ -16,6 +16,7 @@ use super::sessions::own_session;
 use crate::consume::pull::fetch_waiting;
 use crate::consume::view::MessageView;
 use crate::delivery::fetch::Take;
+use crate::delivery::receipt::Unsigned;
 use crate::http::AppState;
 use crate::http::api::{ApiPath, Caller, Problem, ProblemBody, json_body as body};
 use crate::http::openapi::InboxMessage;
@@ -85,13 +86,24 @@ pub async fn fetch(
     crate::consume::traced::fetched(&app.store, &session, handed.iter().map(|h| &h.message)).await;
     let messages = handed
         .iter()
-        .map(|h| HandedView {
-            message: MessageView::of(&h.message),
-            receipt: h.receipt.sign(&app.receipts),
-            attempt: h.receipt.attempt,
-            deadline: h.deadline.as_ref().map(date_time_string),
+        .map(|h| {
+            Ok(HandedView {
+                message: MessageView::of(&h.message),
+                receipt: h.receipt.sign(&app.receipts)?,
+                attempt: h.receipt.attempt,
+                deadline: h.deadline.as_ref().map(date_time_string),
+            })
         })
-        .collect();
+        .collect::<Result<_, Unsigned>>()
+        .map_err(|e| {
+            // The leases stand: the messages come again when their deadlines pass.
+            tracing::error!(error = %e, "a fetch's receipts could not be signed");
+            Problem(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "receipt-unsigned",
+                e.to_string(),
+            )
+        })?;
     // Written from the borrowed rows: a batch of payloads is not copied into a JSON tree first.
     Ok(Json(FetchAnswer { messages }).into_response())
 }
