@@ -28,6 +28,7 @@ pub mod group_json;
 mod group_rows;
 pub mod group_state;
 mod job;
+mod multi_row;
 mod nonces;
 mod outbound;
 mod prefill;

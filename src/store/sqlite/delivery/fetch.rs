@@ -181,7 +181,7 @@ impl Fresh {
 }
 
 /// The leases one page of a fetch hands out, written together when the page is done: one
-/// statement per chunk of them rather than one per message (`rows::in_chunks`).
+/// statement per chunk of them rather than one per message (`multi_row`).
 #[derive(Default)]
 struct LeaseWrites {
     /// Fresh messages' leases, their rows still to be inserted.

@@ -7,7 +7,7 @@ use std::sync::LazyLock;
 use chrono::{DateTime, Duration, Utc};
 use rusqlite::types::ValueRef;
 
-use rusqlite::{Connection, OptionalExtension, Row, ToSql, params};
+use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::delivery::group;
 use crate::delivery::lease::{Lease, State};
@@ -15,6 +15,7 @@ use crate::store::delivery::{Session, Subscription};
 use crate::store::received::payload_text;
 use crate::store::source_usage::UsageChanges;
 use crate::store::sqlite::batch::write_usage;
+use crate::store::sqlite::multi_row::{bind_row, in_chunks, per_chunk_size, values_rows};
 use crate::store::sqlite::select_inbox;
 use crate::store::time::{from_millis, millis};
 use crate::store::{InboxEntry, StoreError};
@@ -174,7 +175,7 @@ fn columns(lease: &Lease, now: DateTime<Utc>) -> Result<Columns<'_>, StoreError>
 pub(super) type NewLease<'a> = (i64, Option<&'a str>, &'a Lease);
 
 /// Gives newly matched messages of one subscription their leases (nothing for one that has
-/// its lease already), a multi-row statement per chunk (`in_chunks`).
+/// its lease already), a multi-row statement per chunk (`multi_row`).
 pub(super) fn insert_leases(
     conn: &Connection,
     subscription_id: i64,
@@ -212,7 +213,7 @@ pub(super) fn insert_leases(
 }
 
 /// Stores leases of one subscription (each offset once), a multi-row statement per chunk
-/// (`in_chunks`), then moves the heads of the groups whose head finished.
+/// (`multi_row`), then moves the heads of the groups whose head finished.
 pub(super) fn save_leases(
     conn: &Connection,
     subscription_id: i64,
@@ -254,48 +255,6 @@ pub(super) fn save_leases(
     release_consumed(conn, settled.map(|(offset, _)| *offset))
 }
 
-/// Rows one multi-row statement writes at once, largest first: a batch of n rows runs as at
-/// most one statement per size (37 = 32 + 4 + 1) rather than n. A statement's fixed cost —
-/// the cache look-up, opening a cursor per index, halting — was about half of writing one
-/// lease row on its own (issue 35).
-const CHUNK_SIZES: [usize; 6] = [32, 16, 8, 4, 2, 1];
-
-/// Runs `write(size, chunk)` over `items` cut into chunks of `CHUNK_SIZES`, in order; `size`
-/// indexes `CHUNK_SIZES` (and the statements built for each size).
-fn in_chunks<T>(
-    items: &[T],
-    mut write: impl FnMut(usize, &[T]) -> Result<(), StoreError>,
-) -> Result<(), StoreError> {
-    let mut rest = items;
-    for (size, &rows) in CHUNK_SIZES.iter().enumerate() {
-        while rest.len() >= rows {
-            let (chunk, tail) = rest.split_at(rows);
-            write(size, chunk)?;
-            rest = tail;
-        }
-    }
-    Ok(())
-}
-
-/// `({lead}?2, ?3, …), ({lead}…)`: `rows` tuples of `width` parameters each, numbered from 2
-/// (`?1` is the subscription every row shares), each after `lead`.
-fn values_rows(rows: usize, width: usize, lead: &str) -> String {
-    let tuples: Vec<String> = (0..rows)
-        .map(|row| {
-            let params: Vec<String> = (0..width)
-                .map(|column| format!("?{}", 2 + row * width + column))
-                .collect();
-            format!("({lead}{})", params.join(", "))
-        })
-        .collect();
-    tuples.join(", ")
-}
-
-/// One statement per `CHUNK_SIZES` entry, built from `sql(rows)`.
-fn per_chunk_size(sql: fn(usize) -> String) -> Vec<String> {
-    CHUNK_SIZES.iter().map(|&rows| sql(rows)).collect()
-}
-
 /// `insert_leases`' statements: rows of (offset, group_key, state, attempt, failures,
 /// consumer, due, avoid, reason).
 static INSERT_LEASES: LazyLock<Vec<String>> = LazyLock::new(|| {
@@ -303,7 +262,7 @@ static INSERT_LEASES: LazyLock<Vec<String>> = LazyLock::new(|| {
         format!(
             "INSERT INTO deliveries (subscription_id, offset, group_key, state, attempt, \
              failures, consumer, due, avoid, reason) VALUES {} ON CONFLICT DO NOTHING",
-            values_rows(rows, 9, "?1, ")
+            values_rows(rows, 9, 2, "?1, ")
         )
     })
 });
@@ -318,23 +277,10 @@ pub(super) static SAVE_LEASES: LazyLock<Vec<String>> = LazyLock::new(|| {
              consumer = v.column5, due = v.column6, avoid = v.column7, reason = v.column8 \
              FROM (VALUES {}) AS v \
              WHERE deliveries.subscription_id = ?1 AND deliveries.offset = v.column1",
-            values_rows(rows, 8, "")
+            values_rows(rows, 8, 2, "")
         )
     })
 });
-
-/// Binds `values` to the parameters from `at` on, moving `at` past them.
-fn bind_row(
-    statement: &mut rusqlite::Statement<'_>,
-    at: &mut usize,
-    values: &[&dyn ToSql],
-) -> rusqlite::Result<()> {
-    for value in values {
-        statement.raw_bind_parameter(*at, value)?;
-        *at += 1;
-    }
-    Ok(())
-}
 
 /// Whether the subscription has any group head (only `ordering = group` has them).
 fn has_group_heads(conn: &Connection, subscription_id: i64) -> Result<bool, StoreError> {
