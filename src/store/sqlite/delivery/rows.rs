@@ -182,31 +182,15 @@ pub(super) fn insert_leases(
     leases: &[NewLease<'_>],
     now: DateTime<Utc>,
 ) -> Result<(), StoreError> {
-    in_chunks(leases, |size, chunk| {
-        let mut insert = conn.prepare_cached(&INSERT_LEASES[size])?;
-        insert.raw_bind_parameter(1, subscription_id)?;
-        let mut at = 2;
-        for (offset, group, lease) in chunk {
-            let (state, consumer, due, avoid, reason) = columns(lease, now)?;
-            bind_row(
-                &mut insert,
-                &mut at,
-                &[
-                    offset,
-                    group,
-                    &state,
-                    &lease.attempt,
-                    &lease.failures,
-                    &consumer,
-                    &due,
-                    &avoid,
-                    &reason,
-                ],
-            )?;
-        }
-        insert.raw_execute()?;
-        Ok(())
-    })?;
+    write_leases(
+        conn,
+        &INSERT_LEASES,
+        subscription_id,
+        leases,
+        |statement, at, (offset, group, lease)| {
+            bind_lease(statement, at, offset, Some(group), lease, now)
+        },
+    )?;
     // Settled the moment they were handed out (the `settled` mode).
     let settled = leases.iter().filter(|(_, _, l)| l.state == State::Done);
     release_consumed(conn, settled.map(|(offset, ..)| *offset))
@@ -220,30 +204,13 @@ pub(super) fn save_leases(
     leases: &[(i64, &Lease)],
     now: DateTime<Utc>,
 ) -> Result<(), StoreError> {
-    in_chunks(leases, |size, chunk| {
-        let mut update = conn.prepare_cached(&SAVE_LEASES[size])?;
-        update.raw_bind_parameter(1, subscription_id)?;
-        let mut at = 2;
-        for (offset, lease) in chunk {
-            let (state, consumer, due, avoid, reason) = columns(lease, now)?;
-            bind_row(
-                &mut update,
-                &mut at,
-                &[
-                    offset,
-                    &state,
-                    &lease.attempt,
-                    &lease.failures,
-                    &consumer,
-                    &due,
-                    &avoid,
-                    &reason,
-                ],
-            )?;
-        }
-        update.raw_execute()?;
-        Ok(())
-    })?;
+    write_leases(
+        conn,
+        &SAVE_LEASES,
+        subscription_id,
+        leases,
+        |statement, at, (offset, lease)| bind_lease(statement, at, offset, None, lease, now),
+    )?;
     let mut finished = leases.iter().filter(|(_, l)| l.finished()).peekable();
     // Only `ordering = group` keeps heads: asked once, not once per message finished.
     if finished.peek().is_some() && has_group_heads(conn, subscription_id)? {
@@ -253,6 +220,61 @@ pub(super) fn save_leases(
     }
     let settled = leases.iter().filter(|(_, l)| l.state == State::Done);
     release_consumed(conn, settled.map(|(offset, _)| *offset))
+}
+
+/// Runs `statements[size]` (`per_chunk_size`) over `leases` in chunks: `?1` is the
+/// subscription, `bind` binds each lease's parameters from `?2` on.
+fn write_leases<T>(
+    conn: &Connection,
+    statements: &[String],
+    subscription_id: i64,
+    leases: &[T],
+    bind: impl Fn(&mut rusqlite::Statement<'_>, &mut usize, &T) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
+    in_chunks(leases, |size, chunk| {
+        let sql = statements
+            .get(size)
+            .ok_or_else(|| StoreError::Failed(format!("no statement for chunk size {size}")))?;
+        let mut statement = conn.prepare_cached(sql)?;
+        statement.raw_bind_parameter(1, subscription_id)?;
+        let mut at = 2;
+        for lease in chunk {
+            bind(&mut statement, &mut at, lease)?;
+        }
+        statement.raw_execute()?;
+        Ok(())
+    })
+}
+
+/// Binds one lease's row from `at` on: its offset, its group (inserts only) and its stored
+/// columns (`columns`).
+fn bind_lease(
+    statement: &mut rusqlite::Statement<'_>,
+    at: &mut usize,
+    offset: &i64,
+    group: Option<&Option<&str>>,
+    lease: &Lease,
+    now: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    let (state, consumer, due, avoid, reason) = columns(lease, now)?;
+    bind_row(statement, at, &[offset])?;
+    if let Some(group) = group {
+        bind_row(statement, at, &[group])?;
+    }
+    bind_row(
+        statement,
+        at,
+        &[
+            &state,
+            &lease.attempt,
+            &lease.failures,
+            &consumer,
+            &due,
+            &avoid,
+            &reason,
+        ],
+    )?;
+    Ok(())
 }
 
 /// `insert_leases`' statements: rows of (offset, group_key, state, attempt, failures,
