@@ -152,9 +152,7 @@ impl App {
             .receipt_secret()
             .await
             .context("cannot read the receipt key")?;
-        let receipts = Arc::new(
-            ReceiptKey::new(&secret).map_err(|_| anyhow::anyhow!("cannot make the receipt key"))?,
-        );
+        let receipts = Arc::new(ReceiptKey::new(&secret).context("cannot make the receipt key")?);
         let console_key = Arc::new(http::ConsoleKey::derive(&secret));
         let listener = TcpListener::bind(config.listen)
             .await

@@ -5,11 +5,11 @@
 //! this module only says whether the token is genuine and what it names.
 //!
 //! The MAC is AES-256-CMAC (NIST SP 800-38B, a 128-bit tag) over the four fields in a binary
-//! layout (`Receipt::mac`). It was HMAC-SHA256 over the token's text: a fetch signs a receipt
-//! per message and a settle checks one, and the two HMACs were a twelfth of a delivered
-//! message's instructions where the CMAC, on the processor's AES instructions, is a fraction of
-//! that (issue 35). A token signed the earlier way (its tag is 32 bytes, not 16) is still
-//! accepted, so receipts in flight across an upgrade settle.
+//! layout (`Receipt::mac_context`). It was HMAC-SHA256 over the token's text: a fetch signs a
+//! receipt per message and a settle checks one, and the two HMACs were a twelfth of a
+//! delivered message's instructions where the CMAC, on the processor's AES instructions, is a
+//! fraction of that (issue 35). A token signed the earlier way (its tag is 32 bytes, not 16)
+//! is still accepted, so receipts in flight across an upgrade settle.
 
 use std::fmt::Write as _;
 
@@ -73,7 +73,10 @@ impl Receipt {
         push_lower_hex(&mut token, self.subscription.as_bytes());
         token.push('.');
         push_lower_hex(&mut token, self.consumer.as_bytes());
-        let tag = self.mac(key).map_err(|_| Unsigned)?;
+        let tag = self
+            .mac_context(key)
+            .and_then(cmac::Context::sign)
+            .map_err(|_| Unsigned)?;
         token.push('.');
         push_lower_hex(&mut token, tag.as_ref());
         Ok(token)
@@ -119,13 +122,8 @@ impl Receipt {
         }
     }
 
-    /// The receipt's MAC: over `mac_header`, then the subscription's bytes, then the
-    /// consumer's.
-    fn mac(&self, key: &ReceiptKey) -> Result<cmac::Tag, Unspecified> {
-        self.mac_context(key)?.sign()
-    }
-
-    /// The MAC's context, given everything it covers.
+    /// The MAC's context, given everything it covers: `mac_header`, then the subscription's
+    /// bytes, then the consumer's.
     fn mac_context(&self, key: &ReceiptKey) -> Result<cmac::Context, Unspecified> {
         let mut mac = cmac::Context::with_key(&key.cmac);
         mac.update(&self.mac_header())?;

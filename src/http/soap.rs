@@ -108,13 +108,13 @@ pub fn fault(
 
 /// Reads a request body into one buffer, copying each byte at most once (how `/wsr/{channel}`
 /// and `/wsr/_callback` take their bodies, so memory follows the bytes received on both). A
-/// body that arrives in one piece is kept as it came (no copy). Otherwise the pieces are appended to one buffer
-/// reserved from the announced Content-Length, which is trusted only up to `limit` + 1 (more is
-/// refused before a byte is read); without one the buffer grows with the bytes received. The
-/// reservation is address space: resident memory still follows the bytes that actually
-/// arrive, which the perimeter's byte budget counts. More than `limit` + 1 bytes, announced or
-/// received, is refused with 413 (the codec gives the exact limit its own fault); a body the
-/// perimeter cut is answered 408 (too slow) or 503 (busy).
+/// body that arrives in one piece is kept as it came (no copy). Otherwise the pieces are
+/// appended to one buffer reserved from the announced Content-Length, which is trusted only up
+/// to `limit` + 1 (more is refused before a byte is read); without one the buffer grows with
+/// the bytes received. The reservation is address space: resident memory still follows the
+/// bytes that actually arrive, which the perimeter's byte budget counts. More than `limit` + 1
+/// bytes, announced or received, is refused with 413 (the codec gives the exact limit its own
+/// fault); a body the perimeter cut is answered 408 (too slow) or 503 (busy).
 pub async fn read_body(
     headers: &HeaderMap,
     body: axum::body::Body,

@@ -169,14 +169,13 @@ impl Fresh {
         subscription: i64,
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        let untaken: Vec<(i64, Lease)> = self
+        let untaken: Vec<NewLease<'_>> = self
             .matched
             .into_iter()
             .filter(|m| !m.written)
-            .map(|m| (m.offset, Lease::new(m.received_at)))
+            .map(|m| (m.offset, None, Lease::new(m.received_at)))
             .collect();
-        let new: Vec<NewLease<'_>> = untaken.iter().map(|(o, l)| (*o, None, l)).collect();
-        rows::insert_leases(conn, subscription, &new, now)
+        rows::insert_leases(conn, subscription, &untaken, now)
     }
 }
 
@@ -185,7 +184,7 @@ impl Fresh {
 #[derive(Default)]
 struct LeaseWrites {
     /// Fresh messages' leases, their rows still to be inserted.
-    inserted: Vec<(i64, Lease)>,
+    inserted: Vec<NewLease<'static>>,
     /// Leases whose rows exist.
     saved: Vec<(i64, Lease)>,
 }
@@ -197,8 +196,7 @@ impl LeaseWrites {
         subscription: i64,
         now: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        let new: Vec<NewLease<'_>> = self.inserted.iter().map(|(o, l)| (*o, None, l)).collect();
-        rows::insert_leases(conn, subscription, &new, now)?;
+        rows::insert_leases(conn, subscription, &self.inserted, now)?;
         let saved: Vec<(i64, &Lease)> = self.saved.iter().map(|(o, l)| (*o, l)).collect();
         rows::save_leases(conn, subscription, &saved, now)
     }
@@ -302,7 +300,7 @@ fn hand_out(
         return Ok(HandedOut::OverBudget);
     }
     if first_write {
-        writes.inserted.push((offset, out.lease));
+        writes.inserted.push((offset, None, out.lease));
     } else {
         writes.saved.push((offset, out.lease));
     }
@@ -350,7 +348,7 @@ fn match_new_messages(
         return Ok(Fresh::default());
     };
     let mut matched = Vec::new();
-    let mut grouped_leases = Vec::new();
+    let mut grouped_leases: Vec<NewLease<'_>> = Vec::new();
     let mut fresh = Fresh::default();
     for (offset, topic, group_key, received_at) in &rows {
         if !filter.matches(topic) {
@@ -358,7 +356,7 @@ fn match_new_messages(
         }
         let received_at = from_millis(*received_at);
         if let Some(group_key) = group_key {
-            grouped_leases.push((*offset, group_key.as_str(), Lease::new(received_at)));
+            grouped_leases.push((*offset, Some(group_key.as_str()), Lease::new(received_at)));
             matched.push((*offset, group_key.as_str()));
         } else {
             fresh.matched.push(FreshMessage {
@@ -368,11 +366,7 @@ fn match_new_messages(
             });
         }
     }
-    let new: Vec<NewLease<'_>> = grouped_leases
-        .iter()
-        .map(|(offset, group, lease)| (*offset, Some(*group), lease))
-        .collect();
-    rows::insert_leases(conn, sub.id, &new, now)?;
+    rows::insert_leases(conn, sub.id, &grouped_leases, now)?;
     // A group with nothing pending gets its first new message as head.
     for (group, first) in group::first_of_each(matched) {
         let head = group::head_with(rows::head(conn, sub.id, group)?, first);

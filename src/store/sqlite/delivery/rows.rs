@@ -6,7 +6,6 @@ use std::sync::LazyLock;
 
 use chrono::{DateTime, Duration, Utc};
 use rusqlite::types::ValueRef;
-
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use crate::delivery::group;
@@ -172,7 +171,7 @@ fn columns(lease: &Lease, now: DateTime<Utc>) -> Result<Columns<'_>, StoreError>
 }
 
 /// A lease to insert: a newly matched message's offset, its ordering group and its lease.
-pub(super) type NewLease<'a> = (i64, Option<&'a str>, &'a Lease);
+pub(super) type NewLease<'a> = (i64, Option<&'a str>, Lease);
 
 /// Gives newly matched messages of one subscription their leases (nothing for one that has
 /// its lease already), a multi-row statement per chunk (`multi_row`).
