@@ -295,7 +295,13 @@ fn init_logging(
         .with_writer(log_writer);
     match format {
         // Plain text, on a terminal too: no colours (see Cargo.toml).
-        LogFormat::Text => layers.push(lines.with_ansi(false).boxed()),
+        // The default's fields, written more cheaply (`log_lines::LineFields`).
+        LogFormat::Text => layers.push(
+            lines
+                .fmt_fields(wsr_gateway::log_lines::LineFields)
+                .with_ansi(false)
+                .boxed(),
+        ),
         // One object per line; the fields of the spans a line happened in (`request_id`)
         // are in its `span` and `spans`.
         LogFormat::Json => layers.push(lines.json().with_ansi(false).boxed()),
