@@ -15,6 +15,7 @@ pub mod endpoint;
 pub mod hex;
 pub mod http;
 pub mod inbound;
+pub mod json_text;
 pub mod log_lines;
 pub mod metrics;
 pub mod outbound;

@@ -43,17 +43,41 @@ impl<'a> MessageView<'a> {
     /// How many fields `serialize_fields` writes.
     pub const FIELDS: usize = 10;
 
+    /// The message's payload, which `serialize_fields_but_payload` leaves out.
+    pub fn payload(&self) -> &'a str {
+        self.payload
+    }
+
     /// Writes the view's fields into a struct being serialized, so that an answer adding
     /// fields of its own (a fetch's receipt) is one flat object without `#[serde(flatten)]`,
     /// which goes through a map and costs several times as much per field.
     pub fn serialize_fields<S: SerializeStruct>(&self, s: &mut S) -> Result<(), S::Error> {
+        self.serialize_fields_with(s, true)
+    }
+
+    /// `serialize_fields` without the payload, for an answer that writes the payload itself
+    /// (a fetch's, with `json_text`).
+    pub fn serialize_fields_but_payload<S: SerializeStruct>(
+        &self,
+        s: &mut S,
+    ) -> Result<(), S::Error> {
+        self.serialize_fields_with(s, false)
+    }
+
+    fn serialize_fields_with<S: SerializeStruct>(
+        &self,
+        s: &mut S,
+        payload: bool,
+    ) -> Result<(), S::Error> {
         s.serialize_field("offset", &self.offset)?;
         s.serialize_field("partner", self.partner)?;
         s.serialize_field("channel", self.channel)?;
         s.serialize_field("topic", self.topic)?;
         s.serialize_field("group_id", self.group_id)?;
         s.serialize_field("number", &self.number)?;
-        s.serialize_field("payload", self.payload)?;
+        if payload {
+            s.serialize_field("payload", self.payload)?;
+        }
         s.serialize_field("namespaces", &self.namespaces)?;
         s.serialize_field("received_at", &self.received_at)?;
         s.serialize_field("expiry", &self.expiry)

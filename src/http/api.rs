@@ -8,7 +8,7 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::{FromRequestParts, Path, Query, RawPathParams};
 use axum::http::request::Parts;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -53,6 +53,23 @@ impl IntoResponse for Problem {
     fn into_response(self) -> Response {
         let Problem(status, error, reason) = self;
         (status, Json(ProblemBody { error, reason })).into_response()
+    }
+}
+
+/// A JSON answer its handler wrote itself (a fetch's, with its payloads written by
+/// `json_text`), or the 500 for an answer that could not be written.
+pub fn json_written(written: serde_json::Result<Vec<u8>>) -> Response {
+    match written {
+        Ok(json) => {
+            let content_type = HeaderValue::from_static("application/json");
+            ([(header::CONTENT_TYPE, content_type)], json).into_response()
+        }
+        Err(e) => Problem(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "unwritable-answer",
+            format!("the answer could not be written as JSON: {e}"),
+        )
+        .into_response(),
     }
 }
 

@@ -3,11 +3,11 @@
 
 use std::time::Duration;
 
+use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
-use axum::{Extension, Json};
+use axum::response::Response;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -18,12 +18,17 @@ use crate::consume::view::MessageView;
 use crate::delivery::fetch::Take;
 use crate::delivery::receipt::Unsigned;
 use crate::http::AppState;
-use crate::http::api::{ApiPath, Caller, Problem, ProblemBody, json_body as body};
+use crate::http::api::{ApiPath, Caller, Problem, ProblemBody, json_body as body, json_written};
 use crate::http::openapi::InboxMessage;
+use crate::json_text::push_json_string;
 use crate::wsr::datetime::date_time_string;
 
 const MAX_FETCH: usize = 1000;
 const MAX_WAIT: Duration = Duration::from_secs(60);
+
+/// About what a handed message's fields other than its payload and namespaces take in a
+/// fetch's answer (names, ids, times, its receipt).
+const ANSWER_FIELDS_BYTES: usize = 512;
 
 #[derive(Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -105,13 +110,47 @@ pub async fn fetch(
             )
         })?;
     // Written from the borrowed rows: a batch of payloads is not copied into a JSON tree first.
-    Ok(Json(FetchAnswer { messages }).into_response())
+    // The buffer is sized for the payloads and namespaces and each message's other fields
+    // (escaping may still make it grow).
+    let capacity = handed
+        .iter()
+        .map(|h| h.message.payload.len() + h.message.namespaces.len() + ANSWER_FIELDS_BYTES)
+        .sum();
+    Ok(json_written(FetchAnswer { messages }.write(capacity)))
 }
 
-/// A fetch's answer.
-#[derive(Serialize)]
+/// A fetch's answer: `{"messages": [...]}`.
 struct FetchAnswer<'a> {
     messages: Vec<HandedView<'a>>,
+}
+
+impl FetchAnswer<'_> {
+    /// The answer's JSON, in a buffer of `capacity` bytes made beforehand (axum's `Json`
+    /// grows one from 128 bytes, copying it at each doubling). Each message's fields are
+    /// serde's; its payload, most of its bytes, is written after them by `json_text`, which
+    /// escapes it several times faster than serde_json.
+    fn write(&self, capacity: usize) -> serde_json::Result<Vec<u8>> {
+        let mut out = Vec::with_capacity(capacity);
+        out.extend_from_slice(br#"{"messages":["#);
+        for (i, handed) in self.messages.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            serde_json::to_writer(&mut out, handed)?;
+            // serde_json writes a struct as an object, `}` its last byte: the payload goes in
+            // before it (after the other fields, so never first).
+            if out.pop() != Some(b'}') {
+                return Err(serde::ser::Error::custom(
+                    "a handed message is not an object",
+                ));
+            }
+            out.extend_from_slice(br#","payload":"#);
+            push_json_string(&mut out, handed.message.payload());
+            out.push(b'}');
+        }
+        out.extend_from_slice(b"]}");
+        Ok(out)
+    }
 }
 
 /// A fetch's answer, as documented (`FetchAnswer` borrows, which a schema cannot).
@@ -137,7 +176,8 @@ struct HandedSchema {
 }
 
 /// One handed-out message: the message, and what settling it takes.
-/// Serialized by hand: the message's fields, then the hand-out's, in one object.
+/// Serialized by hand: the message's fields but its payload, then the hand-out's, in one
+/// object (`FetchAnswer::write` adds the payload).
 struct HandedView<'a> {
     message: MessageView<'a>,
     receipt: String,
@@ -148,8 +188,8 @@ struct HandedView<'a> {
 impl Serialize for HandedView<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct as _;
-        let mut s = serializer.serialize_struct("HandedView", MessageView::FIELDS + 3)?;
-        self.message.serialize_fields(&mut s)?;
+        let mut s = serializer.serialize_struct("HandedView", MessageView::FIELDS + 2)?;
+        self.message.serialize_fields_but_payload(&mut s)?;
         s.serialize_field("receipt", &self.receipt)?;
         s.serialize_field("attempt", &self.attempt)?;
         s.serialize_field("deadline", &self.deadline)?;
@@ -193,9 +233,13 @@ mod tests {
             attempt: 2,
             deadline: None,
         };
-        let written = serde_json::to_value(&handed).expect("serialized");
+        let answer = FetchAnswer {
+            messages: vec![handed],
+        };
+        let written: serde_json::Value =
+            serde_json::from_slice(&answer.write(0).expect("written")).expect("JSON");
         assert_eq!(
-            written,
+            written["messages"][0],
             json!({
                 "offset": 7, "partner": "acme", "channel": "orders", "topic": "orders/PO",
                 "group_id": "mid:1@acme", "number": 3, "payload": "<PO a=\"1\"/>",
@@ -208,6 +252,43 @@ mod tests {
             serde_json::to_value(MessageView::of(&e)).expect("serialized")["namespaces"],
             json!([["p", "urn:po"]])
         );
+    }
+
+    #[test]
+    fn an_answer_carries_every_payload_exactly_whatever_it_holds() {
+        let payloads = [
+            "",
+            "<PO a=\"1\">caf\u{e9} \u{20ac}\\ \t\r\n</PO>",
+            "\u{0}\u{1f}\u{7f}\"\"",
+        ];
+        let entries: Vec<InboxEntry> = payloads
+            .iter()
+            .map(|p| InboxEntry {
+                payload: (*p).into(),
+                ..entry("[]")
+            })
+            .collect();
+        let messages = entries
+            .iter()
+            .map(|e| HandedView {
+                message: MessageView::of(e),
+                receipt: "r".into(),
+                attempt: 1,
+                deadline: Some("2026-12-06T10:05:00Z".into()),
+            })
+            .collect();
+        let bytes = FetchAnswer { messages }.write(16).expect("written");
+        let written: serde_json::Value = serde_json::from_slice(&bytes).expect("JSON");
+        let handed = written["messages"].as_array().expect("a list");
+        assert_eq!(handed.len(), payloads.len());
+        for (message, payload) in handed.iter().zip(payloads) {
+            assert_eq!(message["payload"], payload);
+            assert_eq!(message["deadline"], "2026-12-06T10:05:00Z");
+            assert_eq!(message.as_object().map(|o| o.len()), Some(13), "{message}");
+        }
+        // No message at all is an empty list.
+        let none = FetchAnswer { messages: vec![] }.write(0).expect("written");
+        assert_eq!(none, br#"{"messages":[]}"#);
     }
 
     #[test]
