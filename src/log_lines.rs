@@ -7,8 +7,9 @@
 //!
 //! The fields of a plain-text line (`LineFields`) are written as `tracing-subscriber`'s
 //! `DefaultFields` writes them, byte for byte — but a name with a plain string or a number is
-//! written straight, where the default goes through `core::fmt` for each field (about a
-//! third of an access line's cost); anything else is handed to the default's own visitor.
+//! written straight, where the default goes through `core::fmt` three times for each field
+//! (name, `=`, value); the message, and a string its `Debug` would escape, are handed to the
+//! default's own visitor.
 //!
 //! Lines go to standard output from the log thread (`tracing-appender`'s non-blocking
 //! writer), which writes out whatever is queued each time it wakes. Woken for every line, it
@@ -196,7 +197,12 @@ impl Visit for LineVisitor<'_> {
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        self.by_default(|d| d.record_debug(field, value));
+        // A `%display` or `?debug` field: one `write!` for the value where the default
+        // makes three (name, `=`, value).
+        match self.plain_name(field) {
+            true => self.straight(field, |w| write!(w, "{value:?}")),
+            false => self.by_default(|d| d.record_debug(field, value)),
+        }
     }
 }
 
