@@ -103,11 +103,15 @@ pub struct Elem<'a> {
     pub ns: Ns,
     pub start: BytesStart<'a>,
     pub empty: bool,
+    /// Where the local name starts in the element's name: found once, where the readers of
+    /// the blocks ask for it several times (each a search for `:`).
+    local_at: usize,
 }
 
 impl Elem<'_> {
     pub fn local(&self) -> &str {
-        self.start.local_name().into_inner()
+        let name = self.start.name().into_inner();
+        name.get(self.local_at..).unwrap_or(name)
     }
 }
 
@@ -375,7 +379,13 @@ impl<'a, 'l> XmlCursor<'a, 'l> {
                 }
             }
         }
-        Ok(Elem { ns, start, empty })
+        let local_at = name.as_ref().len() - name.local_name().as_ref().len();
+        Ok(Elem {
+            ns,
+            start,
+            empty,
+            local_at,
+        })
     }
 
     fn declare(&mut self, prefix: &'a str, uri: Cow<'a, str>, depth: usize) -> XmlResult<()> {
