@@ -3,9 +3,11 @@
 //! A fetch's answer carries each payload as a JSON string, and serde_json's escaper looks up
 //! every byte in a table: about a twentieth of a delivered message's instructions for a 1 KiB
 //! payload. Here the runs of bytes that need no escape — nearly all of an XML payload — are
-//! found eight bytes at a time and copied whole. The escapes are serde_json's (`\"`, `\\`, the
-//! short forms, `\u00xx` for the other control characters), so the text is the same, byte for
-//! byte, as `serde_json::to_string` writes it (the tests hold it to that).
+//! found eight bytes at a time (`word_scan`) and copied whole. The escapes are serde_json's
+//! (`\"`, `\\`, the short forms, `\u00xx` for the other control characters), so the text is
+//! the same, byte for byte, as `serde_json::to_string` writes it (the tests hold it to that).
+
+use crate::word_scan::{first_byte, some_byte_below, some_byte_is};
 
 /// Appends `text` to `out` as a JSON string literal, quotes included.
 pub fn push_json_string(out: &mut Vec<u8>, text: &str) {
@@ -27,43 +29,11 @@ fn needs_escape(b: u8) -> bool {
     b < 0x20 || b == b'"' || b == b'\\'
 }
 
-const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
-const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
-
-/// Whether some byte of `word` is below `n` (at most 0x80): exact as a whole, though a borrow
-/// may mark more bytes than those below `n`.
-fn some_byte_below(word: u64, n: u8) -> bool {
-    word.wrapping_sub(ONES * u64::from(n)) & !word & HIGHS != 0
-}
-
-/// Whether some byte of `word` is `b`.
-fn some_byte_is(word: u64, b: u8) -> bool {
-    some_byte_below(word ^ (ONES * u64::from(b)), 1)
-}
-
-/// Where the first byte at or after `from` that needs an escape is. A word without one (most
-/// of a document) is passed with a few instructions; only a word holding one is looked at
-/// byte by byte.
+/// Where the first byte at or after `from` that needs an escape is.
 fn next_to_escape(bytes: &[u8], from: usize) -> Option<usize> {
-    let rest = bytes.get(from..)?;
-    let mut words = rest.chunks_exact(8);
-    let mut at = from;
-    for word in words.by_ref() {
-        let mut lanes = [0u8; 8];
-        lanes.copy_from_slice(word);
-        let x = u64::from_ne_bytes(lanes);
-        if (some_byte_below(x, 0x20) || some_byte_is(x, b'"') || some_byte_is(x, b'\\'))
-            && let Some(i) = word.iter().position(|&b| needs_escape(b))
-        {
-            return Some(at + i);
-        }
-        at += 8;
-    }
-    words
-        .remainder()
-        .iter()
-        .position(|&b| needs_escape(b))
-        .map(|i| at + i)
+    let may_hold =
+        |word| some_byte_below(word, 0x20) || some_byte_is(word, b'"') || some_byte_is(word, b'\\');
+    first_byte(bytes.get(from..)?, may_hold, needs_escape).map(|at| from + at)
 }
 
 /// Appends the escape of one byte that `needs_escape`.

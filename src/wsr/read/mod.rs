@@ -15,6 +15,7 @@ use super::lexical::excerpt;
 use super::lexical::xml_trim;
 use super::mime;
 use super::model::{PollRequest, Request, Response, SoapVersion, UsernameToken};
+use crate::word_scan;
 pub use xml::Declaration;
 use xml::{Node, Ns, XmlCursor, XmlError};
 
@@ -200,32 +201,15 @@ fn check_characters(text: &str) -> Result<(), Defect> {
     Ok(())
 }
 
-/// Where the first control character other than tab, CR and LF is. Eight bytes at a time:
-/// a word with no byte below 0x20 (most of a document) is passed with a few instructions, and
-/// only words holding one (line ends, mostly) are looked at byte by byte.
+/// Where the first control character other than tab, CR and LF is, a word at a time (line
+/// ends, the only control characters most documents hold, are looked at byte by byte).
 fn first_control_character(bytes: &[u8]) -> Option<usize> {
-    const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
-    const SPACES: u64 = u64::from_ne_bytes([0x20; 8]);
     let control = |b: u8| b < 0x20 && !matches!(b, b'\t' | b'\n' | b'\r');
-    let mut words = bytes.chunks_exact(8);
-    let mut at = 0;
-    for word in words.by_ref() {
-        let mut lanes = [0u8; 8];
-        lanes.copy_from_slice(word);
-        let x = u64::from_ne_bytes(lanes);
-        // Some byte is below 0x20 ("has less than": no borrow crosses a byte unless one is).
-        if x.wrapping_sub(SPACES) & !x & HIGHS != 0
-            && let Some(i) = word.iter().position(|&b| control(b))
-        {
-            return Some(at + i);
-        }
-        at += 8;
-    }
-    words
-        .remainder()
-        .iter()
-        .position(|&b| control(b))
-        .map(|i| at + i)
+    word_scan::first_byte(
+        bytes,
+        |word| word_scan::some_byte_below(word, 0x20),
+        control,
+    )
 }
 
 fn invalid(reason: impl Into<String>) -> Defect {
