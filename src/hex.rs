@@ -8,14 +8,16 @@ pub fn lower_hex(bytes: &[u8]) -> String {
     text
 }
 
+/// The digits of lowercase hex, by value.
+pub const LOWER_HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
+
 /// Appends `bytes` as lowercase hex to `text`.
 pub fn push_lower_hex(text: &mut String, bytes: &[u8]) {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
     text.reserve(bytes.len() * 2);
     for b in bytes {
         // Both digits are ASCII: pushed as `char`s they take the one-byte path.
-        text.push(char::from(DIGITS[usize::from(b >> 4)]));
-        text.push(char::from(DIGITS[usize::from(b & 0x0f)]));
+        text.push(char::from(LOWER_HEX_DIGITS[usize::from(b >> 4)]));
+        text.push(char::from(LOWER_HEX_DIGITS[usize::from(b & 0x0f)]));
     }
 }
 

@@ -3,11 +3,12 @@
 //! A fetch's answer carries each payload as a JSON string, and serde_json's escaper looks up
 //! every byte in a table: about a twentieth of a delivered message's instructions for a 1 KiB
 //! payload. Here the runs of bytes that need no escape — nearly all of an XML payload — are
-//! found eight bytes at a time (`word_scan`) and copied whole. The escapes are serde_json's
+//! found eight bytes at a time (`wsr::word_scan`) and copied whole. The escapes are serde_json's
 //! (`\"`, `\\`, the short forms, `\u00xx` for the other control characters), so the text is
 //! the same, byte for byte, as `serde_json::to_string` writes it (the tests hold it to that).
 
-use crate::word_scan::{first_byte, some_byte_below, some_byte_is};
+use crate::hex::LOWER_HEX_DIGITS;
+use crate::wsr::word_scan::{first_byte, some_byte_below, some_byte_is};
 
 /// Appends `text` to `out` as a JSON string literal, quotes included.
 pub fn push_json_string(out: &mut Vec<u8>, text: &str) {
@@ -38,7 +39,6 @@ fn next_to_escape(bytes: &[u8], from: usize) -> Option<usize> {
 
 /// Appends the escape of one byte that `needs_escape`.
 fn push_escape(out: &mut Vec<u8>, b: u8) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
     let short = match b {
         b'"' => b'"',
         b'\\' => b'\\',
@@ -48,7 +48,8 @@ fn push_escape(out: &mut Vec<u8>, b: u8) {
         b'\r' => b'r',
         b'\t' => b't',
         _ => {
-            let [high, low] = [HEX[usize::from(b >> 4)], HEX[usize::from(b & 0x0f)]];
+            let high = LOWER_HEX_DIGITS[usize::from(b >> 4)];
+            let low = LOWER_HEX_DIGITS[usize::from(b & 0x0f)];
             out.extend_from_slice(&[b'\\', b'u', b'0', b'0', high, low]);
             return;
         }

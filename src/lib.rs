@@ -24,7 +24,6 @@ pub mod rmp;
 pub mod secrets;
 pub mod store;
 pub mod telemetry;
-pub mod word_scan;
 pub mod wsr;
 pub mod wss;
 pub mod x509;

@@ -40,7 +40,7 @@ impl<'a> MessageView<'a> {
         }
     }
 
-    /// How many fields `serialize_fields` writes.
+    /// How many fields the view has (its payload one of them).
     pub const FIELDS: usize = 10;
 
     /// The message's payload, which `serialize_fields_but_payload` leaves out.
@@ -48,15 +48,10 @@ impl<'a> MessageView<'a> {
         self.payload
     }
 
-    /// Writes the view's fields into a struct being serialized, so that an answer adding
-    /// fields of its own (a fetch's receipt) is one flat object without `#[serde(flatten)]`,
-    /// which goes through a map and costs several times as much per field.
-    pub fn serialize_fields<S: SerializeStruct>(&self, s: &mut S) -> Result<(), S::Error> {
-        self.serialize_fields_with(s, true)
-    }
-
-    /// `serialize_fields` without the payload, for an answer that writes the payload itself
-    /// (a fetch's, with `json_text`).
+    /// Writes the view's fields but its payload into a struct being serialized, so that an
+    /// answer adding fields of its own (a fetch's receipt) is one flat object without
+    /// `#[serde(flatten)]`, which goes through a map and costs several times as much per
+    /// field; that answer writes the payload itself (a fetch's, with `json_text`).
     pub fn serialize_fields_but_payload<S: SerializeStruct>(
         &self,
         s: &mut S,
@@ -87,7 +82,7 @@ impl<'a> MessageView<'a> {
 impl Serialize for MessageView<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let mut s = serializer.serialize_struct("MessageView", Self::FIELDS)?;
-        self.serialize_fields(&mut s)?;
+        self.serialize_fields_with(&mut s, true)?;
         s.end()
     }
 }

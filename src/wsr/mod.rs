@@ -11,6 +11,7 @@ pub mod mime;
 pub mod model;
 pub mod read;
 pub mod splice;
+pub mod word_scan;
 pub mod write;
 
 pub use defect::{Defect, FaultRoute};

@@ -188,7 +188,8 @@ struct HandedView<'a> {
 impl Serialize for HandedView<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeStruct as _;
-        let mut s = serializer.serialize_struct("HandedView", MessageView::FIELDS + 2)?;
+        // The view's fields but its payload, and three of the hand-out's.
+        let mut s = serializer.serialize_struct("HandedView", MessageView::FIELDS - 1 + 3)?;
         self.message.serialize_fields_but_payload(&mut s)?;
         s.serialize_field("receipt", &self.receipt)?;
         s.serialize_field("attempt", &self.attempt)?;

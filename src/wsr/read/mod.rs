@@ -15,7 +15,7 @@ use super::lexical::excerpt;
 use super::lexical::xml_trim;
 use super::mime;
 use super::model::{PollRequest, Request, Response, SoapVersion, UsernameToken};
-use crate::word_scan;
+use super::word_scan;
 pub use xml::Declaration;
 use xml::{Node, Ns, XmlCursor, XmlError};
 

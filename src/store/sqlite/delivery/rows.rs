@@ -187,7 +187,8 @@ pub(super) fn insert_leases(
         subscription_id,
         leases,
         |statement, at, (offset, group, lease)| {
-            bind_lease(statement, at, offset, Some(group), lease, now)
+            bind_row(statement, at, &[offset, group])?;
+            bind_lease(statement, at, lease, now)
         },
     )?;
     // Settled the moment they were handed out (the `settled` mode).
@@ -208,7 +209,10 @@ pub(super) fn save_leases(
         &SAVE_LEASES,
         subscription_id,
         leases,
-        |statement, at, (offset, lease)| bind_lease(statement, at, offset, None, lease, now),
+        |statement, at, (offset, lease)| {
+            bind_row(statement, at, &[offset])?;
+            bind_lease(statement, at, lease, now)
+        },
     )?;
     let mut finished = leases.iter().filter(|(_, l)| l.finished()).peekable();
     // Only `ordering = group` keeps heads: asked once, not once per message finished.
@@ -245,21 +249,14 @@ fn write_leases<T>(
     })
 }
 
-/// Binds one lease's row from `at` on: its offset, its group (inserts only) and its stored
-/// columns (`columns`).
+/// Binds a lease's stored columns (`columns`) from `at` on, after the row's key.
 fn bind_lease(
     statement: &mut rusqlite::Statement<'_>,
     at: &mut usize,
-    offset: &i64,
-    group: Option<&Option<&str>>,
     lease: &Lease,
     now: DateTime<Utc>,
 ) -> Result<(), StoreError> {
     let (state, consumer, due, avoid, reason) = columns(lease, now)?;
-    bind_row(statement, at, &[offset])?;
-    if let Some(group) = group {
-        bind_row(statement, at, &[group])?;
-    }
     bind_row(
         statement,
         at,

@@ -1,7 +1,8 @@
 //! Finding the first byte of a kind eight bytes at a time: a word without one — most of a
 //! document — is passed with a few instructions, and only a word that may hold one is looked
 //! at byte by byte. The envelope reader looks for control characters this way, the fetch
-//! answer for bytes JSON must escape.
+//! answer (`json_text`) for bytes JSON must escape. Here, in the wire room, because the
+//! reader may import nothing outside it (std, quick-xml, chrono).
 
 const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
 const HIGHS: u64 = u64::from_ne_bytes([0x80; 8]);
