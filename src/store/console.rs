@@ -71,14 +71,14 @@ macro_rules! console_reads {
             &'a self,
             nonce: &'a str,
         ) -> $crate::store::StoreFuture<'a, Result<bool, $crate::store::StoreError>> {
-            Box::pin(async move {
+            Box::pin(self.durable(async move {
                 let found: Option<i32> =
                     sqlx::query_scalar("SELECT 1 FROM console_signouts WHERE nonce = $1")
                         .bind(nonce)
                         .fetch_optional(&self.pool)
                         .await?;
                 Ok(found.is_some())
-            })
+            }))
         }
     };
 }
@@ -95,7 +95,7 @@ macro_rules! audit_reads {
             'a,
             Result<Vec<(i64, $crate::store::console::AuditEntry)>, $crate::store::StoreError>,
         > {
-            Box::pin(async move {
+            Box::pin(self.durable(async move {
                 type Row = (i64, i64, String, String, String, Option<String>, String);
                 let rows: Vec<Row> = sqlx::query_as(
                     "SELECT seq, at, principal, action, target, detail, result FROM audit_log \
@@ -119,7 +119,7 @@ macro_rules! audit_reads {
                         (seq, entry)
                     })
                     .collect())
-            })
+            }))
         }
     };
 }

@@ -189,7 +189,7 @@ macro_rules! exchange_reads {
             'a,
             Result<Option<$crate::store::Exchange>, $crate::store::StoreError>,
         > {
-            Box::pin(async move {
+            Box::pin(self.durable(async move {
                 let row: Option<$crate::store::exchange::ExchangeRow> = sqlx::query_as(concat!(
                     "SELECT ",
                     $crate::store::exchange::exchange_columns!(),
@@ -203,21 +203,21 @@ macro_rules! exchange_reads {
                 .fetch_optional(&self.pool)
                 .await?;
                 row.map($crate::store::exchange::exchange_of).transpose()
-            })
+            }))
         }
 
         fn answer_bytes_of<'a>(
             &'a self,
             source: &'a str,
         ) -> $crate::store::StoreFuture<'a, Result<u64, $crate::store::StoreError>> {
-            Box::pin(async move {
+            Box::pin(self.durable(async move {
                 let bytes: Option<i64> =
                     sqlx::query_scalar("SELECT bytes FROM answer_quota WHERE source = $1")
                         .bind(source)
                         .fetch_optional(&self.pool)
                         .await?;
                 Ok(bytes.unwrap_or(0).max(0) as u64)
-            })
+            }))
         }
 
         fn exchanges_in_doubt<'a>(
@@ -227,7 +227,7 @@ macro_rules! exchange_reads {
             'a,
             Result<Vec<$crate::store::Exchange>, $crate::store::StoreError>,
         > {
-            Box::pin(async move {
+            Box::pin(self.durable(async move {
                 let rows: Vec<$crate::store::exchange::ExchangeRow> = sqlx::query_as(concat!(
                     "SELECT ",
                     $crate::store::exchange::exchange_columns!(),
@@ -239,7 +239,7 @@ macro_rules! exchange_reads {
                 rows.into_iter()
                     .map($crate::store::exchange::exchange_of)
                     .collect()
-            })
+            }))
         }
     };
 }

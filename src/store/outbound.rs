@@ -421,14 +421,14 @@ macro_rules! history_reads {
             'a,
             Result<$crate::store::outbound::AttemptHistory, $crate::store::StoreError>,
         > {
-            Box::pin(async move {
+            Box::pin(self.durable(async move {
                 let rows: Vec<$crate::store::outbound::AttemptRow> =
                     sqlx::query_as($crate::store::outbound::ATTEMPT_ROWS_SQL)
                         .bind(id)
                         .fetch_all(&self.pool)
                         .await?;
                 $crate::store::outbound::AttemptHistory::from_rows(rows)
-            })
+            }))
         }
 
         fn partner_health(
@@ -437,7 +437,7 @@ macro_rules! history_reads {
             '_,
             Result<Vec<$crate::store::outbound::PartnerHealth>, $crate::store::StoreError>,
         > {
-            Box::pin(async move {
+            Box::pin(self.durable(async move {
                 let rows: Vec<$crate::store::outbound::HealthRow> =
                     sqlx::query_as($crate::store::outbound::HEALTH_ROWS_SQL)
                         .fetch_all(&self.pool)
@@ -446,7 +446,7 @@ macro_rules! history_reads {
                     .into_iter()
                     .map($crate::store::outbound::PartnerHealth::from_row)
                     .collect())
-            })
+            }))
         }
     };
 }

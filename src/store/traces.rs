@@ -80,7 +80,7 @@ macro_rules! trace_reads {
             &'a self,
             key: &'a $crate::store::traces::MessageKey,
         ) -> $crate::store::StoreFuture<'a, Result<Option<String>, $crate::store::StoreError>> {
-            Box::pin(async move {
+            Box::pin(self.durable(async move {
                 Ok(sqlx::query_scalar(
                     "SELECT traceparent FROM message_traces \
                      WHERE partner = $1 AND group_id = $2 AND number = $3",
@@ -90,14 +90,14 @@ macro_rules! trace_reads {
                 .bind(key.2)
                 .fetch_optional(&self.pool)
                 .await?)
-            })
+            }))
         }
 
         fn offset_trace<'a>(
             &'a self,
             offset: i64,
         ) -> $crate::store::StoreFuture<'a, Result<Option<String>, $crate::store::StoreError>> {
-            Box::pin(async move {
+            Box::pin(self.durable(async move {
                 Ok(sqlx::query_scalar(
                     "SELECT t.traceparent FROM inbox i JOIN message_traces t \
                      ON t.partner = i.partner AND t.group_id = i.group_id \
@@ -106,21 +106,21 @@ macro_rules! trace_reads {
                 .bind(offset)
                 .fetch_optional(&self.pool)
                 .await?)
-            })
+            }))
         }
 
         fn out_trace<'a>(
             &'a self,
             id: &'a str,
         ) -> $crate::store::StoreFuture<'a, Result<Option<String>, $crate::store::StoreError>> {
-            Box::pin(async move {
+            Box::pin(self.durable(async move {
                 Ok(
                     sqlx::query_scalar("SELECT traceparent FROM out_traces WHERE message_id = $1")
                         .bind(id)
                         .fetch_optional(&self.pool)
                         .await?,
                 )
-            })
+            }))
         }
     };
 }

@@ -56,6 +56,48 @@ async fn readyz_is_503_with_the_reason_while_the_store_cannot_commit() {
     app.stop().await;
 }
 
+/// Issue 35: an ack follows the sync of the WAL by the store's syncer thread, not by SQLite's
+/// commit. A WAL the syncer cannot sync (here: gone from under it) acknowledges nothing
+/// more — not the message whose commit it was, not a read of what that commit wrote — and
+/// `/readyz` says why, until a restart.
+#[tokio::test]
+async fn a_wal_that_cannot_be_synced_acknowledges_nothing_more() {
+    let app = spawn_app().await;
+    acked(&app, "mid:before-the-failed-sync@test").await;
+    let mut wal = app
+        .config
+        .database
+        .sqlite_path()
+        .expect("a SQLite store")
+        .as_os_str()
+        .to_owned();
+    wal.push("-wal");
+    std::fs::remove_file(&wal).expect("remove the WAL");
+    let expiry = app.clock.now_utc() + Duration::hours(1);
+    let group = "mid:after-the-failed-sync@test";
+    let answer = app.send(V, message(group, None, expiry, None)).await;
+    assert_eq!(
+        fault_of(&answer),
+        Some(FaultCode::MessageProcessingFailure),
+        "{}",
+        answer.body
+    );
+    let (status, reason) = readyz(&app).await;
+    assert_eq!(status, 503, "{reason}");
+    assert!(reason.contains("restart the gateway"), "{reason}");
+    let read = app
+        .store
+        .inbox(0, 10)
+        .await
+        .expect_err("a read passed a failed sync");
+    assert!(read.to_string().contains("restart the gateway"), "{read}");
+    // Still nothing acknowledged, though the file is back.
+    std::fs::write(&wal, b"").expect("a WAL file again");
+    let again = app.send(V, message(group, None, expiry, None)).await;
+    assert_eq!(fault_of(&again), Some(FaultCode::MessageProcessingFailure));
+    app.stop().await;
+}
+
 /// Item 11: one SQLite database serves one gateway.
 #[tokio::test]
 async fn a_second_gateway_on_the_same_database_is_refused() {

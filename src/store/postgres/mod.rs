@@ -73,6 +73,17 @@ pub struct PostgresStore {
 }
 
 impl PostgresStore {
+    /// A read, as the reads both backends share ask for it (`SqliteStore::durable`): here a
+    /// commit is durable before any other session sees it (`synchronous_commit = on`).
+    pub(in crate::store) async fn durable<T, E: From<StoreError>>(
+        &self,
+        read: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        read.await
+    }
+}
+
+impl PostgresStore {
     /// Connects, migrates (once, whichever gateway comes first) and checks that the database
     /// is ours. A database holding tables of something else is refused, untouched.
     pub async fn open(config: &StoreConfig) -> Result<PostgresStore, StoreError> {

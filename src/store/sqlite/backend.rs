@@ -68,15 +68,15 @@ impl Backend for SqliteStore {
     }
 
     fn stats<'a>(&'a self) -> StoreFuture<'a, Result<StoreStats, StoreError>> {
-        Box::pin(stats(&self.pool))
+        Box::pin(self.durable(stats(&self.pool)))
     }
 
     fn traffic<'a>(&'a self, since: DateTime<Utc>) -> StoreFuture<'a, Result<Traffic, StoreError>> {
-        Box::pin(traffic(&self.pool, since))
+        Box::pin(self.durable(traffic(&self.pool, since)))
     }
 
     fn rates<'a>(&'a self, now: DateTime<Utc>) -> StoreFuture<'a, Result<Rates, StoreError>> {
-        Box::pin(rates(&self.pool, now))
+        Box::pin(self.durable(rates(&self.pool, now)))
     }
 
     fn members<'a>(
@@ -85,7 +85,7 @@ impl Backend for SqliteStore {
         now: DateTime<Utc>,
         limit: i64,
     ) -> StoreFuture<'a, Result<Vec<Member>, StoreError>> {
-        Box::pin(members(&self.pool, subscription_id, now, limit))
+        Box::pin(self.durable(members(&self.pool, subscription_id, now, limit)))
     }
 
     fn search_inbox<'a>(
@@ -94,7 +94,7 @@ impl Backend for SqliteStore {
         after: i64,
         limit: i64,
     ) -> StoreFuture<'a, Result<InboxPage, StoreError>> {
-        Box::pin(search_inbox(&self.pool, filter, after, limit))
+        Box::pin(self.durable(search_inbox(&self.pool, filter, after, limit)))
     }
 }
 

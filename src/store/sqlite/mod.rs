@@ -34,6 +34,7 @@ mod outbound;
 mod prefill;
 mod receiver;
 mod shared;
+mod syncer;
 #[cfg(feature = "test-hooks")]
 mod test_hooks;
 mod traces;
@@ -87,7 +88,7 @@ impl SqliteStore {
             .await?;
         claim_database(&pool, path).await?;
         MIGRATIONS.run(&pool).await?;
-        let writer = writer::open_writer_connection(path, config.durability)?;
+        let writer = writer::open_writer_connection(path)?;
         let groups = group_index::GroupIndex::load(&writer)?;
         let shared = Arc::new(Shared {
             policy: config.policy.clone(),
@@ -104,15 +105,26 @@ impl SqliteStore {
             deliveries_changed: watch::channel(0).0,
             inbox_appended: watch::channel(0).0,
             arriving: Arc::default(),
+            durable: Arc::default(),
             _lock: lock,
         });
         let (jobs, rx) = mpsc::channel(4 * MAX_BATCH);
-        let opener = writer::Opener {
-            path: path.to_owned(),
-            durability: config.durability,
-        };
+        let opener = writer::Opener::new(path.to_owned(), config.durability);
         writer::spawn(writer, opener, rx, shared.clone())?;
         Ok(SqliteStore { pool, jobs, shared })
+    }
+}
+
+impl SqliteStore {
+    /// A read on the pool, answered once every commit it may have seen is durable: a commit is
+    /// visible to the pool before the syncer has synced it (`syncer.rs`).
+    pub(in crate::store) async fn durable<T, E: From<StoreError>>(
+        &self,
+        read: impl std::future::Future<Output = Result<T, E>>,
+    ) -> Result<T, E> {
+        let value = read.await?;
+        self.shared.durable.caught_up().await?;
+        Ok(value)
     }
 }
 

@@ -117,7 +117,7 @@ impl ReceiverStore for SqliteStore {
         partner: &'a str,
         group_id: &'a str,
     ) -> StoreFuture<'a, Result<Option<GroupState>, StoreError>> {
-        Box::pin(async move {
+        Box::pin(self.durable(async move {
             for id in self.shared.groups.rows(partner, group_id) {
                 // The entry may be stale or another pair's (group_index.rs): the row decides.
                 let row = sqlx::query(
@@ -134,7 +134,7 @@ impl ReceiverStore for SqliteStore {
                 }
             }
             Ok(None)
-        })
+        }))
     }
 
     fn groups<'a>(
@@ -142,7 +142,7 @@ impl ReceiverStore for SqliteStore {
         after: Option<(&'a str, &'a str)>,
         limit: i64,
     ) -> StoreFuture<'a, Result<Vec<(String, GroupState)>, StoreError>> {
-        Box::pin(async move {
+        Box::pin(self.durable(async move {
             let (after_partner, after_group) = after.unwrap_or(("", ""));
             let rows = sqlx::query(
                 "SELECT partner, state, state_bin FROM groups WHERE (partner, group_id) > (?, ?) \
@@ -156,7 +156,7 @@ impl ReceiverStore for SqliteStore {
             rows.iter()
                 .map(|r| Ok((r.get(0), decode_group(r, 1)?)))
                 .collect()
-        })
+        }))
     }
 
     fn inbox<'a>(
@@ -164,7 +164,7 @@ impl ReceiverStore for SqliteStore {
         after: i64,
         limit: i64,
     ) -> StoreFuture<'a, Result<Vec<InboxEntry>, StoreError>> {
-        Box::pin(async move {
+        Box::pin(self.durable(async move {
             let rows = sqlx::query(concat!(
                 select_inbox!(),
                 "FROM inbox WHERE offset > ? ORDER BY offset LIMIT ?"
@@ -174,7 +174,7 @@ impl ReceiverStore for SqliteStore {
             .fetch_all(&self.pool)
             .await?;
             Ok(rows.iter().map(inbox_from_row).collect())
-        })
+        }))
     }
 
     fn inbox_excerpt<'a>(
@@ -182,7 +182,7 @@ impl ReceiverStore for SqliteStore {
         offset: i64,
         head: usize,
     ) -> StoreFuture<'a, Result<Option<InboxExcerpt>, StoreError>> {
-        Box::pin(async move {
+        Box::pin(self.durable(async move {
             // The head is cut inside SQLite (which still loads a BLOB there for `substr`,
             // transiently), so only the head is handed to us; a small TEXT payload is cut by
             // characters (it is small).
@@ -206,11 +206,11 @@ impl ReceiverStore for SqliteStore {
                     size: r.get::<i64, _>(10).max(0) as u64,
                 }
             }))
-        })
+        }))
     }
 
     fn next_deadline<'a>(&'a self) -> StoreFuture<'a, Result<Option<DateTime<Utc>>, StoreError>> {
-        Box::pin(async move {
+        Box::pin(self.durable(async move {
             let ms: Option<i64> = sqlx::query_scalar(
                 // The condition lets SQLite answer from the partial index, not a table scan.
                 "SELECT MIN(next_deadline) FROM groups WHERE next_deadline IS NOT NULL",
@@ -218,32 +218,32 @@ impl ReceiverStore for SqliteStore {
             .fetch_one(&self.pool)
             .await?;
             Ok(ms.map(from_millis))
-        })
+        }))
     }
 
     fn endpoints<'a>(
         &'a self,
         kind: Endpoints,
     ) -> StoreFuture<'a, Result<Vec<String>, StoreError>> {
-        Box::pin(async move {
+        Box::pin(self.durable(async move {
             let sql = match kind {
                 // Every partner's, each URL once.
                 Endpoints::Callback => "SELECT DISTINCT url FROM callback_endpoints ORDER BY url",
                 Endpoints::Push => "SELECT url FROM push_endpoints ORDER BY url",
             };
             Ok(sqlx::query_scalar(sql).fetch_all(&self.pool).await?)
-        })
+        }))
     }
 
     fn is_push_endpoint<'a>(&'a self, url: &'a str) -> StoreFuture<'a, Result<bool, StoreError>> {
-        Box::pin(async move {
+        Box::pin(self.durable(async move {
             let found: Option<i64> =
                 sqlx::query_scalar("SELECT 1 FROM push_endpoints WHERE url = ?")
                     .bind(url)
                     .fetch_optional(&self.pool)
                     .await?;
             Ok(found.is_some())
-        })
+        }))
     }
 
     fn may_push_to<'a>(
@@ -251,7 +251,7 @@ impl ReceiverStore for SqliteStore {
         principal: &'a str,
         url: &'a str,
     ) -> StoreFuture<'a, Result<bool, StoreError>> {
-        Box::pin(async move {
+        Box::pin(self.durable(async move {
             let found: Option<i64> = sqlx::query_scalar(
                 "SELECT 1 FROM push_endpoint_grants g JOIN push_endpoints e ON e.url = g.url \
                  WHERE g.url = ? AND g.principal IN (?, '*')",
@@ -261,18 +261,18 @@ impl ReceiverStore for SqliteStore {
             .fetch_optional(&self.pool)
             .await?;
             Ok(found.is_some())
-        })
+        }))
     }
 
     fn push_grants<'a>(&'a self) -> StoreFuture<'a, Result<Vec<(String, String)>, StoreError>> {
-        Box::pin(async move {
+        Box::pin(self.durable(async move {
             let rows = sqlx::query(
                 "SELECT principal, url FROM push_endpoint_grants ORDER BY url, principal",
             )
             .fetch_all(&self.pool)
             .await?;
             Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
-        })
+        }))
     }
 
     fn is_callback_endpoint<'a>(
@@ -280,7 +280,7 @@ impl ReceiverStore for SqliteStore {
         partner: &'a str,
         url: &'a str,
     ) -> StoreFuture<'a, Result<bool, StoreError>> {
-        Box::pin(async move {
+        Box::pin(self.durable(async move {
             let found: Option<i64> = sqlx::query_scalar(
                 "SELECT 1 FROM callback_endpoints WHERE partner = ? AND url = ?",
             )
@@ -289,7 +289,7 @@ impl ReceiverStore for SqliteStore {
             .fetch_optional(&self.pool)
             .await?;
             Ok(found.is_some())
-        })
+        }))
     }
 
     fn add_endpoint<'a>(
@@ -377,13 +377,13 @@ impl ReceiverStore for SqliteStore {
     fn callback_endpoints<'a>(
         &'a self,
     ) -> StoreFuture<'a, Result<Vec<(String, String)>, StoreError>> {
-        Box::pin(async move {
+        Box::pin(self.durable(async move {
             let rows =
                 sqlx::query("SELECT partner, url FROM callback_endpoints ORDER BY partner, url")
                     .fetch_all(&self.pool)
                     .await?;
             Ok(rows.iter().map(|r| (r.get(0), r.get(1))).collect())
-        })
+        }))
     }
 
     fn due_callbacks<'a>(
@@ -391,7 +391,7 @@ impl ReceiverStore for SqliteStore {
         now: DateTime<Utc>,
         limit: i64,
     ) -> StoreFuture<'a, Result<Vec<PendingCallback>, StoreError>> {
-        Box::pin(async move {
+        Box::pin(self.durable(async move {
             let rows = sqlx::query(
             "SELECT id, endpoint, soap12, group_id, number, fault, expiry, attempts, number_to, \
              partner FROM pending_callbacks WHERE next_attempt <= ? ORDER BY id LIMIT ?",
@@ -435,7 +435,7 @@ impl ReceiverStore for SqliteStore {
                     })
                 })
                 .collect()
-        })
+        }))
     }
 
     fn owe_callbacks<'a>(
@@ -504,7 +504,7 @@ impl ReceiverStore for SqliteStore {
         partner: &'a str,
         refs: &'a [RefToMessageIds],
     ) -> StoreFuture<'a, Result<Option<Response>, StoreError>> {
-        Box::pin(async move {
+        Box::pin(self.durable(async move {
             self.flush().await?;
             // Each group once, however many references name it; two reads in all, not two per
             // reference.
@@ -558,19 +558,19 @@ impl ReceiverStore for SqliteStore {
                 |g| recorded.get(g).map_or(&[][..], Vec::as_slice),
             );
             Ok(replies.into_response())
-        })
+        }))
     }
 
     fn next_callback_due<'a>(
         &'a self,
     ) -> StoreFuture<'a, Result<Option<DateTime<Utc>>, StoreError>> {
-        Box::pin(async move {
+        Box::pin(self.durable(async move {
             let ms: Option<i64> =
                 sqlx::query_scalar("SELECT MIN(next_attempt) FROM pending_callbacks")
                     .fetch_one(&self.pool)
                     .await?;
             Ok(ms.map(from_millis))
-        })
+        }))
     }
 
     fn callbacks_sent<'a>(&'a self, ids: &'a [i64]) -> StoreFuture<'a, Result<(), StoreError>> {

@@ -1,6 +1,6 @@
 //! State shared between the store's handles and its writer thread: the waiters a commit wakes,
 //! the test hooks, health, the group key index. It uses no other file of the backend but that
-//! index (a leaf itself).
+//! index and the durable commit count (leaves themselves).
 
 use std::sync::atomic::{AtomicI64, AtomicUsize};
 use std::sync::{Arc, Mutex};
@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{Notify, watch};
 
 use super::group_index::GroupIndex;
+use super::syncer::Durable;
 use crate::rmp::group::Policy;
 use crate::store::health::Health;
 #[cfg(feature = "test-hooks")]
@@ -51,6 +52,8 @@ pub(in crate::store) struct Shared {
     /// Received requests read and being decided, whose messages the next commit may wait for
     /// (`Arriving`, the writer's group commit).
     pub(in crate::store) arriving: Arc<AtomicUsize>,
+    /// Which commits are durable (`syncer.rs`): readers wait on it before answering.
+    pub(in crate::store) durable: Arc<Durable>,
 }
 
 impl Shared {

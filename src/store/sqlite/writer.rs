@@ -19,6 +19,7 @@ use super::batch::Batch;
 use super::checkpointer::Checkpoints;
 use super::job::{Job, MAX_BATCH, Ran};
 use super::shared::Shared;
+use super::syncer::{Finish, Syncer};
 use crate::rmp::quota::SourceRates;
 use crate::store::config::Durability;
 use crate::store::error::StoreError;
@@ -27,13 +28,27 @@ use crate::store::received::{Received, SweepReport};
 
 /// Where the writer (re)opens its connection.
 pub(super) struct Opener {
-    pub(super) path: std::path::PathBuf,
-    pub(super) durability: Durability,
+    path: std::path::PathBuf,
+    durability: Durability,
+    /// `durability = "full"` without a syncer thread: SQLite syncs in each commit.
+    sync_in_commit: bool,
 }
 
 impl Opener {
+    pub(super) fn new(path: std::path::PathBuf, durability: Durability) -> Opener {
+        Opener {
+            path,
+            durability,
+            sync_in_commit: false,
+        }
+    }
+
     fn open(&self) -> Result<Connection, StoreError> {
-        open_writer_connection(&self.path, self.durability)
+        let conn = open_writer_connection(&self.path)?;
+        if self.sync_in_commit {
+            conn.execute_batch("PRAGMA synchronous = FULL")?;
+        }
+        Ok(conn)
     }
 
     /// Reopens until it works: a writer without a connection answers nobody.
@@ -66,7 +81,12 @@ pub(super) fn spawn(
         .map_err(|e| StoreError::Failed(format!("cannot start the store writer: {e}")))
 }
 
-fn run(mut conn: Connection, opener: Opener, mut jobs: mpsc::Receiver<Job>, shared: Arc<Shared>) {
+fn run(
+    mut conn: Connection,
+    mut opener: Opener,
+    mut jobs: mpsc::Receiver<Job>,
+    shared: Arc<Shared>,
+) {
     let checkpoints = match opener.open().and_then(Checkpoints::start) {
         Ok(c) => Some(c),
         Err(e) => {
@@ -76,6 +96,11 @@ fn run(mut conn: Connection, opener: Opener, mut jobs: mpsc::Receiver<Job>, shar
             None
         }
     };
+    let syncer = start_syncer(&mut opener, &shared);
+    if opener.sync_in_commit && conn.execute_batch("PRAGMA synchronous = FULL").is_err() {
+        // `reopen` sets it, or keeps trying.
+        conn = opener.reopen();
+    }
     let mut batch = Vec::with_capacity(MAX_BATCH);
     // The sources' message rates: this writer stores every message of the database.
     let mut rates = SourceRates::default();
@@ -87,7 +112,7 @@ fn run(mut conn: Connection, opener: Opener, mut jobs: mpsc::Receiver<Job>, shar
         let jobs = batch.len();
         let started = std::time::Instant::now();
         let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            commit_batch(&conn, &mut batch, &shared, &mut rates)
+            commit_batch(&conn, &mut batch, &shared, syncer.as_ref(), &mut rates)
         }));
         // Failed batches too: a slow failing disk shows in the latency.
         crate::metrics::writer_batch("sqlite", jobs, started.elapsed());
@@ -101,6 +126,10 @@ fn run(mut conn: Connection, opener: Opener, mut jobs: mpsc::Receiver<Job>, shar
                     &shared,
                     &format!("a commit panicked: {}", panic_message(&*panic)),
                 );
+                // It may have committed before it panicked: readers that saw that commit wait
+                // for a sync, which must not depend on another batch coming.
+                let latest = shared.durable.latest();
+                after_sync(&shared, syncer.as_ref(), latest, Some(Box::new(|_| ())));
                 true
             }
         };
@@ -186,9 +215,15 @@ fn exec(conn: &Connection, sql: &str) -> Result<(), StoreError> {
 fn commit_batch(
     conn: &Connection,
     batch: &mut Vec<Job>,
-    shared: &Shared,
+    shared: &Arc<Shared>,
+    syncer: Option<&Syncer>,
     rates: &mut SourceRates,
 ) -> WriterConnection {
+    if let Some(why) = shared.durable.failure() {
+        batch_failed(shared, why);
+        fail_all(batch, why);
+        return WriterConnection::Usable;
+    }
     if let Err(e) = exec(conn, "BEGIN IMMEDIATE") {
         let why = format!("cannot begin a transaction: {e}");
         batch_failed(shared, &why);
@@ -216,6 +251,8 @@ fn commit_batch(
         poisoned = tx.flush(true).err();
     }
     let carries_message = batch.iter().any(|j| matches!(j, Job::Receive(..)));
+    // Before the commit is visible to any reader (`Durable::caught_up`).
+    let seq = shared.durable.announce();
     let committed = match poisoned {
         Some(e) => Err(e),
         // The test hook fails commits that decide messages, not background sweeps.
@@ -235,6 +272,7 @@ fn commit_batch(
             exec(conn, "ROLLBACK")
         };
         fail_all(batch, &e.to_string());
+        after_sync(shared, syncer, seq, None);
         return match rolled_back {
             Ok(()) => WriterConnection::Usable,
             Err(r) => {
@@ -243,37 +281,117 @@ fn commit_batch(
             }
         };
     }
-    effects.index.committed(&shared.groups);
+    let super::batch::Effects {
+        delivered,
+        wakes,
+        earliest_deadline,
+        index,
+    } = effects;
+    index.committed(&shared.groups);
     shared.health.committed(carries_message);
-    // Durable now: announce, then answer.
-    if !effects.delivered.is_empty() {
-        let mut waiters = shared.waiters.lock().unwrap_or_else(|p| p.into_inner());
-        for delivered in &effects.delivered {
-            for waiter in waiters.remove(delivered).unwrap_or_default() {
-                let _ = waiter.send(());
-            }
-        }
-    }
-    shared.wake(effects.wakes);
-    if effects
-        .earliest_deadline
-        .is_some_and(|d| d <= shared.sweeper_wakeup.load(Ordering::SeqCst))
-    {
-        shared.deadlines_changed.notify_one();
-    }
-    for (job, result) in batch.drain(..).zip(done) {
-        match (job, result) {
-            (Job::Receive(_, tx), Done::Received(r)) => {
-                let _ = tx.send(r);
-            }
-            (Job::Sweep(_, tx), Done::Swept(r)) => {
-                let _ = tx.send(r);
-            }
-            (Job::Change(c), Done::Changed(r)) => c.answer(r),
-            (job, _) => reply_err(job, StoreError::Failed("mismatched job result".into())),
-        }
-    }
+    let answers = Answers {
+        jobs: std::mem::replace(batch, Vec::with_capacity(MAX_BATCH)),
+        done,
+        delivered,
+        wakes,
+        earliest_deadline,
+        shared: shared.clone(),
+    };
+    after_sync(
+        shared,
+        syncer,
+        seq,
+        Some(Box::new(move |synced| answers.give(synced))),
+    );
     WriterConnection::Usable
+}
+
+/// A committed batch's answers, given once its commit is durable.
+struct Answers {
+    jobs: Vec<Job>,
+    done: Vec<Done>,
+    /// The batch's `Effects` but the group index's, settled at the commit.
+    delivered: Vec<(String, crate::wsr::MessageKey)>,
+    wakes: super::shared::Wakes,
+    earliest_deadline: Option<i64>,
+    shared: Arc<Shared>,
+}
+
+impl Answers {
+    /// Durable (`Ok`): wakes whoever waits for what the batch stored, then answers each job.
+    /// Not durable (`Err`): every job is answered "not stored".
+    fn give(self, synced: Result<(), &str>) {
+        let Answers {
+            mut jobs,
+            done,
+            delivered,
+            wakes,
+            earliest_deadline,
+            shared,
+        } = self;
+        if let Err(why) = synced {
+            batch_failed(&shared, why);
+            fail_all(&mut jobs, why);
+            return;
+        }
+        if !delivered.is_empty() {
+            let mut waiters = shared.waiters.lock().unwrap_or_else(|p| p.into_inner());
+            for delivered in &delivered {
+                for waiter in waiters.remove(delivered).unwrap_or_default() {
+                    let _ = waiter.send(());
+                }
+            }
+        }
+        shared.wake(wakes);
+        if earliest_deadline.is_some_and(|d| d <= shared.sweeper_wakeup.load(Ordering::SeqCst)) {
+            shared.deadlines_changed.notify_one();
+        }
+        for (job, result) in jobs.into_iter().zip(done) {
+            match (job, result) {
+                (Job::Receive(_, tx), Done::Received(r)) => {
+                    let _ = tx.send(r);
+                }
+                (Job::Sweep(_, tx), Done::Swept(r)) => {
+                    let _ = tx.send(r);
+                }
+                (Job::Change(c), Done::Changed(r)) => c.answer(r),
+                (job, _) => reply_err(job, StoreError::Failed("mismatched job result".into())),
+            }
+        }
+    }
+}
+
+/// Commit `seq` is done: `finish` (its answers; `None` for a rolled-back one) runs once its
+/// WAL frames are synced — by the syncer, or here when SQLite syncs in the commit itself
+/// (os mode, or no syncer thread).
+fn after_sync(shared: &Shared, syncer: Option<&Syncer>, seq: u64, finish: Option<Finish>) {
+    match syncer {
+        Some(syncer) => syncer.after_sync(seq, finish),
+        None => {
+            shared.durable.synced(seq);
+            if let Some(finish) = finish {
+                finish(Ok(()));
+            }
+        }
+    }
+}
+
+/// `durability = "full"`: the syncer thread, the writer's connection committing without
+/// syncing. Without the thread (it could not start), SQLite syncs inside each commit again.
+fn start_syncer(opener: &mut Opener, shared: &Arc<Shared>) -> Option<Syncer> {
+    if opener.durability != Durability::Full {
+        return None;
+    }
+    let mut wal = opener.path.clone().into_os_string();
+    wal.push("-wal");
+    match Syncer::start(wal.into(), shared.durable.clone()) {
+        Ok(syncer) => Some(syncer),
+        Err(e) => {
+            tracing::warn!(error = %e, "no syncer thread; commits sync the WAL themselves");
+            opener.sync_in_commit = true;
+            None
+        }
+    }
 }
 
 fn fail_all(batch: &mut Vec<Job>, why: &str) {
@@ -408,18 +526,17 @@ fn note_wal_pages(_: &rusqlite::hooks::Wal, pages: std::ffi::c_int) -> rusqlite:
 /// Opens the writer's own connection with the same settings as the pool's.
 pub(super) fn open_writer_connection(
     path: &std::path::Path,
-    durability: crate::store::config::Durability,
 ) -> Result<rusqlite::Connection, StoreError> {
     let conn = rusqlite::Connection::open(path)?;
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
-    let synchronous = match durability {
-        crate::store::config::Durability::Full => "FULL",
-        crate::store::config::Durability::Os => "NORMAL",
-    };
-    conn.execute_batch(&format!(
-        "PRAGMA journal_mode = WAL; PRAGMA synchronous = {synchronous}; PRAGMA foreign_keys = ON; \
-         PRAGMA wal_autocheckpoint = 0; PRAGMA journal_size_limit = 67108864;"
-    ))?;
+    // NORMAL in either mode: a commit writes its WAL frames without syncing them, and in
+    // `durability = "full"` the syncer thread syncs them before anybody is answered
+    // (`syncer.rs`). NORMAL still syncs the WAL before each checkpoint copies it into the
+    // database, and the database after it.
+    conn.execute_batch(
+        "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; \
+         PRAGMA wal_autocheckpoint = 0; PRAGMA journal_size_limit = 67108864;",
+    )?;
     // No checkpoint inside commits: the checkpointer thread does them (checkpointer.rs). A
     // WAL that grew under load is cut back to 64 MiB when it starts over.
     // Every statement of the receive path, the sweep and the other helpers' changes stays
@@ -447,11 +564,7 @@ mod tests {
     #[test]
     fn statements_keep_their_plan_when_parameters_are_bound_again() {
         let dir = tempfile::tempdir().expect("dir");
-        let conn = open_writer_connection(
-            &dir.path().join("writer.db"),
-            crate::store::config::Durability::Full,
-        )
-        .expect("open");
+        let conn = open_writer_connection(&dir.path().join("writer.db")).expect("open");
         conn.execute_batch(
             "CREATE TABLE t (n INTEGER PRIMARY KEY); INSERT INTO t VALUES (1), (2);",
         )

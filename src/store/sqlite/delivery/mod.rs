@@ -140,15 +140,15 @@ impl DeliveryStore for SqliteStore {
     }
 
     fn subscription(&self, id: i64) -> StoreFuture<'_, Result<Option<Subscription>, StoreError>> {
-        Box::pin(reads::subscription(&self.pool, id))
+        Box::pin(self.durable(reads::subscription(&self.pool, id)))
     }
 
     fn subscriptions(&self) -> StoreFuture<'_, Result<Vec<Subscription>, StoreError>> {
-        Box::pin(reads::subscriptions(&self.pool))
+        Box::pin(self.durable(reads::subscriptions(&self.pool)))
     }
 
     fn push_subscriptions(&self) -> StoreFuture<'_, Result<Vec<Subscription>, StoreError>> {
-        Box::pin(reads::push_subscriptions(&self.pool))
+        Box::pin(self.durable(reads::push_subscriptions(&self.pool)))
     }
 
     fn set_push_paused(&self, id: i64, paused: bool) -> StoreFuture<'_, Result<(), DeliveryError>> {
@@ -228,7 +228,7 @@ impl DeliveryStore for SqliteStore {
         id: &'a str,
         now: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<Option<Session>, StoreError>> {
-        Box::pin(reads::session(&self.pool, id, now))
+        Box::pin(self.durable(reads::session(&self.pool, id, now)))
     }
 
     fn heartbeat<'a>(
@@ -292,12 +292,12 @@ impl DeliveryStore for SqliteStore {
         after: i64,
         limit: i64,
     ) -> StoreFuture<'_, Result<Vec<DeadLetter>, StoreError>> {
-        Box::pin(reads::dead_letters(
+        Box::pin(self.durable(reads::dead_letters(
             &self.pool,
             subscription_id,
             after,
             limit,
-        ))
+        )))
     }
 
     fn change_dead_letters<'a>(
@@ -336,18 +336,18 @@ impl DeliveryStore for SqliteStore {
     }
 
     fn backlog(&self, subscription_id: i64) -> StoreFuture<'_, Result<Backlog, StoreError>> {
-        Box::pin(reads::backlog(&self.pool, subscription_id))
+        Box::pin(self.durable(reads::backlog(&self.pool, subscription_id)))
     }
 
     fn session_count(&self, subscription_id: i64) -> StoreFuture<'_, Result<u64, StoreError>> {
-        Box::pin(async move {
+        Box::pin(self.durable(async move {
             let n: i64 =
                 sqlx::query_scalar("SELECT COUNT(*) FROM sessions WHERE subscription_id = ?")
                     .bind(subscription_id)
                     .fetch_one(&self.pool)
                     .await?;
             Ok(u64::try_from(n).unwrap_or(0))
-        })
+        }))
     }
 
     fn delivery_deadlines(
@@ -355,6 +355,6 @@ impl DeliveryStore for SqliteStore {
         subscription_id: Option<i64>,
         now: DateTime<Utc>,
     ) -> StoreFuture<'_, Result<Deadlines, StoreError>> {
-        Box::pin(reads::deadlines(&self.pool, subscription_id, now))
+        Box::pin(self.durable(reads::deadlines(&self.pool, subscription_id, now)))
     }
 }

@@ -7,7 +7,6 @@
 use rusqlite::Connection;
 
 use super::{fetch, reads, rows, sessions};
-use crate::store::config::Durability;
 use crate::store::sqlite::MIGRATIONS;
 use crate::store::sqlite::writer::open_writer_connection;
 
@@ -15,8 +14,7 @@ use crate::store::sqlite::writer::open_writer_connection;
 /// on the writer's connection settings.
 fn migrated() -> (tempfile::TempDir, Connection) {
     let dir = tempfile::tempdir().expect("dir");
-    let conn =
-        open_writer_connection(&dir.path().join("plans.db"), Durability::Full).expect("open");
+    let conn = open_writer_connection(&dir.path().join("plans.db")).expect("open");
     for migration in MIGRATIONS.iter() {
         conn.execute_batch(migration.sql.as_str())
             .unwrap_or_else(|e| panic!("{}: {e}", migration.description));

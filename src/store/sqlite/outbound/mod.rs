@@ -43,7 +43,7 @@ impl OutboundStore for SqliteStore {
         &'a self,
         idem: &'a IdempotencyKey,
     ) -> StoreFuture<'a, Result<Option<Submitted>, SubmitError>> {
-        Box::pin(read::earlier_submission(&self.pool, idem))
+        Box::pin(self.durable(read::earlier_submission(&self.pool, idem)))
     }
 
     fn submit<'a>(
@@ -66,7 +66,7 @@ impl OutboundStore for SqliteStore {
         &'a self,
         id: &'a str,
     ) -> StoreFuture<'a, Result<Option<OutMessage>, StoreError>> {
-        Box::pin(read::out_message(&self.pool, id))
+        Box::pin(self.durable(read::out_message(&self.pool, id)))
     }
 
     fn out_messages_of<'a>(
@@ -75,7 +75,7 @@ impl OutboundStore for SqliteStore {
         after: Option<&'a str>,
         limit: i64,
     ) -> StoreFuture<'a, Result<Vec<OutMessage>, StoreError>> {
-        Box::pin(read::out_messages_of(&self.pool, filter, after, limit))
+        Box::pin(self.durable(read::out_messages_of(&self.pool, filter, after, limit)))
     }
 
     fn due_outbound<'a>(
@@ -85,7 +85,7 @@ impl OutboundStore for SqliteStore {
         windows: &'a BTreeMap<String, u64>,
         limit: i64,
     ) -> StoreFuture<'a, Result<Due, StoreError>> {
-        Box::pin(read::due_outbound(&self.pool, now, window, windows, limit))
+        Box::pin(self.durable(read::due_outbound(&self.pool, now, window, windows, limit)))
     }
 
     fn awaiting_poll<'a>(
@@ -93,14 +93,14 @@ impl OutboundStore for SqliteStore {
         after: &'a str,
         limit: i64,
     ) -> StoreFuture<'a, Result<Vec<OutMessage>, StoreError>> {
-        Box::pin(read::awaiting_poll(&self.pool, after, limit))
+        Box::pin(self.durable(read::awaiting_poll(&self.pool, after, limit)))
     }
 
     fn next_outbound_due(
         &self,
         after: DateTime<Utc>,
     ) -> StoreFuture<'_, Result<Option<DateTime<Utc>>, StoreError>> {
-        Box::pin(read::next_outbound_due(&self.pool, after))
+        Box::pin(self.durable(read::next_outbound_due(&self.pool, after)))
     }
 
     fn claim_attempt<'a>(
@@ -142,7 +142,7 @@ impl OutboundStore for SqliteStore {
         &'a self,
         id: &'a str,
     ) -> StoreFuture<'a, Result<Option<KeptResponse>, StoreError>> {
-        Box::pin(response::out_response(&self.pool, id))
+        Box::pin(self.durable(response::out_response(&self.pool, id)))
     }
 
     fn record_attempts<'a>(
@@ -206,7 +206,7 @@ impl OutboundStore for SqliteStore {
         after: i64,
         limit: i64,
     ) -> StoreFuture<'a, Result<Vec<OutEvent>, StoreError>> {
-        Box::pin(read::out_events_of(&self.pool, principal, after, limit))
+        Box::pin(self.durable(read::out_events_of(&self.pool, principal, after, limit)))
     }
 
     fn out_message_events<'a>(
@@ -214,7 +214,7 @@ impl OutboundStore for SqliteStore {
         message_id: &'a str,
         limit: i64,
     ) -> StoreFuture<'a, Result<Vec<OutEvent>, StoreError>> {
-        Box::pin(read::out_message_events(&self.pool, message_id, limit))
+        Box::pin(self.durable(read::out_message_events(&self.pool, message_id, limit)))
     }
 
     fn close_group<'a>(

@@ -1,0 +1,283 @@
+//! Durable commits without a writer that waits for the disk (`durability = "full"`, issue 35).
+//!
+//! SQLite's `synchronous = FULL` syncs the WAL inside each `COMMIT`, on the writer's thread:
+//! while the disk flushed one batch, the next one waited in the channel with the core idle —
+//! a third of the writer's cycle under load. Here the writer commits with `synchronous =
+//! NORMAL` (the WAL is written, not yet synced) and hands the batch's answers to this thread,
+//! which syncs the WAL file and only then answers: every ack still follows the sync of the
+//! frames it stands for, and the writer runs the next batch meanwhile. One sync covers every
+//! commit written before it, so commits that queued up while the disk worked share it.
+//!
+//! A commit is visible to other connections before it is durable, so whatever is read there
+//! and told to somebody (a poll's answer, a callback ack, a message sent on, a replayed
+//! response) waits too: [`Durable::caught_up`] after the read, until every commit it may
+//! have seen is synced. A failed sync leaves the WAL's tail in doubt (Linux may drop the
+//! failed pages and report the next sync clean), so nothing is acknowledged after one: every
+//! later batch and read fails until the gateway is restarted and SQLite recovers what the
+//! disk holds.
+
+use std::fs::File;
+use std::os::unix::fs::MetadataExt as _;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
+
+use tokio::sync::watch;
+
+use crate::store::error::StoreError;
+
+/// What the commits have made durable, shared by the writer, the syncer and the readers.
+pub(in crate::store) struct Durable {
+    /// Commits announced: a commit takes its number before it becomes visible.
+    announced: AtomicU64,
+    /// Every commit up to this number is on disk.
+    synced: watch::Sender<u64>,
+    /// Why a sync failed; set once, then nothing is durable any more.
+    failed: OnceLock<String>,
+}
+
+impl Default for Durable {
+    fn default() -> Self {
+        Durable {
+            announced: AtomicU64::new(0),
+            synced: watch::channel(0).0,
+            failed: OnceLock::new(),
+        }
+    }
+}
+
+impl Durable {
+    /// The writer, just before `COMMIT`: the number that commit will be synced under.
+    pub(super) fn announce(&self) -> u64 {
+        self.announced.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    /// The number of the last commit announced.
+    pub(super) fn latest(&self) -> u64 {
+        self.announced.load(Ordering::SeqCst)
+    }
+
+    /// Every commit up to `seq` is durable (or, in os mode, as durable as it will be).
+    pub(super) fn synced(&self, seq: u64) {
+        self.synced.send_if_modified(|s| {
+            let newer = seq > *s;
+            if newer {
+                *s = seq;
+            }
+            newer
+        });
+    }
+
+    /// Why the store can no longer make anything durable, if it cannot.
+    pub(super) fn failure(&self) -> Option<&str> {
+        self.failed.get().map(String::as_str)
+    }
+
+    fn fail(&self, why: String) {
+        let _ = self.failed.set(why);
+        // Wakes the readers waiting in `caught_up`, who then see the failure.
+        self.synced.send_modify(|_| {});
+    }
+
+    /// After a read on another connection: waits until every commit that read may have seen
+    /// is durable, so that nothing a power loss could take back is told to anybody.
+    pub(in crate::store) async fn caught_up(&self) -> Result<(), StoreError> {
+        let target = self.latest();
+        let mut synced = self.synced.subscribe();
+        let reached = synced
+            .wait_for(|s| *s >= target || self.failed.get().is_some())
+            .await
+            .is_ok();
+        match self.failure() {
+            Some(why) => Err(StoreError::Failed(why.to_owned())),
+            None if reached => Ok(()),
+            None => Err(StoreError::Failed("the store's syncer is gone".into())),
+        }
+    }
+}
+
+/// What to do once a commit is durable (`Ok`) or cannot be made so (`Err`, why): answer the
+/// batch's jobs and wake whoever waits for what it stored.
+pub(super) type Finish = Box<dyn FnOnce(Result<(), &str>) + Send>;
+
+/// A commit for the syncer: its number, and its answers (`None`: it was rolled back, nothing
+/// to sync, but the readers may stop waiting for its number).
+struct Committed {
+    seq: u64,
+    finish: Option<Finish>,
+}
+
+/// The writer's side of the syncer thread.
+pub(super) struct Syncer {
+    commits: Sender<Committed>,
+}
+
+impl Syncer {
+    /// Starts the thread that syncs `wal` (the database's `-wal` file). It ends when the
+    /// writer drops its `Syncer`, after answering every commit handed to it.
+    pub(super) fn start(wal: PathBuf, durable: std::sync::Arc<Durable>) -> std::io::Result<Self> {
+        let (commits, queue) = channel();
+        std::thread::Builder::new()
+            .name("wsr-store-sync".into())
+            .spawn(move || run(&wal, &queue, &durable))?;
+        Ok(Syncer { commits })
+    }
+
+    /// Hands over commit `seq`: `finish` runs once its WAL frames are synced.
+    pub(super) fn after_sync(&self, seq: u64, finish: Option<Finish>) {
+        if let Err(unsent) = self.commits.send(Committed { seq, finish }) {
+            // The thread is gone (it cannot end while this sender lives, unless it panicked):
+            // nobody is told a commit is durable that was not synced.
+            if let Some(finish) = unsent.0.finish {
+                finish(Err("the store's syncer stopped"));
+            }
+        }
+    }
+}
+
+fn run(wal: &Path, queue: &Receiver<Committed>, durable: &Durable) {
+    let mut file = WalFile::default();
+    while let Ok(first) = queue.recv() {
+        let mut commits = vec![first];
+        commits.extend(queue.try_iter());
+        let wrote = commits.iter().any(|c| c.finish.is_some());
+        let last = commits.iter().map(|c| c.seq).max().unwrap_or(0);
+        let synced = if durable.failure().is_none() && wrote {
+            file.sync(wal)
+        } else {
+            Ok(())
+        };
+        if let Err(e) = synced {
+            let why = format!(
+                "syncing {} failed ({e}): acknowledging nothing more; restart the gateway so \
+                 that SQLite recovers what the disk holds",
+                wal.display()
+            );
+            tracing::error!(reason = %why, "the store cannot make commits durable");
+            durable.fail(why);
+        }
+        let outcome = match durable.failure() {
+            Some(why) => Err(why),
+            None => {
+                durable.synced(last);
+                Ok(())
+            }
+        };
+        for finish in commits.into_iter().filter_map(|c| c.finish) {
+            finish(outcome);
+        }
+    }
+}
+
+/// The WAL file, opened by this thread for its syncs.
+#[derive(Default)]
+struct WalFile {
+    open: Option<(File, u64)>,
+}
+
+impl WalFile {
+    /// `fdatasync` of the WAL file — the file now at `path`: SQLite keeps one WAL file while
+    /// it has connections (it starts it over in place), but one it deleted and made again
+    /// must not be answered by a sync of the old one.
+    fn sync(&mut self, path: &Path) -> std::io::Result<()> {
+        let inode = std::fs::metadata(path)?.ino();
+        if self.open.as_ref().is_none_or(|(_, ino)| *ino != inode) {
+            let file = File::open(path)?;
+            let opened = file.metadata()?.ino();
+            self.open = Some((file, opened));
+        }
+        match &self.open {
+            Some((file, _)) => file.sync_data(),
+            None => Err(std::io::Error::other("the WAL file is not open")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::mpsc::sync_channel;
+
+    fn finish_into(tx: std::sync::mpsc::SyncSender<Result<(), String>>) -> Option<Finish> {
+        Some(Box::new(move |outcome: Result<(), &str>| {
+            let _ = tx.send(outcome.map_err(str::to_owned));
+        }))
+    }
+
+    #[tokio::test]
+    async fn readers_wait_for_the_sync_of_every_commit_announced_before_they_ask() {
+        let dir = tempfile::tempdir().expect("dir");
+        let wal = dir.path().join("db-wal");
+        std::fs::write(&wal, b"frames").expect("wal");
+        let durable = Arc::new(Durable::default());
+        // Nothing announced: nothing to wait for.
+        durable.caught_up().await.expect("caught up at the start");
+
+        let seq = durable.announce();
+        let reader = {
+            let durable = durable.clone();
+            tokio::spawn(async move { durable.caught_up().await })
+        };
+        tokio::task::yield_now().await;
+        assert!(!reader.is_finished(), "a reader passed an unsynced commit");
+
+        let syncer = Syncer::start(wal, durable.clone()).expect("syncer");
+        let (tx, answered) = sync_channel(1);
+        syncer.after_sync(seq, finish_into(tx));
+        assert_eq!(answered.recv().expect("answered"), Ok(()));
+        reader
+            .await
+            .expect("reader")
+            .expect("caught up after the sync");
+    }
+
+    #[tokio::test]
+    async fn a_failed_sync_answers_nothing_as_durable_then_or_later() {
+        let dir = tempfile::tempdir().expect("dir");
+        // No WAL file to sync: the sync fails.
+        let wal = dir.path().join("missing-wal");
+        let durable = Arc::new(Durable::default());
+        let syncer = Syncer::start(wal.clone(), durable.clone()).expect("syncer");
+
+        let (tx, answered) = sync_channel(1);
+        syncer.after_sync(durable.announce(), finish_into(tx));
+        let why = answered
+            .recv()
+            .expect("answered")
+            .expect_err("acked a failed sync");
+        assert!(why.contains("restart the gateway"), "{why}");
+        assert!(
+            durable.caught_up().await.is_err(),
+            "a read passed a failed sync"
+        );
+
+        // The file is there now, but what the failed sync lost stays in doubt.
+        std::fs::write(&wal, b"frames").expect("wal");
+        let (tx, answered) = sync_channel(1);
+        syncer.after_sync(durable.announce(), finish_into(tx));
+        assert!(
+            answered.recv().expect("answered").is_err(),
+            "acked after a failed sync"
+        );
+    }
+
+    #[test]
+    fn a_rolled_back_commit_releases_its_number_without_a_sync() {
+        let dir = tempfile::tempdir().expect("dir");
+        // Never synced: a sync would fail on the missing file and mark the store failed.
+        let durable = Arc::new(Durable::default());
+        let syncer = Syncer::start(dir.path().join("missing-wal"), durable.clone()).expect("start");
+        let seq = durable.announce();
+        syncer.after_sync(seq, None);
+        drop(syncer);
+        let mut synced = durable.synced.subscribe();
+        let reached = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(async { synced.wait_for(|s| *s >= seq).await.map(|s| *s) });
+        assert_eq!(reached.ok(), Some(seq));
+        assert!(durable.failure().is_none());
+    }
+}
