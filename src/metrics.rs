@@ -73,6 +73,7 @@ pub const SETTLES: &str = "wsr_settles_total";
 pub const PUSH_FAILURES: &str = "wsr_push_failures_total";
 pub const WRITER_BATCH_SIZE: &str = "wsr_writer_batch_size";
 pub const WRITER_COMMIT_SECONDS: &str = "wsr_writer_commit_seconds";
+pub const WAL_SYNC_SECONDS: &str = "wsr_wal_sync_seconds";
 pub const HTTP_SECONDS: &str = "wsr_http_request_duration_seconds";
 pub const BACKEND_CALLS: &str = "wsr_backend_calls_total";
 pub const BACKEND_SECONDS: &str = "wsr_backend_call_duration_seconds";
@@ -135,7 +136,14 @@ fn describe() {
     describe_histogram!(
         WRITER_COMMIT_SECONDS,
         Unit::Seconds,
-        "Time of one group-commit batch, from its first statement to its durable commit"
+        "Time of one group-commit batch, from its first statement to its commit (durable on \
+         PostgreSQL; on SQLite the WAL's sync follows, wsr_wal_sync_seconds)"
+    );
+    describe_histogram!(
+        WAL_SYNC_SECONDS,
+        Unit::Seconds,
+        "Time of one fdatasync of the SQLite WAL, which the answers of the commits it covers wait \
+         for"
     );
     describe_counter!(
         BACKEND_CALLS,
@@ -488,6 +496,12 @@ pub fn writer_batch(backend: &'static str, jobs: usize, took: Duration) {
             || metrics::histogram!(WRITER_COMMIT_SECONDS, "backend" => backend),
         )
         .record(took.as_secs_f64());
+}
+
+/// One sync of the SQLite WAL that took `took` (`store::sqlite::syncer`).
+pub fn wal_sync(took: Duration) {
+    // A few hundred a second at most (one per sync, not per message): no handle kept.
+    metrics::histogram!(WAL_SYNC_SECONDS).record(took.as_secs_f64());
 }
 
 /// One HTTP request: `route` is the router's pattern (`/wsr/{channel}`), never the path.

@@ -133,6 +133,11 @@ async fn real_messages_move_the_counters_histograms_and_gauges() {
         "{after}"
     );
     assert!(sample(&after, "wsr_writer_batch_size_count", &[]) > 0.0);
+    // On SQLite with durability = "full" the acks waited for the syncer's syncs of the WAL.
+    if crate::BACKEND == super::test_database::TestBackend::Sqlite {
+        let syncs = sample(&after, "wsr_wal_sync_seconds_count", &[]);
+        assert!(syncs > 0.0, "{after}");
+    }
     assert!(
         sample(&after, "wsr_writer_batch_size_sum", &[]) > 0.0,
         "batches hold jobs"

@@ -125,6 +125,27 @@ async fn a_second_gateway_through_a_symlink_is_refused_too() {
     app.stop().await;
 }
 
+/// A database reached through a link is synced where SQLite keeps its WAL — beside the file
+/// the link names, not beside the link: a gateway configured through one acknowledges.
+#[tokio::test]
+async fn a_database_through_a_symlink_is_synced_and_acknowledges() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let real = dir.path().join("real");
+    std::fs::create_dir(&real).expect("dir");
+    std::fs::write(real.join("gw.db"), b"").expect("an empty database file");
+    let alias = dir.path().join("alias.db");
+    std::os::unix::fs::symlink(real.join("gw.db"), &alias).expect("symlink");
+    let app = spawn_app_with(|c| c.database = wsr_gateway::store::Database::Sqlite(alias)).await;
+    acked(&app, "mid:through-a-link@test").await;
+    acked(&app, "mid:through-a-link-again@test").await;
+    assert_eq!(readyz(&app).await.0, 200);
+    assert!(
+        real.join("gw.db-wal").exists(),
+        "the WAL is beside the real file"
+    );
+    app.stop().await;
+}
+
 #[test]
 fn a_second_gateway_process_exits_1_with_a_clear_error() {
     let dir = tempfile::tempdir().expect("temp dir");

@@ -89,6 +89,14 @@ impl SqliteStore {
         claim_database(&pool, path).await?;
         MIGRATIONS.run(&pool).await?;
         let writer = writer::open_writer_connection(path)?;
+        if config.durability == Durability::Full {
+            // Before anything is read and told: commits a stopped gateway wrote but did not
+            // sync are still in the page cache, where this one would read them.
+            let (database, wal) = writer::database_files(&writer)?;
+            syncer::sync_at_start(&database, &wal).map_err(|e| {
+                StoreError::Failed(format!("cannot sync {} at start: {e}", database.display()))
+            })?;
+        }
         let groups = group_index::GroupIndex::load(&writer)?;
         let shared = Arc::new(Shared {
             policy: config.policy.clone(),
@@ -122,9 +130,10 @@ impl SqliteStore {
         &self,
         read: impl std::future::Future<Output = Result<T, E>>,
     ) -> Result<T, E> {
-        let value = read.await?;
+        // Waited for whatever the read answers: a refusal can name what it read, too.
+        let answer = read.await;
         self.shared.durable.caught_up().await?;
-        Ok(value)
+        answer
     }
 }
 

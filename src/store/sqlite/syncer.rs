@@ -18,10 +18,12 @@
 
 use std::fs::File;
 use std::os::unix::fs::MetadataExt as _;
+use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::{Arc, OnceLock};
+use std::time::Instant;
 
 use tokio::sync::watch;
 
@@ -108,29 +110,38 @@ struct Committed {
     finish: Option<Finish>,
 }
 
+/// Commits handed over and not yet answered, at most: beyond, the writer waits for the disk
+/// as it did inside SQLite's commit — a stalled disk holds the writer, and through its full
+/// channel the requests, instead of letting answers pile up here.
+const SYNC_BACKLOG: usize = 64;
+
 /// The writer's side of the syncer thread.
 pub(super) struct Syncer {
-    commits: Sender<Committed>,
+    commits: SyncSender<Committed>,
+    durable: Arc<Durable>,
 }
 
 impl Syncer {
-    /// Starts the thread that syncs `wal` (the database's `-wal` file). It ends when the
-    /// writer drops its `Syncer`, after answering every commit handed to it.
-    pub(super) fn start(wal: PathBuf, durable: std::sync::Arc<Durable>) -> std::io::Result<Self> {
-        let (commits, queue) = channel();
+    /// Starts the thread that syncs `wal` (the database's `-wal` file, as SQLite names it). It
+    /// ends when the writer drops its `Syncer`, after answering every commit handed to it.
+    pub(super) fn start(wal: PathBuf, durable: Arc<Durable>) -> std::io::Result<Self> {
+        let (commits, queue) = sync_channel(SYNC_BACKLOG);
+        let shared = durable.clone();
         std::thread::Builder::new()
             .name("wsr-store-sync".into())
-            .spawn(move || run(&wal, &queue, &durable))?;
-        Ok(Syncer { commits })
+            .spawn(move || run(&wal, &queue, &shared))?;
+        Ok(Syncer { commits, durable })
     }
 
     /// Hands over commit `seq`: `finish` runs once its WAL frames are synced.
     pub(super) fn after_sync(&self, seq: u64, finish: Option<Finish>) {
         if let Err(unsent) = self.commits.send(Committed { seq, finish }) {
-            // The thread is gone (it cannot end while this sender lives, unless it panicked):
-            // nobody is told a commit is durable that was not synced.
+            // The thread is gone: nobody is told a commit is durable that was not synced, and
+            // readers waiting for a sync are let go with the failure rather than left waiting.
+            self.durable
+                .fail("the store's syncer thread stopped; restart the gateway".into());
             if let Some(finish) = unsent.0.finish {
-                finish(Err("the store's syncer stopped"));
+                finish(Err("the store's syncer thread stopped"));
             }
         }
     }
@@ -144,7 +155,10 @@ fn run(wal: &Path, queue: &Receiver<Committed>, durable: &Durable) {
         let wrote = commits.iter().any(|c| c.finish.is_some());
         let last = commits.iter().map(|c| c.seq).max().unwrap_or(0);
         let synced = if durable.failure().is_none() && wrote {
-            file.sync(wal)
+            let started = Instant::now();
+            let synced = file.sync(wal);
+            crate::metrics::wal_sync(started.elapsed());
+            synced
         } else {
             Ok(())
         };
@@ -165,8 +179,23 @@ fn run(wal: &Path, queue: &Receiver<Committed>, durable: &Durable) {
             }
         };
         for finish in commits.into_iter().filter_map(|c| c.finish) {
-            finish(outcome);
+            // A panicking answer must not end the thread every later answer and read waits on.
+            if std::panic::catch_unwind(AssertUnwindSafe(|| finish(outcome))).is_err() {
+                tracing::error!("answering a synced commit panicked");
+            }
         }
+    }
+}
+
+/// Syncs the database file and its WAL (`wal`, when there is one) before a gateway serves
+/// from them: a gateway that stopped with commits written but not synced left them in the
+/// page cache, where its successor would read — and tell — them as if they were on disk.
+pub(super) fn sync_at_start(database: &Path, wal: &Path) -> std::io::Result<()> {
+    File::open(database)?.sync_all()?;
+    match File::open(wal) {
+        Ok(file) => file.sync_all(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e),
     }
 }
 
@@ -197,7 +226,6 @@ impl WalFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Arc;
     use std::sync::mpsc::sync_channel;
 
     fn finish_into(tx: std::sync::mpsc::SyncSender<Result<(), String>>) -> Option<Finish> {
@@ -261,6 +289,23 @@ mod tests {
             answered.recv().expect("answered").is_err(),
             "acked after a failed sync"
         );
+    }
+
+    #[test]
+    fn a_panicking_answer_leaves_the_syncer_answering_the_next_commits() {
+        let dir = tempfile::tempdir().expect("dir");
+        let wal = dir.path().join("db-wal");
+        std::fs::write(&wal, b"frames").expect("wal");
+        let durable = Arc::new(Durable::default());
+        let syncer = Syncer::start(wal, durable.clone()).expect("syncer");
+        syncer.after_sync(
+            durable.announce(),
+            Some(Box::new(|_| panic!("an answer panics"))),
+        );
+        let (tx, answered) = sync_channel(1);
+        syncer.after_sync(durable.announce(), finish_into(tx));
+        assert_eq!(answered.recv().expect("answered"), Ok(()));
+        assert!(durable.failure().is_none());
     }
 
     #[test]

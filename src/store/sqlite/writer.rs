@@ -1,8 +1,8 @@
 //! The batching writer (DESIGN §7): a thread of its own owning a synchronous SQLite
 //! connection. It takes every job waiting in its channel (up to `MAX_BATCH`), runs them in one
-//! transaction, commits once, and only then answers each job and wakes whatever the commit
-//! made possible. While it commits (the fsync), requests keep arriving and are prepared on the
-//! runtime's threads, so the next batch is gathered in the channel meanwhile.
+//! transaction and commits once; each job is answered, and whatever the commit made possible
+//! woken, only once the commit is durable — after the syncer thread's sync of the WAL
+//! (`syncer.rs`; in os mode at once). While the disk syncs one batch, the writer runs the next.
 
 use super::exchange::keep_answer;
 use crate::store::exchange::slot_of;
@@ -96,7 +96,7 @@ fn run(
             None
         }
     };
-    let syncer = start_syncer(&mut opener, &shared);
+    let syncer = start_syncer(&conn, &mut opener, &shared);
     if opener.sync_in_commit && conn.execute_batch("PRAGMA synchronous = FULL").is_err() {
         // `reopen` sets it, or keeps trying.
         conn = opener.reopen();
@@ -114,7 +114,7 @@ fn run(
         let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
             commit_batch(&conn, &mut batch, &shared, syncer.as_ref(), &mut rates)
         }));
-        // Failed batches too: a slow failing disk shows in the latency.
+        // Failed batches too. (The WAL's sync is the syncer's: `metrics::wal_sync`.)
         crate::metrics::writer_batch("sqlite", jobs, started.elapsed());
         let broken = match outcome {
             Ok(connection) => connection == WriterConnection::Broken,
@@ -288,10 +288,10 @@ fn commit_batch(
         index,
     } = effects;
     index.committed(&shared.groups);
-    shared.health.committed(carries_message);
     let answers = Answers {
-        jobs: std::mem::replace(batch, Vec::with_capacity(MAX_BATCH)),
-        done,
+        // The jobs' payloads are not kept while the disk syncs, only whom to answer.
+        replies: batch.drain(..).zip(done).map(Reply::of).collect(),
+        carries_message,
         delivered,
         wakes,
         earliest_deadline,
@@ -308,8 +308,9 @@ fn commit_batch(
 
 /// A committed batch's answers, given once its commit is durable.
 struct Answers {
-    jobs: Vec<Job>,
-    done: Vec<Done>,
+    replies: Vec<Reply>,
+    /// Whether the batch decided received messages (readiness: `Health::committed`).
+    carries_message: bool,
     /// The batch's `Effects` but the group index's, settled at the commit.
     delivered: Vec<(String, crate::wsr::MessageKey)>,
     wakes: super::shared::Wakes,
@@ -317,13 +318,67 @@ struct Answers {
     shared: Arc<Shared>,
 }
 
+/// One job's answer, without the job's input.
+enum Reply {
+    Received(
+        tokio::sync::oneshot::Sender<Result<Received, StoreError>>,
+        Result<Received, StoreError>,
+    ),
+    Swept(
+        tokio::sync::oneshot::Sender<Result<SweepReport, StoreError>>,
+        Result<SweepReport, StoreError>,
+    ),
+    Changed(Box<dyn super::job::ChangeJob>, Result<(), StoreError>),
+    Mismatched(Job),
+}
+
+impl Reply {
+    fn of((job, done): (Job, Done)) -> Reply {
+        match (job, done) {
+            (Job::Receive(_, tx), Done::Received(r)) => Reply::Received(tx, r),
+            (Job::Sweep(_, tx), Done::Swept(r)) => Reply::Swept(tx, r),
+            (Job::Change(c), Done::Changed(r)) => Reply::Changed(c, r),
+            (job, _) => Reply::Mismatched(job),
+        }
+    }
+
+    fn give(self) {
+        match self {
+            Reply::Received(tx, r) => {
+                let _ = tx.send(r);
+            }
+            Reply::Swept(tx, r) => {
+                let _ = tx.send(r);
+            }
+            Reply::Changed(c, r) => c.answer(r),
+            Reply::Mismatched(job) => {
+                reply_err(job, StoreError::Failed("mismatched job result".into()));
+            }
+        }
+    }
+
+    fn fail(self, why: &str) {
+        let err = || StoreError::Failed(why.to_owned());
+        match self {
+            Reply::Received(tx, _) => {
+                let _ = tx.send(Err(err()));
+            }
+            Reply::Swept(tx, _) => {
+                let _ = tx.send(Err(err()));
+            }
+            Reply::Changed(c, _) => c.answer(Err(err())),
+            Reply::Mismatched(job) => reply_err(job, err()),
+        }
+    }
+}
+
 impl Answers {
     /// Durable (`Ok`): wakes whoever waits for what the batch stored, then answers each job.
     /// Not durable (`Err`): every job is answered "not stored".
     fn give(self, synced: Result<(), &str>) {
         let Answers {
-            mut jobs,
-            done,
+            replies,
+            carries_message,
             delivered,
             wakes,
             earliest_deadline,
@@ -331,9 +386,12 @@ impl Answers {
         } = self;
         if let Err(why) = synced {
             batch_failed(&shared, why);
-            fail_all(&mut jobs, why);
+            for reply in replies {
+                reply.fail(why);
+            }
             return;
         }
+        shared.health.committed(carries_message);
         if !delivered.is_empty() {
             let mut waiters = shared.waiters.lock().unwrap_or_else(|p| p.into_inner());
             for delivered in &delivered {
@@ -346,17 +404,8 @@ impl Answers {
         if earliest_deadline.is_some_and(|d| d <= shared.sweeper_wakeup.load(Ordering::SeqCst)) {
             shared.deadlines_changed.notify_one();
         }
-        for (job, result) in jobs.into_iter().zip(done) {
-            match (job, result) {
-                (Job::Receive(_, tx), Done::Received(r)) => {
-                    let _ = tx.send(r);
-                }
-                (Job::Sweep(_, tx), Done::Swept(r)) => {
-                    let _ = tx.send(r);
-                }
-                (Job::Change(c), Done::Changed(r)) => c.answer(r),
-                (job, _) => reply_err(job, StoreError::Failed("mismatched job result".into())),
-            }
+        for reply in replies {
+            reply.give();
         }
     }
 }
@@ -378,13 +427,14 @@ fn after_sync(shared: &Shared, syncer: Option<&Syncer>, seq: u64, finish: Option
 
 /// `durability = "full"`: the syncer thread, the writer's connection committing without
 /// syncing. Without the thread (it could not start), SQLite syncs inside each commit again.
-fn start_syncer(opener: &mut Opener, shared: &Arc<Shared>) -> Option<Syncer> {
+fn start_syncer(conn: &Connection, opener: &mut Opener, shared: &Arc<Shared>) -> Option<Syncer> {
     if opener.durability != Durability::Full {
         return None;
     }
-    let mut wal = opener.path.clone().into_os_string();
-    wal.push("-wal");
-    match Syncer::start(wal.into(), shared.durable.clone()) {
+    let started = database_files(conn).and_then(|(_, wal)| {
+        Syncer::start(wal, shared.durable.clone()).map_err(|e| StoreError::Failed(e.to_string()))
+    });
+    match started {
         Ok(syncer) => Some(syncer),
         Err(e) => {
             tracing::warn!(error = %e, "no syncer thread; commits sync the WAL themselves");
@@ -392,6 +442,18 @@ fn start_syncer(opener: &mut Opener, shared: &Arc<Shared>) -> Option<Syncer> {
             None
         }
     }
+}
+
+/// The database file SQLite opened for `conn` (its full path, links resolved) and its WAL
+/// file as SQLite names it — beside that file, not beside a link in the configured path.
+pub(super) fn database_files(
+    conn: &Connection,
+) -> Result<(std::path::PathBuf, std::path::PathBuf), StoreError> {
+    let database = conn
+        .path()
+        .filter(|p| !p.is_empty())
+        .ok_or_else(|| StoreError::Failed("the writer's database has no file name".into()))?;
+    Ok((database.into(), format!("{database}-wal").into()))
 }
 
 fn fail_all(batch: &mut Vec<Job>, why: &str) {
