@@ -2,7 +2,7 @@
 //!
 //! SQLite's `synchronous = FULL` syncs the WAL inside each `COMMIT`, on the writer's thread:
 //! while the disk flushed one batch, the next one waited in the channel with the core idle —
-//! a third of the writer's cycle under load. Here the writer commits with `synchronous =
+//! about 0.5 ms of a 2 ms cycle under load (+13 % msgs/s without it). Here the writer commits with `synchronous =
 //! NORMAL` (the WAL is written, not yet synced) and hands the batch's answers to this thread,
 //! which syncs the WAL file and only then answers: every ack still follows the sync of the
 //! frames it stands for, and the writer runs the next batch meanwhile. One sync covers every
@@ -13,8 +13,8 @@
 //! response) waits too: [`Durable::caught_up`] after the read, until every commit it may
 //! have seen is synced. A failed sync leaves the WAL's tail in doubt (Linux may drop the
 //! failed pages and report the next sync clean), so nothing is acknowledged after one: every
-//! later batch and read fails until the gateway is restarted and SQLite recovers what the
-//! disk holds.
+//! later batch and read fails until the machine is rebooted and SQLite recovers what the disk
+//! holds (a restarted process could still read the pages the kernel never wrote).
 
 use std::fs::File;
 use std::os::unix::fs::MetadataExt as _;
@@ -164,8 +164,9 @@ fn run(wal: &Path, queue: &Receiver<Committed>, durable: &Durable) {
         };
         if let Err(e) = synced {
             let why = format!(
-                "syncing {} failed ({e}): acknowledging nothing more; restart the gateway so \
-                 that SQLite recovers what the disk holds",
+                "syncing {} failed ({e}): acknowledging nothing more; fix the disk, then restart \
+                 the gateway by rebooting the machine, so that SQLite recovers from what the \
+                 disk holds",
                 wal.display()
             );
             tracing::error!(reason = %why, "the store cannot make commits durable");
