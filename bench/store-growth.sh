@@ -39,7 +39,8 @@ import json, os, sys
 store, d = sys.argv[1], sys.argv[2]
 b = json.load(open(f"{d}/bench.json"))
 size = os.path.getsize(f"{d}/gateway.db") / 1e6
-print(f"{store:>5}: {b['msgs_per_s']:.0f} msgs/s, p99 {b['p99_ms']:.2f} ms (database {size:.0f} MB)")
+print(f"{store:>5}: {b['msgs_per_s']:.0f} msgs/s, p99 {b['p99_ms']:.2f} ms "
+      f"(database {size:.0f} MB)")
 PY
     [ "$dir" = "$prefilled" ] || rm -rf "$dir"
 }
