@@ -57,6 +57,8 @@ use crate::store::time::from_millis;
 /// fails at once with "database is locked" when another connection got there first).
 #[derive(Clone)]
 pub struct SqliteStore {
+    /// Reads only. A commit is visible here before it is durable, so every read answers
+    /// through `SqliteStore::durable` (the reads both backends share too).
     pub(in crate::store) pool: SqlitePool,
     jobs: mpsc::Sender<Job>,
     pub(in crate::store) shared: Arc<Shared>,

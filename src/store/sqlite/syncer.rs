@@ -88,14 +88,13 @@ impl Durable {
     pub(in crate::store) async fn caught_up(&self) -> Result<(), StoreError> {
         let target = self.latest();
         let mut synced = self.synced.subscribe();
-        let reached = synced
+        // It cannot fail: the sender is `self.synced`, alive while `self` is.
+        let _ = synced
             .wait_for(|s| *s >= target || self.failed.get().is_some())
-            .await
-            .is_ok();
+            .await;
         match self.failure() {
             Some(why) => Err(StoreError::Failed(why.to_owned())),
-            None if reached => Ok(()),
-            None => Err(StoreError::Failed("the store's syncer is gone".into())),
+            None => Ok(()),
         }
     }
 }

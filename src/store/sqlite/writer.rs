@@ -97,8 +97,8 @@ fn run(
         }
     };
     let syncer = start_syncer(&conn, &mut opener, &shared);
-    if opener.sync_in_commit && conn.execute_batch("PRAGMA synchronous = FULL").is_err() {
-        // `reopen` sets it, or keeps trying.
+    if opener.sync_in_commit {
+        // A connection of the opener's, which syncs in each commit.
         conn = opener.reopen();
     }
     let mut batch = Vec::with_capacity(MAX_BATCH);
@@ -289,8 +289,7 @@ fn commit_batch(
     } = effects;
     index.committed(&shared.groups);
     let answers = Answers {
-        // The jobs' payloads are not kept while the disk syncs, only whom to answer.
-        replies: batch.drain(..).zip(done).map(Reply::of).collect(),
+        replies: batch.drain(..).map(Reply::from).zip(done).collect(),
         carries_message,
         delivered,
         wakes,
@@ -308,7 +307,7 @@ fn commit_batch(
 
 /// A committed batch's answers, given once its commit is durable.
 struct Answers {
-    replies: Vec<Reply>,
+    replies: Vec<(Reply, Done)>,
     /// Whether the batch decided received messages (readiness: `Health::committed`).
     carries_message: bool,
     /// The batch's `Effects` but the group index's, settled at the commit.
@@ -318,56 +317,49 @@ struct Answers {
     shared: Arc<Shared>,
 }
 
-/// One job's answer, without the job's input.
+/// Whom to answer for one job, without the job's input (a received message's payload is not
+/// kept while the disk syncs).
 enum Reply {
-    Received(
-        tokio::sync::oneshot::Sender<Result<Received, StoreError>>,
-        Result<Received, StoreError>,
-    ),
-    Swept(
-        tokio::sync::oneshot::Sender<Result<SweepReport, StoreError>>,
-        Result<SweepReport, StoreError>,
-    ),
-    Changed(Box<dyn super::job::ChangeJob>, Result<(), StoreError>),
-    Mismatched(Job),
+    Received(tokio::sync::oneshot::Sender<Result<Received, StoreError>>),
+    Swept(tokio::sync::oneshot::Sender<Result<SweepReport, StoreError>>),
+    Changed(Box<dyn super::job::ChangeJob>),
+}
+
+impl From<Job> for Reply {
+    fn from(job: Job) -> Reply {
+        match job {
+            Job::Receive(_, tx) => Reply::Received(tx),
+            Job::Sweep(_, tx) => Reply::Swept(tx),
+            Job::Change(c) => Reply::Changed(c),
+        }
+    }
 }
 
 impl Reply {
-    fn of((job, done): (Job, Done)) -> Reply {
-        match (job, done) {
-            (Job::Receive(_, tx), Done::Received(r)) => Reply::Received(tx, r),
-            (Job::Sweep(_, tx), Done::Swept(r)) => Reply::Swept(tx, r),
-            (Job::Change(c), Done::Changed(r)) => Reply::Changed(c, r),
-            (job, _) => Reply::Mismatched(job),
+    /// Answers with the job's result.
+    fn give(self, done: Done) {
+        match (self, done) {
+            (Reply::Received(tx), Done::Received(r)) => {
+                let _ = tx.send(r);
+            }
+            (Reply::Swept(tx), Done::Swept(r)) => {
+                let _ = tx.send(r);
+            }
+            (Reply::Changed(c), Done::Changed(r)) => c.answer(r),
+            (reply, _) => reply.fail(StoreError::Failed("mismatched job result".into())),
         }
     }
 
-    fn give(self) {
+    /// Answers "not stored", for `err`.
+    fn fail(self, err: StoreError) {
         match self {
-            Reply::Received(tx, r) => {
-                let _ = tx.send(r);
+            Reply::Received(tx) => {
+                let _ = tx.send(Err(err));
             }
-            Reply::Swept(tx, r) => {
-                let _ = tx.send(r);
+            Reply::Swept(tx) => {
+                let _ = tx.send(Err(err));
             }
-            Reply::Changed(c, r) => c.answer(r),
-            Reply::Mismatched(job) => {
-                reply_err(job, StoreError::Failed("mismatched job result".into()));
-            }
-        }
-    }
-
-    fn fail(self, why: &str) {
-        let err = || StoreError::Failed(why.to_owned());
-        match self {
-            Reply::Received(tx, _) => {
-                let _ = tx.send(Err(err()));
-            }
-            Reply::Swept(tx, _) => {
-                let _ = tx.send(Err(err()));
-            }
-            Reply::Changed(c, _) => c.answer(Err(err())),
-            Reply::Mismatched(job) => reply_err(job, err()),
+            Reply::Changed(c) => c.answer(Err(err)),
         }
     }
 }
@@ -386,8 +378,8 @@ impl Answers {
         } = self;
         if let Err(why) = synced {
             batch_failed(&shared, why);
-            for reply in replies {
-                reply.fail(why);
+            for (reply, _) in replies {
+                reply.fail(StoreError::Failed(why.to_owned()));
             }
             return;
         }
@@ -404,8 +396,8 @@ impl Answers {
         if earliest_deadline.is_some_and(|d| d <= shared.sweeper_wakeup.load(Ordering::SeqCst)) {
             shared.deadlines_changed.notify_one();
         }
-        for reply in replies {
-            reply.give();
+        for (reply, done) in replies {
+            reply.give(done);
         }
     }
 }
@@ -458,19 +450,7 @@ pub(super) fn database_files(
 
 fn fail_all(batch: &mut Vec<Job>, why: &str) {
     for job in batch.drain(..) {
-        reply_err(job, StoreError::Failed(why.to_owned()));
-    }
-}
-
-fn reply_err(job: Job, err: StoreError) {
-    match job {
-        Job::Receive(_, tx) => {
-            let _ = tx.send(Err(err));
-        }
-        Job::Sweep(_, tx) => {
-            let _ = tx.send(Err(err));
-        }
-        Job::Change(c) => c.answer(Err(err)),
+        Reply::from(job).fail(StoreError::Failed(why.to_owned()));
     }
 }
 
