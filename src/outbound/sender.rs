@@ -66,6 +66,46 @@ pub struct Clients {
     cap: usize,
     /// For the next poll time notify webhooks show.
     polling: Polling,
+    /// Messages this process is sending now (claimed, their answer not yet heard).
+    sending: Sending,
+}
+
+/// The ids of the messages whose attempt is on its way. A message whose last attempt is
+/// claimed counts as in doubt at once (`Outbound::in_doubt`), but a poll about it before its
+/// send is answered asks about something the destination may not have read yet: a "not held"
+/// then would say "not delivered" of a message arriving that moment. The poller skips these
+/// until their attempt is done. (Another gateway's attempts are not known here.)
+#[derive(Clone, Default)]
+struct Sending(Arc<std::sync::Mutex<std::collections::HashSet<String>>>);
+
+impl Sending {
+    /// Marks `id` as being sent until the guard is dropped, however the attempt ends.
+    fn hold(&self, id: &str) -> SendingGuard {
+        self.ids().insert(id.to_owned());
+        SendingGuard {
+            sending: self.clone(),
+            id: id.to_owned(),
+        }
+    }
+
+    fn holds(&self, id: &str) -> bool {
+        self.ids().contains(id)
+    }
+
+    fn ids(&self) -> std::sync::MutexGuard<'_, std::collections::HashSet<String>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+struct SendingGuard {
+    sending: Sending,
+    id: String,
+}
+
+impl Drop for SendingGuard {
+    fn drop(&mut self) {
+        self.sending.ids().remove(&self.id);
+    }
 }
 
 /// Messages asked about in one PollRequest at most.
@@ -93,6 +133,7 @@ pub async fn run(
         polling: Polling {
             interval: config.poll_interval,
         },
+        sending: Sending::default(),
     };
     // Polls run beside the sends, not between them: a long poll pass (many messages waiting
     // on polls, a slow partner) must not hold up first attempts until they expire.
@@ -244,6 +285,7 @@ async fn attempt(
         // Acked, failed or claimed since it was read: nothing to send.
         return Ok(());
     };
+    let _sending = client.sending.hold(&m.id);
     let route = client.routes.for_message(&m.partner, &m.destination);
     let envelope = route.secured(envelope, m.version, now);
     let request = route.post_soap(&m.destination, m.version, envelope);
@@ -486,7 +528,15 @@ async fn poll(
         };
         in_doubt += page.iter().filter(|m| m.outbound.in_doubt()).count();
         after = last.id.clone();
-        poll_page(store, client, clock, partner_id_retention, page).await?;
+        let settled = page.into_iter().filter(|m| !client.sending.holds(&m.id));
+        poll_page(
+            store,
+            client,
+            clock,
+            partner_id_retention,
+            settled.collect(),
+        )
+        .await?;
     }
 }
 
@@ -676,6 +726,17 @@ pub async fn notify(store: &Store, client: &Clients, finished: &[String]) {
 mod tests {
     use super::*;
     use crate::wsr::{GroupId, ReplyRange, Response, SoapFault, write_soap_fault};
+
+    #[test]
+    fn a_message_is_skipped_by_the_poller_exactly_while_its_attempt_is_on_its_way() {
+        let sending = Sending::default();
+        let attempt = sending.hold("m1");
+        assert!(sending.holds("m1"));
+        assert!(!sending.holds("m2"));
+        // An attempt that ends any way (answered, failed, its task dropped) lets it go.
+        drop(attempt);
+        assert!(!sending.holds("m1"));
+    }
 
     fn ack_envelope() -> String {
         let response = Response {
