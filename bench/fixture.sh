@@ -1,10 +1,12 @@
 # The fresh gateway the per-message scripts measure (`instructions-per-message.sh`,
-# `cpu-per-message.sh`), sourced by them: a SQLite store with `durability = "full"`, no
-# per-source quotas and a consumer token for `e2e`, on a free port, loaded by
-# `wsr-gateway bench` with 16 workers unless $connections says otherwise.
+# `cpu-per-message.sh`, ...), sourced by them: a SQLite store (or a PostgreSQL database the
+# script made) with `durability = "full"`, no per-source quotas and a consumer token for
+# `e2e`, on a free port, loaded by `wsr-gateway bench` with 16 workers unless $connections
+# says otherwise.
 #
 #   fixture_needs TOOL...            exits 2 unless each TOOL is on PATH and $bin runs
-#   fixture_config NAME              writes $dir/gateway.toml; sets $dir, $port, $token
+#   fixture_config NAME [DATABASE]   writes $dir/gateway.toml (on DATABASE, a postgres://
+#                                    URL, if given); sets $dir, $port, $token
 #   fixture_serve LAUNCHER...        runs `LAUNCHER... $bin serve` on it and waits for
 #                                    /healthz; sets $gateway
 #   fixture_load BENCH_ARGS...       `$load_launcher $bin bench` against it in mode $mode
@@ -19,12 +21,13 @@ fixture_needs() {
 
 fixture_config() {
     local name=$1
+    local database=${2:-}
     dir=$(mktemp -d "/tmp/wsr-$name-XXXXXX")
     port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
     token=$name-consumer-token-0123456789
     cat > "$dir/gateway.toml" <<TOML
 listen = "127.0.0.1:$port"
-database = "$dir/gateway.db"
+database = "${database:-$dir/gateway.db}"
 durability = "full"
 max_stored_bytes_per_source = 0
 max_messages_per_second_per_source = 0
