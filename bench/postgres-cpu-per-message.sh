@@ -25,7 +25,12 @@ fixture_needs taskset psql curl python3
 database=wsr_cpu_$$
 psql -q "$admin" -c "CREATE DATABASE $database" > /dev/null
 # The admin URL with its database replaced.
-url=$(python3 -c 'import sys, urllib.parse as u; p = u.urlsplit(sys.argv[1]); print(u.urlunsplit(p._replace(path="/" + sys.argv[2])))' "$admin" "$database")
+url=$(python3 - "$admin" "$database" <<'PY'
+import sys, urllib.parse as u
+admin = u.urlsplit(sys.argv[1])
+print(u.urlunsplit(admin._replace(path="/" + sys.argv[2])))
+PY
+)
 declare -A affinity
 for pid in $(pgrep -x postgres); do
     affinity[$pid]=$(taskset -pc "$pid" | awk '{print $NF}')
@@ -76,7 +81,8 @@ acked = bench["acked"]
 gateway_us = (g1 - g0) * 1e6 / hz / acked
 backends_us = (b1 - b0) * 1e6 / hz / acked
 per_commit = (sum1 - sum0) / max(count1 - count0, 1)
-print(f"{bench['msgs_per_s']:.0f} msgs/s, p50 {bench['p50_ms']:.2f} ms, p99 {bench['p99_ms']:.2f} ms; "
+print(f"{bench['msgs_per_s']:.0f} msgs/s, p50 {bench['p50_ms']:.2f} ms, "
+      f"p99 {bench['p99_ms']:.2f} ms; "
       f"CPU per message: gateway {gateway_us:.1f} us + backends {backends_us:.1f} us "
       f"= {gateway_us + backends_us:.1f} us (backends/gateway {backends_us / gateway_us:.2f}); "
       f"{per_commit:.1f} jobs per commit ({acked} acked)")
