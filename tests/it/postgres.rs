@@ -293,3 +293,99 @@ async fn consumed_messages_move_into_postgres_as_consumed() {
             .expect("read");
     assert_eq!(consumed, vec![(settled, true), (waiting, false)]);
 }
+
+/// Every transaction takes the `source_usage` rows it changes in byte order, whatever order its
+/// caller sorted them in (migration 0018): the writer sorted by the database's collation and
+/// the purges by bytes, which a locale's collation puts the other way round for these two.
+#[tokio::test]
+async fn usage_rows_are_locked_in_byte_order_whatever_order_the_caller_gives() {
+    let db = TestDatabase::create().await;
+    PostgresStore::open(&db.config())
+        .await
+        .expect("opens")
+        .close()
+        .await;
+    db.execute(
+        "INSERT INTO source_usage (source, bytes) \
+         VALUES ('partner:Zeta', 10), ('partner:alpha', 10)",
+    )
+    .await;
+    // A purge holds "partner:alpha" (second by bytes).
+    let mut purge = db.connect().await;
+    for sql in [
+        "BEGIN",
+        "SELECT bytes FROM source_usage WHERE source = 'partner:alpha' FOR UPDATE",
+    ] {
+        sqlx::query(sql).execute(&mut purge).await.expect(sql);
+    }
+    // A batch gives them in a locale's order ("alpha" first).
+    let mut batch = db.connect().await;
+    let batch_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+        .fetch_one(&mut batch)
+        .await
+        .expect("pid");
+    let change = tokio::spawn(async move {
+        sqlx::query(
+            "SELECT wsr_change_usage(ARRAY['partner:alpha', 'partner:Zeta'], \
+             ARRAY[1, 1]::bigint[])",
+        )
+        .execute(&mut batch)
+        .await
+    });
+    let mut watcher = db.connect().await;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let waiting: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 \
+             AND wait_event_type = 'Lock')",
+        )
+        .bind(batch_pid)
+        .fetch_one(&mut watcher)
+        .await
+        .expect("pg_stat_activity");
+        if waiting {
+            break;
+        }
+        assert!(
+            !change.is_finished(),
+            "the batch did not wait for the purge's row"
+        );
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the batch never waited"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    // Waiting for "partner:alpha", it holds "partner:Zeta" already: byte order.
+    let zeta = sqlx::query(
+        "SELECT bytes FROM source_usage WHERE source = 'partner:Zeta' FOR UPDATE NOWAIT",
+    )
+    .execute(&mut watcher)
+    .await;
+    let refused = zeta.expect_err("the batch holds partner:Zeta while it waits");
+    assert_eq!(
+        refused
+            .as_database_error()
+            .and_then(|e| e.code())
+            .as_deref(),
+        Some("55P03"),
+        "{refused}"
+    );
+    sqlx::query("COMMIT")
+        .execute(&mut purge)
+        .await
+        .expect("commit");
+    change.await.expect("task").expect("the batch goes on");
+    let bytes: Vec<(String, i64)> =
+        sqlx::query_as("SELECT source, bytes FROM source_usage ORDER BY source")
+            .fetch_all(&mut watcher)
+            .await
+            .expect("usage");
+    assert_eq!(
+        bytes,
+        [
+            ("partner:Zeta".to_owned(), 11),
+            ("partner:alpha".to_owned(), 11)
+        ]
+    );
+}

@@ -26,7 +26,9 @@ const RELEASE_MISSING: &str = "WR001";
 /// stored meanwhile (the batch is then decided again, as when a stored group changed).
 const ONE_ROW_PER_GROUP: &str = "groups_partner_group_id_key";
 
-/// The batch's writes, gathered column by column for `wsr_apply_received`'s arrays.
+/// The batch's writes, gathered column by column for `wsr_apply_received`'s arrays. Each set
+/// of rows pushes all its columns together, so a set's arrays are of one length: the function
+/// (migration 0017) looks only at a set's first array to skip a statement with no rows.
 #[derive(Default)]
 pub(super) struct Rows<'m> {
     /// Every group decided about, with the version of it the decision read (`None`: none
