@@ -8,6 +8,17 @@ use wsr_gateway::store::{Database, Durability, PostgresStore, StoreConfig};
 
 use crate::test_database::TestDatabase;
 
+/// A database of this test's own, with the gateway's tables (a gateway opened and closed it).
+async fn migrated() -> TestDatabase {
+    let db = TestDatabase::create().await;
+    PostgresStore::open(&db.config())
+        .await
+        .expect("opens")
+        .close()
+        .await;
+    db
+}
+
 /// Why `PostgresStore::open` refuses `config` (it must).
 async fn refusal(config: &StoreConfig) -> String {
     match PostgresStore::open(config).await {
@@ -78,12 +89,7 @@ async fn a_database_with_someone_elses_tables_is_refused_and_left_untouched() {
 
 #[tokio::test]
 async fn a_database_claimed_by_another_application_is_refused() {
-    let db = TestDatabase::create().await;
-    PostgresStore::open(&db.config())
-        .await
-        .expect("opens")
-        .close()
-        .await;
+    let db = migrated().await;
     db.execute("UPDATE wsr_identity SET application = 'other-app'")
         .await;
     let error = refusal(&db.config()).await;
@@ -299,12 +305,7 @@ async fn consumed_messages_move_into_postgres_as_consumed() {
 /// the purges by bytes, which a locale's collation puts the other way round for these two.
 #[tokio::test]
 async fn usage_rows_are_locked_in_byte_order_whatever_order_the_caller_gives() {
-    let db = TestDatabase::create().await;
-    PostgresStore::open(&db.config())
-        .await
-        .expect("opens")
-        .close()
-        .await;
+    let db = migrated().await;
     db.execute(
         "INSERT INTO source_usage (source, bytes) \
          VALUES ('partner:Zeta', 10), ('partner:alpha', 10)",
