@@ -6,13 +6,23 @@
 --     batch of new singletons needs four of the eleven): each now runs only when its arrays
 --     have rows, and the version check only when a stored group was read;
 --   * a source's row is deleted only when a change could have left it at nothing.
+-- It assumes what the writer sends: the arrays of one set of rows are of one length (it looks
+-- at a set's first array to skip its statement), one entry per source, no NULL.
+--
+-- And `wsr_change_usage` takes its rows in byte order (the column's collation) whatever order
+-- it is given. Every transaction must take the `source_usage` rows it changes in one order, so
+-- that two of them (the writer's batch, a purge, a sweep) wait for each other instead of
+-- deadlocking (0009); that order was the caller's: the writer sorted its sources by the
+-- database's default collation (`array_agg(s ORDER BY s)` over text parameters), purges and
+-- sweeps by bytes (`UsageChanges`, a BTreeMap). On a database made with a locale's collation
+-- the two differ ("partner:Zeta" before "partner:alpha" by bytes, after it in en_US).
 
 CREATE OR REPLACE FUNCTION wsr_change_usage(sources text[], deltas bigint[]) RETURNS void
 LANGUAGE plpgsql VOLATILE
 AS $$
 BEGIN
     INSERT INTO source_usage AS u (source, bytes)
-        SELECT s, d FROM unnest(sources, deltas) WITH ORDINALITY AS t(s, d, i) ORDER BY i
+        SELECT s, d FROM unnest(sources, deltas) AS t(s, d) ORDER BY s COLLATE "C"
         ON CONFLICT (source) DO UPDATE SET bytes = greatest(u.bytes + excluded.bytes, 0);
     IF 0 >= ANY(deltas) THEN
         DELETE FROM source_usage WHERE source = ANY(sources) AND bytes <= 0;

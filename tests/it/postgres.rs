@@ -301,7 +301,7 @@ async fn consumed_messages_move_into_postgres_as_consumed() {
 }
 
 /// Every transaction takes the `source_usage` rows it changes in byte order, whatever order its
-/// caller sorted them in (migration 0018): the writer sorted by the database's collation and
+/// caller sorted them in (migration 0017): the writer sorted by the database's collation and
 /// the purges by bytes, which a locale's collation puts the other way round for these two.
 #[tokio::test]
 async fn usage_rows_are_locked_in_byte_order_whatever_order_the_caller_gives() {

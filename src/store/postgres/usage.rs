@@ -1,6 +1,6 @@
 //! Writes a transaction's changes of the bytes stored per source (D13) outside the writer's
 //! call (which makes its own, migration 0009): purges and sweeps. Last in the transaction;
-//! `wsr_change_usage` takes the rows in byte order (migration 0018), as every writer of
+//! `wsr_change_usage` takes the rows in byte order (migration 0017), as every writer of
 //! `source_usage` does.
 
 use sqlx::PgConnection;
