@@ -528,13 +528,13 @@ async fn poll(
         };
         in_doubt += page.iter().filter(|m| m.outbound.in_doubt()).count();
         after = last.id.clone();
-        let settled = page.into_iter().filter(|m| !client.sending.holds(&m.id));
+        let not_on_their_way = page.into_iter().filter(|m| !client.sending.holds(&m.id));
         poll_page(
             store,
             client,
             clock,
             partner_id_retention,
-            settled.collect(),
+            not_on_their_way.collect(),
         )
         .await?;
     }

@@ -1,5 +1,6 @@
-//! What the writer thread is asked to do, and how a change tells it how it went. A leaf: the
-//! store's handle sends these, the writer runs them, neither file imports the other.
+//! What the writer thread is asked to do, how a change tells it how it went, and whom each
+//! job's result is given to after the commit. A leaf: the store's handle sends these, the
+//! writer runs them, neither file imports the other.
 
 use chrono::{DateTime, Utc};
 use tokio::sync::oneshot;
@@ -45,4 +46,59 @@ pub(super) enum Ran {
 pub(super) trait ChangeJob: Send {
     fn run(&mut self, conn: &rusqlite::Connection) -> Result<Ran, StoreError>;
     fn answer(self: Box<Self>, outcome: Result<(), StoreError>);
+}
+
+/// One job's result, kept until the commit.
+pub(super) enum Done {
+    Received(Result<Received, StoreError>),
+    Swept(Result<SweepReport, StoreError>),
+    /// A change ran (kept or refused); its answer is in the job. `Err`: it failed alone.
+    Changed(Result<(), StoreError>),
+}
+
+/// Whom to answer for one job, without the job's input (a received message's payload is not
+/// kept while the disk syncs).
+pub(super) enum Reply {
+    Received(oneshot::Sender<Result<Received, StoreError>>),
+    Swept(oneshot::Sender<Result<SweepReport, StoreError>>),
+    Changed(Box<dyn ChangeJob>),
+}
+
+impl From<Job> for Reply {
+    fn from(job: Job) -> Reply {
+        match job {
+            Job::Receive(_, tx) => Reply::Received(tx),
+            Job::Sweep(_, tx) => Reply::Swept(tx),
+            Job::Change(c) => Reply::Changed(c),
+        }
+    }
+}
+
+impl Reply {
+    /// Answers with the job's result.
+    pub(super) fn give(self, done: Done) {
+        match (self, done) {
+            (Reply::Received(tx), Done::Received(r)) => {
+                let _ = tx.send(r);
+            }
+            (Reply::Swept(tx), Done::Swept(r)) => {
+                let _ = tx.send(r);
+            }
+            (Reply::Changed(c), Done::Changed(r)) => c.answer(r),
+            (reply, _) => reply.fail(StoreError::Failed("mismatched job result".into())),
+        }
+    }
+
+    /// Answers "not stored", for `err`.
+    pub(super) fn fail(self, err: StoreError) {
+        match self {
+            Reply::Received(tx) => {
+                let _ = tx.send(Err(err));
+            }
+            Reply::Swept(tx) => {
+                let _ = tx.send(Err(err));
+            }
+            Reply::Changed(c) => c.answer(Err(err)),
+        }
+    }
 }

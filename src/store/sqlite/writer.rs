@@ -17,14 +17,13 @@ use tokio::sync::mpsc;
 
 use super::batch::Batch;
 use super::checkpointer::Checkpoints;
-use super::job::{Job, MAX_BATCH, Ran};
+use super::job::{Done, Job, MAX_BATCH, Ran, Reply};
 use super::shared::Shared;
 use super::syncer::{Finish, Syncer};
 use crate::rmp::quota::SourceRates;
 use crate::store::config::Durability;
 use crate::store::error::StoreError;
 use crate::store::error::panic_message;
-use crate::store::received::{Received, SweepReport};
 
 /// Where the writer (re)opens its connection.
 pub(super) struct Opener {
@@ -193,14 +192,6 @@ enum WriterConnection {
     Broken,
 }
 
-/// One job's result, kept until the commit.
-enum Done {
-    Received(Result<Received, StoreError>),
-    Swept(Result<SweepReport, StoreError>),
-    /// A change ran (kept or refused); its answer is in the job. `Err`: it failed alone.
-    Changed(Result<(), StoreError>),
-}
-
 fn exec(conn: &Connection, sql: &str) -> Result<(), StoreError> {
     conn.prepare_cached(sql)?.execute([])?;
     Ok(())
@@ -315,53 +306,6 @@ struct Answers {
     wakes: super::shared::Wakes,
     earliest_deadline: Option<i64>,
     shared: Arc<Shared>,
-}
-
-/// Whom to answer for one job, without the job's input (a received message's payload is not
-/// kept while the disk syncs).
-enum Reply {
-    Received(tokio::sync::oneshot::Sender<Result<Received, StoreError>>),
-    Swept(tokio::sync::oneshot::Sender<Result<SweepReport, StoreError>>),
-    Changed(Box<dyn super::job::ChangeJob>),
-}
-
-impl From<Job> for Reply {
-    fn from(job: Job) -> Reply {
-        match job {
-            Job::Receive(_, tx) => Reply::Received(tx),
-            Job::Sweep(_, tx) => Reply::Swept(tx),
-            Job::Change(c) => Reply::Changed(c),
-        }
-    }
-}
-
-impl Reply {
-    /// Answers with the job's result.
-    fn give(self, done: Done) {
-        match (self, done) {
-            (Reply::Received(tx), Done::Received(r)) => {
-                let _ = tx.send(r);
-            }
-            (Reply::Swept(tx), Done::Swept(r)) => {
-                let _ = tx.send(r);
-            }
-            (Reply::Changed(c), Done::Changed(r)) => c.answer(r),
-            (reply, _) => reply.fail(StoreError::Failed("mismatched job result".into())),
-        }
-    }
-
-    /// Answers "not stored", for `err`.
-    fn fail(self, err: StoreError) {
-        match self {
-            Reply::Received(tx) => {
-                let _ = tx.send(Err(err));
-            }
-            Reply::Swept(tx) => {
-                let _ = tx.send(Err(err));
-            }
-            Reply::Changed(c) => c.answer(Err(err)),
-        }
-    }
 }
 
 impl Answers {
