@@ -21,18 +21,12 @@ fixture_needs taskset curl python3
 fixture_config cpu
 fixture_serve taskset -c 0
 load_launcher="taskset -c 1"
-cpu_ticks() { awk '{print $14 + $15}' "/proc/$gateway/stat"; }
-# The writer's batches so far: "jobs commits".
-batches() {
-    curl -s "http://127.0.0.1:$port/metrics" | grep -E '^wsr_writer_batch_size_(sum|count)' \
-        | awk '{print $2}' | paste -sd' '
-}
 fixture_load -d 3 > /dev/null
-batches_before=$(batches)
-before=$(cpu_ticks)
+batches_before=$(fixture_batches)
+before=$(fixture_cpu_ticks "$gateway")
 fixture_load -d 10 --json > "$dir/bench.json"
-after=$(cpu_ticks)
-batches_after=$(batches)
+after=$(fixture_cpu_ticks "$gateway")
+batches_after=$(fixture_batches)
 fixture_stop
 
 python3 - "$dir/bench.json" "$before" "$after" "$(getconf CLK_TCK)" "$batches_before" "$batches_after" <<'PY'

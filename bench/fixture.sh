@@ -11,6 +11,8 @@
 #                                    /healthz; sets $gateway
 #   fixture_load BENCH_ARGS...       `$load_launcher $bin bench` against it in mode $mode
 #   fixture_stop                     stops it
+#   fixture_cpu_ticks PID            a process's CPU so far (user + system, in clock ticks)
+#   fixture_batches                  the writer's jobs and commits so far: "jobs commits"
 
 fixture_needs() {
     for tool in "$@"; do
@@ -62,4 +64,13 @@ fixture_stop() {
     kill $gateway
     wait $gateway 2>/dev/null || true
     trap - EXIT
+}
+
+fixture_cpu_ticks() {
+    awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0
+}
+
+fixture_batches() {
+    curl -s "http://127.0.0.1:$port/metrics" | grep -E '^wsr_writer_batch_size_(sum|count)' \
+        | awk '{print $2}' | paste -sd' '
 }

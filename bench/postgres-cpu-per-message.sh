@@ -47,27 +47,22 @@ fixture_serve taskset -c 0
 trap 'kill $gateway 2>/dev/null || true; cleanup' EXIT
 load_launcher="taskset -c 1"
 
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
 backend_ticks() {
     local sum=0
     for pid in $(psql -Atq "$admin" -c \
             "SELECT pid FROM pg_stat_activity WHERE datname = '$database'"); do
-        sum=$((sum + $(ticks "$pid")))
+        sum=$((sum + $(fixture_cpu_ticks "$pid")))
     done
     echo $sum
 }
-batches() {
-    curl -s "http://127.0.0.1:$port/metrics" | grep -E '^wsr_writer_batch_size_(sum|count)' \
-        | awk '{print $2}' | paste -sd' '
-}
 fixture_load -d 3 > /dev/null
-batches_before=$(batches)
-gateway_before=$(ticks "$gateway")
+batches_before=$(fixture_batches)
+gateway_before=$(fixture_cpu_ticks "$gateway")
 backends_before=$(backend_ticks)
 fixture_load -d 10 --json > "$dir/bench.json"
-gateway_after=$(ticks "$gateway")
+gateway_after=$(fixture_cpu_ticks "$gateway")
 backends_after=$(backend_ticks)
-batches_after=$(batches)
+batches_after=$(fixture_batches)
 fixture_stop
 trap cleanup EXIT
 
