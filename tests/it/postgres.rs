@@ -390,3 +390,69 @@ async fn usage_rows_are_locked_in_byte_order_whatever_order_the_caller_gives() {
         ]
     );
 }
+
+/// The writer locks only the groups its batch found stored (migration 0018): a new group's
+/// insert is its check, so a lock held on a new group's key (as a sweep or an abort would hold
+/// it) does not hold the message back, while a stored group's lock still holds its resend
+/// until the lock's holder commits.
+#[tokio::test]
+async fn a_batch_waits_for_the_locks_of_stored_groups_only() {
+    use crate::contract::receiver::{message, text};
+    use std::time::Duration;
+    use wsr_gateway::store::Store;
+    use wsr_gateway::wsr::ReplyPattern;
+
+    let db = migrated().await;
+    let store = Store::open(&db.config()).await.expect("postgres");
+    let mut holder = db.connect().await;
+    for sql in [
+        "BEGIN",
+        "SELECT pg_advisory_xact_lock(hashtextextended('' || chr(31) || 'mid:held@lock', 0))",
+    ] {
+        sqlx::query(sql).execute(&mut holder).await.expect(sql);
+    }
+    let single = message("mid:held@lock", None, ReplyPattern::Response, text("<a/>"));
+    tokio::time::timeout(Duration::from_secs(20), store.receive(single.clone()))
+        .await
+        .expect("a new group's message is not held back by its key's lock")
+        .expect("stored");
+
+    let resend = tokio::spawn(async move {
+        let received = store.receive(single).await;
+        (store, received)
+    });
+    let mut watcher = db.connect().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let waiting: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() \
+             AND wait_event_type = 'Lock' AND wait_event = 'advisory')",
+        )
+        .fetch_one(&mut watcher)
+        .await
+        .expect("pg_stat_activity");
+        if waiting {
+            break;
+        }
+        assert!(
+            !resend.is_finished(),
+            "the resend of a stored group did not wait for the group's lock"
+        );
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the resend never waited"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    sqlx::query("COMMIT")
+        .execute(&mut holder)
+        .await
+        .expect("commit");
+    let (store, received) = resend.await.expect("resend task");
+    assert_eq!(
+        received.expect("stored").verdict,
+        wsr_gateway::rmp::receiver::Verdict::Ack
+    );
+    let inbox = store.inbox(0, 10).await.expect("inbox");
+    assert_eq!(inbox.len(), 1, "the resend is a duplicate");
+}

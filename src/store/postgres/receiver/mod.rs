@@ -1,11 +1,12 @@
-//! `ReceiverStore` for PostgreSQL. Decisions about one group are serialised across gateways by
-//! a transaction-scoped advisory lock on (partner, group id), taken before the group is read
-//! and held to the commit; inbox offsets come from the `sequences` row, taken last and also
-//! held to the commit, so that offsets become visible in commit order with no gap. Received
-//! messages are decided and stored by the group-commit writer (`writer/`); the sweep is
-//! `sweep.rs`, callback acks (claimed with a lease, so that one gateway POSTs each and another
-//! takes over when it dies) `callbacks.rs`, polls and recorded faults `polls.rs`; the group,
-//! inbox and endpoint reads are here. None of those files imports this one.
+//! `ReceiverStore` for PostgreSQL. Decisions about one stored group are serialised across
+//! gateways by a transaction-scoped advisory lock on (partner, group id), taken before the
+//! group is read (or, by the writer, before its version is checked) and held to the commit; a
+//! new group's, by its row's unique key; inbox offsets come from the `sequences` row, taken
+//! last and also held to the commit, so that offsets become visible in commit order with no
+//! gap. Received messages are decided and stored by the group-commit writer (`writer/`); the
+//! sweep is `sweep.rs`, callback acks (claimed with a lease, so that one gateway POSTs each and
+//! another takes over when it dies) `callbacks.rs`, polls and recorded faults `polls.rs`; the
+//! group, inbox and endpoint reads are here. None of those files imports this one.
 
 mod callbacks;
 mod polls;

@@ -9,9 +9,10 @@
 //!
 //! A batch holds at most one message per group: the decisions about a group then never depend
 //! on another message of the same batch, and a message of a group already in the batch starts
-//! the next one. The groups are read without a lock; the write locks them, in hash order so
-//! that two gateways' batches wait for each other instead of deadlocking, and writes only if
-//! each is still the version that was read; if one is not, the batch is decided again in a
+//! the next one. The groups are read without a lock; the write locks the stored ones, in hash
+//! order so that two gateways' batches wait for each other instead of deadlocking, and writes
+//! only if each is still the version that was read (a group that was not stored needs no lock:
+//! its insert is its check; migration 0018); if one is not, the batch is decided again in a
 //! transaction holding the locks from before the read. A message whose decision fails (an
 //! unreadable group, a panic) fails alone; a write that fails takes the batch back, and then
 //! each message is tried in a batch of its own, so that only the one at fault fails.

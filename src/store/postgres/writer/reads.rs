@@ -43,7 +43,7 @@ impl<'m> BatchKeys<'m> {
 /// Locks every group of the batch until the transaction ends, in hash order: PostgreSQL
 /// evaluates a volatile function of the SELECT list after the ORDER BY, so the locks are taken
 /// in that order and two batches sharing groups cannot each hold one the other waits for.
-/// `wsr_apply_received` takes the same locks in the same order.
+/// `wsr_apply_received` takes the same locks, of the groups that were stored, in the same order.
 pub(super) async fn lock_groups(
     conn: &mut PgConnection,
     keys: &BatchKeys<'_>,
