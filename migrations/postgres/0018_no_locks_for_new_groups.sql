@@ -3,11 +3,13 @@
 -- A batch's locks are there so that what it decided from a group it read is still true when
 -- it writes: a writer of a stored group (another gateway's batch, a sweep, a purge) holds the
 -- group's lock while it writes, and the batch checks the group's version under that lock. A
--- group that was not stored has no version and no other writer, and its INSERT is its check
--- (a batch that finds it stored meanwhile fails on the unique key and is decided again). Its
--- lock guarded nothing, and a batch of new singletons, the load that dominates, took one per
--- message (bench/postgres-cpu-per-message.sh: the backends' CPU per message, against the
--- gateway's, fell by 3-5 %).
+-- group that was not stored has no version, and its INSERT is its check: a batch that finds
+-- it stored meanwhile (by another gateway's batch, which took no lock for it either) fails on
+-- the unique key and is decided again, under the locks if it held them already (the writer
+-- then reads it as stored, and locks it). Its lock guarded nothing of its own, and a batch of
+-- new singletons, the load that dominates, took one per message (with 0018, measured by
+-- bench/postgres-cpu-per-message.sh, the backends' CPU per message fell by 3-5 % against the
+-- gateway's).
 --
 -- Without those locks, two batches inserting the same new groups now wait on each other's
 -- rows in the unique index instead of on locks; so that they wait for each other instead of

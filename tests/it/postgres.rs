@@ -300,6 +300,37 @@ async fn consumed_messages_move_into_postgres_as_consumed() {
     assert_eq!(consumed, vec![(settled, true), (waiting, false)]);
 }
 
+/// Polls `pg_stat_activity` until a backend of the watcher's database waits for a lock whose
+/// kind (`wait_event`) is like `kind`; fails if `waiter`, the task that should wait (`who`),
+/// ends first, or if none waits within 30 s.
+async fn until_a_backend_waits<T>(
+    watcher: &mut sqlx::PgConnection,
+    kind: &str,
+    waiter: &tokio::task::JoinHandle<T>,
+    who: &str,
+) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let waiting: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() \
+             AND wait_event_type = 'Lock' AND wait_event LIKE $1)",
+        )
+        .bind(kind)
+        .fetch_one(&mut *watcher)
+        .await
+        .expect("pg_stat_activity");
+        if waiting {
+            return;
+        }
+        assert!(!waiter.is_finished(), "{who}: did not wait");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{who}: never waited"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
 /// Every transaction takes the `source_usage` rows it changes in byte order, whatever order its
 /// caller sorted them in (migration 0017): the writer sorted by the database's collation and
 /// the purges by bytes, which a locale's collation puts the other way round for these two.
@@ -321,10 +352,6 @@ async fn usage_rows_are_locked_in_byte_order_whatever_order_the_caller_gives() {
     }
     // A batch gives them in a locale's order ("alpha" first).
     let mut batch = db.connect().await;
-    let batch_pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-        .fetch_one(&mut batch)
-        .await
-        .expect("pid");
     let change = tokio::spawn(async move {
         sqlx::query(
             "SELECT wsr_change_usage(ARRAY['partner:alpha', 'partner:Zeta'], \
@@ -334,29 +361,7 @@ async fn usage_rows_are_locked_in_byte_order_whatever_order_the_caller_gives() {
         .await
     });
     let mut watcher = db.connect().await;
-    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
-        let waiting: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1 \
-             AND wait_event_type = 'Lock')",
-        )
-        .bind(batch_pid)
-        .fetch_one(&mut watcher)
-        .await
-        .expect("pg_stat_activity");
-        if waiting {
-            break;
-        }
-        assert!(
-            !change.is_finished(),
-            "the batch did not wait for the purge's row"
-        );
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the batch never waited"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
+    until_a_backend_waits(&mut watcher, "%", &change, "the batch, for the purge's row").await;
     // Waiting for "partner:alpha", it holds "partner:Zeta" already: byte order.
     let zeta = sqlx::query(
         "SELECT bytes FROM source_usage WHERE source = 'partner:Zeta' FOR UPDATE NOWAIT",
@@ -422,28 +427,13 @@ async fn a_batch_waits_for_the_locks_of_stored_groups_only() {
         (store, received)
     });
     let mut watcher = db.connect().await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let waiting: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE datname = current_database() \
-             AND wait_event_type = 'Lock' AND wait_event = 'advisory')",
-        )
-        .fetch_one(&mut watcher)
-        .await
-        .expect("pg_stat_activity");
-        if waiting {
-            break;
-        }
-        assert!(
-            !resend.is_finished(),
-            "the resend of a stored group did not wait for the group's lock"
-        );
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the resend never waited"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    until_a_backend_waits(
+        &mut watcher,
+        "advisory",
+        &resend,
+        "the resend, for its group's lock",
+    )
+    .await;
     sqlx::query("COMMIT")
         .execute(&mut holder)
         .await

@@ -247,15 +247,28 @@ async fn write_once(
         messages = messages.len(),
         "a group of the batch changed since it was read; deciding again under its lock"
     );
-    let mut tx = conn.begin().await?;
-    lock_groups(&mut tx, &keys).await?;
-    let stored = read_groups(&mut tx, &keys).await?;
-    let Some(written) = decide_and_apply(&mut tx, shared, messages, Basis::Read(stored)).await?
-    else {
-        let why = "a group changed while this gateway held its lock".to_owned();
-        tracing::error!(reason = %why, "messages refused; their transaction rolled back");
-        return Err(StoreError::Corrupt(why).into());
-    };
-    tx.commit().await?;
-    Ok(written.committed(shared))
+    // Under the locks no stored group changes or goes, but a group that was not stored can
+    // still be stored meanwhile, by another gateway's batch: a new group's insert takes no
+    // lock (migration 0018). Then the batch is decided again, with one more group stored
+    // each time; a batch refused without one more stored group is a store that contradicts
+    // its own locks.
+    let mut stored_before: Option<usize> = None;
+    loop {
+        let mut tx = conn.begin().await?;
+        lock_groups(&mut tx, &keys).await?;
+        let stored = read_groups(&mut tx, &keys).await?;
+        if stored_before.is_some_and(|before| stored.len() <= before) {
+            let why = "a group changed while this gateway held its lock".to_owned();
+            tracing::error!(reason = %why, "messages refused; their transaction rolled back");
+            return Err(StoreError::Corrupt(why).into());
+        }
+        stored_before = Some(stored.len());
+        match decide_and_apply(&mut tx, shared, messages, Basis::Read(stored)).await? {
+            Some(written) => {
+                tx.commit().await?;
+                return Ok(written.committed(shared));
+            }
+            None => tx.rollback().await?,
+        }
+    }
 }
