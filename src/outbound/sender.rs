@@ -281,11 +281,13 @@ async fn attempt(
         return Ok(());
     }
     out.apply(Event::Sent, now);
+    // Held before the claim: once the claim commits, the message reads as sent, and the poller
+    // must already see it on its way, or it polls (and notes the poll) before the send.
+    let _sending = client.sending.hold(&m.id);
     let Some(envelope) = store.claim_attempt(&m.id, &m.outbound, &out, now).await? else {
         // Acked, failed or claimed since it was read: nothing to send.
         return Ok(());
     };
-    let _sending = client.sending.hold(&m.id);
     let route = client.routes.for_message(&m.partner, &m.destination);
     let envelope = route.secured(envelope, m.version, now);
     let request = route.post_soap(&m.destination, m.version, envelope);
