@@ -11,6 +11,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use super::group_index::{GroupIndex, IndexChanges};
 use super::group_rows::{self, GroupRow};
 use super::group_state;
+use super::warm_groups::WarmGroups;
 use crate::rmp::group::{GroupState, GroupStatus, Policy};
 use crate::rmp::quota::{SourceRates, SourceRoom};
 use crate::rmp::receive_plan::{
@@ -37,6 +38,9 @@ struct Slot {
     /// As read, or as written by an earlier job of the batch; an unreadable stored state is
     /// kept as its reason, to fail only the jobs that touch it.
     state: Result<Option<GroupState>, String>,
+    /// The status its row holds (as read, or as last written by this batch): a write that
+    /// keeps it leaves the row's status, and so the index of open groups, alone.
+    stored_status: Option<GroupStatus>,
     /// Staged write: (next deadline, updated at, source), when the batch changed the group.
     write: Option<(Option<i64>, i64, String)>,
 }
@@ -64,6 +68,9 @@ impl Effects {
 pub(super) struct Batch<'c> {
     conn: &'c Connection,
     index: &'c GroupIndex,
+    /// Open sequenced groups as the writer's earlier batches left them: taken out when read
+    /// here, put back by `flush`.
+    warm: &'c mut WarmGroups,
     /// By partner, then group id (two partners' groups of one id are two groups): looked up
     /// by `&str` without building a key. This batch's maps hash with foldhash, not SipHash:
     /// they hold at most one batch's groups, so keys chosen to collide could only slow one
@@ -77,10 +84,15 @@ pub(super) struct Batch<'c> {
 }
 
 impl<'c> Batch<'c> {
-    pub(super) fn new(conn: &'c Connection, index: &'c GroupIndex) -> Batch<'c> {
+    pub(super) fn new(
+        conn: &'c Connection,
+        index: &'c GroupIndex,
+        warm: &'c mut WarmGroups,
+    ) -> Batch<'c> {
         Batch {
             conn,
             index,
+            warm,
             groups: HashMap::new(),
             opened_unwritten: HashMap::new(),
             usage: UsageChanges::default(),
@@ -94,15 +106,25 @@ impl<'c> Batch<'c> {
             .get(partner)
             .is_some_and(|g| g.contains_key(group_id));
         if !known {
-            let slot = match group_rows::find(self.conn, self.index, (partner, group_id))? {
+            let warm = self.warm.take(partner, group_id);
+            let found = match warm {
+                Some(w) => Some(group_rows::StoredGroup {
+                    id: w.id,
+                    state: Ok(w.state),
+                }),
+                None => group_rows::find(self.conn, self.index, (partner, group_id))?,
+            };
+            let slot = match found {
                 Some(stored) => Slot {
                     id: Some(stored.id),
+                    stored_status: stored.state.as_ref().ok().map(|s| s.status),
                     state: stored.state.map(Some),
                     write: None,
                 },
                 None => Slot {
                     id: None,
                     state: Ok(None),
+                    stored_status: None,
                     write: None,
                 },
             };
@@ -280,9 +302,10 @@ impl<'c> Batch<'c> {
         Ok(u64::try_from(stored).unwrap_or(0).saturating_add(unwritten))
     }
 
-    /// Writes the staged group states; with `forget`, also drops what was read (the next
-    /// job may change groups behind the batch's back).
-    pub(super) fn flush(&mut self, forget: bool) -> Result<(), StoreError> {
+    /// Writes the staged group states and lets go of what was read (the next job may change
+    /// groups behind the batch's back): the open sequenced groups go to the warm map, as this
+    /// transaction leaves them.
+    pub(super) fn flush(&mut self) -> Result<(), StoreError> {
         let (conn, index) = (self.conn, self.index);
         let mut encoded = Vec::new();
         let slots = self
@@ -304,6 +327,9 @@ impl<'c> Batch<'c> {
                 state_bin: &encoded,
             };
             match slot.id {
+                Some(id) if slot.stored_status == Some(state.status) => {
+                    group_rows::update_same_status(conn, id, &row)?;
+                }
                 Some(id) => group_rows::update(conn, id, &row)?,
                 None => {
                     let pair = (partner.as_str(), group_id.as_str());
@@ -313,14 +339,25 @@ impl<'c> Batch<'c> {
                     slot.id = Some(id);
                 }
             }
+            slot.stored_status = Some(state.status);
         }
         self.opened_unwritten.clear();
         write_usage(conn, &self.usage)?;
         self.usage.clear();
-        if forget {
-            self.groups.clear();
+        for (partner, groups) in self.groups.drain() {
+            for (group_id, slot) in groups {
+                if let (Some(id), Ok(Some(state))) = (slot.id, slot.state) {
+                    self.warm.keep(&partner, &group_id, id, state);
+                }
+            }
         }
         Ok(())
+    }
+
+    /// Before a job that may write groups by statements of its own (a sweep, a change): what
+    /// the warm map holds may no longer be what is stored.
+    pub(super) fn forget_warm_groups(&mut self) {
+        self.warm.forget_all();
     }
 
     /// Applies every group deadline due at `now` and drops callback acks and fault notices

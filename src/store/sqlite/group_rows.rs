@@ -91,6 +91,21 @@ pub(super) fn update(conn: &Connection, id: i64, row: &GroupRow<'_>) -> Result<(
     Ok(())
 }
 
+/// `update` for a state whose status is the row's already: the status column (and with it the
+/// partial index of open groups by source) is not written.
+pub(super) fn update_same_status(
+    conn: &Connection,
+    id: i64,
+    row: &GroupRow<'_>,
+) -> Result<(), StoreError> {
+    conn.prepare_cached(
+        "UPDATE groups SET next_deadline = ?2, updated_at = ?3, state = '', state_bin = ?4 \
+         WHERE id = ?1",
+    )?
+    .execute(params![id, row.deadline, row.updated_at, row.state_bin])?;
+    Ok(())
+}
+
 /// Takes a group whose state cannot be read out of the sweep (kept for an operator).
 pub(super) fn stop_sweeping(conn: &Connection, id: i64) -> Result<(), StoreError> {
     conn.prepare_cached("UPDATE groups SET next_deadline = NULL WHERE id = ?1")?

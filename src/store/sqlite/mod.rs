@@ -38,6 +38,7 @@ mod syncer;
 #[cfg(feature = "test-hooks")]
 mod test_hooks;
 mod traces;
+mod warm_groups;
 mod writer;
 
 use self::group_state::decode_stored;

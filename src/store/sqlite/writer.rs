@@ -20,6 +20,7 @@ use super::checkpointer::Checkpoints;
 use super::job::{Done, Job, MAX_BATCH, Ran, Reply};
 use super::shared::Shared;
 use super::syncer::{Finish, Syncer};
+use super::warm_groups::WarmGroups;
 use crate::rmp::quota::SourceRates;
 use crate::store::config::Durability;
 use crate::store::error::StoreError;
@@ -103,6 +104,7 @@ fn run(
     let mut batch = Vec::with_capacity(MAX_BATCH);
     // The sources' message rates: this writer stores every message of the database.
     let mut rates = SourceRates::default();
+    let mut warm = WarmGroups::default();
     while let Some(first) = jobs.blocking_recv() {
         batch.push(first);
         take_waiting(&mut jobs, &mut batch);
@@ -111,7 +113,14 @@ fn run(
         let jobs = batch.len();
         let started = std::time::Instant::now();
         let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            commit_batch(&conn, &mut batch, &shared, syncer.as_ref(), &mut rates)
+            commit_batch(
+                &conn,
+                &mut batch,
+                &shared,
+                syncer.as_ref(),
+                &mut rates,
+                &mut warm,
+            )
         }));
         // Failed batches too. (The WAL's sync is the syncer's: `metrics::wal_sync`.)
         crate::metrics::writer_batch("sqlite", jobs, started.elapsed());
@@ -129,6 +138,8 @@ fn run(
                 // for a sync, which must not depend on another batch coming.
                 let latest = shared.durable.latest();
                 after_sync(&shared, syncer.as_ref(), latest, Some(Box::new(|_| ())));
+                // Whether what it kept was committed is not known.
+                warm.forget_all();
                 true
             }
         };
@@ -209,6 +220,7 @@ fn commit_batch(
     shared: &Arc<Shared>,
     syncer: Option<&Syncer>,
     rates: &mut SourceRates,
+    warm: &mut WarmGroups,
 ) -> WriterConnection {
     if let Some(why) = shared.durable.failure() {
         batch_failed(shared, why);
@@ -226,7 +238,7 @@ fn commit_batch(
             WriterConnection::Broken
         };
     }
-    let mut tx = Batch::new(conn, &shared.groups);
+    let mut tx = Batch::new(conn, &shared.groups, warm);
     let mut done = Vec::with_capacity(batch.len());
     let mut poisoned = None;
     for job in batch.iter_mut() {
@@ -239,7 +251,7 @@ fn commit_batch(
         }
     }
     if poisoned.is_none() {
-        poisoned = tx.flush(true).err();
+        poisoned = tx.flush().err();
     }
     let carries_message = batch.iter().any(|j| matches!(j, Job::Receive(..)));
     // Before the commit is visible to any reader (`Durable::caught_up`).
@@ -255,6 +267,8 @@ fn commit_batch(
     drop(tx);
     if let Err(e) = committed {
         effects.index.rolled_back(&shared.groups);
+        // What it kept was never committed.
+        warm.forget_all();
         batch_failed(shared, &format!("transaction failed: {e}"));
         let rolled_back = if conn.is_autocommit() {
             // SQLite already rolled it back itself.
@@ -463,15 +477,18 @@ fn run_job(
         }
         Job::Sweep(now, _) => {
             // It reads and writes the group table itself: let it see what the batch staged.
-            tx.flush(true)?;
-            let mut sweep = Batch::new(conn, &shared.groups);
+            tx.flush()?;
+            tx.forget_warm_groups();
+            let mut not_read = WarmGroups::default();
+            let mut sweep = Batch::new(conn, &shared.groups, &mut not_read);
             let report = sweep.sweep(*now, &shared.policy)?;
             tx.effects.wakes.absorb(sweep.effects.wakes);
             tx.effects.index.absorb(sweep.effects.index);
             Ok(Done::Swept(Ok(report)))
         }
         Job::Change(change) => {
-            tx.flush(true)?;
+            tx.flush()?;
+            tx.forget_warm_groups();
             exec(conn, "SAVEPOINT job")?;
             let ran = std::panic::catch_unwind(AssertUnwindSafe(|| change.run(conn)))
                 .unwrap_or_else(|p| Err(StoreError::Panicked(panic_message(&*p))));

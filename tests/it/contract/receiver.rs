@@ -4,7 +4,9 @@
 use chrono::{DateTime, Duration, Utc};
 use wsr_gateway::rmp::receiver::Verdict;
 use wsr_gateway::store::{InboxEntry, Payload, ReceivedMessage, Store, TestHooks as _};
-use wsr_gateway::wsr::{GroupId, MessageId, ReplyPattern, ReplyTo, Request, SequenceNum};
+use wsr_gateway::wsr::{
+    FaultCode, GroupId, GroupLimit, MessageId, ReplyPattern, ReplyTo, Request, SequenceNum,
+};
 
 use super::backends;
 
@@ -177,6 +179,105 @@ async fn a_failed_commit_acks_nobody_and_stores_nothing() {
         );
         b.store.receive(m).await.expect("stored on retry");
         assert_eq!(inbox(&b.store).await.len(), 1, "{}", b.name);
+    }
+}
+
+/// The payloads in the inbox, in order.
+async fn payloads(store: &Store) -> Vec<String> {
+    inbox(store).await.into_iter().map(|e| e.payload).collect()
+}
+
+#[tokio::test]
+async fn a_sequenced_message_whose_commit_failed_is_decided_again_on_what_was_stored() {
+    for b in backends().await {
+        let g = "mid:retried@contract";
+        let n = |i: u64| {
+            message(
+                g,
+                Some(i),
+                ReplyPattern::Response,
+                text(&format!("<n>{i}</n>")),
+            )
+        };
+        b.store.receive(n(0)).await.expect("stored");
+        b.store.fail_next_commits(1);
+        assert!(b.store.receive(n(1)).await.is_err(), "{}", b.name);
+        // Not a duplicate of the failed attempt: delivered now, and the next one after it.
+        let again = b.store.receive(n(1)).await.expect("stored on retry");
+        assert_eq!(again.verdict, Verdict::Ack, "{}", b.name);
+        b.store.receive(n(2)).await.expect("stored");
+        assert_eq!(
+            payloads(&b.store).await,
+            ["<n>0</n>", "<n>1</n>", "<n>2</n>"],
+            "{}",
+            b.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_message_after_an_operators_abort_meets_the_aborted_group() {
+    for b in backends().await {
+        let g = "mid:aborted@contract";
+        let n = |i: u64| {
+            message(
+                g,
+                Some(i),
+                ReplyPattern::Response,
+                text(&format!("<n>{i}</n>")),
+            )
+        };
+        b.store.receive(n(0)).await.expect("stored");
+        b.store.receive(n(1)).await.expect("stored");
+        assert!(
+            b.store.abort_group("", g, now()).await.expect("aborted"),
+            "{}",
+            b.name
+        );
+        let after = b.store.receive(n(2)).await.expect("decided");
+        assert!(
+            matches!(after.verdict, Verdict::Fault(FaultCode::GroupAborted, _)),
+            "{}: {:?}",
+            b.name,
+            after.verdict
+        );
+        assert_eq!(payloads(&b.store).await.len(), 2, "{}", b.name);
+    }
+}
+
+#[tokio::test]
+async fn a_sequenced_group_expired_and_purged_by_sweeps_is_forgotten_and_its_id_opens_anew() {
+    for b in backends().await {
+        let g = "mid:expired@contract";
+        let expiry = now() + Duration::seconds(30);
+        let n = |i: u64| {
+            let text = text(&format!("<n>{i}</n>"));
+            let mut m = message(g, Some(i), ReplyPattern::Response, text);
+            m.request.message_id.sequence = Some(SequenceNum {
+                number: i,
+                last: false,
+                group_limit: Some(GroupLimit::ExpiryTime(expiry)),
+            });
+            m
+        };
+        b.store.receive(n(0)).await.expect("stored");
+        b.store.receive(n(1)).await.expect("stored");
+        let report = b.store.sweep(expiry + Duration::seconds(1)).await;
+        assert_eq!(report.expect("swept").changed, 1, "{}: expired", b.name);
+        let later = now() + Duration::days(60);
+        let report = b.store.sweep(later).await.expect("swept");
+        assert_eq!(report.purged, 1, "{}", b.name);
+        let mut anew = message(g, Some(0), ReplyPattern::Response, text("<new/>"));
+        anew.now = later;
+        anew.request.expiry_time = later + Duration::hours(1);
+        let received = b.store.receive(anew).await.expect("decided");
+        assert_eq!(received.verdict, Verdict::Ack, "{}", b.name);
+        assert_eq!(
+            payloads(&b.store).await,
+            ["<n>0</n>", "<n>1</n>", "<new/>"],
+            "{}",
+            b.name
+        );
     }
 }
 

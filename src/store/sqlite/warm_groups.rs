@@ -1,0 +1,129 @@
+//! The open sequenced groups the writer wrote last, kept decoded between its batches: a
+//! sequenced group is written by message after message, and reading its row back and decoding
+//! its state for each one cost about a twentieth of an ordered message (issue 35).
+//!
+//! The rule that keeps it right: an entry is the group's state as the writer's own transaction
+//! left it, and nothing but the writer's message batches writes a group while entries live.
+//! So the writer takes an entry out when a batch reads the group, puts it back when the batch
+//! ends, and forgets every entry when a batch fails (its states were never committed) and
+//! before any other job runs (a sweep, an operator's abort or any change may write groups by
+//! statements of its own). Singletons and finished groups are not kept: no message follows.
+
+use foldhash::HashMap;
+
+use crate::rmp::group::{GroupState, GroupStatus};
+
+/// At most this many groups are kept (a few hundred bytes each); when a new one finds the map
+/// full, the map starts over. More open groups than this at once only cost a row read each.
+const MAX_WARM_GROUPS: usize = 4096;
+
+/// A kept group: its row and its state as last written.
+pub(super) struct WarmGroup {
+    pub(super) id: i64,
+    pub(super) state: GroupState,
+}
+
+/// By partner, then group id, like the batch's own map (looked up by `&str`).
+#[derive(Default)]
+pub(super) struct WarmGroups {
+    groups: HashMap<String, HashMap<String, WarmGroup>>,
+    len: usize,
+}
+
+impl WarmGroups {
+    /// Takes `partner`'s group `group_id` out, if it is kept.
+    pub(super) fn take(&mut self, partner: &str, group_id: &str) -> Option<WarmGroup> {
+        let of_partner = self.groups.get_mut(partner)?;
+        let taken = of_partner.remove(group_id)?;
+        self.len -= 1;
+        Some(taken)
+    }
+
+    /// Keeps a group as its batch leaves it, if another message of it may follow.
+    pub(super) fn keep(&mut self, partner: &str, group_id: &str, id: i64, state: GroupState) {
+        if state.status != GroupStatus::Open || !state.params.sequenced {
+            return;
+        }
+        if self.len >= MAX_WARM_GROUPS {
+            self.forget_all();
+        }
+        let of_partner = match self.groups.get_mut(partner) {
+            Some(g) => g,
+            None => self.groups.entry(partner.to_owned()).or_default(),
+        };
+        if of_partner
+            .insert(group_id.to_owned(), WarmGroup { id, state })
+            .is_none()
+        {
+            self.len += 1;
+        }
+    }
+
+    pub(super) fn forget_all(&mut self) {
+        if self.len > 0 {
+            self.groups.clear();
+            self.len = 0;
+        }
+    }
+
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.len
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rmp::group::GroupParams;
+    use crate::wsr::GroupId;
+
+    fn state(sequenced: bool, status: GroupStatus) -> GroupState {
+        let params = GroupParams {
+            channel: "default".into(),
+            sequenced,
+            ack_requested: true,
+            duplicate_elimination: true,
+            message_order: sequenced,
+            limit: None,
+        };
+        let id = GroupId::parse("mid:g@example.com").expect("group id");
+        let mut state = GroupState::new(id, params, chrono::Utc::now());
+        state.status = status;
+        state
+    }
+
+    #[test]
+    fn only_open_sequenced_groups_are_kept_and_a_take_removes_them() {
+        let mut warm = WarmGroups::default();
+        warm.keep("p", "mid:single", 1, state(false, GroupStatus::Open));
+        warm.keep("p", "mid:done", 2, state(true, GroupStatus::Complete));
+        warm.keep("p", "mid:open", 3, state(true, GroupStatus::Open));
+        assert_eq!(warm.len(), 1);
+        assert!(warm.take("p", "mid:single").is_none());
+        assert!(
+            warm.take("other", "mid:open").is_none(),
+            "partners are apart"
+        );
+        assert_eq!(warm.take("p", "mid:open").map(|g| g.id), Some(3));
+        assert!(warm.take("p", "mid:open").is_none(), "taken out");
+        assert_eq!(warm.len(), 0);
+    }
+
+    #[test]
+    fn a_full_map_starts_over_instead_of_growing() {
+        let mut warm = WarmGroups::default();
+        for i in 0..MAX_WARM_GROUPS {
+            warm.keep(
+                "p",
+                &format!("mid:g{i}"),
+                i as i64,
+                state(true, GroupStatus::Open),
+            );
+        }
+        assert_eq!(warm.len(), MAX_WARM_GROUPS);
+        warm.keep("p", "mid:one-more", 0, state(true, GroupStatus::Open));
+        assert_eq!(warm.len(), 1);
+        assert!(warm.take("p", "mid:one-more").is_some());
+    }
+}
