@@ -182,6 +182,12 @@ async fn a_failed_commit_acks_nobody_and_stores_nothing() {
     }
 }
 
+/// Message `i` of the sequenced group `g`, its payload `<n>i</n>`.
+fn numbered(g: &str, i: u64) -> ReceivedMessage {
+    let payload = text(&format!("<n>{i}</n>"));
+    message(g, Some(i), ReplyPattern::Response, payload)
+}
+
 /// The payloads in the inbox, in order.
 async fn payloads(store: &Store) -> Vec<String> {
     inbox(store).await.into_iter().map(|e| e.payload).collect()
@@ -191,14 +197,7 @@ async fn payloads(store: &Store) -> Vec<String> {
 async fn a_sequenced_message_whose_commit_failed_is_decided_again_on_what_was_stored() {
     for b in backends().await {
         let g = "mid:retried@contract";
-        let n = |i: u64| {
-            message(
-                g,
-                Some(i),
-                ReplyPattern::Response,
-                text(&format!("<n>{i}</n>")),
-            )
-        };
+        let n = |i| numbered(g, i);
         b.store.receive(n(0)).await.expect("stored");
         b.store.fail_next_commits(1);
         assert!(b.store.receive(n(1)).await.is_err(), "{}", b.name);
@@ -219,14 +218,7 @@ async fn a_sequenced_message_whose_commit_failed_is_decided_again_on_what_was_st
 async fn a_message_after_an_operators_abort_meets_the_aborted_group() {
     for b in backends().await {
         let g = "mid:aborted@contract";
-        let n = |i: u64| {
-            message(
-                g,
-                Some(i),
-                ReplyPattern::Response,
-                text(&format!("<n>{i}</n>")),
-            )
-        };
+        let n = |i| numbered(g, i);
         b.store.receive(n(0)).await.expect("stored");
         b.store.receive(n(1)).await.expect("stored");
         assert!(
@@ -251,8 +243,7 @@ async fn a_sequenced_group_expired_and_purged_by_sweeps_is_forgotten_and_its_id_
         let g = "mid:expired@contract";
         let expiry = now() + Duration::seconds(30);
         let n = |i: u64| {
-            let text = text(&format!("<n>{i}</n>"));
-            let mut m = message(g, Some(i), ReplyPattern::Response, text);
+            let mut m = numbered(g, i);
             m.request.message_id.sequence = Some(SequenceNum {
                 number: i,
                 last: false,
