@@ -364,3 +364,46 @@ async fn scratch_group_state() -> String {
     app.stop().await;
     wsr_gateway::store::group_json::encode(&state)
 }
+
+/// The writer keeps the state of the open sequenced groups it wrote (`warm_groups.rs`) on the
+/// rule that nothing else writes them. A group row deleted from under it anyway fails that
+/// message's batch, so nothing is acknowledged on a state that is not stored, and the next
+/// attempt is decided on what the file holds.
+#[tokio::test]
+async fn a_group_row_deleted_under_the_writer_is_not_acknowledged_on_a_kept_state() {
+    let app = spawn_app().await;
+    let expiry = app.clock.now_utc() + Duration::hours(1);
+    let group = "mid:deleted-under@test";
+    let first = app.send(V, message(group, Some(0), expiry, None)).await;
+    assert_eq!(
+        (first.status, fault_of(&first)),
+        (200, None),
+        "{}",
+        first.body
+    );
+    super::support::execute_with(
+        &app.config.database,
+        (
+            "DELETE FROM groups WHERE group_id = ?",
+            "not run on PostgreSQL",
+        ),
+        group,
+    )
+    .await;
+    let second = app.send(V, message(group, Some(1), expiry, None)).await;
+    assert_eq!(
+        fault_of(&second),
+        Some(FaultCode::MessageProcessingFailure),
+        "{}",
+        second.body
+    );
+    let again = app.send(V, message(group, Some(1), expiry, None)).await;
+    assert_eq!(
+        (again.status, fault_of(&again)),
+        (200, None),
+        "{}",
+        again.body
+    );
+    let delivered = app.inbox().await;
+    assert_eq!(delivered.len(), 2, "0 before the delete, 1 once");
+}

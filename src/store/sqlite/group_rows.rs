@@ -87,8 +87,9 @@ pub(super) fn update(conn: &Connection, id: i64, row: &GroupRow<'_>) -> Result<(
         row.deadline,
         row.updated_at,
         row.state_bin
-    ])?;
-    Ok(())
+    ])
+    .map_err(StoreError::from)
+    .and_then(|changed| one_row(changed, id))
 }
 
 /// `update` for a state whose status is the row's already: the status column (and with it the
@@ -102,8 +103,20 @@ pub(super) fn update_same_status(
         "UPDATE groups SET next_deadline = ?2, updated_at = ?3, state = '', state_bin = ?4 \
          WHERE id = ?1",
     )?
-    .execute(params![id, row.deadline, row.updated_at, row.state_bin])?;
-    Ok(())
+    .execute(params![id, row.deadline, row.updated_at, row.state_bin])
+    .map_err(StoreError::from)
+    .and_then(|changed| one_row(changed, id))
+}
+
+/// A group row the writer wrote through its id must still be there: it is read back (or kept
+/// in the warm map) only by the writer, and a row gone from under it fails the batch, so that
+/// nothing is acknowledged on a state that was not stored (and the warm map is forgotten).
+fn one_row(changed: usize, id: i64) -> Result<(), StoreError> {
+    if changed == 1 {
+        Ok(())
+    } else {
+        Err(StoreError::Failed(format!("group row {id} is gone")))
+    }
 }
 
 /// Takes a group whose state cannot be read out of the sweep (kept for an operator).
