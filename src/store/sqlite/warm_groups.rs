@@ -13,9 +13,15 @@ use foldhash::HashMap;
 
 use crate::rmp::group::{GroupState, GroupStatus};
 
-/// At most this many groups are kept (a few hundred bytes each); when a new one finds the map
-/// full, the map starts over. More open groups than this at once only cost a row read each.
+/// At most this many groups are kept; when a new one finds the map full, the map starts over.
+/// More open groups than this at once only cost a row read each.
 const MAX_WARM_GROUPS: usize = 4096;
+
+/// A state with more entries than this in any of its sets (delivered ranges, buffered
+/// messages, kept faults) is not kept: a partner sending an unordered group with a gap after
+/// every message grows its ranges without bound, and the map's memory must stay bounded: tens
+/// of MB at the very worst, a few hundred bytes per group as ordered groups go.
+const MAX_KEPT_ENTRIES: usize = 64;
 
 /// A kept group: its row and its state as last written.
 pub(super) struct WarmGroup {
@@ -41,7 +47,10 @@ impl WarmGroups {
 
     /// Keeps a group as its batch leaves it, if another message of it may follow.
     pub(super) fn keep(&mut self, partner: &str, group_id: &str, id: i64, state: GroupState) {
-        if state.status != GroupStatus::Open || !state.params.sequenced {
+        let small = state.delivered.len() <= MAX_KEPT_ENTRIES
+            && state.buffered.len() <= MAX_KEPT_ENTRIES
+            && state.faults.len() <= MAX_KEPT_ENTRIES;
+        if state.status != GroupStatus::Open || !state.params.sequenced || !small {
             return;
         }
         if self.len >= MAX_WARM_GROUPS {
@@ -107,6 +116,18 @@ mod tests {
         );
         assert_eq!(warm.take("p", "mid:open").map(|g| g.id), Some(3));
         assert!(warm.take("p", "mid:open").is_none(), "taken out");
+        assert_eq!(warm.len(), 0);
+    }
+
+    #[test]
+    fn a_state_with_many_gaps_is_not_kept() {
+        let mut warm = WarmGroups::default();
+        let mut gappy = state(true, GroupStatus::Open);
+        for n in 0..=MAX_KEPT_ENTRIES as u64 {
+            gappy.delivered.insert(n * 2);
+        }
+        assert_eq!(gappy.delivered.len(), MAX_KEPT_ENTRIES + 1);
+        warm.keep("p", "mid:gappy", 1, gappy);
         assert_eq!(warm.len(), 0);
     }
 
