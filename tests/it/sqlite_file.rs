@@ -385,7 +385,7 @@ async fn a_group_row_deleted_under_the_writer_is_not_acknowledged_on_a_kept_stat
         &app.config.database,
         (
             "DELETE FROM groups WHERE group_id = ?",
-            "not run on PostgreSQL",
+            "DELETE FROM groups WHERE group_id = $1",
         ),
         group,
     )

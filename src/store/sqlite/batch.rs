@@ -106,12 +106,8 @@ impl<'c> Batch<'c> {
             .get(partner)
             .is_some_and(|g| g.contains_key(group_id));
         if !known {
-            let warm = self.warm.take(partner, group_id);
-            let found = match warm {
-                Some(w) => Some(group_rows::StoredGroup {
-                    id: w.id,
-                    state: Ok(w.state),
-                }),
+            let found = match self.warm.take(partner, group_id) {
+                Some(kept) => Some(kept),
                 None => group_rows::find(self.conn, self.index, (partner, group_id))?,
             };
             let slot = match found {
@@ -327,10 +323,10 @@ impl<'c> Batch<'c> {
                 state_bin: &encoded,
             };
             match slot.id {
-                Some(id) if slot.stored_status == Some(state.status) => {
-                    group_rows::update_same_status(conn, id, &row)?;
+                Some(id) => {
+                    let stored = slot.stored_status.map(GroupStatus::as_str);
+                    group_rows::update(conn, id, &row, stored)?;
                 }
-                Some(id) => group_rows::update(conn, id, &row)?,
                 None => {
                     let pair = (partner.as_str(), group_id.as_str());
                     let id = group_rows::insert(conn, pair, &state.params.channel, &source, &row)?;
@@ -536,7 +532,7 @@ fn write_now(conn: &Connection, id: i64, write: &GroupWrite, now: i64) -> Result
         updated_at: now,
         state_bin: &encoded,
     };
-    group_rows::update(conn, id, &row)
+    group_rows::update(conn, id, &row, None)
 }
 
 /// Where a received message is written: the inbox (delivered), or the buffer of an ordered

@@ -167,11 +167,6 @@ impl IndexChanges {
         self.removed.push((key, id));
     }
 
-    pub(super) fn absorb(&mut self, other: IndexChanges) {
-        self.added.extend(other.added);
-        self.removed.extend(other.removed);
-    }
-
     /// The batch committed: deleted rows leave the index.
     pub(super) fn committed(self, index: &GroupIndex) {
         let mut entries = index.lock();

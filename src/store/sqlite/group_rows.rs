@@ -76,36 +76,31 @@ pub(super) fn insert(
 }
 
 /// Writes a stored group's new state (its channel and source stay as first written).
-pub(super) fn update(conn: &Connection, id: i64, row: &GroupRow<'_>) -> Result<(), StoreError> {
-    conn.prepare_cached(
+/// `stored_status`: the status the row holds, when known; a state that keeps it leaves the
+/// status column alone, and with it the partial index of open groups by source, which SQLite
+/// rewrites whenever an UPDATE assigns the column.
+pub(super) fn update(
+    conn: &Connection,
+    id: i64,
+    row: &GroupRow<'_>,
+    stored_status: Option<&str>,
+) -> Result<(), StoreError> {
+    // Both bind the status as ?2; the first does not use it.
+    let sql = if stored_status == Some(row.status) {
+        "UPDATE groups SET next_deadline = ?3, updated_at = ?4, state = '', state_bin = ?5 \
+         WHERE id = ?1"
+    } else {
         "UPDATE groups SET status = ?2, next_deadline = ?3, updated_at = ?4, state = '', \
-         state_bin = ?5 WHERE id = ?1",
-    )?
-    .execute(params![
+         state_bin = ?5 WHERE id = ?1"
+    };
+    let changed = conn.prepare_cached(sql)?.execute(params![
         id,
         row.status,
         row.deadline,
         row.updated_at,
         row.state_bin
-    ])
-    .map_err(StoreError::from)
-    .and_then(|changed| one_row(changed, id))
-}
-
-/// `update` for a state whose status is the row's already: the status column (and with it the
-/// partial index of open groups by source) is not written.
-pub(super) fn update_same_status(
-    conn: &Connection,
-    id: i64,
-    row: &GroupRow<'_>,
-) -> Result<(), StoreError> {
-    conn.prepare_cached(
-        "UPDATE groups SET next_deadline = ?2, updated_at = ?3, state = '', state_bin = ?4 \
-         WHERE id = ?1",
-    )?
-    .execute(params![id, row.deadline, row.updated_at, row.state_bin])
-    .map_err(StoreError::from)
-    .and_then(|changed| one_row(changed, id))
+    ])?;
+    one_row(changed, id)
 }
 
 /// A group row the writer wrote through its id must still be there: it is read back (or kept

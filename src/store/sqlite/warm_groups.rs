@@ -11,6 +11,7 @@
 
 use foldhash::HashMap;
 
+use super::group_rows::StoredGroup;
 use crate::rmp::group::{GroupState, GroupStatus};
 
 /// At most this many groups are kept; when a new one finds the map full, the map starts over.
@@ -23,26 +24,21 @@ const MAX_WARM_GROUPS: usize = 4096;
 /// of MB at the very worst, a few hundred bytes per group as ordered groups go.
 const MAX_KEPT_ENTRIES: usize = 64;
 
-/// A kept group: its row and its state as last written.
-pub(super) struct WarmGroup {
-    pub(super) id: i64,
-    pub(super) state: GroupState,
-}
-
-/// By partner, then group id, like the batch's own map (looked up by `&str`).
+/// By partner, then group id, like the batch's own map (looked up by `&str`): each kept
+/// group's row id and state.
 #[derive(Default)]
 pub(super) struct WarmGroups {
-    groups: HashMap<String, HashMap<String, WarmGroup>>,
-    len: usize,
+    groups: HashMap<String, HashMap<String, (i64, GroupState)>>,
 }
 
 impl WarmGroups {
-    /// Takes `partner`'s group `group_id` out, if it is kept.
-    pub(super) fn take(&mut self, partner: &str, group_id: &str) -> Option<WarmGroup> {
-        let of_partner = self.groups.get_mut(partner)?;
-        let taken = of_partner.remove(group_id)?;
-        self.len -= 1;
-        Some(taken)
+    /// Takes `partner`'s group `group_id` out, if it is kept: the group as its row holds it.
+    pub(super) fn take(&mut self, partner: &str, group_id: &str) -> Option<StoredGroup> {
+        let (id, state) = self.groups.get_mut(partner)?.remove(group_id)?;
+        Some(StoredGroup {
+            id,
+            state: Ok(state),
+        })
     }
 
     /// Keeps a group as its batch leaves it, if another message of it may follow.
@@ -53,31 +49,23 @@ impl WarmGroups {
         if state.status != GroupStatus::Open || !state.params.sequenced || !small {
             return;
         }
-        if self.len >= MAX_WARM_GROUPS {
+        if self.len() >= MAX_WARM_GROUPS {
             self.forget_all();
         }
         let of_partner = match self.groups.get_mut(partner) {
             Some(g) => g,
             None => self.groups.entry(partner.to_owned()).or_default(),
         };
-        if of_partner
-            .insert(group_id.to_owned(), WarmGroup { id, state })
-            .is_none()
-        {
-            self.len += 1;
-        }
+        of_partner.insert(group_id.to_owned(), (id, state));
     }
 
     pub(super) fn forget_all(&mut self) {
-        if self.len > 0 {
-            self.groups.clear();
-            self.len = 0;
-        }
+        self.groups.clear();
     }
 
-    #[cfg(test)]
-    pub(super) fn len(&self) -> usize {
-        self.len
+    /// Groups kept (the outer map has one entry per partner: a few).
+    fn len(&self) -> usize {
+        self.groups.values().map(HashMap::len).sum()
     }
 }
 

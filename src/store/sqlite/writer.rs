@@ -479,11 +479,7 @@ fn run_job(
             // It reads and writes the group table itself: let it see what the batch staged.
             tx.flush()?;
             tx.forget_warm_groups();
-            let mut not_read = WarmGroups::default();
-            let mut sweep = Batch::new(conn, &shared.groups, &mut not_read);
-            let report = sweep.sweep(*now, &shared.policy)?;
-            tx.effects.wakes.absorb(sweep.effects.wakes);
-            tx.effects.index.absorb(sweep.effects.index);
+            let report = tx.sweep(*now, &shared.policy)?;
             Ok(Done::Swept(Ok(report)))
         }
         Job::Change(change) => {
