@@ -232,6 +232,22 @@ pub trait DeliveryStore: Send + Sync {
         now: DateTime<Utc>,
     ) -> StoreFuture<'a, Result<Option<Session>, StoreError>>;
 
+    /// The live session `id` and its subscription, as a member's request checks them
+    /// before it acts: read together where the backend can (a read is a round trip).
+    fn member<'a>(
+        &'a self,
+        id: &'a str,
+        now: DateTime<Utc>,
+    ) -> StoreFuture<'a, Result<Option<(Session, Subscription)>, StoreError>> {
+        Box::pin(async move {
+            let Some(session) = self.session(id, now).await? else {
+                return Ok(None);
+            };
+            let subscription = self.subscription(session.subscription_id).await?;
+            Ok(subscription.map(|sub| (session, sub)))
+        })
+    }
+
     /// Renews a live session by its TTL; the new expiry.
     fn heartbeat<'a>(
         &'a self,

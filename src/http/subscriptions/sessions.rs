@@ -115,9 +115,9 @@ pub(super) async fn own_session(
             format!("no live session {id:?} (unknown or lapsed); join again"),
         )
     };
-    let session = app
+    let (session, sub) = app
         .store
-        .session(id, app.clock.now())
+        .member(id, app.clock.now())
         .await?
         .ok_or_else(gone)?;
     let who = consumer(caller);
@@ -128,11 +128,6 @@ pub(super) async fn own_session(
             format!("session {id:?} belongs to another principal"),
         )
     })?;
-    let sub = app
-        .store
-        .subscription(session.subscription_id)
-        .await?
-        .ok_or_else(gone)?;
     access::may_join(&who, &sub.held()).map_err(|why| match why {
         Denied::Push => Problem(
             StatusCode::CONFLICT,

@@ -85,8 +85,13 @@ impl SqliteStore {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(synchronous)
             .busy_timeout(Duration::from_secs(10));
+        // No ping before each acquire (sqlx's default): the pool's connections are files
+        // open in this process, which a ping cannot find broken, and on the consumers' path
+        // (a fetch and a settle read their session and subscription) each ping was one more
+        // round trip to the connection's thread per read.
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
+            .test_before_acquire(false)
             .connect_with(options.clone())
             .await?;
         claim_database(&pool, path).await?;

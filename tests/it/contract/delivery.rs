@@ -213,6 +213,7 @@ async fn grants_admit_and_a_revoke_ends_the_grantees_sessions_releasing_what_the
         let store = &b.store;
         let sub = create(store, &pull("shared")).await;
         assert!(sub.admits(OWNER) && !sub.admits("friend"), "{}", b.name);
+        store.grant(sub.id, "zed").await.expect("grant");
         store.grant(sub.id, "friend").await.expect("grant");
         store.grant(sub.id, "friend").await.expect("grant twice");
         let sub = store
@@ -220,7 +221,12 @@ async fn grants_admit_and_a_revoke_ends_the_grantees_sessions_releasing_what_the
             .await
             .expect("get")
             .expect("exists");
-        assert_eq!(sub.grants, vec!["friend".to_string()], "{}", b.name);
+        assert_eq!(
+            sub.grants,
+            ["friend", "zed"],
+            "{}: once each, in order",
+            b.name
+        );
         assert!(sub.admits("friend"), "{}", b.name);
 
         singletons(store, 1, t0()).await;
@@ -228,6 +234,24 @@ async fn grants_admit_and_a_revoke_ends_the_grantees_sessions_releasing_what_the
             .join(sub.id, "f", "friend", secs(600), t0())
             .await
             .expect("join");
+        // What a member's request checks: its live session, with the subscription as stored.
+        let (session, of) = store
+            .member("f", t0())
+            .await
+            .expect("read")
+            .expect("a live member");
+        assert_eq!(
+            (session.principal.as_str(), session.subscription_id),
+            ("friend", sub.id),
+            "{}",
+            b.name
+        );
+        assert_eq!((of.id, &of.grants), (sub.id, &sub.grants), "{}", b.name);
+        assert!(
+            store.member("nobody", t0()).await.expect("read").is_none(),
+            "{}",
+            b.name
+        );
         join(store, sub.id, "o", secs(600)).await;
         let held = store.fetch("f", take(10), t0()).await.expect("fetch");
         assert_eq!(held.len(), 1, "{}", b.name);
@@ -254,6 +278,11 @@ async fn grants_admit_and_a_revoke_ends_the_grantees_sessions_releasing_what_the
             store.session("f", t0()).await.expect("read"),
             None,
             "{}",
+            b.name
+        );
+        assert!(
+            store.member("f", t0()).await.expect("read").is_none(),
+            "{}: the revoked grantee's session ended",
             b.name
         );
         let back = store.fetch("o", take(10), t0()).await.expect("fetch");
@@ -522,6 +551,11 @@ async fn shared_members_each_get_their_own_and_a_lapsed_member_gives_back_at_onc
         );
         // …then all of it, long before the ack wait.
         let after = t0() + Duration::milliseconds(2_001);
+        assert!(
+            store.member("gone", after).await.expect("read").is_none(),
+            "{}: past its TTL, before any maintenance ends it",
+            b.name
+        );
         let report = store
             .maintain_deliveries(after, secs(30), Duration::hours(1))
             .await
@@ -533,6 +567,7 @@ async fn shared_members_each_get_their_own_and_a_lapsed_member_gives_back_at_onc
             "{}",
             b.name
         );
+
         let lapsed = store.heartbeat("gone", after).await;
         assert!(
             matches!(lapsed, Err(DeliveryError::NotFound(_))),

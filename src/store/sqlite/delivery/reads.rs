@@ -1,11 +1,12 @@
-//! Reads that decide nothing, on the read pool: subscriptions, sessions, dead letters,
-//! backlogs and the earliest deadlines the delivery workers wait for.
+//! Reads that decide nothing, on the read pool: the subscriptions, sessions, dead letters,
+//! backlogs and the earliest deadlines the delivery workers wait for. (One subscription, and
+//! a member's session with its subscription, are read on the writer's: `read_on_writer`.)
 
 use chrono::{DateTime, Utc};
 use sqlx::Row;
 use sqlx::sqlite::SqlitePool;
 
-use super::rows::{SubscriptionColumns, subscription_from};
+use super::rows::{SubscriptionColumns, select_subscription, subscription_from};
 use crate::delivery::session;
 use crate::delivery::wake::Deadlines;
 use crate::store::StoreError;
@@ -13,65 +14,38 @@ use crate::store::delivery::{Backlog, DeadLetter, Session, Subscription};
 use crate::store::sqlite::{inbox_from_row, select_inbox};
 use crate::store::time::{from_millis, millis};
 
-async fn with_grants(
-    pool: &SqlitePool,
-    row: SubscriptionColumns,
-) -> Result<Subscription, StoreError> {
-    let grants =
-        sqlx::query_scalar("SELECT principal FROM grants WHERE subscription_id = ? ORDER BY 1")
-            .bind(row.0)
-            .fetch_all(pool)
-            .await?;
-    subscription_from(row, grants)
-}
-
 fn columns(r: &sqlx::sqlite::SqliteRow) -> SubscriptionColumns {
-    (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4), r.get(5))
+    (
+        r.get(0),
+        r.get(1),
+        r.get(2),
+        r.get(3),
+        r.get(4),
+        r.get(5),
+        r.get(6),
+    )
 }
 
-pub(super) async fn subscription(
-    pool: &SqlitePool,
-    id: i64,
-) -> Result<Option<Subscription>, StoreError> {
-    let row = sqlx::query(
-        "SELECT id, name, filter, owner, rules, created_at FROM subscriptions WHERE id = ?",
-    )
-    .bind(id)
-    .fetch_optional(pool)
-    .await?;
-    match row {
-        Some(row) => Ok(Some(with_grants(pool, columns(&row)).await?)),
-        None => Ok(None),
-    }
+fn subscriptions_of(rows: &[sqlx::sqlite::SqliteRow]) -> Result<Vec<Subscription>, StoreError> {
+    rows.iter().map(|r| subscription_from(columns(r))).collect()
 }
 
 pub(super) async fn subscriptions(pool: &SqlitePool) -> Result<Vec<Subscription>, StoreError> {
-    let rows = sqlx::query(
-        "SELECT id, name, filter, owner, rules, created_at FROM subscriptions ORDER BY id",
-    )
-    .fetch_all(pool)
-    .await?;
-    let mut subs = Vec::with_capacity(rows.len());
-    for row in &rows {
-        subs.push(with_grants(pool, columns(row)).await?);
-    }
-    Ok(subs)
+    let rows = sqlx::query(select_subscription!("ORDER BY s.id"))
+        .fetch_all(pool)
+        .await?;
+    subscriptions_of(&rows)
 }
 
 /// The push subscriptions: one statement, so that the push supervisor, woken by every
 /// delivery change, costs next to nothing while there are none.
 pub(super) async fn push_subscriptions(pool: &SqlitePool) -> Result<Vec<Subscription>, StoreError> {
-    let rows = sqlx::query(
-        "SELECT id, name, filter, owner, rules, created_at FROM subscriptions \
-         WHERE rules ->> '$.mode' = 'push' ORDER BY id",
-    )
+    let rows = sqlx::query(select_subscription!(
+        "WHERE s.rules ->> '$.mode' = 'push' ORDER BY s.id"
+    ))
     .fetch_all(pool)
     .await?;
-    let mut subs = Vec::with_capacity(rows.len());
-    for row in &rows {
-        subs.push(with_grants(pool, columns(row)).await?);
-    }
-    Ok(subs)
+    subscriptions_of(&rows)
 }
 
 pub(super) async fn session(

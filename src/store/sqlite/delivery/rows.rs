@@ -428,13 +428,35 @@ pub(super) fn set_head(
     Ok(())
 }
 
-/// A subscription from its stored columns.
+/// `SELECT` of a subscription's columns, its grants among them as a JSON array, followed by
+/// `$rest` (`WHERE …` on `subscriptions s`); `subscription_from` reads a row of it. One
+/// statement per subscription, not a second for its grants: on the read pool every statement
+/// is a round trip to the connection's thread, and a consumer's fetch and settle each read
+/// their subscription.
+macro_rules! select_subscription {
+    ($rest:literal) => {
+        concat!(
+            "SELECT s.id, s.name, s.filter, s.owner, s.rules, s.created_at, \
+             (SELECT json_group_array(g.principal) FROM grants g \
+             WHERE g.subscription_id = s.id) FROM subscriptions s ",
+            $rest
+        )
+    };
+}
+pub(super) use select_subscription;
+
+/// A subscription's stored columns, as `select_subscription!` reads them.
+pub(super) type SubscriptionColumns = (i64, String, String, String, String, i64, String);
+
+/// A subscription from its stored columns; its grants in order.
 pub(super) fn subscription_from(
-    (id, name, filter, owner, rules, created_at): (i64, String, String, String, String, i64),
-    grants: Vec<String>,
+    (id, name, filter, owner, rules, created_at, grants): SubscriptionColumns,
 ) -> Result<Subscription, StoreError> {
     let rules = serde_json::from_str(&rules)
         .map_err(|e| StoreError::Corrupt(format!("subscription {id} rules: {e}")))?;
+    let mut grants: Vec<String> = serde_json::from_str(&grants)
+        .map_err(|e| StoreError::Corrupt(format!("subscription {id} grants: {e}")))?;
+    grants.sort_unstable();
     Ok(Subscription {
         id,
         name,
@@ -445,8 +467,6 @@ pub(super) fn subscription_from(
         created_at: from_millis(created_at),
     })
 }
-
-pub(super) type SubscriptionColumns = (i64, String, String, String, String, i64);
 
 fn subscription_where(
     conn: &Connection,
@@ -463,39 +483,25 @@ fn subscription_where(
                 r.get(3)?,
                 r.get(4)?,
                 r.get(5)?,
+                r.get(6)?,
             ))
         })
         .optional()?;
-    let Some(row) = row else {
-        return Ok(None);
-    };
-    let grants = conn
-        .prepare_cached("SELECT principal FROM grants WHERE subscription_id = ?1 ORDER BY 1")?
-        .query_map([row.0], |r| r.get(0))?
-        .collect::<rusqlite::Result<Vec<String>>>()?;
-    subscription_from(row, grants).map(Some)
+    row.map(subscription_from).transpose()
 }
 
 pub(super) fn subscription_by_id(
     conn: &Connection,
     id: i64,
 ) -> Result<Option<Subscription>, StoreError> {
-    subscription_where(
-        conn,
-        "SELECT id, name, filter, owner, rules, created_at FROM subscriptions WHERE id = ?1",
-        id,
-    )
+    subscription_where(conn, select_subscription!("WHERE s.id = ?1"), id)
 }
 
 pub(super) fn subscription_by_name(
     conn: &Connection,
     name: &str,
 ) -> Result<Option<Subscription>, StoreError> {
-    subscription_where(
-        conn,
-        "SELECT id, name, filter, owner, rules, created_at FROM subscriptions WHERE name = ?1",
-        name,
-    )
+    subscription_where(conn, select_subscription!("WHERE s.name = ?1"), name)
 }
 
 /// Deletes a subscription with everything of it.
