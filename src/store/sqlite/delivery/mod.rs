@@ -55,9 +55,7 @@ impl SqliteStore {
         })
         .await?
     }
-}
 
-impl SqliteStore {
     /// A read that a consumer's every fetch and settle makes (its session, its subscription),
     /// run on the writer's connection as a change that writes nothing, and answered, like a
     /// `durable` read, once what it saw is durable. On the read pool, each such read found
@@ -257,9 +255,7 @@ impl DeliveryStore for SqliteStore {
     ) -> StoreFuture<'a, Result<Option<(Session, Subscription)>, StoreError>> {
         let id = id.to_owned();
         Box::pin(self.read_on_writer(move |conn| {
-            let Some(session) = rows::session_by_id(conn, &id)?
-                .filter(|s| !crate::delivery::session::lapsed(s.expires_at, now))
-            else {
+            let Some(session) = sessions::live(conn, &id, now)? else {
                 return Ok(None);
             };
             let subscription = rows::subscription_by_id(conn, session.subscription_id)?;

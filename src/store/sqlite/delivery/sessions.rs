@@ -82,6 +82,15 @@ pub(super) fn lapse_sessions(conn: &Connection, now: DateTime<Utc>) -> Result<us
     Ok(lapsed)
 }
 
+/// The session `session_id` if it has not lapsed by `now`.
+pub(super) fn live(
+    conn: &Connection,
+    session_id: &str,
+    now: DateTime<Utc>,
+) -> Result<Option<Session>, StoreError> {
+    Ok(rows::session_by_id(conn, session_id)?.filter(|s| !session::lapsed(s.expires_at, now)))
+}
+
 /// Renews a live session by its TTL; a lapsed or unknown one is not found.
 pub(super) fn renew(
     conn: &Connection,
@@ -93,9 +102,7 @@ pub(super) fn renew(
             "no live session {session_id:?} (unknown or lapsed); join again"
         ))
     };
-    let mut live = rows::session_by_id(conn, session_id)?
-        .filter(|s| !session::lapsed(s.expires_at, now))
-        .ok_or_else(not_found)?;
+    let mut live = live(conn, session_id, now)?.ok_or_else(not_found)?;
     live.expires_at = session::renewed(now, live.ttl);
     conn.prepare_cached("UPDATE sessions SET expires_at = ?2 WHERE id = ?1")?
         .execute(params![session_id, millis(live.expires_at)])?;
